@@ -1,0 +1,1 @@
+"""Ray actors, cluster bootstrap, clients, chaos, CLI and driver glue (everything that touches Ray)."""

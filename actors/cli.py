@@ -1,0 +1,64 @@
+"""The ``rocketray`` command line.
+
+Each subcommand lives in its own module under ``actors/commands/`` and exposes
+``add_parser(subparsers)`` (which registers its arguments and sets ``func``)
+so that independent features never edit the same file. A module that is not
+there yet is reported as not available rather than crashing the CLI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from importlib import metadata
+
+#: Subcommand modules, in the order ``rocketray --help`` lists them.
+COMMAND_MODULES = (
+    "demo",
+    "cluster",
+    "admin",
+    "chaos",
+    "analytics",
+)
+
+EXIT_USAGE = 2
+
+
+def version() -> str:
+    try:
+        return metadata.version("rocketray")
+    except metadata.PackageNotFoundError:  # running from a source tree without install
+        return "0+unknown"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rocketray",
+        description="RocketMQ controller-mode high availability on Ray actors.",
+    )
+    parser.add_argument("--version", action="version", version=f"rocketray {version()}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(f"actors.commands.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"actors.commands.{name}":
+                raise
+            continue
+        module.add_parser(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func = getattr(args, "func", None)
+    if func is None:
+        parser.print_help()
+        return EXIT_USAGE
+    return int(func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""One replica: the message store and its controller-facing logic."""

@@ -1,0 +1,1 @@
+"""The controller: replicated metadata of every broker group, master election, heartbeats."""

@@ -1,0 +1,1 @@
+"""AutoSwitch replication between the replicas of a group over TCP."""

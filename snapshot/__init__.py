@@ -1,0 +1,1 @@
+"""Controller snapshots after RIP-59: file format, retention, fallback."""

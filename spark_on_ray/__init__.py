@@ -1,0 +1,1 @@
+"""Offset and epoch analytics with PySpark running on Ray through RayDP."""
