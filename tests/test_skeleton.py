@@ -30,7 +30,8 @@ def test_cli_without_command_exits_with_usage_code(capsys):
     assert cli.main([]) == cli.EXIT_USAGE
 
 
-def test_benchmark_runner_lists_benchmarks():
+def test_benchmark_runner_lists_every_benchmark_module():
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "run.py"), "--list"],
                          capture_output=True, text=True, check=True).stdout.split()
-    assert "controller-core" in out
+    expected = sorted(p.stem[len("bench_"):].replace("_", "-") for p in (ROOT / "benchmarks").glob("bench_*.py"))
+    assert out == expected
