@@ -1,0 +1,1 @@
+"""Chaos: nemesis schedules, run histories, checkers and the live chaos runners."""

@@ -1,0 +1,481 @@
+"""The chaos run directory: typed records and their JSONL / JSON files.
+
+Theory of operation. A chaos run leaves a directory (format in ``docs/contracts.md``, "chaos run
+directory") that the checker and the analytics read long after the cluster is gone. This module is
+the one place that knows that format: one frozen dataclass per kind of line, a ``from_json`` that
+validates a decoded object field by field, a ``to_json`` that gives back the contract's keys, and
+readers and writers for whole files. Readers are strict: a line that is not a JSON object, lacks a
+required key, or holds a value of the wrong type or outside its enum raises ``RunDirError`` naming
+the file and the line (or, for ``replicas.json``, the line and list index), so a broken runner is
+caught where it wrote, not by a confused checker. Keys the contract marks "null if unknown" may be
+absent and default to null; keys the contract does not name are ignored (forward compatibility).
+No clock, no Ray: plain files in, plain data out.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, TypeVar
+
+HISTORY_FILE = "history.jsonl"
+NEMESIS_FILE = "nemesis.jsonl"
+REPLICAS_FILE = "replicas.json"
+SAMPLES_FILE = "samples.jsonl"
+CONTROLLER_EVENTS_FILE = "controller_events.jsonl"
+VERDICT_FILE = "verdict.json"
+
+OP_FUNCTIONS = ("send", "read")
+OUTCOMES = ("ok", "failed", "unknown")
+NEMESIS_KINDS = (
+    "kill-master",
+    "kill-broker",
+    "kill-controller-leader",
+    "kill-controller",
+    "pause-broker",
+    "pause-controller",
+    "partition-ha",
+    "heal",
+)
+NEMESIS_PHASES = ("start", "end")
+
+Number = int | float
+Ident = int | str
+
+
+class RunDirError(ValueError):
+    """A run-directory file that does not follow the contract; names the file and the line."""
+
+    def __init__(self, file: str, line: int | None, message: str, index: int | None = None) -> None:
+        where = file if line is None else f"{file}:{line}"
+        if index is not None:
+            where = f"{where} [item {index}]"
+        super().__init__(f"{where}: {message}")
+        self.file = file
+        self.line = line
+        self.index = index
+        self.reason = message
+
+
+class _FieldError(ValueError):
+    """Raised by the field validators; the readers turn it into a RunDirError with a location."""
+
+
+# -- field validators ------------------------------------------------------------------------------
+
+def _get(obj: dict[str, Any], key: str, nullable_default: bool = False) -> Any:
+    if key in obj:
+        return obj[key]
+    if nullable_default:
+        return None
+    raise _FieldError(f"missing required key {key!r}")
+
+
+def _int(obj: dict[str, Any], key: str, *, nullable: bool = False, minimum: int | None = None,
+         absent_is_null: bool = False) -> int | None:
+    value = _get(obj, key, nullable_default=nullable and absent_is_null)
+    if value is None:
+        if nullable:
+            return None
+        raise _FieldError(f"key {key!r} must not be null")
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _FieldError(f"key {key!r} must be an integer, got {value!r}")
+    if minimum is not None and value < minimum:
+        raise _FieldError(f"key {key!r} must be >= {minimum}, got {value}")
+    return value
+
+
+def _number(obj: dict[str, Any], key: str) -> Number:
+    value = _get(obj, key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _FieldError(f"key {key!r} must be a number, got {value!r}")
+    return value
+
+
+def _str(obj: dict[str, Any], key: str, *, nullable: bool = False, choices: tuple[str, ...] | None = None,
+         absent_is_null: bool = False) -> str | None:
+    value = _get(obj, key, nullable_default=nullable and absent_is_null)
+    if value is None:
+        if nullable:
+            return None
+        raise _FieldError(f"key {key!r} must not be null")
+    if not isinstance(value, str):
+        raise _FieldError(f"key {key!r} must be a string, got {value!r}")
+    if choices is not None and value not in choices:
+        raise _FieldError(f"key {key!r} must be one of {', '.join(choices)}; got {value!r}")
+    return value
+
+
+def _ident(obj: dict[str, Any], key: str, *, nullable: bool = False) -> Ident | None:
+    value = _get(obj, key)
+    if value is None:
+        if nullable:
+            return None
+        raise _FieldError(f"key {key!r} must not be null")
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise _FieldError(f"key {key!r} must be a string or an integer, got {value!r}")
+    return value
+
+
+# -- records ---------------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class OpRecord:
+    """One line of ``history.jsonl``: a send, or one message returned by a read."""
+
+    op_id: Ident
+    process: Ident
+    f: str
+    group: str
+    queue_id: int
+    payload_id: Ident | None
+    queue_offset: int | None
+    physical_offset: int | None
+    start_ms: Number
+    end_ms: Number
+    outcome: str
+    broker_id: int | None = None
+    error: str | None = None
+
+    @property
+    def is_send(self) -> bool:
+        return self.f == "send"
+
+    @property
+    def is_read(self) -> bool:
+        return self.f == "read"
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome == "ok"
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> "OpRecord":
+        f = _str(obj, "f", choices=OP_FUNCTIONS)
+        outcome = _str(obj, "outcome", choices=OUTCOMES)
+        payload_id = _ident(obj, "payload_id", nullable=True)
+        queue_offset = _int(obj, "queue_offset", nullable=True, minimum=0, absent_is_null=True)
+        if payload_id is None and (f == "send" or outcome == "ok"):
+            raise _FieldError("key 'payload_id' must not be null for a send or an ok read")
+        if f == "read" and outcome == "ok" and queue_offset is None:
+            raise _FieldError("key 'queue_offset' must not be null for an ok read")
+        start_ms = _number(obj, "start_ms")
+        end_ms = _number(obj, "end_ms")
+        if end_ms < start_ms:
+            raise _FieldError(f"end_ms {end_ms} is before start_ms {start_ms}")
+        return cls(
+            op_id=_ident(obj, "op_id"),  # type: ignore[arg-type]
+            process=_ident(obj, "process"),  # type: ignore[arg-type]
+            f=f,  # type: ignore[arg-type]
+            group=_str(obj, "group"),  # type: ignore[arg-type]
+            queue_id=_int(obj, "queue_id", minimum=0),  # type: ignore[arg-type]
+            payload_id=payload_id,
+            queue_offset=queue_offset,
+            physical_offset=_int(obj, "physical_offset", nullable=True, minimum=0, absent_is_null=True),
+            start_ms=start_ms,
+            end_ms=end_ms,
+            outcome=outcome,  # type: ignore[arg-type]
+            broker_id=_int(obj, "broker_id", nullable=True, absent_is_null=True),
+            error=_str(obj, "error", nullable=True, absent_is_null=True),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "op_id": self.op_id, "process": self.process, "f": self.f, "group": self.group,
+            "queue_id": self.queue_id, "payload_id": self.payload_id, "queue_offset": self.queue_offset,
+            "physical_offset": self.physical_offset, "start_ms": self.start_ms, "end_ms": self.end_ms,
+            "outcome": self.outcome, "broker_id": self.broker_id, "error": self.error,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class NemesisEvent:
+    """One line of ``nemesis.jsonl``: the start or end of one fault (or of the final heal)."""
+
+    time_ms: Number
+    kind: str
+    phase: str
+    target: str | None
+    group: str | None = None
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> "NemesisEvent":
+        return cls(
+            time_ms=_number(obj, "time_ms"),
+            kind=_str(obj, "kind", choices=NEMESIS_KINDS),  # type: ignore[arg-type]
+            phase=_str(obj, "phase", choices=NEMESIS_PHASES),  # type: ignore[arg-type]
+            target=_str(obj, "target", nullable=True, absent_is_null=True),
+            group=_str(obj, "group", nullable=True, absent_is_null=True),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {"time_ms": self.time_ms, "kind": self.kind, "phase": self.phase, "target": self.target,
+                "group": self.group}
+
+
+def _epoch_entries(obj: dict[str, Any]) -> tuple[tuple[int, int, int], ...]:
+    raw = _get(obj, "epoch_entries")
+    if not isinstance(raw, list):
+        raise _FieldError(f"key 'epoch_entries' must be a list, got {raw!r}")
+    entries = []
+    for i, entry in enumerate(raw):
+        if (not isinstance(entry, list) or len(entry) != 3
+                or any(isinstance(x, bool) or not isinstance(x, int) for x in entry)):
+            raise _FieldError(f"epoch_entries[{i}] must be [epoch, start, end] integers, got {entry!r}")
+        entries.append((entry[0], entry[1], entry[2]))
+    return tuple(entries)
+
+
+def _digest(obj: dict[str, Any]) -> str | None:
+    value = _str(obj, "digest_to_confirm", nullable=True, absent_is_null=True)
+    if value is not None:
+        if len(value) != 64 or any(c not in "0123456789abcdef" for c in value):
+            raise _FieldError(f"key 'digest_to_confirm' must be 64 lowercase hex digits, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaSnapshot:
+    """One item of ``replicas.json``: a replica's state taken after heal.
+
+    ``digest_to_confirm`` (optional) is the lowercase hex SHA-256 of the replica's commit-log bytes
+    ``[0, C)`` where ``C`` is the minimum ``confirm_offset`` over all replicas of the same group in
+    the same ``replicas.json``; ``None`` when the runner did not compute it.
+    """
+
+    group: str
+    broker_id: int
+    role: str
+    master_epoch: int
+    epoch_entries: tuple[tuple[int, int, int], ...]
+    min_offset: int
+    max_offset: int
+    confirm_offset: int
+    digest_to_confirm: str | None = None
+
+    @property
+    def is_master(self) -> bool:
+        return is_master_role(self.role)
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> "ReplicaSnapshot":
+        return cls(
+            group=_str(obj, "group"),  # type: ignore[arg-type]
+            broker_id=_int(obj, "broker_id"),  # type: ignore[arg-type]
+            role=_str(obj, "role"),  # type: ignore[arg-type]
+            master_epoch=_int(obj, "master_epoch"),  # type: ignore[arg-type]
+            epoch_entries=_epoch_entries(obj),
+            min_offset=_int(obj, "min_offset", minimum=0),  # type: ignore[arg-type]
+            max_offset=_int(obj, "max_offset", minimum=0),  # type: ignore[arg-type]
+            confirm_offset=_int(obj, "confirm_offset"),  # type: ignore[arg-type]
+            digest_to_confirm=_digest(obj),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "group": self.group, "broker_id": self.broker_id, "role": self.role,
+            "master_epoch": self.master_epoch, "epoch_entries": [list(e) for e in self.epoch_entries],
+            "min_offset": self.min_offset, "max_offset": self.max_offset,
+            "confirm_offset": self.confirm_offset,
+        }
+        if self.digest_to_confirm is not None:
+            out["digest_to_confirm"] = self.digest_to_confirm
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One line of ``samples.jsonl``: a periodic observation of one replica."""
+
+    time_ms: Number
+    group: str
+    broker_id: int
+    role: str
+    master_epoch: int
+    max_offset: int
+    confirm_offset: int
+
+    @property
+    def is_master(self) -> bool:
+        return is_master_role(self.role)
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> "Sample":
+        return cls(
+            time_ms=_number(obj, "time_ms"),
+            group=_str(obj, "group"),  # type: ignore[arg-type]
+            broker_id=_int(obj, "broker_id"),  # type: ignore[arg-type]
+            role=_str(obj, "role"),  # type: ignore[arg-type]
+            master_epoch=_int(obj, "master_epoch"),  # type: ignore[arg-type]
+            max_offset=_int(obj, "max_offset"),  # type: ignore[arg-type]
+            confirm_offset=_int(obj, "confirm_offset"),  # type: ignore[arg-type]
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {"time_ms": self.time_ms, "group": self.group, "broker_id": self.broker_id, "role": self.role,
+                "master_epoch": self.master_epoch, "max_offset": self.max_offset,
+                "confirm_offset": self.confirm_offset}
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerEventRecord:
+    """One line of ``controller_events.jsonl``: ``index``, ``time_ms``, ``type`` and the event's fields."""
+
+    index: int
+    time_ms: Number
+    type: str
+    fields: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> "ControllerEventRecord":
+        rest = {k: v for k, v in obj.items() if k not in ("index", "time_ms", "type")}
+        return cls(index=_int(obj, "index", minimum=0), time_ms=_number(obj, "time_ms"),  # type: ignore[arg-type]
+                   type=_str(obj, "type"), fields=rest)  # type: ignore[arg-type]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"index": self.index, "time_ms": self.time_ms, "type": self.type, **self.fields}
+
+
+def is_master_role(role: str) -> bool:
+    """True for the role strings a master reports (``master``, ``MASTER``, ``SYNC_MASTER``, ``ASYNC_MASTER``)."""
+    return role.upper() in ("MASTER", "SYNC_MASTER", "ASYNC_MASTER")
+
+
+# -- files -----------------------------------------------------------------------------------------
+
+R = TypeVar("R")
+
+
+def _iter_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
+    with open(path, encoding="utf-8") as fh:
+        for line_no, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                yield line_no, json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise RunDirError(path.name, line_no, f"not valid JSON: {exc.msg}") from None
+
+
+def read_jsonl(path: str | os.PathLike[str], parse: Callable[[dict[str, Any]], R]) -> list[R]:
+    """Read a JSONL file of objects with ``parse`` (a ``from_json``); errors name file and line."""
+    path = Path(path)
+    out: list[R] = []
+    for line_no, obj in _iter_jsonl(path):
+        if not isinstance(obj, dict):
+            raise RunDirError(path.name, line_no, f"expected a JSON object, got {type(obj).__name__}")
+        try:
+            out.append(parse(obj))
+        except _FieldError as exc:
+            raise RunDirError(path.name, line_no, str(exc)) from None
+    return out
+
+
+def write_jsonl(path: str | os.PathLike[str], records: Iterable[Any]) -> None:
+    """Write records (anything with ``to_json()``) one JSON object per line."""
+    with open(path, "w", encoding="utf-8") as fh:
+        for record in records:
+            fh.write(json.dumps(record.to_json(), separators=(",", ":")) + "\n")
+
+
+def read_history(path: str | os.PathLike[str]) -> list[OpRecord]:
+    return read_jsonl(path, OpRecord.from_json)
+
+
+def read_nemesis(path: str | os.PathLike[str]) -> list[NemesisEvent]:
+    return read_jsonl(path, NemesisEvent.from_json)
+
+
+def read_samples(path: str | os.PathLike[str]) -> list[Sample]:
+    return read_jsonl(path, Sample.from_json)
+
+
+def read_controller_events(path: str | os.PathLike[str]) -> list[ControllerEventRecord]:
+    return read_jsonl(path, ControllerEventRecord.from_json)
+
+
+def read_replicas(path: str | os.PathLike[str]) -> list[ReplicaSnapshot]:
+    """Read ``replicas.json`` (a JSON list); errors name the file, the line and the list index."""
+    path = Path(path)
+    text = path.read_text(encoding="utf-8")
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise RunDirError(path.name, exc.lineno, f"not valid JSON: {exc.msg}") from None
+    if not isinstance(raw, list):
+        raise RunDirError(path.name, 1, f"expected a JSON list, got {type(raw).__name__}")
+    item_lines = _item_lines(text, len(raw))
+    out = []
+    for i, obj in enumerate(raw):
+        line = item_lines[i] if i < len(item_lines) else None
+        if not isinstance(obj, dict):
+            raise RunDirError(path.name, line, f"expected a JSON object, got {type(obj).__name__}", index=i)
+        try:
+            out.append(ReplicaSnapshot.from_json(obj))
+        except _FieldError as exc:
+            raise RunDirError(path.name, line, str(exc), index=i) from None
+    return out
+
+
+def _item_lines(text: str, count: int) -> list[int]:
+    """Line number where each top-level item of a JSON list starts (best effort, for error messages)."""
+    decoder = json.JSONDecoder()
+    lines: list[int] = []
+    pos = text.index("[") + 1
+    for _ in range(count):
+        while text[pos] in " \t\r\n,":
+            pos += 1
+        lines.append(text.count("\n", 0, pos) + 1)
+        _, pos = decoder.raw_decode(text, pos)
+    return lines
+
+
+def write_replicas(path: str | os.PathLike[str], replicas: Iterable[ReplicaSnapshot]) -> None:
+    """Write ``replicas.json``: a list with one object per line."""
+    items = [json.dumps(r.to_json(), separators=(",", ":")) for r in replicas]
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write("[\n" + ",\n".join(items) + ("\n" if items else "") + "]\n")
+
+
+@dataclass(frozen=True, slots=True)
+class RunData:
+    """Everything a chaos run directory holds, parsed. Absent optional files read as empty."""
+
+    ops: tuple[OpRecord, ...]
+    nemesis: tuple[NemesisEvent, ...] = ()
+    replicas: tuple[ReplicaSnapshot, ...] = ()
+    samples: tuple[Sample, ...] = ()
+    controller_events: tuple[ControllerEventRecord, ...] = ()
+
+
+def read_run_dir(path: str | os.PathLike[str]) -> RunData:
+    """Parse a run directory. ``history.jsonl`` is required; the other files are optional."""
+    root = Path(path)
+    history = root / HISTORY_FILE
+    if not history.is_file():
+        raise RunDirError(HISTORY_FILE, None, f"required file is missing from {root}")
+
+    def optional(name: str, reader: Callable[[Path], list[R]]) -> tuple[R, ...]:
+        p = root / name
+        return tuple(reader(p)) if p.is_file() else ()
+
+    return RunData(
+        ops=tuple(read_history(history)),
+        nemesis=optional(NEMESIS_FILE, read_nemesis),
+        replicas=optional(REPLICAS_FILE, read_replicas),
+        samples=optional(SAMPLES_FILE, read_samples),
+        controller_events=optional(CONTROLLER_EVENTS_FILE, read_controller_events),
+    )
+
+
+def write_run_dir(path: str | os.PathLike[str], run: RunData) -> None:
+    """Write every file of a run directory (creating the directory); the inverse of ``read_run_dir``."""
+    root = Path(path)
+    root.mkdir(parents=True, exist_ok=True)
+    write_jsonl(root / HISTORY_FILE, run.ops)
+    write_jsonl(root / NEMESIS_FILE, run.nemesis)
+    write_replicas(root / REPLICAS_FILE, run.replicas)
+    write_jsonl(root / SAMPLES_FILE, run.samples)
+    write_jsonl(root / CONTROLLER_EVENTS_FILE, run.controller_events)
