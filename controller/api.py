@@ -1,0 +1,132 @@
+"""Requests and responses of the controller API, as plain frozen data.
+
+These types are the seam between the broker (ReplicasManager), the admin tools, the Raft shell and
+the pure decide functions. Everything is plain data (str, int, bool, None, tuples/frozensets of
+ints, dicts) so that a Ray call or a socket can carry it; nothing here knows about transport.
+Field names are the snake_case forms of the RocketMQ header fields (reference section 6.1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+from controller.codes import ResponseCode
+
+INT32_MAX = 2**31 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class GetNextBrokerIdRequest:
+    cluster_name: str
+    broker_name: str
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyBrokerIdRequest:
+    cluster_name: str
+    broker_name: str
+    applied_broker_id: int
+    register_check_code: str
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterBrokerRequest:
+    cluster_name: str
+    broker_name: str
+    broker_id: int
+    broker_address: str
+
+
+@dataclass(frozen=True, slots=True)
+class ElectMasterRequest:
+    """Elect a master; ``broker_id == -1`` means controller-triggered (reference section 4.1)."""
+
+    cluster_name: str
+    broker_name: str
+    broker_id: int = -1
+    designate_elect: bool = False
+    invoke_time_ms: int = 0
+
+    @classmethod
+    def of_controller_trigger(cls, broker_name: str) -> ElectMasterRequest:
+        return cls("", broker_name)
+
+    @classmethod
+    def of_broker_trigger(cls, cluster_name: str, broker_name: str, broker_id: int) -> ElectMasterRequest:
+        return cls(cluster_name, broker_name, broker_id)
+
+    @classmethod
+    def of_admin_trigger(cls, cluster_name: str, broker_name: str, broker_id: int) -> ElectMasterRequest:
+        return cls(cluster_name, broker_name, broker_id, designate_elect=True)
+
+    @property
+    def is_controller_trigger(self) -> bool:
+        return self.broker_id < 0
+
+
+@dataclass(frozen=True, slots=True)
+class AlterSyncStateSetRequest:
+    broker_name: str
+    master_broker_id: int
+    master_epoch: int
+    new_sync_state_set: frozenset[int]
+    sync_state_set_epoch: int
+    invoke_time_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class GetReplicaInfoRequest:
+    broker_name: str
+
+
+@dataclass(frozen=True, slots=True)
+class GetSyncStateDataRequest:
+    broker_names: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CleanBrokerDataRequest:
+    cluster_name: str | None
+    broker_name: str
+    broker_controller_ids_to_clean: str | None
+    clean_living_broker: bool = False
+    invoke_time_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerHeartbeatRequest:
+    cluster_name: str
+    broker_name: str
+    broker_address: str
+    broker_id: int
+    epoch: int = -1
+    max_offset: int = -1
+    confirm_offset: int = -1
+    heartbeat_timeout_ms: int = 10000
+    election_priority: int = INT32_MAX
+
+
+Request = Union[
+    GetNextBrokerIdRequest, ApplyBrokerIdRequest, RegisterBrokerRequest, ElectMasterRequest,
+    AlterSyncStateSetRequest, GetReplicaInfoRequest, GetSyncStateDataRequest, CleanBrokerDataRequest,
+    BrokerHeartbeatRequest,
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    """The answer to one request: a code, a header map (snake_case keys), an optional body."""
+
+    code: ResponseCode
+    header: dict[str, Any] = field(default_factory=dict)
+    body: dict[str, Any] | None = None
+    remark: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.code == ResponseCode.SUCCESS
+
+    @classmethod
+    def error(cls, code: ResponseCode, remark: str, header: dict[str, Any] | None = None) -> Response:
+        return cls(code, dict(header or {}), None, remark)

@@ -1,0 +1,184 @@
+"""Controller events (reference section 3.4) and their one versioned msgpack codec.
+
+The leader decides, producing events; only events travel through Raft and only events change
+state (``ControllerState.apply``). Each event is a frozen dataclass with a fixed type id (the
+RocketMQ short type ids 1..6). On the wire:
+
+- one event:   msgpack ``[CODEC_VERSION, type_id, field, field, ...]``
+- a batch:     msgpack ``[CODEC_VERSION, [[type_id, field, ...], ...]]``
+
+Fields are encoded positionally in dataclass order; sets travel as sorted lists of ints. The
+decoder trusts nothing: any input that is not exactly a well-typed frame of a known version and
+type raises ``EventCodecError`` (a ``ValueError``) and nothing else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Union
+
+import msgpack
+
+CODEC_VERSION = 1
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+MAX_BATCH_EVENTS = 1 << 16
+
+
+class EventCodecError(ValueError):
+    """Bytes that are not a valid encoded event or batch."""
+
+
+@dataclass(frozen=True, slots=True)
+class AlterSyncStateSetEvent:
+    broker_name: str
+    new_sync_state_set: frozenset[int]
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyBrokerIdEvent:
+    cluster_name: str
+    broker_name: str
+    broker_address: str
+    register_check_code: str
+    new_broker_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class ElectMasterEvent:
+    new_master_elected: bool
+    broker_name: str
+    new_master_broker_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReadEvent:
+    """Never produced by the core; kept so the type id space matches the reference (no-op)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CleanBrokerDataEvent:
+    broker_name: str
+    broker_id_set_to_clean: frozenset[int] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateBrokerAddressEvent:
+    cluster_name: str
+    broker_name: str
+    broker_address: str
+    broker_id: int
+
+
+Event = Union[AlterSyncStateSetEvent, ApplyBrokerIdEvent, ElectMasterEvent, ReadEvent,
+              CleanBrokerDataEvent, UpdateBrokerAddressEvent]
+
+# type id -> (class, field kinds). Kinds: s=str, i=int64, b=bool, I=int64 or None,
+# S=set of int64, N=set of int64 or None.
+_SCHEMA: dict[int, tuple[type, str]] = {
+    1: (AlterSyncStateSetEvent, "sS"),
+    2: (ApplyBrokerIdEvent, "ssssi"),
+    3: (ElectMasterEvent, "bsI"),
+    4: (ReadEvent, ""),
+    5: (CleanBrokerDataEvent, "sN"),
+    6: (UpdateBrokerAddressEvent, "sssi"),
+}
+_TYPE_ID: dict[type, int] = {cls: tid for tid, (cls, _) in _SCHEMA.items()}
+
+
+def type_id_of(event: Event) -> int:
+    """The reference's short type id of an event."""
+    return _TYPE_ID[type(event)]
+
+
+def _to_wire(value: Any, kind: str) -> Any:
+    if kind in "SN":
+        return None if value is None else sorted(value)
+    return value
+
+
+def _event_to_list(event: Event) -> list[Any]:
+    tid = _TYPE_ID.get(type(event))
+    if tid is None:
+        raise TypeError(f"not a controller event: {event!r}")
+    cls, kinds = _SCHEMA[tid]
+    values = [getattr(event, name) for name in cls.__dataclass_fields__]  # type: ignore[attr-defined]
+    return [tid] + [_to_wire(v, k) for v, k in zip(values, kinds)]
+
+
+def encode_event(event: Event) -> bytes:
+    """Encode one event as ``[version, type_id, *fields]``."""
+    return msgpack.packb([CODEC_VERSION] + _event_to_list(event), use_bin_type=True)
+
+
+def encode_events(events: list[Event]) -> bytes:
+    """Encode a batch of events as ``[version, [[type_id, *fields], ...]]``."""
+    return msgpack.packb([CODEC_VERSION, [_event_to_list(e) for e in events]], use_bin_type=True)
+
+
+def _is_int64(value: Any) -> bool:
+    return type(value) is int and _INT64_MIN <= value <= _INT64_MAX
+
+
+def _int_set(value: Any) -> frozenset[int]:
+    if type(value) is not list or not all(_is_int64(v) for v in value):
+        raise EventCodecError(f"expected a list of int64, got {value!r:.80}")
+    return frozenset(value)
+
+
+def _from_wire(value: Any, kind: str) -> Any:
+    if kind == "s" and type(value) is str:
+        return value
+    if kind == "i" and _is_int64(value):
+        return value
+    if kind == "b" and type(value) is bool:
+        return value
+    if kind == "I" and (value is None or _is_int64(value)):
+        return value
+    if kind == "S":
+        return _int_set(value)
+    if kind == "N":
+        return None if value is None else _int_set(value)
+    raise EventCodecError(f"field kind {kind!r} does not accept {value!r:.80}")
+
+
+def _event_from_list(item: Any) -> Event:
+    if type(item) is not list or not item or not _is_int64(item[0]):
+        raise EventCodecError(f"expected [type_id, *fields], got {item!r:.80}")
+    schema = _SCHEMA.get(item[0])
+    if schema is None:
+        raise EventCodecError(f"unknown event type id {item[0]}")
+    cls, kinds = schema
+    if len(item) != 1 + len(kinds):
+        raise EventCodecError(f"event type {item[0]} needs {len(kinds)} fields, got {len(item) - 1}")
+    event: Event = cls(*(_from_wire(v, k) for v, k in zip(item[1:], kinds)))
+    return event
+
+
+def _unpack(data: bytes) -> list[Any]:
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise EventCodecError(f"expected bytes, got {type(data).__name__}")
+    try:
+        frame = msgpack.unpackb(bytes(data), raw=False, use_list=True, strict_map_key=True)
+    except (ValueError, TypeError, OverflowError, RecursionError, msgpack.UnpackException) as exc:
+        raise EventCodecError(f"not a msgpack frame: {exc}") from exc
+    if type(frame) is not list or len(frame) < 2:
+        raise EventCodecError(f"expected [version, ...], got {frame!r:.80}")
+    if frame[0] != CODEC_VERSION or type(frame[0]) is not int:
+        raise EventCodecError(f"unsupported codec version {frame[0]!r:.40}")
+    return frame
+
+
+def decode_event(data: bytes) -> Event:
+    """Decode one event encoded by ``encode_event``; raises ``EventCodecError`` on anything else."""
+    frame = _unpack(data)
+    return _event_from_list(frame[1:])
+
+
+def decode_events(data: bytes) -> list[Event]:
+    """Decode a batch encoded by ``encode_events``; raises ``EventCodecError`` on anything else."""
+    frame = _unpack(data)
+    if len(frame) != 2 or type(frame[1]) is not list:
+        raise EventCodecError("expected [version, [events...]]")
+    if len(frame[1]) > MAX_BATCH_EVENTS:
+        raise EventCodecError(f"batch of {len(frame[1])} events exceeds {MAX_BATCH_EVENTS}")
+    return [_event_from_list(item) for item in frame[1]]

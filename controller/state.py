@@ -1,0 +1,202 @@
+"""Replicated controller tables (reference section 3.1) and ``apply(event)`` (section 3.4).
+
+Two tables keyed by broker name, exactly as RocketMQ's ReplicasInfoManager keeps them:
+
+- ``replica_info``: per broker-set, the cluster name, the next broker id to hand out and the map
+  broker id -> (address, register check code);
+- ``sync_state``: per broker-set, the master id (or None), the master epoch, the SyncStateSet and
+  the SyncStateSet epoch.
+
+A broker-set "exists" only when it is present in both tables. State changes only through
+``apply``, which is deterministic, has no clock or randomness, and never raises for a well-typed
+event: events that refer to missing sets are ignored as the reference does. Applying the same
+event sequence to a fresh state therefore yields equal tables, which is what lets every Raft node
+(and a snapshot + journal replay) agree. ``to_snapshot``/``from_snapshot`` turn the tables into
+plain lists/dicts (msgpack-encodable, no int map keys) and back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, NewType
+
+from controller.events import (AlterSyncStateSetEvent, ApplyBrokerIdEvent, CleanBrokerDataEvent,
+                               ElectMasterEvent, Event, ReadEvent, UpdateBrokerAddressEvent)
+
+BrokerId = NewType("BrokerId", int)
+Epoch = NewType("Epoch", int)
+Offset = NewType("Offset", int)
+
+FIRST_BROKER_CONTROLLER_ID = 1
+SNAPSHOT_VERSION = 1
+
+
+@dataclass(slots=True)
+class BrokerReplicaInfo:
+    """Registered replicas of one broker-set. ``next_assign_broker_id`` = number of adds + 1."""
+
+    cluster_name: str
+    broker_name: str
+    next_assign_broker_id: int = FIRST_BROKER_CONTROLLER_ID
+    broker_id_info: dict[int, tuple[str, str]] = field(default_factory=dict)
+
+    def add_broker(self, broker_id: int, address: str, register_check_code: str) -> None:
+        self.broker_id_info[broker_id] = (address, register_check_code)
+        self.next_assign_broker_id += 1
+
+    def address_of(self, broker_id: int | None) -> str | None:
+        if broker_id is None or broker_id not in self.broker_id_info:
+            return None
+        return self.broker_id_info[broker_id][0]
+
+
+@dataclass(slots=True)
+class SyncStateInfo:
+    """Master and SyncStateSet of one broker-set, each with its epoch."""
+
+    cluster_name: str
+    broker_name: str
+    master_broker_id: int | None = None
+    master_epoch: int = 0
+    sync_state_set: set[int] = field(default_factory=set)
+    sync_state_set_epoch: int = 0
+
+    @property
+    def is_first_time_for_elect(self) -> bool:
+        return self.master_epoch == 0
+
+    def update_master_info(self, master_broker_id: int | None) -> None:
+        self.master_broker_id = master_broker_id
+        self.master_epoch += 1
+
+    def update_sync_state_set(self, new_set: set[int] | frozenset[int]) -> None:
+        self.sync_state_set = set(new_set)
+        self.sync_state_set_epoch += 1
+
+
+class ControllerState:
+    """The two replicated tables plus ``apply``. Compare with ``==`` (tables only)."""
+
+    __slots__ = ("replica_info", "sync_state")
+
+    def __init__(self) -> None:
+        self.replica_info: dict[str, BrokerReplicaInfo] = {}
+        self.sync_state: dict[str, SyncStateInfo] = {}
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ControllerState):
+            return NotImplemented
+        return self.replica_info == other.replica_info and self.sync_state == other.sync_state
+
+    def __repr__(self) -> str:
+        return f"ControllerState({self.to_snapshot()!r})"
+
+    # -- queries ----------------------------------------------------------------------------
+    def contains(self, broker_name: str) -> bool:
+        """The reference's ``isContainsBroker``: present in both tables."""
+        return broker_name in self.replica_info and broker_name in self.sync_state
+
+    def broker_names(self) -> list[str]:
+        return sorted(n for n in self.replica_info if n in self.sync_state)
+
+    # -- apply ------------------------------------------------------------------------------
+    def apply(self, event: Event) -> None:
+        """Apply one committed event with the semantics of reference section 3.4."""
+        if isinstance(event, AlterSyncStateSetEvent):
+            self._apply_alter(event)
+        elif isinstance(event, ApplyBrokerIdEvent):
+            self._apply_broker_id(event)
+        elif isinstance(event, ElectMasterEvent):
+            self._apply_elect(event)
+        elif isinstance(event, CleanBrokerDataEvent):
+            self._apply_clean(event)
+        elif isinstance(event, UpdateBrokerAddressEvent):
+            self._apply_update_address(event)
+        elif isinstance(event, ReadEvent):
+            return
+        else:
+            raise TypeError(f"not a controller event: {event!r}")
+
+    def apply_all(self, events: list[Event]) -> None:
+        for event in events:
+            self.apply(event)
+
+    def _apply_alter(self, event: AlterSyncStateSetEvent) -> None:
+        if self.contains(event.broker_name):
+            self.sync_state[event.broker_name].update_sync_state_set(event.new_sync_state_set)
+
+    def _apply_broker_id(self, event: ApplyBrokerIdEvent) -> None:
+        name = event.broker_name
+        if self.contains(name):
+            replica = self.replica_info[name]
+            if event.new_broker_id not in replica.broker_id_info:
+                replica.add_broker(event.new_broker_id, event.broker_address, event.register_check_code)
+            return
+        replica = BrokerReplicaInfo(event.cluster_name, name)
+        replica.add_broker(event.new_broker_id, event.broker_address, event.register_check_code)
+        self.replica_info[name] = replica
+        self.sync_state[name] = SyncStateInfo(event.cluster_name, name)
+
+    def _apply_elect(self, event: ElectMasterEvent) -> None:
+        if not self.contains(event.broker_name):
+            return  # the reference logs an error and ignores it
+        info = self.sync_state[event.broker_name]
+        if not event.new_master_elected:
+            info.update_master_info(None)
+        elif event.new_master_broker_id is not None:  # "elected nobody" is malformed: ignored
+            info.update_master_info(event.new_master_broker_id)
+            info.update_sync_state_set({event.new_master_broker_id})
+
+    def _apply_clean(self, event: CleanBrokerDataEvent) -> None:
+        name = event.broker_name
+        if not event.broker_id_set_to_clean:
+            self.replica_info.pop(name, None)
+            self.sync_state.pop(name, None)
+            return
+        if not self.contains(name):
+            return
+        replica, sync = self.replica_info[name], self.sync_state[name]
+        for broker_id in event.broker_id_set_to_clean:
+            replica.broker_id_info.pop(broker_id, None)
+            sync.sync_state_set.discard(broker_id)
+        if not replica.broker_id_info:
+            del self.replica_info[name]
+        if not sync.sync_state_set:
+            del self.sync_state[name]
+
+    def _apply_update_address(self, event: UpdateBrokerAddressEvent) -> None:
+        replica = self.replica_info.get(event.broker_name)
+        if replica is None or event.broker_id not in replica.broker_id_info:
+            return
+        _, check_code = replica.broker_id_info[event.broker_id]
+        replica.broker_id_info[event.broker_id] = (event.broker_address, check_code)
+
+    # -- snapshot ---------------------------------------------------------------------------
+    def to_snapshot(self) -> dict[str, Any]:
+        """Plain msgpack-encodable form (string keys only, sorted lists of rows)."""
+        replicas = [[r.broker_name, r.cluster_name, r.next_assign_broker_id,
+                     [[bid, addr, code] for bid, (addr, code) in sorted(r.broker_id_info.items())]]
+                    for _, r in sorted(self.replica_info.items())]
+        syncs = [[s.broker_name, s.cluster_name, s.master_broker_id, s.master_epoch,
+                  sorted(s.sync_state_set), s.sync_state_set_epoch]
+                 for _, s in sorted(self.sync_state.items())]
+        return {"version": SNAPSHOT_VERSION, "replica_info": replicas, "sync_state": syncs}
+
+    @classmethod
+    def from_snapshot(cls, data: dict[str, Any]) -> ControllerState:
+        """Inverse of ``to_snapshot``; raises ``ValueError`` on a malformed snapshot."""
+        if not isinstance(data, dict) or data.get("version") != SNAPSHOT_VERSION:
+            raise ValueError("unsupported controller snapshot")
+        state = cls()
+        try:
+            for name, cluster, next_id, ids in data["replica_info"]:
+                info = BrokerReplicaInfo(str(cluster), str(name), int(next_id))
+                info.broker_id_info = {int(b): (str(a), str(c)) for b, a, c in ids}
+                state.replica_info[info.broker_name] = info
+            for name, cluster, master, m_epoch, sss, s_epoch in data["sync_state"]:
+                state.sync_state[str(name)] = SyncStateInfo(
+                    str(cluster), str(name), None if master is None else int(master), int(m_epoch),
+                    {int(b) for b in sss}, int(s_epoch))
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"malformed controller snapshot: {exc}") from exc
+        return state
