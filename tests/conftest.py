@@ -1,40 +1,11 @@
-"""Shared fixtures: predicate waits with deadlines, free loopback ports."""
+"""Shared fixtures: predicate waits with deadlines, free loopback ports (see tests/support/rr_testing.py)."""
 
 from __future__ import annotations
 
-import socket
-import time
 from typing import Callable
 
 import pytest
-
-
-def wait_until(predicate: Callable[[], object], timeout_s: float = 10.0, interval_s: float = 0.02,
-               what: str = "condition") -> object:
-    """Poll ``predicate`` until it returns a truthy value or the deadline passes.
-
-    Returns the truthy value. On timeout, fails the test naming what was awaited
-    and the last value (or exception) the predicate produced.
-    """
-    deadline = time.monotonic() + timeout_s
-    last: object = None
-    while True:
-        try:
-            last = predicate()
-            if last:
-                return last
-        except Exception as exc:  # noqa: BLE001 - reported on timeout
-            last = exc
-        if time.monotonic() >= deadline:
-            pytest.fail(f"timed out after {timeout_s}s waiting for {what}; last value: {last!r}")
-        time.sleep(interval_s)
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from rr_testing import free_port, wait_until
 
 
 @pytest.fixture
