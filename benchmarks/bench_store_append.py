@@ -1,0 +1,113 @@
+"""Append throughput of the message store vs writing the same bytes to a plain file.
+
+Measured in one run, on the same file system (a temp dir, or ``--dir``):
+
+* ``store_async``: ``MessageStore.put_messages`` of 1 KiB messages in batches, async flush
+  (background fsync every 500 ms; the final flush is not timed, as the plain baseline has none);
+* ``plain``: ``os.write`` of the very same encoded record bytes, batch by batch, to one file;
+* ``store_sync``: the same with ``FlushMode.SYNC`` (fsync before each put returns), fewer batches;
+* ``plain_sync``: ``os.write`` + ``os.fsync`` of the same batch sizes.
+
+``ratio`` = store_async_time / plain_time (lower is better; 1.0 would be "free"); ``sync_ratio`` =
+store_sync_time / plain_sync_time.  The store pays for encoding (CRCs, struct packing), offset
+assignment and segment bookkeeping in Python, which the plain baseline does not.
+
+Usage: ``python benchmarks/run.py store-append [--json] [--messages N] [--batch B] [--size BYTES]
+[--sync-batches M] [--dir PATH]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from broker.config import FlushMode, StoreConfig
+from broker.message import Message, encode_record
+from broker.store import MessageStore
+
+
+def _batches(count: int, batch: int, size: int) -> list[list[Message]]:
+    body = bytes(range(256)) * (size // 256 + 1)
+    msgs = [Message("BenchTopic", i % 8, body[i % 256:i % 256 + size], {"TAGS": "bench"}, born_timestamp_ms=i)
+            for i in range(count)]
+    return [msgs[i:i + batch] for i in range(0, count, batch)]
+
+
+def _time_store(root: Path, batches: list[list[Message]], mode: FlushMode) -> tuple[float, list[bytes]]:
+    store = MessageStore(root, StoreConfig(flush_mode=mode))
+    encoded: list[bytes] = []
+    start = time.perf_counter()
+    for i, batch in enumerate(batches):
+        store.put_messages(batch, now_ms=i)
+    elapsed = time.perf_counter() - start
+    pos = store.min_offset
+    while pos < store.max_offset:  # the exact bytes the store wrote, batch-sized for the baseline
+        view = store.read_raw(pos, 1 << 20)
+        encoded.append(bytes(view))
+        pos += len(view)
+    store.close()
+    return elapsed, encoded
+
+
+def _time_plain(path: Path, chunks: list[bytes], fsync: bool) -> float:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    start = time.perf_counter()
+    for chunk in chunks:
+        os.write(fd, chunk)
+        if fsync:
+            os.fsync(fd)
+    elapsed = time.perf_counter() - start
+    os.close(fd)
+    return elapsed
+
+
+def _rechunk(blobs: list[bytes], batches: list[list[Message]]) -> list[bytes]:
+    """Split the store's bytes into the same batch sizes the store wrote."""
+    data = b"".join(blobs)
+    out, pos = [], 0
+    for batch in batches:
+        n = sum(len(encode_record(m.with_position(0, 0, 0))) for m in batch)
+        out.append(data[pos:pos + n])
+        pos += n
+    return out
+
+
+def run(argv: list[str]) -> dict:
+    ap = argparse.ArgumentParser(prog="store-append")
+    ap.add_argument("--messages", type=int, default=100_000)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--size", type=int, default=1024)
+    ap.add_argument("--sync-batches", type=int, default=300)
+    ap.add_argument("--dir", default=None)
+    args = ap.parse_args(argv)
+    tmp = Path(tempfile.mkdtemp(prefix="bench-store-", dir=args.dir))
+    try:
+        batches = _batches(args.messages, args.batch, args.size)
+        store_s, blobs = _time_store(tmp / "async", batches, FlushMode.ASYNC)
+        chunks = _rechunk(blobs, batches)
+        total = sum(len(c) for c in chunks)
+        plain_s = _time_plain(tmp / "plain", chunks, fsync=False)
+        sync_batches = batches[:args.sync_batches]
+        sync_s, _ = _time_store(tmp / "sync", sync_batches, FlushMode.SYNC)
+        sync_chunks = chunks[:len(sync_batches)]
+        sync_total = sum(len(c) for c in sync_chunks)
+        plain_sync_s = _time_plain(tmp / "plain-sync", sync_chunks, fsync=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    mb = 1024 * 1024
+    n_sync = sum(len(b) for b in sync_batches)
+    return {
+        "messages": args.messages, "batch": args.batch, "message_bytes": args.size, "bytes": total,
+        "store_async_s": round(store_s, 4), "plain_s": round(plain_s, 4),
+        "store_async_mb_s": round(total / mb / store_s, 1), "plain_mb_s": round(total / mb / plain_s, 1),
+        "store_async_msgs_s": round(args.messages / store_s), "plain_msgs_s": round(args.messages / plain_s),
+        "sync_batches": len(sync_batches), "store_sync_s": round(sync_s, 4), "plain_sync_s": round(plain_sync_s, 4),
+        "store_sync_mb_s": round(sync_total / mb / sync_s, 1), "plain_sync_mb_s": round(sync_total / mb / plain_sync_s, 1),
+        "store_sync_msgs_s": round(n_sync / sync_s), "plain_sync_msgs_s": round(n_sync / plain_sync_s),
+        "ratio": round(store_s / plain_s, 2),
+        "sync_ratio": round(sync_s / plain_sync_s, 2),
+    }

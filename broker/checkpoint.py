@@ -1,0 +1,148 @@
+"""Store checkpoint and the durable-write helpers of the broker's files.
+
+Theory of operation
+-------------------
+The store checkpoint (``<root>/storeCheckpoint``) remembers three offsets of the commit log:
+
+* ``verified_offset``: every byte before it was fsynced and verified when the checkpoint was
+  written, so recovery only scans from there;
+* ``confirm_offset``: the replicated (committed) end of log, persisted as the reference's store
+  checkpoint does (section 13.2);
+* ``dispatched_offset``: every record that ends at or before it is in the consume queues, whose
+  files were fsynced before this checkpoint was written.
+
+The file is 40 bytes: magic, version, the three offsets as signed 64-bit big-endian integers, and
+a CRC32 of the preceding bytes.  It is replaced atomically (temp file, fsync, rename, fsync of the
+directory), so it is either the old or the new checkpoint, never a torn one; an invalid or missing
+file loads as ``None`` and the store recovers from the start of the log.
+
+``write_durably`` and ``fsync_dir`` are the one implementation of "write a small file so that a
+crash leaves either the old or the new content" used by the epoch file and the identity files;
+``sync_fds``, ``data_end`` and ``nonzero_end`` are the other file helpers of the commit log.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import struct
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+_CHUNK = 1 << 20
+
+__all__ = ["StoreCheckpoint", "data_end", "fsync_dir", "load_checkpoint", "nonzero_end", "save_checkpoint",
+           "sync_fds", "write_durably"]
+
+CHECKPOINT_FILE = "storeCheckpoint"
+_MAGIC = 0x52524350  # "RRCP"
+_VERSION = 1
+_BODY = struct.Struct(">IIqqq")
+_CRC = struct.Struct(">I")
+
+
+def fsync_dir(path: str | os.PathLike[str]) -> None:
+    """fsync a directory so that creations, renames and deletions in it survive a crash."""
+    fd = os.open(os.fspath(path), os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_durably(path: str | os.PathLike[str], data: bytes) -> None:
+    """Replace ``path`` with ``data``: write a temp file, fsync it, rename over, fsync the directory."""
+    target = Path(path)
+    tmp = target.with_name(target.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, target)
+    fsync_dir(target.parent)
+
+
+def sync_fds(fds: list[int], directory: Path | None) -> None:
+    """fsync and close duplicated fds, then the directory if given."""
+    try:
+        for fd in fds:
+            os.fsync(fd)
+    finally:
+        for fd in fds:
+            os.close(fd)
+    if directory is not None:
+        fsync_dir(directory)
+
+
+def data_end(fd: int, start: int, end: int) -> int:
+    """End of the last data extent of ``fd`` in ``[start, end)`` (holes of a sparse file skipped)."""
+    pos, last = start, start
+    try:
+        while pos < end:
+            data = os.lseek(fd, pos, os.SEEK_DATA)
+            if data >= end:
+                break
+            pos = os.lseek(fd, data, os.SEEK_HOLE)
+            last = min(pos, end)
+    except OSError as exc:
+        if exc.errno != errno.ENXIO:  # SEEK_DATA unsupported here: search everything
+            return end
+    return last
+
+
+def nonzero_end(view: memoryview, start: int, end: int) -> int:
+    """One past the last non-zero byte of ``view[start:end]``, or ``start`` if it is all zeros."""
+    pos = end
+    while pos > start:
+        lo = max(start, pos - _CHUNK)
+        chunk = bytes(view[lo:pos])
+        stripped = chunk.rstrip(b"\x00")
+        if stripped:
+            return lo + len(stripped)
+        pos = lo
+    return start
+
+
+@dataclass(frozen=True, slots=True)
+class StoreCheckpoint:
+    """The three persisted offsets of the store."""
+
+    verified_offset: int
+    confirm_offset: int
+    dispatched_offset: int
+
+    def encode(self) -> bytes:
+        body = _BODY.pack(_MAGIC, _VERSION, self.verified_offset, self.confirm_offset, self.dispatched_offset)
+        return body + _CRC.pack(zlib.crc32(body))
+
+    @classmethod
+    def decode(cls, data: bytes) -> "StoreCheckpoint | None":
+        """The checkpoint in ``data`` or ``None`` if it is not a valid one."""
+        if len(data) != _BODY.size + _CRC.size:
+            return None
+        body = data[:_BODY.size]
+        if _CRC.unpack_from(data, _BODY.size)[0] != zlib.crc32(body):
+            return None
+        magic, version, verified, confirm, dispatched = _BODY.unpack(body)
+        if magic != _MAGIC or version != _VERSION or min(verified, confirm, dispatched) < 0:
+            return None
+        return cls(verified, confirm, dispatched)
+
+
+def load_checkpoint(root_dir: str | os.PathLike[str]) -> StoreCheckpoint | None:
+    """The checkpoint of the store at ``root_dir``, or ``None`` if missing or invalid."""
+    try:
+        data = (Path(root_dir) / CHECKPOINT_FILE).read_bytes()
+    except FileNotFoundError:
+        return None
+    return StoreCheckpoint.decode(data)
+
+
+def save_checkpoint(root_dir: str | os.PathLike[str], checkpoint: StoreCheckpoint) -> None:
+    """Persist ``checkpoint`` atomically and durably."""
+    write_durably(Path(root_dir) / CHECKPOINT_FILE, checkpoint.encode())

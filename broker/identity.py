@@ -1,0 +1,145 @@
+"""Broker identity files (reference 9.1).
+
+Theory of operation
+-------------------
+A broker keeps its controller-assigned id across restarts in ``<storeRoot>/brokerIdentity``
+(``<cluster>#<brokerName>#<brokerId>``).  While it is applying for an id it first records the
+attempt in ``<storeRoot>/brokerIdentity-temp`` (``<cluster>#<brokerName>#<brokerId>#<checkCode>``)
+so that a crash in the middle can repeat the same ApplyBrokerId idempotently.  ``load`` returns
+``None`` for a missing or malformed file ("not loaded"); ``save`` writes durably (temp file, fsync,
+rename, directory fsync) so a crash leaves the old or the new identity, never a torn one;
+``clear`` deletes the file durably.  ``matches`` is the validation the register state machine
+does on start: the names must equal the configured ones (quirk 18.15 is the caller's decision).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from broker.checkpoint import fsync_dir, write_durably
+
+__all__ = ["BrokerIdentity", "TempBrokerIdentity", "IDENTITY_FILE", "TEMP_IDENTITY_FILE"]
+
+IDENTITY_FILE = "brokerIdentity"
+TEMP_IDENTITY_FILE = "brokerIdentity-temp"
+
+
+def _read_fields(path: Path, count: int) -> list[str] | None:
+    try:
+        text = path.read_text(encoding="utf-8").strip()
+    except (FileNotFoundError, UnicodeDecodeError):
+        return None
+    fields = text.split("#")
+    if len(fields) != count or not fields[0] or not fields[1]:
+        return None
+    return fields
+
+
+def _clear(path: Path) -> None:
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return
+    fsync_dir(path.parent)
+
+
+def _check_names(cluster_name: str, broker_name: str) -> None:
+    for value in (cluster_name, broker_name):
+        if not value or "#" in value or "\n" in value:
+            raise ValueError(f"invalid name {value!r}: non-empty, without '#' or newlines")
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerIdentity:
+    """``brokerIdentity``: the persistent id this broker got from the controller."""
+
+    cluster_name: str
+    broker_name: str
+    broker_id: int
+
+    def __post_init__(self) -> None:
+        _check_names(self.cluster_name, self.broker_name)
+
+    @staticmethod
+    def path(root_dir: str | os.PathLike[str]) -> Path:
+        return Path(root_dir) / IDENTITY_FILE
+
+    def encode(self) -> str:
+        return f"{self.cluster_name}#{self.broker_name}#{self.broker_id}"
+
+    @classmethod
+    def load(cls, root_dir: str | os.PathLike[str]) -> "BrokerIdentity | None":
+        """The identity stored under ``root_dir``; ``None`` if missing or malformed (not loaded)."""
+        fields = _read_fields(cls.path(root_dir), 3)
+        if fields is None:
+            return None
+        try:
+            return cls(fields[0], fields[1], int(fields[2]))
+        except ValueError:
+            return None
+
+    def save(self, root_dir: str | os.PathLike[str]) -> None:
+        """Write durably (temp, fsync, rename, directory fsync)."""
+        Path(root_dir).mkdir(parents=True, exist_ok=True)
+        write_durably(self.path(root_dir), self.encode().encode("utf-8"))
+
+    @classmethod
+    def clear(cls, root_dir: str | os.PathLike[str]) -> None:
+        """Delete the file (durably); a missing file is fine."""
+        _clear(cls.path(root_dir))
+
+    def matches(self, cluster_name: str, broker_name: str) -> bool:
+        """Whether this identity belongs to the configured cluster and broker name."""
+        return self.cluster_name == cluster_name and self.broker_name == broker_name
+
+
+@dataclass(frozen=True, slots=True)
+class TempBrokerIdentity:
+    """``brokerIdentity-temp``: an id being applied for, with its register check code."""
+
+    cluster_name: str
+    broker_name: str
+    broker_id: int
+    register_check_code: str
+
+    def __post_init__(self) -> None:
+        _check_names(self.cluster_name, self.broker_name)
+        if not self.register_check_code or "#" in self.register_check_code or "\n" in self.register_check_code:
+            raise ValueError(f"invalid check code {self.register_check_code!r}")
+
+    @staticmethod
+    def path(root_dir: str | os.PathLike[str]) -> Path:
+        return Path(root_dir) / TEMP_IDENTITY_FILE
+
+    def encode(self) -> str:
+        return f"{self.cluster_name}#{self.broker_name}#{self.broker_id}#{self.register_check_code}"
+
+    @classmethod
+    def load(cls, root_dir: str | os.PathLike[str]) -> "TempBrokerIdentity | None":
+        """The temp identity under ``root_dir``; ``None`` if missing or malformed."""
+        fields = _read_fields(cls.path(root_dir), 4)
+        if fields is None:
+            return None
+        try:
+            return cls(fields[0], fields[1], int(fields[2]), fields[3])
+        except ValueError:
+            return None
+
+    def save(self, root_dir: str | os.PathLike[str]) -> None:
+        """Write durably (temp, fsync, rename, directory fsync)."""
+        Path(root_dir).mkdir(parents=True, exist_ok=True)
+        write_durably(self.path(root_dir), self.encode().encode("utf-8"))
+
+    @classmethod
+    def clear(cls, root_dir: str | os.PathLike[str]) -> None:
+        """Delete the file (durably); a missing file is fine."""
+        _clear(cls.path(root_dir))
+
+    def matches(self, cluster_name: str, broker_name: str) -> bool:
+        return self.cluster_name == cluster_name and self.broker_name == broker_name
+
+    def to_identity(self) -> BrokerIdentity:
+        """The identity to persist once ApplyBrokerId succeeded."""
+        return BrokerIdentity(self.cluster_name, self.broker_name, self.broker_id)

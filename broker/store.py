@@ -1,0 +1,431 @@
+"""MessageStore: the commit log, consume queues, epoch file and checkpoint of one replica.
+
+Theory of operation
+-------------------
+One :class:`MessageStore` owns a directory::
+
+    <root>/commitlog/<base offset>      segments (broker.commitlog)
+    <root>/consumequeue/<topic>/<qid>/  consume queues (broker.consume_queue)
+    <root>/epochFileCheckpoint[.bak]    epoch file (broker.epoch_file)
+    <root>/storeCheckpoint              verified, confirm and dispatched offsets (broker.checkpoint)
+
+Writes come from the master path (``put_messages``: assigns queue offsets, physical offsets and the
+store timestamp, encodes, appends) or the slave path (``append_raw``: whole records received from
+the master, verified, appended byte-for-byte so both logs stay identical).  With
+``FlushMode.SYNC`` both fsync before returning; with ``ASYNC`` a background thread fsyncs every
+``flush_interval_ms``.  The same thread writes the checkpoint after fsyncing the log and the queues
+it vouches for, and runs retention.
+
+The dispatcher indexes records into consume queues in log order but never past the confirm offset
+(reference 13.2) unless ``read_uncommitted``; raising the confirm offset dispatches synchronously,
+and ``get_messages`` also stops at the confirm offset, so a consumer never sees an unconfirmed
+message even if the confirm offset was lowered.
+
+Start-up recovery: scan from the checkpoint's verified offset, cut a torn or invalid tail
+(``recovered_cut_bytes``), clamp the confirm offset into ``[min, max]``, cut consume queues back to
+the checkpoint's dispatched offset and dispatch again from there (a missing checkpoint rebuilds all
+queues from the start of the log).
+
+``truncate(offset)`` is crash-safe (the fix for apache/rocketmq#10666): it refuses a position that
+is not a record boundary, zeroes and fsyncs the cut bytes, deletes later segments and fsyncs the
+directory, cuts and fsyncs the consume queues, clamps the confirm offset and writes the checkpoint
+durably, all before returning.  A crash after it returns cannot bring cut bytes back.
+
+All public methods hold one re-entrant lock; fsyncs of the background flusher run outside it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Iterable
+
+from broker.checkpoint import StoreCheckpoint, load_checkpoint, save_checkpoint, sync_fds
+from broker.commitlog import CommitLog, StoreError
+from broker.config import FlushMode, StoreConfig
+from broker.consume_queue import ConsumeQueues
+from broker.epoch_file import EPOCH_FILE_NAME, EpochFileCache
+from broker.message import (Message, MessageCodecError, decode_record, encode_record, split_records,
+                            whole_records_length)
+
+__all__ = ["MessageStore", "StoreError"]
+
+log = logging.getLogger(__name__)
+
+
+
+class MessageStore:
+    """The message store of one replica (see the module docstring)."""
+
+    def __init__(self, root_dir: str | os.PathLike[str], config: StoreConfig | None = None) -> None:
+        self.root = Path(root_dir)
+        self.config = config or StoreConfig()
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.RLock()
+        self._closed = False
+        self._generation = 0
+        checkpoint = load_checkpoint(self.root)
+        self.commitlog = CommitLog(self.root / "commitlog", self.config.segment_size_bytes)
+        start = checkpoint.verified_offset if checkpoint else self.commitlog.min_offset
+        self.recovered_cut_bytes = self.commitlog.recover(start)
+        if self.recovered_cut_bytes:
+            log.warning("store %s: recovery cut %d bytes of torn or invalid tail at offset %d",
+                        self.root, self.recovered_cut_bytes, self.commitlog.max_offset)
+        self.commitlog.flush()
+        self._verified = self.commitlog.max_offset
+        self.epoch_file = EpochFileCache(self.root / EPOCH_FILE_NAME)
+        self._clamp_epoch_file(self.max_offset)
+        rebuild = checkpoint is None or not (self.root / "consumequeue").is_dir()
+        self.cqs = ConsumeQueues(self.root / "consumequeue")
+        if rebuild:
+            self.cqs.clear()
+        lo, hi = self.min_offset, self.max_offset
+        self._confirm = min(max(checkpoint.confirm_offset if checkpoint else lo, lo), hi)
+        self._dispatched = lo if rebuild or checkpoint is None else min(max(checkpoint.dispatched_offset, lo), hi)
+        self.cqs.truncate_physical(self._dispatched)
+        self._rebuild_queue_table()
+        self._dispatch()
+        self._write_checkpoint()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        if self.config.background_thread:
+            self._thread = threading.Thread(target=self._background, name=f"store-flush-{self.root.name}",
+                                            daemon=True)
+            self._thread.start()
+
+    # ------------------------------------------------------------------ offsets
+    @property
+    def max_offset(self) -> int:
+        """One past the last byte of the log."""
+        with self._lock:
+            return self.commitlog.max_offset
+
+    @property
+    def min_offset(self) -> int:
+        """First byte still stored (moves forward with retention)."""
+        with self._lock:
+            return self.commitlog.min_offset
+
+    @property
+    def confirm_offset(self) -> int:
+        """End of the replicated (committed) log; consumers read up to it."""
+        return self._confirm
+
+    @confirm_offset.setter
+    def confirm_offset(self, value: int) -> None:
+        with self._lock:
+            self._confirm = min(max(int(value), self.min_offset), self.max_offset)
+            self._dispatch()
+
+    @property
+    def dispatched_offset(self) -> int:
+        """Every record ending at or before this offset is in the consume queues."""
+        return self._dispatched
+
+    def last_segment_base_offset(self) -> int:
+        with self._lock:
+            return self.commitlog.active.base_offset
+
+    # ------------------------------------------------------------------ writing
+    def put_messages(self, msgs: Iterable[Message], now_ms: int) -> list[Message]:
+        """Master path: assign offsets and store timestamp, append; returns the stored messages.
+
+        The batch is encoded completely before anything is written, so an invalid message
+        (:class:`MessageCodecError`) leaves the store unchanged.
+        """
+        with self._lock:
+            self._check_open()
+            self._catch_up_queue_table()
+            pos = self.commitlog.max_offset
+            assigned: dict[tuple[str, int], int] = {}
+            stored, records = [], []
+            for msg in msgs:
+                key = (msg.topic, msg.queue_id)
+                queue_offset = assigned.get(key, self._queue_table.get(key, 0))
+                placed = msg.with_position(queue_offset, pos, now_ms)
+                record = encode_record(placed)
+                if len(record) > self.config.segment_size_bytes:
+                    raise StoreError(f"message of {len(record)} bytes exceeds segment size "
+                                     f"{self.config.segment_size_bytes}")
+                assigned[key] = queue_offset + 1
+                stored.append(placed)
+                records.append(record)
+                pos += len(record)
+            self.commitlog.append(records)
+            self._queue_table.update(assigned)
+            self._queue_table_pos = pos
+            self._after_append()
+            return stored
+
+    def append_raw(self, offset: int, data: bytes | memoryview) -> int:
+        """Slave path: append whole records received from the master at ``offset == max_offset``.
+
+        Every record is verified (both CRCs, physical offset == its position); on any error nothing
+        is written and :class:`StoreError` is raised.  An empty store accepts any ``offset`` and
+        starts its log there.  Returns the new max offset.
+        """
+        view = memoryview(data).cast("B") if not isinstance(data, bytes) else memoryview(data)
+        with self._lock:
+            self._check_open()
+            if offset != self.commitlog.max_offset and (
+                    self.commitlog.min_offset != self.commitlog.max_offset or offset < 0):
+                raise StoreError(f"append_raw at {offset} but max offset is {self.commitlog.max_offset}")
+            try:
+                records = split_records(view, offset, self.config.segment_size_bytes)
+            except MessageCodecError as exc:
+                raise StoreError(f"append_raw at {offset}: {exc}") from None
+            if offset != self.commitlog.max_offset:
+                self._reset_empty(offset)
+            self.commitlog.append(records)
+            self._after_append()
+            return self.commitlog.max_offset
+
+    def _reset_empty(self, offset: int) -> None:
+        log.info("store %s: empty log restarts at offset %d", self.root, offset)
+        self.commitlog.reset(offset)
+        self.cqs.clear()
+        self._confirm = self._dispatched = self._verified = offset
+        self._rebuild_queue_table()
+        self._generation += 1
+        self._write_checkpoint()
+
+    def _after_append(self) -> None:
+        if self.config.flush_mode is FlushMode.SYNC:
+            self.commitlog.flush()
+        if self.config.read_uncommitted:
+            self._dispatch()
+
+    # ------------------------------------------------------------------ reading
+    def read_raw(self, offset: int, max_bytes: int) -> memoryview:
+        """Whole records from ``offset`` (a record boundary), at least one if any, at most ``max_bytes``
+        unless the first record alone is larger; never past ``max_offset`` nor a segment end."""
+        with self._lock:
+            if offset >= self.commitlog.max_offset:
+                return memoryview(b"")
+            if offset < self.commitlog.min_offset:
+                raise StoreError(f"offset {offset} is below min offset {self.commitlog.min_offset}")
+            view = self.commitlog.check_boundary(offset)
+            return view[:whole_records_length(view, max_bytes)]
+
+    def get_messages(self, topic: str, queue_id: int, queue_offset: int, max_count: int) -> list[Message]:
+        """Messages of a queue from ``queue_offset``, never beyond the confirm offset unless
+        ``read_uncommitted``; entries whose segment was deleted by retention are skipped."""
+        with self._lock:
+            cq = self.cqs.get(topic, queue_id)
+            if cq is None or max_count <= 0:
+                return []
+            limit = self.commitlog.max_offset if self.config.read_uncommitted else self._confirm
+            result = []
+            if self.commitlog.min_offset > 0:  # skip entries whose records retention deleted
+                queue_offset = max(queue_offset, cq.first_at_or_after(self.commitlog.min_offset))
+            for entry in cq.read(queue_offset, max_count):
+                if entry.physical_offset + entry.size > limit:
+                    break
+                msg, _size = decode_record(self.commitlog.read(entry.physical_offset, entry.size))
+                result.append(msg)
+            return result
+
+    def queue_max_offset(self, topic: str, queue_id: int) -> int:
+        """One past the last dispatched (consumer-visible) queue offset; 0 for an unknown queue."""
+        with self._lock:
+            cq = self.cqs.get(topic, queue_id)
+            return cq.max_offset if cq is not None else 0
+
+    def queue_min_offset(self, topic: str, queue_id: int) -> int:
+        """First queue offset whose record is still stored."""
+        with self._lock:
+            cq = self.cqs.get(topic, queue_id)
+            return cq.first_at_or_after(self.commitlog.min_offset) if cq is not None else 0
+
+    def next_queue_offset(self, topic: str, queue_id: int) -> int:
+        """The queue offset ``put_messages`` would assign next (includes unconfirmed messages)."""
+        with self._lock:
+            self._catch_up_queue_table()
+            return self._queue_table.get((topic, queue_id), 0)
+
+    # ------------------------------------------------------------------ dispatch and queue table
+    def _dispatch(self) -> None:
+        limit = self.commitlog.max_offset if self.config.read_uncommitted else self._confirm
+        if self._dispatched >= limit:
+            return
+        infos = list(self.commitlog.index_records(self._dispatched, limit))
+        self.cqs.dispatch(infos)
+        if infos:
+            self._dispatched = infos[-1].physical_offset + infos[-1].size
+
+    def rebuild_consume_queues(self) -> None:
+        """Throw the consume queues away and rebuild them from the commit log (up to the confirm offset)."""
+        with self._lock:
+            self._check_open()
+            self.cqs.clear()
+            self._dispatched = self.commitlog.min_offset
+            self._rebuild_queue_table()
+            self._dispatch()
+            self._write_checkpoint()
+
+    def _rebuild_queue_table(self) -> None:
+        self._queue_table = {key: cq.max_offset for key, cq in self.cqs.queues.items()}
+        self._queue_table_pos = self._dispatched
+
+    def _catch_up_queue_table(self) -> None:
+        if self._queue_table_pos >= self.commitlog.max_offset:
+            return
+        for info in self.commitlog.index_records(self._queue_table_pos, self.commitlog.max_offset):
+            key = (info.topic, info.queue_id)
+            self._queue_table[key] = max(self._queue_table.get(key, 0), info.queue_offset + 1)
+            self._queue_table_pos = info.physical_offset + info.size
+
+    # ------------------------------------------------------------------ truncation
+    def truncate(self, offset: int) -> None:
+        """Cut the log at ``offset`` durably (no-op at or beyond ``max_offset``).
+
+        Refuses (:class:`StoreError`, nothing changed) an offset below ``min_offset`` or not on a
+        record boundary.  Also cuts the consume queues, clamps the confirm offset, drops epoch
+        entries that start beyond ``offset`` and writes the checkpoint, all durably.
+        """
+        with self._lock:
+            self._check_open()
+            if offset >= self.commitlog.max_offset:
+                return
+            if offset < self.commitlog.min_offset:
+                raise StoreError(f"cannot truncate at {offset}: below min offset {self.commitlog.min_offset}")
+            if offset != self.commitlog.min_offset:
+                self.commitlog.check_boundary(offset)
+            self._truncate(offset)
+
+    def _truncate(self, offset: int) -> None:
+        self._generation += 1
+        self.commitlog.flush()
+        cut = self.commitlog.cut(offset)
+        self.cqs.truncate_physical(offset)
+        self._confirm = min(self._confirm, offset)
+        self._dispatched = min(self._dispatched, offset)
+        self._verified = min(self._verified, offset)
+        self._rebuild_queue_table()
+        self._clamp_epoch_file(offset)
+        self._write_checkpoint()
+        log.info("store %s: truncated at %d (%d bytes cut)", self.root, offset, cut)
+
+    def truncate_invalid_tail(self) -> int:
+        """Verify the records after the last verified offset; cut an invalid tail.
+
+        Returns the offset cut at, or -1 when the tail was whole (reference 12.4).
+        """
+        with self._lock:
+            self._check_open()
+            bad = self.commitlog.first_invalid(self._verified)
+            if bad is None:
+                return -1
+            self._truncate(bad)
+            return bad
+
+    def _clamp_epoch_file(self, offset: int) -> None:
+        last = self.epoch_file.last_entry()
+        if last is not None and last.start_offset > offset:
+            self.epoch_file.truncate_suffix_by_offset(offset + 1)
+
+    # ------------------------------------------------------------------ retention
+    def delete_expired_segments(self, now_ms: int | None = None) -> int:
+        """Delete whole old segments by age (file mtime) or total size; returns how many went.
+
+        The active segment and segments holding records beyond the dispatched offset (so beyond the
+        confirm offset) are never deleted.
+        """
+        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        with self._lock:
+            self._check_open()
+            deleted = self.commitlog.delete_expired(now_ms, self.config.retention_ms,
+                                                    self.config.retention_max_bytes, keep_from=self._dispatched)
+            if deleted:
+                lo = self.commitlog.min_offset
+                self._confirm = max(self._confirm, lo)
+                self._dispatched = max(self._dispatched, lo)
+                self._queue_table_pos = max(self._queue_table_pos, lo)
+                self.epoch_file.truncate_prefix_by_offset(lo - 1)
+                self._generation += 1
+                self.commitlog.flush()
+                self._verified = max(self._verified, lo)
+                self._write_checkpoint()
+                log.info("store %s: retention deleted %d segments; min offset %d", self.root, deleted, lo)
+            return deleted
+
+    # ------------------------------------------------------------------ flushing
+    def _write_checkpoint(self) -> None:
+        """Under the lock, with the log fsynced up to ``_verified``: fsync the queues, save."""
+        fds, dirs = self.cqs.take_dirty()
+        for directory in dirs:
+            sync_fds([], directory)
+        sync_fds(fds, None)
+        save_checkpoint(self.root, StoreCheckpoint(self._verified, self._confirm, self._dispatched))
+
+    def flush(self) -> None:
+        """fsync the log and the queues and write the checkpoint."""
+        with self._lock:
+            self._check_open()
+            self.commitlog.flush()
+            self._verified = self.commitlog.max_offset
+            self._write_checkpoint()
+
+    def _flush_in_background(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            generation = self._generation
+            fds, dir_dirty = self.commitlog.take_dirty_fds()
+            verified = self.commitlog.max_offset
+        sync_fds(fds, self.commitlog.dir if dir_dirty else None)
+        with self._lock:
+            if self._closed or generation != self._generation:
+                return  # a truncation or retention ran meanwhile and wrote its own checkpoint
+            self._verified = verified
+            self._write_checkpoint()
+
+    def _background(self) -> None:
+        interval_s = self.config.flush_interval_ms / 1000
+        next_retention = time.monotonic() + self.config.retention_check_interval_ms / 1000
+        while not self._stop.wait(interval_s):
+            try:
+                self._flush_in_background()
+                if time.monotonic() >= next_retention:
+                    next_retention = time.monotonic() + self.config.retention_check_interval_ms / 1000
+                    self.delete_expired_segments()
+            except StoreError:
+                return
+            except Exception:  # noqa: BLE001 - a shell keeps running and logs
+                log.exception("store %s: background flush failed", self.root)
+
+    # ------------------------------------------------------------------ lifecycle
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreError(f"store {self.root} is closed")
+
+    def close(self) -> None:
+        """Flush everything, write the checkpoint, release files (idempotent)."""
+        self._shutdown(flush=True)
+
+    def abandon(self) -> None:
+        """Tests: stop without flushing or checkpointing, like a killed process (page cache kept)."""
+        self._shutdown(flush=False)
+
+    def _shutdown(self, flush: bool) -> None:
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            self._thread = None
+        with self._lock:
+            if self._closed:
+                return
+            if flush:
+                self.flush()
+            self._closed = True
+            self.cqs.close()
+            self.commitlog.close()
+
+    def __enter__(self) -> "MessageStore":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
