@@ -1,0 +1,99 @@
+"""Controller failover: SIGKILL the leader, time until the next write commits.
+
+Three controller nodes run in child processes with the default Raft timing of ControllerConfig
+(election timeout drawn from [raft_min_timeout_ms, raft_max_timeout_ms)). Each round kills the
+current leader with SIGKILL, then writes through whichever survivor becomes a ready leader until
+one write is acknowledged; the killed node is restarted before the next round. Reported: median
+and max over the rounds. `ratio` = median failover / mean election timeout
+((min + max) / 2): about 1 means failover costs one election timeout plus little else.
+
+    python benchmarks/run.py controller-failover [--rounds 10] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from controller.config import ControllerConfig
+from controller.local_cluster import NodeProcess
+
+
+def _ports(n: int) -> list[int]:
+    out = []
+    for _ in range(n):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            out.append(s.getsockname()[1])
+    return out
+
+
+def run(argv: list[str]) -> dict:
+    parser = argparse.ArgumentParser(prog="controller-failover")
+    parser.add_argument("--rounds", type=int, default=10)
+    args = parser.parse_args(argv)
+    defaults = ControllerConfig()
+    timing = {k: getattr(defaults, k) for k in (
+        "raft_min_timeout_ms", "raft_max_timeout_ms", "append_entries_period_ms", "tick_period_ms",
+        "connection_timeout_ms", "connection_retry_ms", "leader_fallback_timeout_ms", "request_timeout_ms")}
+    addrs = [f"127.0.0.1:{p}" for p in _ports(3)]
+    samples: list[float] = []
+    seq = 0
+    with tempfile.TemporaryDirectory(prefix="bench-cf-") as tmp:
+        stores = [Path(tmp) / f"n{i}" for i in range(3)]
+        procs: list[NodeProcess | None] = [NodeProcess(a, addrs, s, "bench", timing) for a, s in zip(addrs, stores)]
+        try:
+            def leader(timeout_s: float) -> int:
+                deadline = time.monotonic() + timeout_s
+                while time.monotonic() < deadline:
+                    for i, p in enumerate(procs):
+                        meta = p.call(op="meta", timeout_s=1) if p else None
+                        if meta and meta.get("is_leader"):
+                            return i
+                    time.sleep(0.002)
+                raise TimeoutError("no leader")
+
+            for _ in range(args.rounds):
+                li = leader(30)
+                seq += 1
+                assert procs[li].call(op="apply", name=f"pre{seq}")["code"] == 0
+                procs[li].kill()
+                killed_at = time.perf_counter()
+                procs[li] = None
+                done = False
+                while not done:
+                    for p in procs:
+                        if p is None:
+                            continue
+                        seq += 1
+                        resp = p.call(op="apply", name=f"w{seq}", timeout_s=6)
+                        if resp and resp.get("code") == 0:
+                            samples.append((time.perf_counter() - killed_at) * 1000)
+                            done = True
+                            break
+                    if time.perf_counter() - killed_at > 60:
+                        raise TimeoutError("no write committed within 60 s of killing the leader")
+                procs[li] = NodeProcess(addrs[li], addrs, stores[li], "bench", timing)
+                target = max(p.call(op="meta")["commit_index"] for p in procs if p)
+                deadline = time.monotonic() + 30
+                while procs[li].call(op="meta")["last_applied"] < target and time.monotonic() < deadline:
+                    time.sleep(0.01)
+        finally:
+            for p in procs:
+                if p is not None:
+                    p.kill()
+    median = statistics.median(samples)
+    mean_timeout = (defaults.raft_min_timeout_ms + defaults.raft_max_timeout_ms) / 2
+    return {
+        "rounds": args.rounds,
+        "failover_median_ms": round(median, 1),
+        "failover_max_ms": round(max(samples), 1),
+        "failover_min_ms": round(min(samples), 1),
+        "raft_min_timeout_ms": defaults.raft_min_timeout_ms,
+        "raft_max_timeout_ms": defaults.raft_max_timeout_ms,
+        "ratio": round(median / mean_timeout, 3),
+    }

@@ -1,0 +1,130 @@
+"""Controller write latency: elections committed on a 3-node loopback group.
+
+Each sample is one `ElectMasterRequest` (the first election of a fresh broker set, so it commits
+one ElectMasterEvent) through the leader pipeline: decide, replicate, apply, answer. The baseline
+is a bare pysyncobj group with the same Raft timing whose replicated method does nothing, called
+synchronously from the leader. `ratio` = controller p50 / bare p50 (lower is better; 1.0 means
+the pipeline costs nothing over Raft itself).
+
+    python benchmarks/run.py controller-write [--n 300] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import statistics
+import tempfile
+import threading
+import time
+
+from pysyncobj import SyncObj, SyncObjConf, replicated
+
+from controller.api import ApplyBrokerIdRequest, ElectMasterRequest, RegisterBrokerRequest
+from controller.config import ControllerConfig
+from controller.local_cluster import LocalCluster
+
+
+def _ports(n: int) -> list[int]:
+    out = []
+    for _ in range(n):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            out.append(s.getsockname()[1])
+    return out
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+class _Bare(SyncObj):
+    def __init__(self, self_addr: str, others: list[str], conf: SyncObjConf) -> None:
+        super().__init__(self_addr, others, conf)
+
+    @replicated
+    def noop(self, payload: bytes) -> bool:
+        return True
+
+
+def _bare_latencies(config: ControllerConfig, n: int) -> list[float]:
+    addrs = [f"127.0.0.1:{p}" for p in _ports(3)]
+    nodes = []
+    for a in addrs:
+        conf = SyncObjConf(password="bench", autoTickPeriod=config.tick_period_ms / 1000,
+                           appendEntriesPeriod=config.append_entries_period_ms / 1000,
+                           appendEntriesUseBatch=config.append_entries_use_batch,
+                           raftMinTimeout=config.raft_min_timeout_ms / 1000,
+                           raftMaxTimeout=config.raft_max_timeout_ms / 1000,
+                           connectionTimeout=config.connection_timeout_ms / 1000,
+                           connectionRetryTime=config.connection_retry_ms / 1000)
+        nodes.append(_Bare(a, [x for x in addrs if x != a], conf))
+    try:
+        deadline = time.monotonic() + 20
+        leader = None
+        while leader is None and time.monotonic() < deadline:
+            leader = next((x for x in nodes if x._isLeader()), None)
+            time.sleep(0.01)
+        assert leader is not None, "bare pysyncobj group elected no leader"
+        for _ in range(20):
+            leader.noop(b"warm", sync=True, timeout=5)
+        out = []
+        for _ in range(n):
+            done = threading.Event()
+            started = time.perf_counter()
+            leader.noop(b"x" * 64, callback=lambda res, err: done.set())
+            assert done.wait(5), "bare no-op not committed"
+            out.append((time.perf_counter() - started) * 1000)
+        return out
+    finally:
+        for x in nodes:
+            x.destroy()
+
+
+def _controller_latencies(config: ControllerConfig, n: int) -> tuple[list[float], dict]:
+    with tempfile.TemporaryDirectory(prefix="bench-cw-") as tmp:
+        cluster = LocalCluster(tmp, _ports(3), config, "bench-secret", alive=lambda name, bid: True)
+        try:
+            leader = cluster.wait_leader(20)
+            for i in range(n + 20):
+                name = f"g{i}"
+                assert leader.handle(ApplyBrokerIdRequest("c", name, 1, f"h{i}:1;1")).ok
+                assert leader.handle(RegisterBrokerRequest("c", name, 1, f"h{i}:1")).ok
+            for i in range(20):
+                assert leader.handle(ElectMasterRequest.of_broker_trigger("c", f"g{n + i}", 1)).ok
+            out = []
+            for i in range(n):
+                started = time.perf_counter()
+                resp = leader.handle(ElectMasterRequest.of_broker_trigger("c", f"g{i}", 1))
+                out.append((time.perf_counter() - started) * 1000)
+                assert resp.ok, resp
+            metas = [node.metadata() for node in cluster.running()]
+            return out, {"max_tick_ms": max(m["max_tick_ms"] for m in metas),
+                         "max_snapshot_ms": max(m["max_snapshot_ms"] for m in metas),
+                         "max_snapshot_tick_ms": max(m["max_snapshot_tick_ms"] for m in metas),
+                         "snapshots_saved": sum(m["snapshots_saved"] for m in metas)}
+        finally:
+            cluster.close()
+
+
+def run(argv: list[str]) -> dict:
+    parser = argparse.ArgumentParser(prog="controller-write")
+    parser.add_argument("--n", type=int, default=300)
+    args = parser.parse_args(argv)
+    config = ControllerConfig(snapshot_threshold=200)
+    ctrl, extra = _controller_latencies(config, args.n)
+    bare = _bare_latencies(config, args.n)
+    p50, bare_p50 = statistics.median(ctrl), statistics.median(bare)
+    return {
+        "n": args.n,
+        "p50_ms": round(p50, 3),
+        "p99_ms": round(_pct(ctrl, 0.99), 3),
+        "bare_pysyncobj_p50_ms": round(bare_p50, 3),
+        "bare_pysyncobj_p99_ms": round(_pct(bare, 0.99), 3),
+        "ratio": round(p50 / bare_p50, 3),
+        "append_entries_period_ms": config.append_entries_period_ms,
+        "tick_period_ms": config.tick_period_ms,
+        "snapshot_threshold": config.snapshot_threshold,
+        **extra,
+    }

@@ -1,0 +1,403 @@
+"""ControllerNode: one replicated controller (the shell around the pure controller core).
+
+Theory of operation. A node hosts one pysyncobj `RaftHost` ticked by a thread of its own. Every
+request goes through one pipeline, one request at a time (`_pipeline` lock):
+
+1. Only a *ready* leader serves: Raft leader whose own barrier (an empty batch) committed in the
+   current term, so every entry of earlier terms is applied. Elsewhere the answer is
+   CONTROLLER_NOT_LEADER (2007) with `leader_address` / `leader_id` in the header.
+2. Reads (and writes that produce no events) first commit a barrier when
+   `is_process_read_event` (default True): linearizable reads.
+3. `decide(state, request, ctx)` runs on the current state (pure).
+4. The events are encoded into one payload and replicated; `handle` waits until the entry is
+   committed *and applied on this node* (pysyncobj applies before it calls back), so the next
+   request decides on a state that includes its predecessor.
+
+State changes only on the tick thread, in log order (`_apply`); entries at or below the loaded
+snapshot index are skipped. Liveness (heartbeat table) is local to each node, as in RocketMQ.
+
+Threading: `handle`, `trigger_elect_master`, `scan_inactive_masters` and `expire_heartbeats`
+block (up to the request timeout per replication); call them from worker threads or an
+executor, never from an event loop. `heartbeat` and `metadata` do not block on Raft.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from controller.api import ElectMasterRequest, Response
+from controller.codes import ResponseCode
+from controller.config import ControllerConfig
+from controller.decide import DecideContext, decide, is_write, scan_need_reelect_broker_sets
+from controller.events import decode_events, encode_events
+from controller.heartbeat import HeartbeatTable
+from controller.raft import (PayloadError, RaftHost, RecoveryRefused, SnapshotHooks, decode_payload,
+                             encode_payload, plan_recovery, sync_obj_conf)
+from controller.state import ControllerState
+from snapshot.store import SnapshotStore
+
+log = logging.getLogger(__name__)
+
+_LEADER = 2  # pysyncobj's _RAFT_STATE.LEADER
+_ROLE_NAMES = {0: "follower", 1: "candidate", 2: "leader"}
+
+__all__ = ["ControllerNode", "InsecureRaftBindError", "RecoveryRefused"]
+
+
+class InsecureRaftBindError(ValueError):
+    """Refusing to open an unauthenticated Raft port on a non-loopback address."""
+
+
+class _ReplicationFailed(Exception):
+    def __init__(self, code: ResponseCode, remark: str) -> None:
+        super().__init__(remark)
+        self.code = code
+        self.remark = remark
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _host_of(address: str) -> str:
+    return address.rsplit(":", 1)[0]
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class ControllerNode:
+    """One controller replica. See the module docstring for the pipeline and threading."""
+
+    def __init__(self, self_address: str, peer_addresses: list[str] | tuple[str, ...],
+                 store_dir: str | Path, config: ControllerConfig | None = None,
+                 secret: str | None = None, *, clock_ms: Callable[[], int] = _now_ms,
+                 on_role_changed: Callable[[Response], None] | None = None,
+                 alive: Callable[[str, int], bool] | None = None) -> None:
+        self.config = config or ControllerConfig()
+        self.config.validate()
+        if not secret and not _is_loopback(_host_of(self_address)):
+            raise InsecureRaftBindError(
+                f"refusing to bind the controller Raft port on {self_address} without a cluster secret: "
+                "pysyncobj unpickles whatever arrives on that port, so an unauthenticated non-loopback "
+                "port is remote code execution. Pass secret=... (the same on every controller).")
+        self.self_address = self_address
+        self.members = sorted(set(peer_addresses) | {self_address})
+        self.store_dir = Path(store_dir)
+        self.store_dir.mkdir(parents=True, exist_ok=True)
+        self._clock_ms = clock_ms
+        self._on_role_changed = on_role_changed
+        self._alive_override = alive
+
+        self._state_lock = threading.Lock()   # state, applied index, heartbeat table
+        self._pipeline = threading.Lock()     # one request at a time
+        self.state = ControllerState()
+        self.heartbeats = HeartbeatTable()
+        self.applied_index = 0
+        self.fenced_batches = 0
+        self._ready_term: int | None = None
+        self._closed = False
+
+        self.snapshots = SnapshotStore(self.store_dir / "snapshots", keep=self.config.max_snapshot_reserved_num)
+        journal_file = self.store_dir / "raft.journal"
+        dump_file = self.store_dir / "raft.dump"
+        plan = plan_recovery(self.snapshots, journal_file, dump_file)
+        if plan.snapshot is not None:
+            assert plan.state_section is not None
+            self.state = ControllerState.from_snapshot(plan.state_section)
+            self.applied_index = plan.snapshot.index
+        self.loaded_snapshot_index = plan.snapshot.index if plan.snapshot else 0
+        self._hooks = SnapshotHooks(self.snapshots, dump_file, self._capture, self._install,
+                                    plan.startup_entries)
+        self._hooks.last_snapshot_index = self.loaded_snapshot_index
+        conf = sync_obj_conf(self.config, secret, str(journal_file), str(dump_file), self._hooks,
+                             self._on_raft_state_changed)
+        others = [a for a in self.members if a != self_address]
+        self._raft = RaftHost(self_address, others, conf, self._apply)
+        self._hooks.host = self._raft
+        self.max_tick_ms = 0.0
+        self.max_snapshot_tick_ms = 0.0
+        self._stop = threading.Event()
+        self._tick_thread = threading.Thread(target=self._tick_loop, name=f"raft-tick-{self_address}",
+                                             daemon=True)
+        self._tick_thread.start()
+        log.info("controller node started self=%s members=%s snapshot_index=%d journal=%s",
+                 self_address, self.members, self.loaded_snapshot_index, plan.journal)
+
+    # -- tick thread ------------------------------------------------------------------------------
+    def _tick_loop(self) -> None:
+        period_s = self.config.tick_period_ms / 1000
+        while not self._stop.is_set():
+            started = time.monotonic()
+            serializations = self._hooks.serialize_calls
+            try:
+                self._raft.doTick(period_s)
+            except Exception:
+                log.exception("raft tick failed self=%s", self.self_address)
+                time.sleep(period_s)
+            elapsed_ms = (time.monotonic() - started) * 1000
+            if elapsed_ms > self.max_tick_ms:
+                self.max_tick_ms = elapsed_ms
+            if self._hooks.serialize_calls != serializations and elapsed_ms > self.max_snapshot_tick_ms:
+                self.max_snapshot_tick_ms = elapsed_ms  # the whole tick that took a snapshot
+
+    def _apply(self, index: int, entry_term: int, payload: bytes) -> bool | None:
+        """Apply one committed entry (tick thread). True applied, False fenced, None skipped."""
+        if index <= self.applied_index:
+            return None
+        try:
+            decided_term, body = decode_payload(payload)
+            events = decode_events(body) if body else []
+        except (PayloadError, ValueError) as exc:
+            log.error("undecodable log entry index=%d skipped: %s", index, exc)
+            self.applied_index = index
+            return False
+        if decided_term != entry_term:
+            log.warning("fenced batch index=%d decided_term=%d entry_term=%d events=%d",
+                        index, decided_term, entry_term, len(events))
+            self.fenced_batches += 1
+            self.applied_index = index
+            return False
+        with self._state_lock:
+            self.state.apply_all(events)
+            self.applied_index = index
+        if index - self._hooks.last_snapshot_index >= self.config.snapshot_threshold:
+            self._raft.forceLogCompaction()
+        return True
+
+    def _capture(self) -> tuple[int, dict[str, Any]]:
+        with self._state_lock:
+            return self.applied_index, self.state.to_snapshot()
+
+    def _install(self, index: int, state_section: dict[str, Any]) -> None:
+        state = ControllerState.from_snapshot(state_section)
+        with self._state_lock:
+            self.state = state
+            self.applied_index = index
+
+    def _on_raft_state_changed(self, old: int, new: int) -> None:
+        log.info("raft role %s -> %s self=%s term=%d", _ROLE_NAMES.get(old), _ROLE_NAMES.get(new),
+                 self.self_address, self._raft.raftCurrentTerm if hasattr(self, "_raft") else -1)
+        self._ready_term = None
+        if new == _LEADER:
+            threading.Thread(target=self._become_ready, name="controller-leader-noop", daemon=True).start()
+
+    def _become_ready(self) -> None:
+        """A new leader commits a barrier before it serves (reference 3.3); retried while leader."""
+        while not self._closed and self._raft._isLeader():
+            with self._pipeline:
+                if self._ensure_ready() is not None:
+                    log.info("controller leader ready self=%s term=%d", self.self_address,
+                             self._raft.raftCurrentTerm)
+                    return
+            time.sleep(self.config.append_entries_period_ms / 1000)
+
+    # -- replication ------------------------------------------------------------------------------
+    def _replicate(self, term: int, body: bytes, timeout_s: float) -> None:
+        """Commit one payload and wait until this node applied it; raise _ReplicationFailed."""
+        done = threading.Event()
+        outcome: list[Any] = [None, None]
+
+        def callback(result: Any, error: Any) -> None:
+            outcome[0], outcome[1] = result, error
+            done.set()
+
+        self._raft.apply_batch(encode_payload(term, body), callback=callback)
+        if not done.wait(timeout_s):
+            self._ready_term = None  # outcome unknown: the next request re-barriers first
+            raise _ReplicationFailed(ResponseCode.SYSTEM_ERROR,
+                                     f"not committed within {timeout_s * 1000:.0f} ms; outcome unknown")
+        result, error = outcome
+        if error != 0 or result is not True:
+            self._ready_term = None
+            raise _ReplicationFailed(ResponseCode.CONTROLLER_NOT_LEADER,
+                                     f"append failed (pysyncobj reason {error}, result {result}); leader changed")
+
+    def _ensure_ready(self) -> int | None:
+        """Under the pipeline lock: the term in which this node is a ready leader (its barrier
+        committed and applied in that term), or None. Decisions are stamped with this term, so an
+        entry that ends up in a later term is fenced at apply time."""
+        if not self._raft._isLeader():
+            return None
+        term = self._raft.raftCurrentTerm
+        if self._ready_term == term:
+            return term
+        try:
+            self._replicate(term, b"", self.config.request_timeout_ms / 1000)
+        except _ReplicationFailed as exc:
+            log.warning("leader barrier failed self=%s term=%d: %s", self.self_address, term, exc.remark)
+            return None
+        if self._raft._isLeader() and self._raft.raftCurrentTerm == term:
+            self._ready_term = term
+            return term
+        return None
+
+    def is_leader(self) -> bool:
+        """Raft leader whose barrier of the current term committed (RocketMQ's isLeaderState)."""
+        return self._raft._isLeader() and self._ready_term == self._raft.raftCurrentTerm
+
+    def _not_leader(self) -> Response:
+        leader = self._raft.leader_address()
+        header = {"leader_address": leader, "leader_id": self._member_id(leader)}
+        return Response.error(ResponseCode.CONTROLLER_NOT_LEADER, "The controller is not in leader state", header)
+
+    def _member_id(self, address: str | None) -> str | None:
+        return None if address not in self.members else f"n{self.members.index(address)}"
+
+    # -- public API ---------------------------------------------------------------------------------
+    def handle(self, request: Any, timeout_ms: int | None = None) -> Response:
+        """Serve one controller request through the leader pipeline (blocks up to the timeout)."""
+        if self._closed:
+            return Response.error(ResponseCode.CONTROLLER_NOT_LEADER, "controller node closed")
+        timeout_s = (timeout_ms or self.config.request_timeout_ms) / 1000
+        if not self._pipeline.acquire(timeout=timeout_s):
+            return Response.error(ResponseCode.SYSTEM_ERROR, "controller busy: request queue timeout")
+        try:
+            term = self._ensure_ready()
+            if term is None:
+                return self._not_leader()
+            write = is_write(request)
+            if not write and self.config.is_process_read_event:
+                self._replicate(term, b"", timeout_s)
+            with self._state_lock:
+                response, events = decide(self.state, request, self._context())
+            if events:
+                self._replicate(term, encode_events(events), timeout_s)
+            elif write and self.config.is_process_read_event:
+                self._replicate(term, b"", timeout_s)
+        except _ReplicationFailed as exc:
+            if not self._raft._isLeader():
+                return self._not_leader()
+            return Response.error(exc.code, exc.remark)
+        finally:
+            self._pipeline.release()
+        if isinstance(request, ElectMasterRequest) and response.ok and not request.is_controller_trigger:
+            self._notify(response)
+        return response
+
+    def _context(self) -> DecideContext:
+        now_ms = self._clock_ms()
+        alive = self._alive_override or self.heartbeats.alive_predicate(now_ms)
+        return DecideContext(alive, self.heartbeats.live_info, self.config.enable_elect_unclean_master)
+
+    def set_alive_predicate(self, alive: Callable[[str, int], bool] | None) -> None:
+        """Override liveness (tests, admin tooling); None goes back to the heartbeat table."""
+        self._alive_override = alive
+
+    def heartbeat(self, request: Any) -> Response:
+        """Record a broker heartbeat in this node's local liveness table (never blocks on Raft)."""
+        with self._state_lock:
+            return self.heartbeats.on_heartbeat(request, self._clock_ms())
+
+    def expire_heartbeats(self) -> list[tuple[str, str, int]]:
+        """Drop expired heartbeat rows; on the leader, a dead master triggers an election (5.4).
+
+        Returns the expired `(cluster_name, broker_name, broker_id)`. Call on a timer every
+        `scan_not_active_broker_interval_ms`, in a worker thread.
+        """
+        with self._state_lock:
+            expired = self.heartbeats.expire(self._clock_ms())
+        for _cluster, name, broker_id in expired:
+            if not self.is_leader():
+                continue
+            with self._state_lock:
+                info = self.state.sync_state.get(name)
+                master = None if info is None else info.master_broker_id
+            if master == broker_id:
+                log.info("master inactive, electing group=%s broker_id=%d", name, broker_id)
+                self.trigger_elect_master(name)
+        return expired
+
+    def scan_inactive_masters(self) -> list[tuple[str, Response]]:
+        """Leader only: re-elect every set whose master is dead but some replica lives (3.3).
+
+        Call on a timer every `scan_inactive_master_interval_ms`, in a worker thread.
+        """
+        if not self.is_leader():
+            return []
+        with self._state_lock:
+            names = scan_need_reelect_broker_sets(self.state, self._context().alive)
+        return [(name, self.trigger_elect_master(name)) for name in names]
+
+    def trigger_elect_master(self, broker_name: str) -> Response:
+        """Controller-triggered election with up to `elect_master_max_retry_count` attempts (5.4)."""
+        response = Response.error(ResponseCode.CONTROLLER_NOT_LEADER, "not attempted")
+        for attempt in range(self.config.elect_master_max_retry_count):
+            response = self.handle(ElectMasterRequest.of_controller_trigger(broker_name),
+                                   self.config.elect_master_attempt_timeout_ms)
+            log.info("controller-triggered election group=%s attempt=%d code=%s", broker_name, attempt + 1,
+                     response.code.name)
+            if response.ok:
+                self._notify(response)
+                break
+            if response.code == ResponseCode.CONTROLLER_NOT_LEADER:
+                break
+        return response
+
+    def _notify(self, response: Response) -> None:
+        if self._on_role_changed is None or not self.config.notify_broker_role_changed:
+            return
+        try:
+            self._on_role_changed(response)
+        except Exception:
+            log.exception("role-change notification failed")
+
+    def metadata(self) -> dict[str, Any]:
+        """Leader identity and Raft status (RocketMQ's getControllerMetadata; never blocks)."""
+        leader = self._raft.leader_address()
+        status = {
+            "self_address": self.self_address,
+            "self_id": self._member_id(self.self_address),
+            "leader_address": leader,
+            "leader_id": self._member_id(leader),
+            "is_leader": self.is_leader(),
+            "raft_role": "leader" if self._raft._isLeader() else ("follower" if leader else "candidate"),
+            "term": self._raft.raftCurrentTerm,
+            "peers": list(self.members),
+            "commit_index": self._raft.raftCommitIndex,
+            "last_applied": self._raft.raftLastApplied,
+            "applied_index": self.applied_index,
+            "journal_first_index": self._raft.journal_first_index(),
+            "journal_len": self._raft.journal_len(),
+            "snapshot_loaded_index": self.loaded_snapshot_index,
+            "snapshot_last_index": self._hooks.last_snapshot_index,
+            "snapshots_saved": self._hooks.snapshots_taken,
+            "snapshots_loaded": self.snapshots.loads,
+            "snapshots_kept": self.snapshots.list(),
+            "dumps_installed": self._hooks.dumps_installed,
+            "fenced_batches": self.fenced_batches,
+            "max_tick_ms": round(self.max_tick_ms, 3),
+            "max_snapshot_ms": round(self._hooks.max_snapshot_ms, 3),
+            "max_snapshot_tick_ms": round(self.max_snapshot_tick_ms, 3),
+        }
+        return status
+
+    def snapshot_state(self) -> dict[str, Any]:
+        """A copy of the replicated tables (for tests and admin)."""
+        with self._state_lock:
+            return self.state.to_snapshot()
+
+    def close(self) -> None:
+        """Stop ticking, close sockets and the journal. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._stop.set()
+        if self._tick_thread is not threading.current_thread():
+            self._tick_thread.join(timeout=5)
+        self._hooks.wait_idle()
+        try:
+            self._raft.destroy()
+        except Exception:
+            log.exception("error while closing raft host")

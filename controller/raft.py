@@ -1,0 +1,352 @@
+"""pysyncobj glue: the one replicated method, the log payload, journal peeking, snapshot hooks.
+
+Theory of operation.
+
+*One replicated method.* `RaftHost.apply_batch(payload)` is the only method pysyncobj replicates.
+The payload is bytes we build: `>BQ` (payload version, term of the leader that decided it)
+followed by `controller.events.encode_events(...)`, or nothing for a barrier (the leader's
+no-op and read barriers). pysyncobj pickles `(method id, (payload,))` around it; nothing of ours
+is pickled. At apply time the host passes the entry's log index and term to the node; a payload
+whose decided term differs from the term of the entry that carries it is *fenced* (skipped on
+every node alike): pysyncobj forwards commands queued on a node that just lost leadership to
+the new leader, and a decision taken on the old leader's state must not be applied under the
+new one.
+
+*Snapshots and log compaction.* pysyncobj compacts its journal after its `serializer` hook
+wrote a full dump; it then deletes journal entries before the id the serializer reports. We
+set `logCompactionMinEntries`/`MinTime` out of reach and instead call `forceLogCompaction()`
+every `snapshot_threshold` applied entries. Our serializer writes a RIP-59 snapshot (controller
+tables + the raft metadata pysyncobj needs back: last applied entry, previous entry, members)
+into the snapshot store and, as pysyncobj's dump file, the same bytes (that file is what the
+leader streams to a follower that fell behind the journal). Our `serializeChecker` then reports
+success with the compaction point moved back to the *oldest kept* snapshot, so the journal
+always covers every kept snapshot and a node can fall back to an older one if the newest is
+damaged.
+
+*Start.* pysyncobj loads the dump file on its first tick if the file exists, and if the journal
+does not start with exactly the (previous, last) entries the dump names, it throws the journal
+away. So before the host starts, the node plans recovery itself (`plan_recovery`): it loads the
+newest valid snapshot into its own state machine and, when the journal was compacted, writes a
+dump file whose raft metadata *is* the journal's first two entries. pysyncobj then keeps the
+journal and replays it from there; the node skips entries at or below its snapshot index.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from pysyncobj import SyncObj, SyncObjConf, replicated
+from pysyncobj.config import SERIALIZER_STATE
+from pysyncobj.journal import FileJournal
+
+from controller.config import ControllerConfig
+from snapshot.format import (SECTION_CONTROLLER_STATE, SECTION_RAFT_META, SECTION_SNAPSHOT_META,
+                             decode_snapshot, encode_snapshot)
+from snapshot.store import SnapshotMeta, SnapshotStore
+
+log = logging.getLogger(__name__)
+
+PAYLOAD_VERSION = 1
+PAYLOAD_HEADER = struct.Struct(">BQ")
+Entry = tuple[bytes, int, int]  # pysyncobj journal entry: (command, index, term)
+
+
+class PayloadError(ValueError):
+    """A log payload that is not ours (wrong version or too short)."""
+
+
+class RecoveryRefused(ValueError):
+    """The node cannot rebuild its state from snapshot + journal; it must not start."""
+
+
+def encode_payload(term: int, body: bytes = b"") -> bytes:
+    assert term >= 0
+    return PAYLOAD_HEADER.pack(PAYLOAD_VERSION, term) + body
+
+
+def decode_payload(payload: bytes) -> tuple[int, bytes]:
+    if len(payload) < PAYLOAD_HEADER.size:
+        raise PayloadError(f"payload of {len(payload)} bytes is shorter than its header")
+    version, term = PAYLOAD_HEADER.unpack_from(payload, 0)
+    if version != PAYLOAD_VERSION:
+        raise PayloadError(f"unknown payload version {version}")
+    return term, bytes(payload[PAYLOAD_HEADER.size:])
+
+
+def sync_obj_conf(config: ControllerConfig, secret: str | None, journal_file: str,
+                  dump_file: str, hooks: SnapshotHooks, on_state_changed: Callable[[int, int], None]) -> SyncObjConf:
+    """pysyncobj settings from a ControllerConfig (all durations converted to seconds)."""
+    return SyncObjConf(
+        password=secret,
+        autoTick=False,
+        autoTickPeriod=config.tick_period_ms / 1000,
+        raftMinTimeout=config.raft_min_timeout_ms / 1000,
+        raftMaxTimeout=config.raft_max_timeout_ms / 1000,
+        appendEntriesPeriod=config.append_entries_period_ms / 1000,
+        appendEntriesUseBatch=config.append_entries_use_batch,
+        connectionTimeout=config.connection_timeout_ms / 1000,
+        connectionRetryTime=config.connection_retry_ms / 1000,
+        leaderFallbackTimeout=config.leader_fallback_timeout_ms / 1000,
+        commandsQueueSize=config.commands_queue_size,
+        journalFile=journal_file,
+        fullDumpFile=dump_file,
+        logCompactionMinEntries=2 ** 62,
+        logCompactionMinTime=10 ** 9,
+        serializer=hooks.serialize,
+        deserializer=hooks.deserialize,
+        serializeChecker=hooks.check,
+        onStateChanged=on_state_changed,
+        bindRetryTime=0.1,
+        maxBindRetries=50,
+        dynamicMembershipChange=False,
+    )
+
+
+class RaftHost(SyncObj):
+    """The pysyncobj node. `apply_fn(index, entry_term, payload)` runs on the tick thread."""
+
+    def __init__(self, self_address: str, other_addresses: list[str], conf: SyncObjConf,
+                 apply_fn: Callable[[int, int, bytes], Any]) -> None:
+        self._rr_apply = apply_fn
+        super().__init__(self_address, other_addresses, conf)
+
+    @replicated
+    def apply_batch(self, payload: bytes) -> Any:
+        index = self.raftLastApplied + 1  # pysyncobj bumps raftLastApplied after the call
+        entries = self._SyncObj__getEntries(index, 1)  # type: ignore[attr-defined]
+        entry_term = entries[0][2] if entries else -1
+        return self._rr_apply(index, entry_term, payload)
+
+    def leader_address(self) -> str | None:
+        leader = self._getLeader()
+        return None if leader is None else leader.address
+
+    def journal_first_index(self) -> int | None:
+        """First index in the journal (None while the tick thread is rewriting it)."""
+        try:
+            return self._SyncObj__raftLog[0][1]  # type: ignore[attr-defined]
+        except IndexError:
+            return None
+
+    def journal_len(self) -> int:
+        return self._getRaftLogSize()
+
+
+@dataclass(frozen=True, slots=True)
+class JournalHead:
+    """The first two entries and the length of a journal file, read before the node starts."""
+
+    length: int
+    first: Entry | None
+    second: Entry | None
+    last_index: int
+
+    @property
+    def first_index(self) -> int | None:
+        return None if self.first is None else self.first[1]
+
+
+def peek_journal(path: str | os.PathLike[str]) -> JournalHead:
+    if not os.path.exists(path):
+        return JournalHead(0, None, None, 0)
+    journal = FileJournal(str(path))
+    try:
+        n = len(journal)
+        first = _entry(journal[0]) if n > 0 else None
+        second = _entry(journal[1]) if n > 1 else None
+        last_index = journal[n - 1][1] if n > 0 else 0
+    finally:
+        journal._destroy()
+    return JournalHead(n, first, second, last_index)
+
+
+def _entry(raw: Any) -> Entry:
+    command, index, term = raw
+    return bytes(command), int(index), int(term)
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryPlan:
+    """What the node loads before pysyncobj starts."""
+
+    snapshot: SnapshotMeta | None
+    state_section: dict[str, Any] | None
+    startup_entries: tuple[Entry, Entry, list[str]] | None  # what the deserializer returns at start
+    journal: JournalHead
+
+
+def plan_recovery(store: SnapshotStore, journal_file: Path, dump_file: Path) -> RecoveryPlan:
+    """Choose the snapshot to load and prepare pysyncobj's dump file; refuse partial states."""
+    head = peek_journal(journal_file)
+    first = head.first_index or 0
+    compacted = first > 1
+    loaded = store.load_newest_valid()
+    if loaded is None:
+        if compacted:
+            raise RecoveryRefused(
+                f"no valid snapshot in {store.dir} (damaged ones set aside: "
+                f"{[p.name for p in store.set_aside]}) and the journal {journal_file} starts at entry "
+                f"{first}, not 1: the entries before it are gone, so the state cannot be rebuilt. "
+                "Refusing to start with a partial state; restore a snapshot, or wipe this node's store "
+                "so it rejoins empty and catches up from the leader.")
+        dump_file.unlink(missing_ok=True)
+        return RecoveryPlan(None, None, None, head)
+    meta, sections = loaded
+    if compacted and meta.index < first + 1:
+        raise RecoveryRefused(
+            f"newest valid snapshot {meta.path.name} covers the log up to {meta.index}, but the journal "
+            f"{journal_file} starts at entry {first}: entries {meta.index + 1}..{first} are missing. "
+            "Refusing to start with a partial state.")
+    if head.last_index and meta.index > head.last_index:
+        log.warning("snapshot index %d is beyond the journal end %d (journal lost its tail?)",
+                    meta.index, head.last_index)
+    state_section = sections.get(SECTION_CONTROLLER_STATE)
+    raft_meta = sections.get(SECTION_RAFT_META)
+    if state_section is None or raft_meta is None:
+        raise RecoveryRefused(f"snapshot {meta.path} lacks the controller or raft section")
+    if not compacted:
+        dump_file.unlink(missing_ok=True)
+        return RecoveryPlan(meta, state_section, None, head)
+    cluster = list(raft_meta.get("cluster", []))
+    if head.second is not None:
+        startup = (head.second, head.first, cluster)
+    else:
+        startup = (_entry(raft_meta["last"]), _entry(raft_meta["prev"]), cluster)
+    _write_file(dump_file, meta.path.read_bytes())
+    log.info("recovery: snapshot index=%d, journal %d..%d (%d entries) replayed above it",
+             meta.index, first, head.last_index, head.length)
+    return RecoveryPlan(meta, state_section, startup, head)  # type: ignore[arg-type]
+
+
+def _write_file(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".plan.tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+class SnapshotHooks:
+    """pysyncobj's serializer / deserializer / serializeChecker, bound to one node.
+
+    `capture()` returns `(applied_index, controller_state_section)` consistently (it runs on the
+    tick thread, the only thread that applies). `install(index, state_section)` replaces the
+    node's state with a snapshot received from the leader.
+    """
+
+    def __init__(self, store: SnapshotStore, dump_file: Path,
+                 capture: Callable[[], tuple[int, dict[str, Any]]],
+                 install: Callable[[int, dict[str, Any]], None],
+                 startup_entries: tuple[Entry, Entry, list[str]] | None) -> None:
+        self.store = store
+        self.dump_file = dump_file
+        self.capture = capture
+        self.install = install
+        self.host: RaftHost | None = None
+        self.startup_entries = startup_entries
+        self.started = False
+        self.pending: str | None = None
+        self.truncate_to = 0
+        self.last_snapshot_index = 0
+        self.last_snapshot_ms = 0.0
+        self.max_snapshot_ms = 0.0
+        self.snapshots_taken = 0
+        self.dumps_installed = 0
+        self.last_persist_ms = 0.0
+        self.serialize_calls = 0
+        self._writer: threading.Thread | None = None
+
+    # -- pysyncobj hooks (all on the tick thread) ---------------------------------------------
+    def serialize(self, tmp_file: str, data: tuple[Any, Any, Any]) -> None:
+        """Tick thread: capture + encode + write pysyncobj's dump file; the durable store write
+        (fsyncs) runs on a background thread; `check` reports SERIALIZING until it is done, and
+        pysyncobj compacts the journal only after that."""
+        started = time.monotonic()
+        self.serialize_calls += 1
+        try:
+            last, prev, cluster = data
+            blob, last_entry = self._encode(_entry(last), _entry(prev), cluster)
+            with open(tmp_file, "wb") as f:
+                f.write(blob)
+            self.last_snapshot_index = last_entry[1]
+            self.pending = "writing"
+            self._writer = threading.Thread(target=self._persist, args=(blob, last_entry), daemon=True,
+                                            name="snapshot-writer")
+            self._writer.start()
+        except Exception:
+            self.pending = "failed"
+            log.exception("snapshot failed")
+            raise
+        finally:
+            self.last_snapshot_ms = (time.monotonic() - started) * 1000
+            self.max_snapshot_ms = max(self.max_snapshot_ms, self.last_snapshot_ms)
+
+    def _encode(self, last: Entry, prev: Entry, cluster: Any) -> tuple[bytes, Entry]:
+        applied_index, state_section = self.capture()
+        if applied_index > last[1]:
+            raise RuntimeError(f"state at {applied_index} is ahead of the raft log at {last[1]} (replay)")
+        members = sorted(getattr(n, "address", str(n)) for n in cluster)
+        sections = {
+            SECTION_CONTROLLER_STATE: state_section,
+            SECTION_RAFT_META: {"last": list(last), "prev": list(prev), "cluster": members},
+            SECTION_SNAPSHOT_META: {"index": last[1], "term": last[2]},
+        }
+        return encode_snapshot(sections), last
+
+    def _persist(self, blob: bytes, last: Entry) -> None:
+        started = time.monotonic()
+        try:
+            self.store.save_bytes(last[1], last[2], blob)
+            kept = self.store.list()
+            self.truncate_to = max(1, (kept[0] if kept else last[1]) - 1)
+            self.snapshots_taken += 1
+            self.pending = "ok"
+        except Exception:
+            log.exception("snapshot write failed index=%d", last[1])
+            self.pending = "failed"
+        self.last_persist_ms = (time.monotonic() - started) * 1000
+
+    def check(self) -> int:
+        pending = self.pending
+        if pending is None:
+            return SERIALIZER_STATE.NOT_SERIALIZING
+        if pending == "writing":
+            return SERIALIZER_STATE.SERIALIZING
+        self.pending = None
+        if pending == "failed":
+            return SERIALIZER_STATE.FAILED
+        # Compact only up to the oldest kept snapshot (pysyncobj would cut at the newest).
+        assert self.host is not None
+        self.host._SyncObj__serializer._Serializer__currentID = self.truncate_to  # type: ignore[attr-defined]
+        return SERIALIZER_STATE.SUCCESS
+
+    def wait_idle(self, timeout_s: float = 10.0) -> None:
+        """Wait for a background snapshot write (used on close)."""
+        writer = self._writer
+        if writer is not None:
+            writer.join(timeout_s)
+
+    def deserialize(self, file_name: str) -> tuple[Entry, Entry, list[str]]:
+        if not self.started:
+            self.started = True
+            if self.startup_entries is not None:
+                return self.startup_entries
+        # A dump streamed by the leader because we fell behind its journal.
+        blob = Path(file_name).read_bytes()
+        sections = decode_snapshot(blob)
+        raft_meta = sections[SECTION_RAFT_META]
+        last, prev = _entry(raft_meta["last"]), _entry(raft_meta["prev"])
+        self.install(last[1], sections[SECTION_CONTROLLER_STATE])
+        self.store.save_bytes(last[1], last[2], blob)
+        self.last_snapshot_index = last[1]
+        self.dumps_installed += 1
+        log.info("installed snapshot from the leader index=%d term=%d", last[1], last[2])
+        return last, prev, list(raft_meta.get("cluster", []))
