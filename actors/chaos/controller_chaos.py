@@ -1,0 +1,528 @@
+"""The controller chaos runner: a Jepsen-style test of the replicated controller and its snapshots.
+
+Theory of operation. ``run(cfg)`` starts ``cfg.nodes`` controller processes (``controller_proc``)
+whose Raft traffic crosses the fault-injecting proxies of ``proxy`` (address plan in its module doc),
+registers ``cfg.groups`` broker groups of three replicas and elects replica 1 in each, then for
+``cfg.duration_s`` lets ``cfg.clients`` threads issue reads, fenced SyncStateSet alterations and
+designated elections against whichever node they believe leads, while the main thread plays a seeded
+nemesis schedule (partitions, SIGKILL + restart, SIGSTOP + SIGCONT). A monitor thread polls every
+node's Raft status. Snapshots are taken every ``cfg.snapshot_threshold`` applied entries, so log
+compaction, snapshot loading on restart and snapshot catch-up of lagging followers run all the time.
+
+Every client operation is one attempt recorded with its invoke and completion times and an
+outcome: ``ok`` (the state machine answered, whatever the code), ``failed`` (definitely no effect:
+never sent, or refused by a node that was not a ready leader before it looked at the request) or
+``unknown`` (sent, then a timeout, a lost connection, or a leader that lost leadership while
+committing). After the run: heal everything, wait until all nodes hold identical tables
+(``converged``), read every group, SIGKILL every node, restart them all, read again (a committed
+write must survive a full restart: the reads are part of the checked history), then check:
+
+- ``linearizable``: the WGL checker per group, model = the real pure core (``CoreGroupModel``);
+- ``leaders_per_term_max``: distinct nodes seen leading (ready-leader status, or acknowledging a
+  write with the same term before and after) in one Raft term; must be 1;
+- ``converged`` and ``restart_ok`` as above.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import secrets
+import shutil
+import tempfile
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from actors.chaos.controller_model import CoreGroupModel, group_states, op_args, output_of
+from actors.chaos.controller_proc import NOT_LEADER, Lost, NodeClient, NodeProcess, NotSent
+from actors.chaos.linearizability import (AlterInput, AlterOutput, ElectInput, ElectOutput, GroupState,
+                                          Operation, Outcome, ReadOutput, check_history)
+from actors.chaos.nemesis import LEADER, PROCESS_FAULTS, NemesisStep, make_schedule, swap_nodes
+from actors.chaos.proxy import ProxyNetwork, allocate_addresses, plan_topology
+
+BROKER_IDS = (1, 2, 3)
+HISTORY_FILE = "controller_history.jsonl"
+INITIAL_STATE_FILE = "initial_state.json"
+WRITES = ("elect", "alter")
+
+
+@dataclass
+class RunConfig:
+    duration_s: float = 60.0
+    seed: int = 0
+    nemeses: tuple[str, ...] = ()
+    nodes: int = 5
+    groups: int = 3
+    clients: int = 5
+    snapshot_threshold: int = 10
+    out_dir: str | None = None
+    client_timeout_s: float = 4.0
+    check_budget_s: float = 60.0
+    converge_timeout_s: float = 40.0
+    think_s: float = 0.01
+    controller: dict[str, Any] = field(default_factory=lambda: {"request_timeout_ms": 2000})
+
+
+class Recorder:
+    """Thread-safe history, nemesis log and leader observations, with one monotonic origin."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.ops: list[dict[str, Any]] = []
+        self.nemesis: list[dict[str, Any]] = []
+        self.leader_claims: dict[int, set[int]] = defaultdict(set)
+        self.counters: dict[tuple[int, int], dict[str, int]] = {}
+
+    def op(self, record: dict[str, Any]) -> None:
+        with self.lock:
+            record["op_id"] = len(self.ops)
+            self.ops.append(record)
+
+    def event(self, kind: str, phase: str, **fields: Any) -> None:
+        with self.lock:
+            self.nemesis.append({"time_ms": int(time.time() * 1000), "kind": kind, "phase": phase, **fields})
+
+    def claim(self, term: int, node: int) -> None:
+        with self.lock:
+            self.leader_claims[term].add(node)
+
+
+class Cluster:
+    def __init__(self, cfg: RunConfig, workdir: Path, recorder: Recorder) -> None:
+        n = cfg.nodes
+        node_addresses, proxy_sockets = allocate_addresses(n, random.Random())
+        self.topology = plan_topology(node_addresses, sorted(proxy_sockets))
+        self.net = ProxyNetwork(self.topology)
+        self.net.start(proxy_sockets)
+        self.secret = secrets.token_hex(32)
+        self.recorder = recorder
+        config = {"snapshot_threshold": cfg.snapshot_threshold, **cfg.controller}
+        self.nodes = [NodeProcess(i, self.topology.self_addresses[i], self.topology.peer_addresses[i],
+                                  workdir / "nodes" / str(i), workdir / f"node-{i}.log", self.secret, config)
+                      for i in range(n)]
+
+    def client(self, i: int) -> NodeClient:
+        return NodeClient("127.0.0.1", self.nodes[i].client_port, self.secret.encode())
+
+    def call(self, i: int, op: str, args: dict[str, Any] | None = None, timeout_s: float = 2.0) -> Any:
+        client = self.client(i)
+        try:
+            return client.call(op, args, timeout_s)
+        finally:
+            client.close()
+
+    def statuses(self, timeout_s: float = 1.0) -> dict[int, dict[str, Any]]:
+        out = {}
+        for node in self.nodes:
+            if node.running and not node.paused:
+                try:
+                    out[node.index] = self.call(node.index, "status", timeout_s=timeout_s)
+                except (NotSent, Lost, RuntimeError):
+                    pass
+        return out
+
+    def leader(self) -> int | None:
+        for i, status in self.statuses().items():
+            if status.get("is_leader"):
+                return i
+        return None
+
+    def wait_leader(self, timeout_s: float) -> int:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            leader = self.leader()
+            if leader is not None:
+                return leader
+            time.sleep(0.1)
+        raise TimeoutError(f"no ready leader within {timeout_s}s")
+
+    def call_leader(self, args: dict[str, Any], timeout_s: float = 30.0) -> dict[str, Any]:
+        """Setup helper: retry an idempotent request until a leader answers it."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            leader = self.leader()
+            if leader is not None:
+                try:
+                    reply = self.call(leader, "request", args, timeout_s=5.0)
+                    if reply["code"] != NOT_LEADER and reply["code"] != 1:
+                        return reply
+                except (NotSent, Lost):
+                    pass
+            time.sleep(0.1)
+        raise TimeoutError(f"request {args} not served within {timeout_s}s")
+
+    def heal(self) -> None:
+        self.net.heal()
+        for node in self.nodes:
+            if node.paused:
+                node.resume()
+            if not node.running:
+                node.start()
+
+    def close(self) -> None:
+        for node in self.nodes:
+            if node.paused:
+                node.resume()
+            node.kill()
+        self.net.close()
+
+
+def classify(f: str, reply: dict[str, Any]) -> Outcome:
+    code = int(reply["code"])
+    if code == NOT_LEADER:
+        return Outcome.FAILED if reply.get("precheck") or f not in WRITES else Outcome.UNKNOWN
+    if code == 1:  # SYSTEM_ERROR: the commit wait timed out, outcome unknown
+        return Outcome.UNKNOWN if f in WRITES else Outcome.FAILED
+    return Outcome.OK
+
+
+class Client(threading.Thread):
+    """One workload process: picks an op, sends it to its leader guess, records the outcome."""
+
+    def __init__(self, index: int, cluster: Cluster, cfg: RunConfig, groups: list[str], stop: threading.Event,
+                 t0_ns: int) -> None:
+        super().__init__(name=f"chaos-client-{index}", daemon=True)
+        self.index, self.cluster, self.cfg, self.groups, self.stop_event = index, cluster, cfg, groups, stop
+        self.rng = random.Random(f"{cfg.seed}-client-{index}")
+        self.known: dict[str, GroupState | None] = {g: None for g in groups}
+        self.target = self.rng.randrange(cfg.nodes)
+        self.clients: dict[tuple[int, int, int], NodeClient] = {}
+        self.t0_ns = t0_ns
+        self.error: Exception | None = None
+
+    def _pick(self) -> tuple[str, str, Any]:
+        group = self.rng.choice(self.groups)
+        s, r = self.known[group], self.rng.random()
+        if s is None or s.master is None or r < 0.5:
+            return group, "read", None
+        if r < 0.85:
+            others = [b for b in BROKER_IDS if b != s.master and self.rng.random() < 0.5]
+            return group, "alter", AlterInput(s.master, s.master_epoch, tuple(sorted([s.master, *others])),
+                                              s.sss_epoch)
+        return group, "elect", ElectInput(self.rng.choice(BROKER_IDS), True)
+
+    def _client(self, i: int) -> NodeClient:
+        node = self.cluster.nodes[i]
+        key = (i, node.incarnation, node.client_port)  # a restarted node listens on a new port
+        if key not in self.clients:
+            self.clients[key] = self.cluster.client(i)
+        return self.clients[key]
+
+    def run(self) -> None:
+        try:
+            while not self.stop_event.is_set():
+                self.one()
+                self.stop_event.wait(self.rng.uniform(0, self.cfg.think_s))
+        except Exception as exc:  # noqa: BLE001 - a dropped op would corrupt the history: abort the run
+            self.error = exc
+            self.stop_event.set()
+
+    def one(self) -> None:
+        group, f, inp = self._pick()
+        node = self.target
+        start_ns, start_ms = time.monotonic_ns(), int(time.time() * 1000)
+        reply: dict[str, Any] | None = None
+        error = None
+        try:
+            reply = self._client(node).call("request", op_args(f, group, inp), self.cfg.client_timeout_s)
+            outcome = classify(f, reply)
+        except NotSent as exc:
+            outcome, error = Outcome.FAILED, f"not sent: {exc}"
+        except (Lost, RuntimeError) as exc:
+            outcome, error = Outcome.UNKNOWN, f"lost: {exc}"
+        end_ns = time.monotonic_ns()
+        output = output_of(f, reply["code"], reply["header"], reply["body"]) if reply else None
+        if reply is not None and int(reply["code"]) == 0 and f in WRITES and reply["term_before"] == reply["term_after"]:
+            self.cluster.recorder.claim(int(reply["term_before"]), node)
+        self.cluster.recorder.op({
+            "process": self.index, "key": group, "f": f, "input": _jsonable(inp), "output": _jsonable(output),
+            "outcome": outcome.value, "start_ns": start_ns - self.t0_ns,
+            "end_ns": None if outcome == Outcome.UNKNOWN else end_ns - self.t0_ns,
+            "start_ms": start_ms, "end_ms": int(time.time() * 1000), "node": node,
+            "code": None if reply is None else int(reply["code"]), "error": error or (reply or {}).get("remark") or None,
+            "term": None if reply is None else reply.get("term_after"), "_inp": inp, "_out": output})
+        self._learn(group, f, outcome, output, reply)
+
+    def _learn(self, group: str, f: str, outcome: Outcome, output: Any, reply: dict[str, Any] | None) -> None:
+        if f == "read" and outcome == Outcome.OK and output.code == 0:
+            self.known[group] = GroupState(output.master, output.master_epoch, frozenset(output.sss), output.sss_epoch)
+        elif f in WRITES:
+            self.known[group] = None
+        if reply is None or outcome != Outcome.OK or int(reply["code"]) == NOT_LEADER:
+            hinted = self.cluster.topology.node_of((reply or {}).get("header", {}).get("leader_address"))
+            self.target = hinted if hinted is not None and hinted != self.target else \
+                (self.target + 1) % self.cfg.nodes
+
+
+def _jsonable(value: Any) -> Any:
+    if value is None:
+        return None
+    if hasattr(value, "_asdict"):
+        return {k: _jsonable(v) for k, v in value._asdict().items()}
+    if isinstance(value, (frozenset, set, tuple, list)):
+        return sorted(value) if isinstance(value, (set, frozenset)) else list(value)
+    return value
+
+
+def monitor(cluster: Cluster, stop: threading.Event, period_s: float = 0.25) -> None:
+    """Record ready-leader claims per term and the snapshot counters of every node incarnation."""
+    while not stop.wait(period_s):
+        for i, status in cluster.statuses(timeout_s=0.5).items():
+            if status.get("leader_term_claim") is not None:
+                cluster.recorder.claim(int(status["leader_term_claim"]), i)
+            with cluster.recorder.lock:
+                cluster.recorder.counters[(i, cluster.nodes[i].incarnation)] = {
+                    k: int(status.get(k) or 0) for k in ("snapshots_saved", "snapshots_loaded", "dumps_installed",
+                                                          "fenced_batches", "commit_index")}
+
+
+def play(cluster: Cluster, steps: list[NemesisStep], t0: float, stop: threading.Event, rng: random.Random) -> None:
+    """Execute the nemesis schedule; each step logged with the wall-clock time it took effect."""
+    resolved: dict[int, tuple[tuple[int, ...], tuple[tuple[int, int], ...]]] = {}
+    for step in steps:
+        if stop.wait(max(0.0, t0 + step.at_s - time.monotonic())):
+            return
+        targets, grudge = resolved.get(step.fault_id, (step.targets, step.grudge))
+        if step.phase == "start" and step.kind in PROCESS_FAULTS and LEADER in targets:
+            leader = cluster.leader()
+            targets = (leader if leader is not None else rng.randrange(cluster.topology.size),)
+        if step.phase == "start" and step.leader_swap:
+            leader = cluster.leader()
+            if leader is not None:
+                grudge, targets = swap_nodes(grudge, targets, targets[0], leader)
+        resolved[step.fault_id] = (targets, grudge)
+        extra: dict[str, Any] = {"fault_id": step.fault_id, "planned_at_s": round(step.at_s, 3)}
+        if step.kind == "kill":
+            node = cluster.nodes[targets[0]]
+            node.kill() if step.phase == "start" else node.start()
+            cluster.recorder.event("kill-controller", step.phase, target=targets[0], **extra)
+        elif step.kind == "pause":
+            node = cluster.nodes[targets[0]]
+            node.pause() if step.phase == "start" else node.resume()
+            cluster.recorder.event("pause-controller", step.phase, target=targets[0], **extra)
+        else:
+            cluster.net.block(grudge if step.phase == "start" else ())
+            cluster.recorder.event("partition-controller", step.phase, target=list(targets), topology=step.kind,
+                                   grudge=[list(p) for p in grudge], leader_swap=step.leader_swap, **extra)
+
+
+def setup_groups(cluster: Cluster, groups: list[str]) -> None:
+    """Register replicas 1..3 in every group and elect replica 1 (idempotent steps, retried)."""
+    for group in groups:
+        for broker_id in BROKER_IDS:
+            address = f"127.0.0.1:{30910 + broker_id}"
+            reply = cluster.call_leader({"type": "apply", "broker_name": group, "broker_id": broker_id,
+                                         "check_code": f"{address};{group}-{broker_id}"})
+            assert reply["code"] == 0, reply
+            reply = cluster.call_leader({"type": "register", "broker_name": group, "broker_id": broker_id,
+                                         "address": address})
+            assert reply["code"] == 0, reply
+        reply = cluster.call_leader({"type": "elect", "broker_name": group, "broker_id": 1, "designate": True})
+        assert reply["code"] in (0, 2011), reply
+
+
+def leader_state(cluster: Cluster, timeout_s: float = 30.0) -> dict[str, Any]:
+    """The replicated tables on a ready leader (its barrier committed: every committed entry applied)."""
+    leader = cluster.wait_leader(timeout_s)
+    return cluster.call(leader, "state", timeout_s=5.0)["state"]
+
+
+def wait_converged(cluster: Cluster, timeout_s: float) -> tuple[bool, dict[str, Any]]:
+    """All nodes hold identical tables and applied indexes; (converged, details)."""
+    deadline = time.monotonic() + timeout_s
+    last: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        states = {}
+        for node in cluster.nodes:
+            try:
+                states[node.index] = cluster.call(node.index, "state", timeout_s=2.0)
+            except (NotSent, Lost, RuntimeError) as exc:
+                states[node.index] = {"error": str(exc)}
+        tables = {json.dumps(s.get("state"), sort_keys=True) for s in states.values()}
+        applied = {s.get("meta", {}).get("applied_index") for s in states.values()}
+        last = {"distinct_tables": len(tables), "applied_index": sorted(applied, key=str)}
+        if len(tables) == 1 and len(applied) == 1 and None not in applied:
+            return True, last
+        time.sleep(0.2)
+    return False, last
+
+
+def final_reads(cluster: Cluster, recorder: Recorder, groups: list[str], process: str, t0_ns: int) -> None:
+    """One linearizable read per group through the leader, recorded in the history."""
+    for group in groups:
+        for _ in range(50):
+            leader = cluster.wait_leader(30.0)
+            start_ns, start_ms = time.monotonic_ns(), int(time.time() * 1000)
+            try:
+                reply = cluster.call(leader, "request", op_args("read", group, None), timeout_s=5.0)
+            except (NotSent, Lost):
+                continue
+            if classify("read", reply) != Outcome.OK:
+                continue
+            output = output_of("read", reply["code"], reply["header"], reply["body"])
+            recorder.op({"process": process, "key": group, "f": "read", "input": None, "output": _jsonable(output),
+                         "outcome": "ok", "start_ns": start_ns - t0_ns, "end_ns": time.monotonic_ns() - t0_ns,
+                         "start_ms": start_ms, "end_ms": int(time.time() * 1000), "node": leader,
+                         "code": int(reply["code"]), "error": None, "term": reply.get("term_after"),
+                         "_inp": None, "_out": output})
+            break
+        else:
+            raise TimeoutError(f"final read of {group} failed")
+
+
+def to_operations(records: list[dict[str, Any]]) -> list[Operation]:
+    return [Operation(r["op_id"], hash(r["process"]), r["key"], r["f"], r["_inp"], r["_out"], Outcome(r["outcome"]),
+                      r["start_ns"], r["end_ns"]) for r in records]
+
+
+def run_checks(cfg: RunConfig, recorder: Recorder, base: dict[str, Any]) -> dict[str, Any]:
+    result = check_history(to_operations(recorder.ops), CoreGroupModel(base), budget_s=cfg.check_budget_s)
+    counts: dict[str, int] = defaultdict(int)
+    for r in recorder.ops:
+        counts[r["outcome"]] += 1
+    snapshot_totals: dict[str, int] = defaultdict(int)
+    for values in recorder.counters.values():
+        for k, v in values.items():
+            if k != "commit_index":
+                snapshot_totals[k] += v
+    return {
+        "ops": len(recorder.ops), "ok": counts["ok"], "failed": counts["failed"], "unknown": counts["unknown"],
+        "linearizable": result.valid,
+        "groups": {k.key: {"valid": k.valid, "ops": k.ops, "configurations": k.configurations,
+                           "elapsed_s": round(k.elapsed_s, 3), **({"failure": k.failure} if k.failure else {}),
+                           **({"reason": k.reason} if k.reason else {})} for k in result.keys},
+        "leaders_per_term_max": max((len(v) for v in recorder.leader_claims.values()), default=0),
+        "terms_observed": len(recorder.leader_claims),
+        **dict(snapshot_totals),
+    }
+
+
+def run(cfg: RunConfig) -> dict[str, Any]:
+    """Run one chaos test; returns the summary (``valid`` says whether every check passed)."""
+    started = time.monotonic()
+    workdir = Path(cfg.out_dir) if cfg.out_dir else Path(tempfile.mkdtemp(prefix="rocketray-chaos-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    recorder = Recorder()
+    groups = [f"group-{g}" for g in range(cfg.groups)]
+    steps = make_schedule(cfg.nemeses, cfg.nodes, cfg.duration_s, random.Random(cfg.seed))
+    cluster = Cluster(cfg, workdir, recorder)
+    stop_clients, stop_monitor = threading.Event(), threading.Event()
+    summary: dict[str, Any] = {"seed": cfg.seed, "nemeses": list(cfg.nemeses), "nodes": cfg.nodes,
+                               "duration_s": cfg.duration_s}
+    try:
+        for node in cluster.nodes:
+            node.start()
+        cluster.wait_leader(60.0)
+        setup_groups(cluster, groups)
+        base = leader_state(cluster)
+        summary["initial"] = {g: _jsonable(s) for g, s in group_states(base).items()}
+        monitor_thread = threading.Thread(target=monitor, args=(cluster, stop_monitor), daemon=True)
+        monitor_thread.start()
+        t0_ns, t0 = time.monotonic_ns(), time.monotonic()
+        clients = [Client(i, cluster, cfg, groups, stop_clients, t0_ns) for i in range(cfg.clients)]
+        for c in clients:
+            c.start()
+        play(cluster, steps, t0, stop_clients, random.Random(f"{cfg.seed}-resolve"))
+        stop_clients.wait(max(0.0, t0 + cfg.duration_s - time.monotonic()))
+        stop_clients.set()
+        for c in clients:
+            c.join(cfg.client_timeout_s + 5)
+        for c in clients:
+            if c.error is not None:
+                raise RuntimeError(f"client {c.index} failed; the history would be incomplete") from c.error
+        cluster.heal()
+        recorder.event("heal", "end", target=None)
+        converged, detail = wait_converged(cluster, cfg.converge_timeout_s)
+        final_reads(cluster, recorder, groups, "final", t0_ns)
+        before_restart = leader_state(cluster)
+        stop_monitor.set()
+        monitor_thread.join(5)
+        recorder.event("restart-all", "start", target=None)
+        for node in cluster.nodes:
+            node.kill()
+        for node in cluster.nodes:
+            node.start()
+        recorder.event("restart-all", "end", target=None)
+        final_reads(cluster, recorder, groups, "after-restart", t0_ns)
+        after_restart = leader_state(cluster)
+        with recorder.lock:  # last counters of the restarted incarnations: snapshots loaded on start
+            for i, status in cluster.statuses().items():
+                recorder.counters[(i, cluster.nodes[i].incarnation)] = {
+                    k: int(status.get(k) or 0) for k in ("snapshots_saved", "snapshots_loaded", "dumps_installed",
+                                                          "fenced_batches")}
+        summary.update(run_checks(cfg, recorder, base))
+        summary["_base"] = base
+        summary.update({"nemesis_events": len(recorder.nemesis), "converged": converged, "convergence": detail,
+                        "restart_ok": before_restart == after_restart,
+                        "final": {g: _jsonable(s) for g, s in group_states(after_restart).items()}})
+    finally:
+        stop_clients.set()
+        stop_monitor.set()
+        cluster.close()
+    summary["valid"] = (summary.get("linearizable") is True and bool(summary.get("converged"))
+                        and summary.get("leaders_per_term_max", 2) <= 1 and bool(summary.get("restart_ok")))
+    summary["elapsed_s"] = round(time.monotonic() - started, 1)
+    base_state = summary.pop("_base", None)
+    if cfg.out_dir:
+        write_outputs(workdir, recorder, steps, summary, base_state)
+        summary["out_dir"] = str(workdir)
+    else:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return summary
+
+
+def write_outputs(workdir: Path, recorder: Recorder, steps: list[NemesisStep], summary: dict[str, Any],
+                  base_state: dict[str, Any] | None) -> None:
+    if base_state is not None:
+        with open(workdir / INITIAL_STATE_FILE, "w") as fh:
+            json.dump(base_state, fh)
+    with open(workdir / HISTORY_FILE, "w") as fh:
+        for r in recorder.ops:
+            fh.write(json.dumps({k: v for k, v in r.items() if not k.startswith("_")}) + "\n")
+    with open(workdir / "controller_nemesis.jsonl", "w") as fh:
+        for e in recorder.nemesis:
+            fh.write(json.dumps(e) + "\n")
+    with open(workdir / "nemesis_plan.json", "w") as fh:
+        json.dump([s.to_json() for s in steps], fh, indent=1)
+    with open(workdir / "leader_claims.json", "w") as fh:
+        json.dump({str(t): sorted(v) for t, v in sorted(recorder.leader_claims.items())}, fh)
+    with open(workdir / "verdict.json", "w") as fh:
+        json.dump(summary, fh, indent=1, default=str)
+
+
+def operation_from_json(r: dict[str, Any]) -> Operation:
+    """Inverse of the history line written by ``write_outputs`` (for re-checking a saved run)."""
+    f, inp, out = r["f"], r.get("input"), r.get("output")
+    if f == "read":
+        inp = None
+        out = None if out is None else ReadOutput(out["code"], out["master"], out["master_epoch"],
+                                                  tuple(out["sss"]), out["sss_epoch"])
+    elif f == "elect":
+        assert isinstance(inp, dict)
+        inp = ElectInput(**inp)
+        out = None if out is None else ElectOutput(**out)
+    elif f == "alter":
+        assert isinstance(inp, dict)
+        inp = AlterInput(inp["master_id"], inp["master_epoch"], tuple(inp["new_sss"]), inp["sss_epoch"])
+        out = None if out is None else AlterOutput(**out)
+    return Operation(r["op_id"], hash(r["process"]), r["key"], f, inp, out, Outcome(r["outcome"]),
+                     r["start_ns"], r["end_ns"])
+
+
+def load_run(out_dir: str | Path) -> tuple[list[Operation], dict[str, Any]]:
+    """The operations and the initial tables of a saved run."""
+    d = Path(out_dir)
+    with open(d / HISTORY_FILE) as fh:
+        ops = [operation_from_json(json.loads(line)) for line in fh if line.strip()]
+    with open(d / INITIAL_STATE_FILE) as fh:
+        return ops, json.load(fh)
+
+
+def recheck(out_dir: str | Path, budget_s: float = 60.0) -> Any:
+    """Re-run the linearizability check on a saved run directory."""
+    ops, base = load_run(out_dir)
+    return check_history(ops, CoreGroupModel(base), budget_s=budget_s)

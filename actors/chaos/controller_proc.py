@@ -1,0 +1,377 @@
+"""One controller node in its own OS process, and the authenticated client protocol to reach it.
+
+Theory of operation. The chaos runner needs nodes it can SIGKILL, SIGSTOP and restart, so each
+``ControllerNode`` runs in a child process started with ``python -m actors.chaos.controller_proc``.
+The child reads the cluster secret from its stdin (never argv: argv is world-readable), starts the
+node (Raft on its own address, peers as the proxy plan says), listens for clients on an ephemeral
+loopback port, prints one JSON line ``{"ready": true, "client_port": ...}`` and serves until killed.
+
+Wire format, one frame per request and per response, both directions alike::
+
+    u32 big-endian length of the rest | 32-byte HMAC-SHA256 tag | msgpack body
+
+The tag is HMAC-SHA256(secret, label + body) with label ``b"req"`` or ``b"resp"`` so a response
+cannot be replayed as a request. A frame with a bad tag, an oversize length or an undecodable body
+closes the connection and nothing else. Nothing is pickled. Request bodies are maps
+``{"id", "op", "args"}``; ops: ``status`` (``node.metadata()``), ``state`` (the replicated tables),
+``request`` (one controller API call, see ``build_request``).
+
+``request`` adds what the runner's checks need: the Raft term observed just before and just after
+``handle`` and whether the node was a ready leader before it was called. A node that is not a ready
+leader answers 2007 with ``precheck: true`` *without calling handle*, so such an answer definitely
+had no effect; a 2007 from inside ``handle`` may come after the events were appended (leadership
+lost while waiting for the commit) and is an unknown outcome for a write.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import hmac
+import json
+import logging
+import os
+import selectors
+import signal
+import socket
+import socketserver
+import struct
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import msgpack
+
+FRAME_HEADER = struct.Struct(">I")
+TAG_BYTES = 32
+MAX_FRAME_BYTES = 4 * 1024 * 1024
+REQ, RESP = b"req", b"resp"
+NOT_LEADER = 2007
+CLUSTER = "chaos"
+
+log = logging.getLogger(__name__)
+
+
+class ProtocolError(Exception):
+    """A malformed or unauthenticated frame: close the connection."""
+
+
+def _plain(value: Any) -> Any:
+    """msgpack ``default``: sets as sorted lists, dataclasses as maps, anything else as str."""
+    if isinstance(value, (set, frozenset)):
+        return sorted(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    return str(value)
+
+
+def encode_frame(secret: bytes, label: bytes, body: dict[str, Any]) -> bytes:
+    payload = msgpack.packb(body, default=_plain, use_bin_type=True)
+    tag = hmac.new(secret, label + payload, hashlib.sha256).digest()
+    return FRAME_HEADER.pack(TAG_BYTES + len(payload)) + tag + payload
+
+
+def _recv_exactly(sock: socket.socket, n: int) -> bytes:
+    chunks, got = [], 0
+    while got < n:
+        chunk = sock.recv(n - got)
+        if not chunk:
+            raise ConnectionError("peer closed the connection")
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+def read_frame(sock: socket.socket, secret: bytes, label: bytes) -> dict[str, Any]:
+    """Read one frame; ``ProtocolError`` on a bad one, ``ConnectionError``/``OSError`` on IO."""
+    (length,) = FRAME_HEADER.unpack(_recv_exactly(sock, FRAME_HEADER.size))
+    if length < TAG_BYTES or length > MAX_FRAME_BYTES:
+        raise ProtocolError(f"frame length {length} out of range")
+    data = _recv_exactly(sock, length)
+    tag, payload = data[:TAG_BYTES], data[TAG_BYTES:]
+    if not hmac.compare_digest(tag, hmac.new(secret, label + payload, hashlib.sha256).digest()):
+        raise ProtocolError("bad frame tag")
+    try:
+        body = msgpack.unpackb(payload, raw=False, strict_map_key=False)
+    except Exception as exc:  # noqa: BLE001 - any decode failure is the peer's fault
+        raise ProtocolError(f"undecodable body: {exc}") from exc
+    if not isinstance(body, dict):
+        raise ProtocolError("body is not a map")
+    return body
+
+
+# -- client side ----------------------------------------------------------------------------------
+
+class NotSent(Exception):
+    """The request never fully left this process: it definitely had no effect."""
+
+
+class Lost(Exception):
+    """The request was sent but no answer came back: its outcome is unknown."""
+
+
+class NodeClient:
+    """A blocking connection to one node process; reconnects after any failure."""
+
+    def __init__(self, host: str, port: int, secret: bytes, connect_timeout_s: float = 1.0) -> None:
+        self.host, self.port, self.secret = host, port, secret
+        self.connect_timeout_s = connect_timeout_s
+        self._sock: socket.socket | None = None
+        self._next_id = 0
+
+    def close(self) -> None:
+        if self._sock is not None:
+            try:
+                self._sock.close()
+            finally:
+                self._sock = None
+
+    def call(self, op: str, args: dict[str, Any] | None = None, timeout_s: float = 5.0) -> Any:
+        self._next_id += 1
+        frame = encode_frame(self.secret, REQ, {"id": self._next_id, "op": op, "args": args or {}})
+        try:
+            if self._sock is None:
+                self._sock = socket.create_connection((self.host, self.port), timeout=self.connect_timeout_s)
+            self._sock.settimeout(timeout_s)
+            self._sock.sendall(frame)
+        except OSError as exc:
+            self.close()
+            raise NotSent(str(exc)) from exc
+        try:
+            reply = read_frame(self._sock, self.secret, RESP)
+        except (OSError, ConnectionError, ProtocolError, struct.error) as exc:
+            self.close()
+            raise Lost(f"{type(exc).__name__}: {exc}") from exc
+        if reply.get("id") != self._next_id:
+            self.close()
+            raise Lost(f"reply id {reply.get('id')} != {self._next_id}")
+        if reply.get("error"):
+            raise RuntimeError(f"node error on {op}: {reply['error']}")
+        return reply.get("result")
+
+
+# -- server side ----------------------------------------------------------------------------------
+
+def build_request(args: dict[str, Any]) -> Any:
+    """A controller API request from a plain map (only the operations the chaos workload uses)."""
+    from controller.api import (AlterSyncStateSetRequest, ApplyBrokerIdRequest, ElectMasterRequest,
+                                GetReplicaInfoRequest, RegisterBrokerRequest)
+    kind, name = args["type"], str(args["broker_name"])
+    if kind == "read":
+        return GetReplicaInfoRequest(name)
+    if kind == "elect":
+        broker_id = int(args["broker_id"])
+        if broker_id < 0:
+            return ElectMasterRequest.of_controller_trigger(name)
+        if args.get("designate"):
+            return ElectMasterRequest.of_admin_trigger(CLUSTER, name, broker_id)
+        return ElectMasterRequest.of_broker_trigger(CLUSTER, name, broker_id)
+    if kind == "alter":
+        return AlterSyncStateSetRequest(name, int(args["master_id"]), int(args["master_epoch"]),
+                                        frozenset(int(b) for b in args["new_sss"]), int(args["sss_epoch"]))
+    if kind == "apply":
+        return ApplyBrokerIdRequest(CLUSTER, name, int(args["broker_id"]), str(args["check_code"]))
+    if kind == "register":
+        return RegisterBrokerRequest(CLUSTER, name, int(args["broker_id"]), str(args["address"]))
+    raise ValueError(f"unknown request type {kind!r}")
+
+
+class _Handler(socketserver.BaseRequestHandler):
+    server: "_Server"
+
+    def handle(self) -> None:
+        sock: socket.socket = self.request
+        while True:
+            try:
+                msg = read_frame(sock, self.server.secret, REQ)
+            except ProtocolError as exc:
+                log.warning("closing client connection: %s", exc)
+                return
+            except (OSError, ConnectionError, struct.error):
+                return
+            reply: dict[str, Any] = {"id": msg.get("id")}
+            try:
+                reply["result"] = self.server.dispatch(str(msg.get("op")), msg.get("args") or {})
+            except Exception as exc:  # noqa: BLE001 - reported to the caller, the server keeps going
+                log.exception("op %s failed", msg.get("op"))
+                reply["error"] = f"{type(exc).__name__}: {exc}"
+            try:
+                sock.sendall(encode_frame(self.server.secret, RESP, reply))
+            except OSError:
+                return
+
+
+class _Server(socketserver.ThreadingTCPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, address: tuple[str, int], node: Any, secret: bytes) -> None:
+        super().__init__(address, _Handler)
+        self.node = node
+        self.secret = secret
+
+    def meta(self) -> dict[str, Any]:
+        """``node.metadata()``, retried: it reads pysyncobj's journal while the tick thread may be
+        compacting it, which can raise (e.g. IndexError) for a moment."""
+        for attempt in range(20):
+            try:
+                return self.node.metadata()
+            except (IndexError, KeyError, RuntimeError):
+                if attempt == 19:
+                    raise
+                time.sleep(0.005)
+        raise AssertionError("unreachable")
+
+    def dispatch(self, op: str, args: dict[str, Any]) -> Any:
+        node = self.node
+        if op == "status":
+            # is_leader is sampled between the two term reads; it is a claim on a term only if
+            # the term did not move in between (terms only grow).
+            term_before = self.meta()["term"]
+            meta = self.meta()
+            meta["leader_term_claim"] = meta["term"] if meta["is_leader"] and meta["term"] == term_before else None
+            return meta
+        if op == "state":
+            return {"state": node.snapshot_state(), "meta": self.meta()}
+        if op == "request":
+            return self._request(args)
+        raise ValueError(f"unknown op {op!r}")
+
+    def _request(self, args: dict[str, Any]) -> dict[str, Any]:
+        node = self.node
+        request = build_request(args)
+        term_before = self.meta()["term"]
+        if not node.is_leader():
+            meta = self.meta()
+            return {"code": NOT_LEADER, "header": {"leader_address": meta["leader_address"]}, "body": None,
+                    "remark": "not a ready leader (checked before handle)", "precheck": True,
+                    "term_before": term_before, "term_after": meta["term"]}
+        response = node.handle(request)
+        return {"code": int(response.code), "header": response.header, "body": response.body,
+                "remark": response.remark, "precheck": False, "term_before": term_before,
+                "term_after": self.meta()["term"]}
+
+
+# -- parent side: the process handle ------------------------------------------------------------
+
+def _die_with_parent() -> None:
+    """Linux: SIGKILL the node if the runner dies, even while SIGSTOPped (no orphans left behind)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+class NodeProcess:
+    """One controller node process; the same store dir and Raft address across restarts."""
+
+    def __init__(self, index: int, self_address: str, peers: tuple[str, ...], store_dir: Path, log_path: Path,
+                 secret: str, config: dict[str, Any]) -> None:
+        self.index, self.self_address, self.peers = index, self_address, peers
+        self.store_dir, self.log_path, self.secret, self.config = store_dir, log_path, secret, config
+        self.proc: subprocess.Popen | None = None
+        self.client_port = 0
+        self.incarnation = 0
+        self.paused = False
+
+    def start(self, timeout_s: float = 30.0) -> None:
+        assert self.proc is None or self.proc.poll() is not None
+        self.client_port = 0
+        self.incarnation += 1
+        log = open(self.log_path, "ab")
+        root = str(Path(__file__).resolve().parents[2])
+        env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "actors.chaos.controller_proc", "--index", str(self.index),
+             "--self-address", self.self_address, "--peers", ",".join(self.peers),
+             "--store-dir", str(self.store_dir), "--config", json.dumps(self.config)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=env, cwd=root,
+            preexec_fn=_die_with_parent)
+        log.close()
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(self.secret.encode() + b"\n")
+        self.proc.stdin.flush()
+        with selectors.DefaultSelector() as sel:
+            sel.register(self.proc.stdout, selectors.EVENT_READ)
+            line = self.proc.stdout.readline() if sel.select(timeout_s) else b""
+        ready = json.loads(line) if line.strip() else {}
+        if not ready.get("ready"):
+            self.kill()
+            raise RuntimeError(f"controller node {self.index} failed to start ({ready}); see {self.log_path}")
+        self.client_port = int(ready["client_port"])
+        self.paused = False
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def signal(self, sig: int) -> None:
+        if self.running:
+            assert self.proc is not None
+            os.kill(self.proc.pid, sig)
+
+    def pause(self) -> None:
+        self.signal(signal.SIGSTOP)
+        self.paused = True
+
+    def resume(self) -> None:
+        self.signal(signal.SIGCONT)
+        self.paused = False
+
+    def kill(self) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=10)
+        for stream in (self.proc.stdin, self.proc.stdout):
+            try:
+                stream.close()  # type: ignore[union-attr]
+            except OSError:
+                pass
+        self.paused = False
+
+
+def serve(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="actors.chaos.controller_proc")
+    parser.add_argument("--index", type=int, required=True)
+    parser.add_argument("--self-address", required=True)
+    parser.add_argument("--peers", required=True, help="comma-separated peer addresses (proxies or real)")
+    parser.add_argument("--store-dir", required=True)
+    parser.add_argument("--config", default="{}", help="JSON map of ControllerConfig overrides")
+    parser.add_argument("--client-host", default="127.0.0.1")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format=f"%(asctime)s node{args.index} %(levelname)s %(name)s: %(message)s")
+    secret = sys.stdin.readline().strip()
+    if not secret:
+        print(json.dumps({"ready": False, "error": "no secret on stdin"}), flush=True)
+        return 2
+
+    from controller.config import ControllerConfig
+    from controller.node import ControllerNode
+
+    config = ControllerConfig.for_tests(**json.loads(args.config))
+    peers = [p for p in args.peers.split(",") if p]
+    node = ControllerNode(args.self_address, peers, args.store_dir, config, secret,
+                          alive=lambda name, broker_id: True)
+    server = _Server((args.client_host, 0), node, secret.encode())
+    thread = threading.Thread(target=server.serve_forever, name="chaos-client-server", daemon=True)
+    thread.start()
+    print(json.dumps({"ready": True, "client_port": server.server_address[1], "pid": os.getpid()}), flush=True)
+    # Serve until the runner kills us or closes our stdin.
+    for _ in sys.stdin:
+        pass
+    server.shutdown()
+    node.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(serve())
