@@ -1,0 +1,404 @@
+"""Collection: chaos run directories and live record lists -> Ray Datasets -> Spark DataFrames.
+
+Theory of operation. Every record kind of the chaos run directory (docs/contracts.md) has one
+fixed Arrow schema here (``SCHEMAS``) and one normaliser that turns a decoded JSON object into a row
+of that schema: identifiers that may be ints or strings become strings, wall-clock times become
+int64 milliseconds, missing "null if unknown" keys become nulls, epoch entries become structs, and
+controller events keep the columns the analyses use plus the rest as a JSON string. Files are read
+by Ray Data (``read_text`` / ``read_binary_files``) and parsed in Ray tasks, so a directory on shared
+storage is read where Ray schedules the work; live records arrive as lists gathered through Ray by
+the caller and become Ray Datasets with ``from_arrow``. Either way, RayDP's ``Dataset.to_spark``
+hands the blocks to Spark through the Ray object store: no intermediate files. This module does not
+import ``actors`` (DESIGN.md: dependencies point from actors to spark_on_ray).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+import pyarrow as pa
+
+HISTORY = "history"
+NEMESIS = "nemesis"
+REPLICAS = "replicas"
+SAMPLES = "samples"
+CONTROLLER_EVENTS = "controller_events"
+
+#: record kind -> file name in a run directory
+FILES = {
+    HISTORY: "history.jsonl",
+    NEMESIS: "nemesis.jsonl",
+    REPLICAS: "replicas.json",
+    SAMPLES: "samples.jsonl",
+    CONTROLLER_EVENTS: "controller_events.jsonl",
+}
+
+EPOCH_ENTRY_TYPE = pa.struct([("epoch", pa.int64()), ("start_offset", pa.int64()), ("end_offset", pa.int64())])
+
+SCHEMAS: dict[str, pa.Schema] = {
+    HISTORY: pa.schema([
+        ("op_id", pa.string()), ("process", pa.string()), ("f", pa.string()), ("group", pa.string()),
+        ("queue_id", pa.int64()), ("payload_id", pa.string()), ("queue_offset", pa.int64()),
+        ("physical_offset", pa.int64()), ("start_ms", pa.int64()), ("end_ms", pa.int64()),
+        ("outcome", pa.string()), ("broker_id", pa.int64()), ("error", pa.string()),
+    ]),
+    NEMESIS: pa.schema([
+        ("time_ms", pa.int64()), ("kind", pa.string()), ("phase", pa.string()), ("target", pa.string()),
+        ("group", pa.string()),
+    ]),
+    REPLICAS: pa.schema([
+        ("group", pa.string()), ("broker_id", pa.int64()), ("role", pa.string()), ("master_epoch", pa.int64()),
+        ("epoch_entries", pa.list_(EPOCH_ENTRY_TYPE)), ("min_offset", pa.int64()), ("max_offset", pa.int64()),
+        ("confirm_offset", pa.int64()),
+    ]),
+    SAMPLES: pa.schema([
+        ("time_ms", pa.int64()), ("group", pa.string()), ("broker_id", pa.int64()), ("role", pa.string()),
+        ("master_epoch", pa.int64()), ("max_offset", pa.int64()), ("confirm_offset", pa.int64()),
+    ]),
+    CONTROLLER_EVENTS: pa.schema([
+        ("index", pa.int64()), ("time_ms", pa.int64()), ("type", pa.string()), ("broker_name", pa.string()),
+        ("new_master_elected", pa.bool_()), ("new_master_broker_id", pa.int64()), ("fields_json", pa.string()),
+    ]),
+}
+
+#: Ray CPU reserved by each Ray Data read/parse task: a fraction, so collection still runs when a live
+#: cluster's actors hold every whole core.
+TASK_CPU = 0.25
+
+#: Rows per Ray block made from live record lists (each block is fetched by Spark on its own).
+ROWS_PER_BLOCK = 500_000
+
+
+class CollectError(ValueError):
+    """A record that does not follow the run-directory contract; names the kind and the record."""
+
+
+@dataclass(frozen=True)
+class Tables:
+    """The collected inputs, one Spark DataFrame per record kind (empty with schema if absent)."""
+
+    history: Any
+    nemesis: Any
+    replicas: Any
+    samples: Any
+    controller_events: Any
+
+    def as_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+# -- normalisers (pure) ----------------------------------------------------------------------------
+
+def _ident(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise CollectError(f"identifier must be a string or an integer, got {value!r}")
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return str(value)
+
+
+def _int(value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise CollectError(f"expected an integer, got {value!r}")
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise CollectError(f"expected a finite number, got {value!r}")
+        return int(round(value))
+    if isinstance(value, int):
+        return value
+    raise CollectError(f"expected an integer, got {value!r}")
+
+
+def _str(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def normalize_history(obj: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "op_id": _ident(obj["op_id"]), "process": _ident(obj.get("process")), "f": _str(obj["f"]),
+        "group": _str(obj["group"]), "queue_id": _int(obj.get("queue_id")),
+        "payload_id": _ident(obj.get("payload_id")), "queue_offset": _int(obj.get("queue_offset")),
+        "physical_offset": _int(obj.get("physical_offset")), "start_ms": _int(obj["start_ms"]),
+        "end_ms": _int(obj["end_ms"]), "outcome": _str(obj["outcome"]), "broker_id": _int(obj.get("broker_id")),
+        "error": _str(obj.get("error")),
+    }
+
+
+def normalize_nemesis(obj: Mapping[str, Any]) -> dict[str, Any]:
+    return {"time_ms": _int(obj["time_ms"]), "kind": _str(obj["kind"]), "phase": _str(obj.get("phase")),
+            "target": _ident(obj.get("target")), "group": _str(obj.get("group"))}
+
+
+def _epoch_entry(entry: Any) -> dict[str, int | None]:
+    if isinstance(entry, Mapping):
+        return {"epoch": _int(entry["epoch"]), "start_offset": _int(entry.get("start_offset", entry.get("start"))),
+                "end_offset": _int(entry.get("end_offset", entry.get("end")))}
+    if not isinstance(entry, (list, tuple)) or len(entry) not in (2, 3):
+        raise CollectError(f"epoch entry must be [epoch, start, end], got {entry!r}")
+    end = entry[2] if len(entry) == 3 else None
+    return {"epoch": _int(entry[0]), "start_offset": _int(entry[1]), "end_offset": _int(end)}
+
+
+def normalize_replica(obj: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "group": _str(obj["group"]), "broker_id": _int(obj["broker_id"]), "role": _str(obj["role"]),
+        "master_epoch": _int(obj.get("master_epoch")),
+        "epoch_entries": [_epoch_entry(e) for e in obj.get("epoch_entries") or []],
+        "min_offset": _int(obj.get("min_offset")), "max_offset": _int(obj.get("max_offset")),
+        "confirm_offset": _int(obj.get("confirm_offset")),
+    }
+
+
+def normalize_sample(obj: Mapping[str, Any]) -> dict[str, Any]:
+    return {"time_ms": _int(obj["time_ms"]), "group": _str(obj["group"]), "broker_id": _int(obj["broker_id"]),
+            "role": _str(obj.get("role")), "master_epoch": _int(obj.get("master_epoch")),
+            "max_offset": _int(obj.get("max_offset")), "confirm_offset": _int(obj.get("confirm_offset"))}
+
+
+def normalize_controller_event(obj: Mapping[str, Any]) -> dict[str, Any]:
+    rest = {k: v for k, v in obj.items() if k not in ("index", "time_ms", "type")}
+    elected = obj.get("new_master_elected")
+    return {
+        "index": _int(obj["index"]), "time_ms": _int(obj.get("time_ms")), "type": _str(obj["type"]),
+        "broker_name": _str(obj.get("broker_name")),
+        "new_master_elected": None if elected is None else bool(elected),
+        "new_master_broker_id": _int(obj.get("new_master_broker_id")),
+        "fields_json": json.dumps(rest, sort_keys=True, default=_json_default),
+    }
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, (set, frozenset)):
+        return sorted(value)
+    return str(value)
+
+
+NORMALIZERS: dict[str, Callable[[Mapping[str, Any]], dict[str, Any]]] = {
+    HISTORY: normalize_history,
+    NEMESIS: normalize_nemesis,
+    REPLICAS: normalize_replica,
+    SAMPLES: normalize_sample,
+    CONTROLLER_EVENTS: normalize_controller_event,
+}
+
+
+def records_to_arrow(kind: str, records: Iterable[Mapping[str, Any]]) -> pa.Table:
+    """Normalise ``records`` of one kind into an Arrow table of that kind's schema."""
+    normalize = NORMALIZERS[kind]
+    rows = []
+    for i, obj in enumerate(records):
+        try:
+            rows.append(normalize(obj))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CollectError(f"{kind} record {i}: {exc!r} in {dict(obj)!r}"[:500]) from exc
+    return pa.Table.from_pylist(rows, schema=SCHEMAS[kind])
+
+
+def parse_jsonl_lines(kind: str, lines: Iterable[str]) -> pa.Table:
+    """Parse JSONL text lines (blank lines skipped) of one kind into its Arrow table."""
+    objs = []
+    for line in lines:
+        if line and line.strip():
+            try:
+                objs.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise CollectError(f"{kind}: not a JSON line: {line[:200]!r}") from exc
+    return records_to_arrow(kind, objs)
+
+
+# -- Ray Data -> Spark -----------------------------------------------------------------------------
+#
+# PySpark 3.5's Arrow conversion inside RayDP's reader (mapInPandas) fails on array<struct> columns
+# once a block holds more than a few rows ("Expected Array, got ChunkedArray"), so nested columns
+# cross into Spark as JSON text and are parsed back with ``from_json`` on the Spark side.
+
+NESTED_COLUMNS = {REPLICAS: ("epoch_entries",)}
+
+
+def to_transport(kind: str, table: pa.Table) -> pa.Table:
+    """The Arrow table that travels through Ray into Spark: nested columns as JSON strings."""
+    for name in NESTED_COLUMNS.get(kind, ()):
+        i = table.schema.get_field_index(name)
+        text = pa.array([None if v is None else json.dumps(v) for v in table.column(name).to_pylist()],
+                        pa.string())
+        table = table.set_column(i, pa.field(name, pa.string()), text)
+    return table
+
+
+def transport_schema(kind: str) -> pa.Schema:
+    return to_transport(kind, SCHEMAS[kind].empty_table()).schema
+
+
+def _from_transport(kind: str, df: Any) -> Any:
+    from pyspark.sql import functions as F
+
+    names = NESTED_COLUMNS.get(kind, ())
+    if not names:
+        return df.select(*SCHEMAS[kind].names)
+    fields_by_name = {f.name: f for f in spark_schema(kind).fields}
+    return df.select(*[F.from_json(F.col(n), fields_by_name[n].dataType).alias(n) if n in names else F.col(n)
+                       for n in SCHEMAS[kind].names])
+
+
+def _task_cpu() -> float:
+    """``TASK_CPU``, or 0 when not even that is free (a 0-CPU task is still scheduled; a hung read is not)."""
+    import ray
+
+    return TASK_CPU if ray.available_resources().get("CPU", 0.0) >= TASK_CPU else 0.0
+
+
+def _jsonl_dataset(kind: str, path: Path) -> Any:
+    import ray.data
+
+    ds = ray.data.read_text(str(path), ray_remote_args={"num_cpus": _task_cpu()})
+
+    def parse(batch: pa.Table) -> pa.Table:
+        return to_transport(kind, parse_jsonl_lines(kind, batch.column("text").to_pylist()))
+
+    return ds.map_batches(parse, batch_format="pyarrow", batch_size=100_000, num_cpus=_task_cpu())
+
+
+def _json_list_dataset(kind: str, path: Path) -> Any:
+    import ray.data
+
+    ds = ray.data.read_binary_files(str(path), ray_remote_args={"num_cpus": _task_cpu()})
+
+    def parse(batch: pa.Table) -> pa.Table:
+        objs: list[Any] = []
+        for blob in batch.column("bytes").to_pylist():
+            doc = json.loads(blob)
+            if not isinstance(doc, list):
+                raise CollectError(f"{kind}: expected a JSON list, got {type(doc).__name__}")
+            objs.extend(doc)
+        return to_transport(kind, records_to_arrow(kind, objs))
+
+    return ds.map_batches(parse, batch_format="pyarrow", num_cpus=_task_cpu())
+
+
+def dataset_to_spark(spark: Any, kind: str, ds: Any) -> Any:
+    """Materialise ``ds`` (blocks in the transport schema) and hand it to Spark through RayDP.
+
+    Returns a DataFrame of the kind's schema (nested columns parsed back); empty -> empty with schema.
+    """
+    ds = ds.materialize()
+    if ds.count() == 0:
+        return spark.createDataFrame([], spark_schema(kind))
+    return _from_transport(kind, ray_dataset_to_spark(ds, spark))
+
+
+def ray_dataset_to_spark(ds: Any, spark: Any) -> Any:
+    """RayDP's ``Dataset.to_spark``, with each block's columns combined into one Arrow chunk.
+
+    Same mechanism as RayDP 1.6.5 (the block refs are parked in the RayDP master actor, the JVM's
+    ``ObjectStoreReader`` makes one row per block, and a ``mapInPandas`` on the executors fetches
+    the blocks from the object store), with one fix: under pandas 3 a multi-chunk Arrow column
+    becomes a chunked pandas string array, which PySpark 3.5 cannot turn back into Arrow
+    ("Expected Array, got ChunkedArray"), so every block is ``combine_chunks()``-ed first and
+    handed over on its own instead of ``pd.concat``-ed with its neighbours.
+    """
+    import logging
+    import uuid
+
+    import ray
+    from pyspark.sql import DataFrame
+    from pyspark.sql.pandas.types import from_arrow_schema
+    from raydp.spark.dataset import get_locations
+    from raydp.spark.ray_cluster_master import RAYDP_SPARK_MASTER_SUFFIX
+
+    arrow_schema = ds.schema().base_schema
+    refs = ds.to_arrow_refs()
+    locations = get_locations(refs)
+    holder_name = spark.sparkContext.appName + RAYDP_SPARK_MASTER_SUFFIX
+    holder = ray.get_actor(holder_name)
+    df_id = uuid.uuid4()
+    ray.get(holder.add_objects.remote(df_id, refs))
+    ray_address = ray.get(holder.get_ray_address.remote())
+    namespace = ray.get_runtime_context().namespace
+    reader = spark.sparkContext._jvm.org.apache.spark.sql.raydp.ObjectStoreReader
+    blocks_df = DataFrame(reader.createRayObjectRefDF(spark._jsparkSession, locations), spark)
+
+    def fetch_blocks(batches: Any) -> Any:
+        import ray as ray_worker
+
+        if not ray_worker.is_initialized():
+            ray_worker.init(address=ray_address, namespace=namespace, logging_level=logging.WARNING)
+        parked = ray_worker.get_actor(holder_name)
+        for batch in batches:
+            for idx in batch["idx"]:
+                table = ray_worker.get(ray_worker.get(parked.get_object.remote(df_id, idx)))
+                yield table.combine_chunks().to_pandas()
+
+    return blocks_df.mapInPandas(fetch_blocks, from_arrow_schema(arrow_schema))
+
+
+def _spark(spark: Any) -> Any:
+    if spark is not None:
+        return spark
+    from spark_on_ray.session import active_spark
+
+    return active_spark()
+
+
+def collect_run_dir(path: str | Path, spark: Any = None) -> Tables:
+    """Read a chaos run directory with Ray Data and return its records as Spark DataFrames.
+
+    ``history.jsonl`` and ``replicas.json`` are required; the other files may be absent (empty
+    tables). ``spark`` defaults to the session of ``spark_on_ray.session.spark_session``.
+    """
+    import ray.data
+
+    spark = _spark(spark)
+    root = Path(path)
+    if not root.is_dir():
+        raise CollectError(f"{root} is not a directory")
+    frames: dict[str, Any] = {}
+    for kind, name in FILES.items():
+        file = root / name
+        if not file.exists() or file.stat().st_size == 0:
+            if kind in (HISTORY, REPLICAS):
+                raise CollectError(f"{file} is missing: a chaos run directory needs {name}")
+            ds = ray.data.from_arrow(transport_schema(kind).empty_table())
+        elif kind == REPLICAS:
+            ds = _json_list_dataset(kind, file.resolve())
+        else:
+            ds = _jsonl_dataset(kind, file.resolve())
+        frames[kind] = dataset_to_spark(spark, kind, ds)
+    return Tables(**frames)
+
+
+def collect_live(records: Mapping[str, list[dict[str, Any]]], spark: Any = None) -> Tables:
+    """The same DataFrames as ``collect_run_dir`` from record lists gathered through Ray.
+
+    ``records`` maps each kind (``history``, ``nemesis``, ``replicas``, ``samples``,
+    ``controller_events``) to a list of dicts shaped like the run directory's lines; missing kinds
+    are empty. Rows are normalised in this process and become a Ray Dataset (``from_arrow``) before
+    Spark reads them from the object store.
+    """
+    import ray.data
+
+    spark = _spark(spark)
+    unknown = set(records) - set(FILES)
+    if unknown:
+        raise CollectError(f"unknown record kinds {sorted(unknown)}; expected {sorted(FILES)}")
+    frames: dict[str, Any] = {}
+    for kind in FILES:
+        table = to_transport(kind, records_to_arrow(kind, records.get(kind) or []))
+        ds = ray.data.from_arrow([table.slice(i, ROWS_PER_BLOCK) for i in range(0, max(1, table.num_rows),
+                                                                             ROWS_PER_BLOCK)])
+        frames[kind] = dataset_to_spark(spark, kind, ds)
+    return Tables(**frames)
+
+
+def spark_schema(kind: str) -> Any:
+    """The Spark StructType of a record kind (for empty frames and constructed test inputs)."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(SCHEMAS[kind])

@@ -1,0 +1,151 @@
+"""Collection through Ray Data into Spark, and the ``rocketray analytics`` command end to end."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from spark_on_ray.collect import FILES, SCHEMAS, CollectError, records_to_arrow
+
+# -- pure normalisation (no Spark) ----------------------------------------------------------------
+
+
+def test_records_normalise_idents_times_and_missing_nullable_keys():
+    # Integer and string identifiers both become strings; float ms become int ms; absent nullable keys are null.
+    table = records_to_arrow("history", [
+        {"op_id": 7, "process": 3, "f": "send", "group": "g", "queue_id": 0, "payload_id": 42,
+         "start_ms": 1.6, "end_ms": 2, "outcome": "ok"},
+        {"op_id": "r-1", "process": "c", "f": "read", "group": "g", "queue_id": 1, "payload_id": "42",
+         "queue_offset": 5, "physical_offset": 500, "start_ms": 3, "end_ms": 4, "outcome": "ok", "broker_id": 2},
+    ])
+    assert table.schema == SCHEMAS["history"]
+    got = table.to_pylist()
+    assert [r["op_id"] for r in got] == ["7", "r-1"] and [r["payload_id"] for r in got] == ["42", "42"]
+    assert got[0]["start_ms"] == 2 and got[0]["queue_offset"] is None and got[0]["broker_id"] is None
+
+
+def test_replica_epoch_entries_become_structs_and_controller_event_extras_are_kept():
+    # [epoch, start, end] lists become structs; event fields other than the known ones survive as JSON.
+    reps = records_to_arrow("replicas", [{"group": "g", "broker_id": 1, "role": "MASTER", "master_epoch": 2,
+                                          "epoch_entries": [[1, 0, 10], [2, 10, 2**63 - 1]], "min_offset": 0,
+                                          "max_offset": 20, "confirm_offset": 20}]).to_pylist()
+    assert reps[0]["epoch_entries"][1] == {"epoch": 2, "start_offset": 10, "end_offset": 2**63 - 1}
+    ev = records_to_arrow("controller_events", [{"index": 1, "time_ms": 5, "type": "AlterSyncStateSetEvent",
+                                                 "broker_name": "g", "new_sync_state_set": [1, 2]}]).to_pylist()
+    assert json.loads(ev[0]["fields_json"]) == {"broker_name": "g", "new_sync_state_set": [1, 2]}
+
+
+def test_a_record_missing_a_required_key_is_rejected_with_its_kind_and_index():
+    # A nemesis line without time_ms names the kind and the record number.
+    with pytest.raises(CollectError, match="nemesis record 1"):
+        records_to_arrow("nemesis", [{"time_ms": 1, "kind": "heal"}, {"kind": "heal"}])
+
+
+# -- through Ray Data and RayDP --------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_run_dir_and_live_records_give_the_same_dataframes(spark, tiny_run, tiny_records):
+    # Reading the run directory with Ray Data and handing live lists to collect_live yield equal tables.
+    from spark_on_ray.collect import collect_live, collect_run_dir
+
+    from_dir = collect_run_dir(tiny_run, spark)
+    live = collect_live(tiny_records, spark)
+    for kind in FILES:
+        a = from_dir.as_dict()[kind].toPandas()
+        b = live.as_dict()[kind].toPandas()
+        assert list(a.columns) == SCHEMAS[kind].names
+        assert len(a) == len(tiny_records[kind]) > 0, kind
+        key = [c for c in a.columns if c != "epoch_entries"]
+        pd.testing.assert_frame_equal(a.sort_values(key).reset_index(drop=True)[key],
+                                      b.sort_values(key).reset_index(drop=True)[key])
+
+
+@pytest.mark.slow
+def test_run_dir_without_optional_files_gives_empty_tables(spark, tmp_path, tiny_records):
+    # Only history.jsonl and replicas.json are required; the rest come back empty with their schema.
+    from spark_on_ray.collect import collect_run_dir
+
+    run = tmp_path / "bare"
+    run.mkdir()
+    (run / "history.jsonl").write_text("\n".join(json.dumps(r) for r in tiny_records["history"][:3]) + "\n")
+    (run / "replicas.json").write_text(json.dumps(tiny_records["replicas"]))
+    tables = collect_run_dir(run, spark)
+    assert tables.history.count() == 3 and tables.samples.count() == 0
+    assert tables.samples.columns == SCHEMAS["samples"].names
+    with pytest.raises(CollectError, match="replicas.json"):
+        (run / "replicas.json").unlink()
+        collect_run_dir(run, spark)
+
+
+@pytest.mark.slow
+def test_cli_analytics_on_a_constructed_run_reports_the_known_truth(spark, tiny_run, tiny_truth, tmp_path, capsys):
+    # End to end: `rocketray analytics --run DIR --json` finds the constructed epochs, faults, losses and split brain,
+    # prints the tables, and writes Parquet, CSV, PNG charts and the HTML report.
+    from actors import cli
+
+    out = tmp_path / "out"
+    assert cli.main(["analytics", "--run", str(tiny_run), "--out", str(out), "--json"]) == 0
+    stdout = capsys.readouterr().out
+    summary = json.loads(stdout.strip().splitlines()[-1])
+    assert summary["ok"] is True
+    for key in ("epochs", "failovers", "failover_ms_p50", "split_brain_epochs", "lost_messages"):
+        assert summary[key] == tiny_truth[key], key
+    assert summary["epochs_by_group"] == tiny_truth["epochs_by_group"]
+    assert summary["duplicated_messages"] == 1 and summary["bytes_truncated"] == 100
+    assert "== delivery" in stdout and "== failovers" in stdout and "== split_brain (1 rows)" in stdout
+
+    outputs = [Path(p) for p in summary["outputs"]]
+    assert all(p.exists() and p.stat().st_size > 0 for p in outputs)
+    names = {p.name for p in outputs}
+    for table in ("epoch_timeline", "failovers", "split_brain", "delivery", "lost_messages", "replication_lag"):
+        assert {f"{table}.parquet", f"{table}.csv"} <= names
+    assert {"epoch_timeline.png", "replication_lag.png", "failovers.png", "report.html"} <= names
+    for png in ("epoch_timeline.png", "replication_lag.png", "failovers.png"):
+        assert (out / "charts" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    lost = pd.read_parquet(out / "tables" / "lost_messages.parquet")
+    assert sorted(lost["payload_id"]) == ["a5", "b7"]
+    timeline = pd.read_csv(out / "tables" / "epoch_timeline.csv")
+    assert len(timeline) == tiny_truth["epochs"] and (timeline["bytes"] > 0).all()
+    html = (out / "report.html").read_text()
+    assert html.count("data:image/png;base64,") == 3 and "split brain" in html
+
+
+@pytest.mark.slow
+def test_multi_chunk_arrow_blocks_reach_spark_intact(spark):
+    # Regression: under pandas 3 a block whose string columns have several Arrow chunks broke PySpark 3.5's
+    # conversion ("Expected Array, got ChunkedArray"); ray_dataset_to_spark combines chunks per block.
+    import pyarrow as pa
+    import ray
+
+    from spark_on_ray.collect import dataset_to_spark, records_to_arrow
+
+    rows = [{"time_ms": i, "kind": "kill-master", "phase": "start", "target": f"t{i}", "group": f"g{i % 3}"}
+            for i in range(300)]
+    chunked = pa.concat_tables([records_to_arrow("nemesis", rows[:100]), records_to_arrow("nemesis", rows[100:])])
+    assert chunked.column("target").num_chunks == 2
+    ds = ray.data.from_arrow([chunked, records_to_arrow("nemesis", rows[:5])])
+    df = dataset_to_spark(spark, "nemesis", ds)
+    assert df.count() == 305 and df.where("group = 'g1'").count() == 100 + 2
+
+
+def test_live_without_cluster_support_says_what_is_missing(monkeypatch):
+    # --live on a cluster handle that cannot hand out analytics records yet: a clear RuntimeError, no Spark.
+    import argparse
+
+    from actors import cluster
+    from actors.commands import analytics
+
+    monkeypatch.setattr(cluster, "connect", lambda *a, **k: object())
+    with pytest.raises(RuntimeError, match="analytics_records"):
+        analytics._live_records(argparse.Namespace(cluster=None))
+
+
+def test_the_constructed_run_follows_the_contract_of_the_chaos_reader(tiny_run, tiny_records):
+    # The hand-built run directory is read without complaint by the chaos package's strict reader.
+    history = pytest.importorskip("actors.chaos.history")
+    run = history.read_run_dir(tiny_run)
+    assert len(run.ops) == len(tiny_records["history"]) and len(run.replicas) == len(tiny_records["replicas"])

@@ -1,0 +1,63 @@
+"""Tables, charts and the HTML report from pandas results (no Spark needed), and the summary numbers."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pyarrow.parquet as pq
+
+from spark_on_ray import pipeline, report
+
+
+def result_frames(empty: bool = False) -> dict[str, pd.DataFrame]:
+    """Minimal result tables shaped like the analyses' outputs (or empty ones with the same columns)."""
+    frames = {
+        "epoch_timeline": pd.DataFrame({"group": ["a", "a"], "epoch": [1, 2], "master_broker_id": [1, 2],
+                                        "start_offset": [0, 100], "end_offset": [100, 250], "bytes": [100, 150],
+                                        "start_ms": [1000, 2000], "end_ms": pd.array([2000, None], "Int64"),
+                                        "duration_ms": pd.array([1000, None], "Int64")}),
+        "replica_agreement": pd.DataFrame({"group": ["a"], "broker_id": [2], "epoch": [1], "status": ["diverged"]}),
+        "split_brain": pd.DataFrame({"group": ["a"], "epoch": [2], "start_offsets": [[100, 120]],
+                                     "masters": [[1, 2]], "reason": ["two start offsets; two masters"]}),
+        "truncation_summary": pd.DataFrame({"group": ["a"], "broker_id": [2], "truncations": [1],
+                                            "bytes_truncated": [20]}),
+        "replication_lag": pd.DataFrame({"time_ms": [1000, 1500, 1500], "group": ["a"] * 3, "broker_id": [1, 1, 2],
+                                         "master_max_offset": [50, 90, 90], "lag_bytes": [0, 0, 40]}),
+        "lag_summary": pd.DataFrame({"group": ["a"], "broker_id": [2], "max_lag_bytes": [40]}),
+        "failovers": pd.DataFrame({"fault_id": [1, 2, 3], "kill_ms": [1500, 2500, 2600], "kind": ["kill-master"] * 3,
+                                   "group": ["a"] * 3, "first_ack_ms": pd.array([2000, 2900, None], "Int64"),
+                                   "failover_ms": pd.array([500, 400, None], "Int64"),
+                                   "recovered": [True, True, False]}),
+        "delivery": pd.DataFrame({"group": ["a"], "acknowledged": [10], "consumed": [9], "lost": [1],
+                                  "duplicated": [0]}),
+        "lost_messages": pd.DataFrame({"group": ["a"], "payload_id": ["a7"]}),
+    }
+    if empty:
+        frames = {name: df.iloc[0:0] for name, df in frames.items()}
+    return frames
+
+
+def test_summary_counts_epochs_faults_split_brain_and_losses():
+    # p50 over recovered faults only (500 and 400 -> 450); the unrecovered one still counts as a failover.
+    s = pipeline.summarize(result_frames())
+    assert (s["epochs"], s["failovers"], s["failovers_recovered"], s["failover_ms_p50"]) == (2, 3, 2, 450.0)
+    assert (s["split_brain_epochs"], s["lost_messages"], s["diverged_epoch_entries"], s["bytes_truncated"]) == (1, 1, 1,
+                                                                                                              20)
+    json.dumps(s)  # JSON-ready
+
+
+def test_files_charts_and_html_are_written_even_for_empty_results(tmp_path):
+    # Every table as Parquet and CSV (array columns as JSON text in CSV), three PNGs, one self-contained HTML.
+    for empty in (False, True):
+        out = tmp_path / ("empty" if empty else "full")
+        frames = result_frames(empty)
+        written = report.write_tables(frames, out)
+        charts = report.draw_charts(frames, out)
+        html = report.write_html(frames, charts, pipeline.summarize(frames), out / "report.html", "t")
+        assert len(written) == 2 * len(frames) and all(p.stat().st_size > 0 for p in written)
+        assert all(p.read_bytes()[:4] == b"\x89PNG" for p in charts.values())
+        assert html.read_text().count("data:image/png;base64,") == 3
+    full = tmp_path / "full" / "tables"
+    assert pq.read_table(full / "split_brain.parquet").column("start_offsets").to_pylist() == [[100, 120]]
+    assert json.loads(pd.read_csv(full / "split_brain.csv")["masters"][0]) == [1, 2]
