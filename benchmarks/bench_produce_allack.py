@@ -1,0 +1,225 @@
+"""produce-allack: 1 KiB messages in batches to a master with two slaves, all-ack on.
+
+The master runs in this process; each slave runs in its own process (its own interpreter, like
+a broker actor). SyncStateSet {1, 2, 3} and ``all_ack_in_sync_state_set``: every put returns
+only after both slaves acked its end offset. ``--producers`` puts are kept in flight.
+Figures: messages/s and the p50/p99 latency of one put (one batch).
+
+Baseline, same run and same shape: for each batch, append the same encoded bytes to a file and
+send them to two receiver processes that write them to their own file and answer an 8-byte ack;
+the batch completes when both acks arrived. ``ratio`` = HA messages/s / baseline messages/s,
+higher is better.
+
+Options: ``--seconds S`` (per side, default 8), ``--batch N`` (messages per put, default 32),
+``--producers P`` (default 4), ``--message-bytes`` (default 1024).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from broker.config import StoreConfig  # noqa: E402
+from broker.message import Message, encode_record  # noqa: E402
+from broker.store import MessageStore  # noqa: E402
+from ha.config import HAConfig  # noqa: E402
+from ha.service import HAService, PutStatus  # noqa: E402
+
+SECRET = b"bench-secret"
+SEGMENT = 256 << 20
+
+
+def ha_config() -> HAConfig:
+    return HAConfig(all_ack_in_sync_state_set=True, ha_send_heartbeat_interval_ms=1000)
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def measure(put_one, seconds: float, producers: int) -> tuple[int, list[float], float]:
+    latencies: list[float] = []
+    count = 0
+    stop_at = time.perf_counter() + seconds
+    start = time.perf_counter()
+
+    async def producer() -> None:
+        nonlocal count
+        while time.perf_counter() < stop_at:
+            t0 = time.perf_counter()
+            count += await put_one()
+            latencies.append(time.perf_counter() - t0)
+
+    await asyncio.gather(*(producer() for _ in range(producers)))
+    return count, latencies, time.perf_counter() - start
+
+
+async def ha_side(work: Path, args) -> dict:
+    store = MessageStore(work / "master", StoreConfig(segment_size_bytes=SEGMENT))
+    ha = HAService(store, 1, ha_config(), SECRET)
+    port = await ha.start("127.0.0.1", 0)
+    assert await ha.change_to_master(1)
+    ha.set_sync_state_set({1, 2, 3})
+    procs = [subprocess.Popen([sys.executable, __file__, "--slave", str(work / f"slave{i}"),
+                               f"127.0.0.1:{port}", str(i)]) for i in (2, 3)]
+    body = os.urandom(args.message_bytes - 80)
+    batch = [Message("Bench", i % 4, body) for i in range(args.batch)]
+    try:
+        deadline = time.monotonic() + 60
+        while {c.slave_id for c in ha.connections if c.ack_offset >= 0} != {2, 3}:
+            assert time.monotonic() < deadline, "slaves did not connect"
+            await asyncio.sleep(0.01)
+
+        async def put_one() -> int:
+            status, stored = await ha.put(batch, 0)
+            assert status == PutStatus.PUT_OK, status
+            return len(stored)
+
+        await measure(put_one, 0.5, args.producers)        # warm-up
+        count, lat, elapsed = await measure(put_one, args.seconds, args.producers)
+    finally:
+        for p in procs:
+            p.terminate()
+            p.wait()
+        await ha.close()
+        store.close()
+    return {"msgs_per_s": count / elapsed, "p50_ms": percentile(lat, 0.5) * 1000,
+            "p99_ms": percentile(lat, 0.99) * 1000, "puts": len(lat)}
+
+
+def slave_main(argv: list[str]) -> None:
+    root, address, broker_id = argv
+
+    async def main() -> None:
+        store = MessageStore(Path(root), StoreConfig(segment_size_bytes=SEGMENT))
+        ha = HAService(store, int(broker_id), ha_config(), SECRET)
+        await ha.change_to_slave(address, 1)
+        await asyncio.Event().wait()
+
+    asyncio.run(main())
+
+
+def receiver_main(argv: list[str]) -> None:
+    """Baseline receiver: frames of length(4)+bytes; write them; ack the running total."""
+    port, path = int(argv[0]), argv[1]
+
+    async def main() -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        total = 0
+        with open(path, "wb") as f:
+            while True:
+                try:
+                    (n,) = struct.unpack(">I", await reader.readexactly(4))
+                    data = await reader.readexactly(n)
+                except asyncio.IncompleteReadError:
+                    return
+                f.write(data)
+                total += n
+                writer.write(struct.pack(">q", total))
+
+    asyncio.run(main())
+
+
+async def raw_side(work: Path, args) -> dict:
+    conns: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+    ready = asyncio.Event()
+
+    async def on_conn(reader, writer) -> None:
+        conns.append((reader, writer))
+        if len(conns) == 2:
+            ready.set()
+
+    server = await asyncio.start_server(on_conn, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    procs = [subprocess.Popen([sys.executable, __file__, "--receiver", str(port),
+                               str(work / f"recv{i}")]) for i in (2, 3)]
+    await asyncio.wait_for(ready.wait(), 60)
+    body = os.urandom(args.message_bytes - 80)
+    log = open(work / "raw-master", "wb")
+    sent = 0
+    acked = [0, 0]
+    waiters: list[tuple[int, asyncio.Future]] = []
+
+    async def ack_reader(i: int, reader: asyncio.StreamReader) -> None:
+        while True:
+            (acked[i],) = struct.unpack(">q", await reader.readexactly(8))
+            for end, fut in list(waiters):
+                if min(acked) >= end and not fut.done():
+                    fut.set_result(None)
+                    waiters.remove((end, fut))
+
+    readers = [asyncio.create_task(ack_reader(i, r)) for i, (r, _) in enumerate(conns)]
+
+    async def put_one() -> int:
+        nonlocal sent
+        data = b"".join(encode_record(Message("Bench", i % 4, body, physical_offset=sent))
+                        for i in range(args.batch))
+        log.write(data)
+        frame = struct.pack(">I", len(data)) + data
+        sent += len(data)
+        end = sent
+        for _, w in conns:
+            w.write(frame)
+        fut = asyncio.get_running_loop().create_future()
+        waiters.append((end, fut))
+        if min(acked) >= end:
+            fut.set_result(None)
+            waiters.remove((end, fut))
+        await fut
+        return args.batch
+
+    try:
+        await measure(put_one, 0.5, args.producers)
+        count, lat, elapsed = await measure(put_one, args.seconds, args.producers)
+    finally:
+        for t in readers:
+            t.cancel()
+        for p in procs:
+            p.terminate()
+            p.wait()
+        for _, w in conns:
+            w.close()
+        server.close()
+        log.close()
+    return {"msgs_per_s": count / elapsed, "p50_ms": percentile(lat, 0.5) * 1000,
+            "p99_ms": percentile(lat, 0.99) * 1000}
+
+
+def run(argv: list[str]) -> dict:
+    ap = argparse.ArgumentParser(prog="produce-allack")
+    ap.add_argument("--seconds", type=float, default=8)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--producers", type=int, default=4)
+    ap.add_argument("--message-bytes", type=int, default=1024)
+    args = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="bench-allack-") as d:
+        raw = asyncio.run(raw_side(Path(d), args))
+        ha = asyncio.run(ha_side(Path(d), args))
+    return {
+        "message_bytes": args.message_bytes, "batch": args.batch, "producers": args.producers,
+        "msgs_per_s": round(ha["msgs_per_s"]), "p50_ms": round(ha["p50_ms"], 2),
+        "p99_ms": round(ha["p99_ms"], 2), "puts": ha["puts"],
+        "raw_msgs_per_s": round(raw["msgs_per_s"]), "raw_p50_ms": round(raw["p50_ms"], 2),
+        "raw_p99_ms": round(raw["p99_ms"], 2),
+        "ratio": round(ha["msgs_per_s"] / raw["msgs_per_s"], 3),
+    }
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--slave"]:
+        slave_main(sys.argv[2:])
+    elif sys.argv[1:2] == ["--receiver"]:
+        receiver_main(sys.argv[2:])
+    else:
+        print(run(sys.argv[1:]))

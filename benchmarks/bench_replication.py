@@ -1,0 +1,173 @@
+"""replication: an empty slave catching up a master's backlog over the HA protocol.
+
+Builds a master store holding ``--size-mb`` MiB (default 256) of 4 KiB messages, then starts a
+slave in its own process (its own interpreter, like a real broker) and times how long the slave
+takes, from its connection to its ack of the master's max offset, to copy everything: MB/s.
+
+Baseline, same run: read the same commit-log files and send them over a loopback socket to a
+process that writes them into a file (no protocol, no verification). ``ratio`` = HA MB/s / raw
+MB/s, higher is better (1.0 would mean the protocol costs nothing).
+
+Options: ``--size-mb N``, ``--batch-kb K`` (transfer batch size; default: the HAConfig default),
+``--sweep K1,K2,...`` (repeat the HA run for several batch sizes; reported under ``sweep``),
+``--message-kb``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from broker.config import StoreConfig  # noqa: E402
+from broker.message import Message  # noqa: E402
+from broker.store import MessageStore  # noqa: E402
+from ha.config import DEFAULT_TRANSFER_BATCH_SIZE, HAConfig  # noqa: E402
+from ha.service import HAService  # noqa: E402
+
+SECRET = b"bench-secret"
+MiB = 1 << 20
+SEGMENT = 64 * MiB
+
+
+def build_backlog(root: Path, size_mb: int, message_kb: int) -> MessageStore:
+    store = MessageStore(root, StoreConfig(segment_size_bytes=SEGMENT, background_thread=False))
+    store.epoch_file.append(1, 0)          # written as the master of epoch 1
+    body = os.urandom(message_kb * 1024 - 80)
+    batch = [Message("Bench", i % 8, body) for i in range(64)]
+    while store.max_offset < size_mb * MiB:
+        store.put_messages(batch, 0)
+    store.flush()
+    return store
+
+
+async def ha_run(master_store: MessageStore, work: Path, batch_kb: int) -> float:
+    """Seconds for a fresh slave process to copy the whole backlog."""
+    cfg = HAConfig(ha_transfer_batch_size=batch_kb * 1024, ha_send_heartbeat_interval_ms=1000,
+                   ha_housekeeping_interval_ms=20000)
+    ha = HAService(master_store, 1, cfg, SECRET)
+    port = await ha.start("127.0.0.1", 0)
+    assert await ha.change_to_master(1)
+    total = master_store.max_offset
+    slave_dir = work / f"slave-{batch_kb}"
+    proc = subprocess.Popen([sys.executable, __file__, "--slave", str(slave_dir),
+                             f"127.0.0.1:{port}", str(batch_kb)])
+    try:
+        start = None
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            conns = [c for c in ha.connections if c.slave_id == 2]
+            if conns and start is None and conns[0].ack_offset >= 0:
+                start = time.perf_counter()
+            if conns and conns[0].ack_offset == total:
+                return time.perf_counter() - start
+            await asyncio.sleep(0.005)
+        raise RuntimeError("slave did not catch up")
+    finally:
+        proc.terminate()
+        proc.wait()
+        await ha.close()
+        shutil.rmtree(slave_dir, ignore_errors=True)
+
+
+def slave_main(argv: list[str]) -> None:
+    root, address, batch_kb = argv
+
+    async def main() -> None:
+        store = MessageStore(Path(root), StoreConfig(segment_size_bytes=SEGMENT))
+        cfg = HAConfig(ha_transfer_batch_size=int(batch_kb) * 1024,
+                       ha_send_heartbeat_interval_ms=1000, ha_housekeeping_interval_ms=20000)
+        ha = HAService(store, 2, cfg, SECRET)
+        await ha.change_to_slave(address, 1)
+        await asyncio.Event().wait()
+
+    asyncio.run(main())
+
+
+def raw_receiver_main(argv: list[str]) -> None:
+    port, path = int(argv[0]), argv[1]
+    with socket.create_connection(("127.0.0.1", port)) as sock, open(path, "wb") as f:
+        buf = bytearray(MiB)
+        view = memoryview(buf)
+        while n := sock.recv_into(buf):
+            f.write(view[:n])
+        f.flush()
+        sock.sendall(b"k")
+
+
+def raw_run(master_store: MessageStore, work: Path) -> float:
+    """Seconds to read the segment files and push them through a loopback socket into a file."""
+    files = sorted((master_store.root / "commitlog").iterdir())
+    total = master_store.max_offset
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(1)
+        port = server.getsockname()[1]
+        proc = subprocess.Popen([sys.executable, __file__, "--raw-receiver", str(port),
+                                 str(work / "raw.out")])
+        conn, _ = server.accept()
+        start = time.perf_counter()
+        sent = 0
+        with conn:
+            for path in files:
+                with open(path, "rb") as f:
+                    while sent < total and (chunk := f.read(min(MiB, total - sent))):
+                        conn.sendall(chunk)
+                        sent += len(chunk)
+            conn.shutdown(socket.SHUT_WR)
+            assert conn.recv(1) == b"k"
+        elapsed = time.perf_counter() - start
+        proc.wait()
+    os.unlink(work / "raw.out")
+    return elapsed
+
+
+def run(argv: list[str]) -> dict:
+    ap = argparse.ArgumentParser(prog="replication")
+    ap.add_argument("--size-mb", type=int, default=256)
+    ap.add_argument("--batch-kb", type=int, default=DEFAULT_TRANSFER_BATCH_SIZE // 1024)
+    ap.add_argument("--message-kb", type=int, default=4)
+    ap.add_argument("--sweep", default="")
+    args = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="bench-repl-") as d:
+        work = Path(d)
+        store = build_backlog(work / "master", args.size_mb, args.message_kb)
+        mb = store.max_offset / MiB
+        raw_s = raw_run(store, work)
+        ha_s = asyncio.run(ha_run(store, work, args.batch_kb))
+        sweep = {}
+        for kb in [int(x) for x in args.sweep.split(",") if x]:
+            sweep[f"{kb}KiB_MBps"] = round(mb / asyncio.run(ha_run(store, work, kb)), 1)
+        store.close()
+    result = {
+        "size_mb": round(mb, 1),
+        "message_bytes": args.message_kb * 1024,
+        "batch_kb": args.batch_kb,
+        "ha_seconds": round(ha_s, 3),
+        "ha_MBps": round(mb / ha_s, 1),
+        "raw_seconds": round(raw_s, 3),
+        "raw_MBps": round(mb / raw_s, 1),
+        "ratio": round((mb / ha_s) / (mb / raw_s), 3),
+    }
+    if sweep:
+        result["sweep"] = sweep
+    return result
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--slave"]:
+        slave_main(sys.argv[2:])
+    elif sys.argv[1:2] == ["--raw-receiver"]:
+        raw_receiver_main(sys.argv[2:])
+    else:
+        print(run(sys.argv[1:]))

@@ -1,0 +1,117 @@
+"""Mutual challenge/response authentication before the RocketMQ HA handshake (sans-IO).
+
+Theory of operation. The HA port streams a replica's whole commit log and accepts data that will be
+written into a store, so both ends prove they know the cluster secret before any RocketMQ packet
+flows. Each side sends a hello with a fresh 32-byte nonce; the client (slave) then proves itself
+with ``HMAC-SHA256(secret, label | "C" | client_nonce | server_nonce)``; only after checking it does
+the server (master) answer with its own proof over ``"S" | server_nonce | client_nonce``, which the
+client checks. The role letter stops a peer from reflecting one side's proof back at it, the fresh
+nonces stop replays, and the server reveals nothing keyed before the client has proved itself.
+
+    client -> server  hello   "RRHA" version(1) role(1)='C' nonce(32)       38 bytes
+    server -> client  hello   "RRHA" version(1) role(1)='S' nonce(32)       38 bytes
+    client -> server  proof   HMAC(client)                                  32 bytes
+    server -> client  proof   HMAC(server)                                  32 bytes
+
+After that the connection carries exactly the layouts of reference section 11. Nonces are injected
+(the shell passes ``os.urandom(32)``); comparisons are constant-time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+
+__all__ = ["AuthError", "Authenticator", "NONCE_SIZE", "HELLO_SIZE", "PROOF_SIZE"]
+
+MAGIC = b"RRHA"
+VERSION = 1
+NONCE_SIZE = 32
+HELLO_SIZE = len(MAGIC) + 2 + NONCE_SIZE
+PROOF_SIZE = 32
+_LABEL = b"rocketray-ha-auth-v1|"
+
+
+class AuthError(Exception):
+    """The peer failed authentication (wrong secret, wrong role, garbage)."""
+
+
+def _proof(secret: bytes, role: bytes, own_nonce: bytes, peer_nonce: bytes) -> bytes:
+    return hmac.new(secret, _LABEL + role + own_nonce + peer_nonce, hashlib.sha256).digest()
+
+
+class Authenticator:
+    """One side of the exchange. Feed received bytes, send what ``data_to_send()`` returns,
+    until ``done`` (or AuthError). Bytes received beyond the exchange are kept in ``leftover``."""
+
+    def __init__(self, role: str, secret: bytes | str, nonce: bytes) -> None:
+        assert role in ("client", "server")
+        if isinstance(secret, str):
+            secret = secret.encode()
+        if not secret:
+            raise ValueError("the HA secret must not be empty")
+        assert len(nonce) == NONCE_SIZE
+        self._secret = secret
+        self._is_client = role == "client"
+        self._role = b"C" if self._is_client else b"S"
+        self._peer_role = b"S" if self._is_client else b"C"
+        self._nonce = nonce
+        self._peer_nonce: bytes | None = None
+        self._buf = bytearray()
+        self._out = bytearray(MAGIC + bytes([VERSION]) + self._role + nonce)
+        self._peer_proved = False
+        self._sent_proof = False
+        self.done = False
+
+    def data_to_send(self) -> bytes:
+        out = bytes(self._out)
+        self._out.clear()
+        return out
+
+    @property
+    def leftover(self) -> bytes:
+        """Bytes that arrived after the exchange finished (the first HA packets)."""
+        return bytes(self._buf) if self.done else b""
+
+    def receive_data(self, data: bytes) -> None:
+        if self.done:
+            self._buf += data
+            return
+        self._buf += data
+        self._advance()
+
+    def _advance(self) -> None:
+        if self._peer_nonce is None:
+            if len(self._buf) < HELLO_SIZE:
+                if not MAGIC.startswith(bytes(self._buf[:len(MAGIC)])):
+                    raise AuthError("peer did not open with the rocketray HA hello")
+                return
+            hello = bytes(self._buf[:HELLO_SIZE])
+            del self._buf[:HELLO_SIZE]
+            if hello[:4] != MAGIC:
+                raise AuthError("peer did not open with the rocketray HA hello")
+            if hello[4] != VERSION:
+                raise AuthError(f"unsupported auth version {hello[4]}")
+            if hello[5:6] != self._peer_role:
+                raise AuthError(f"peer claims role {hello[5:6]!r}, expected {self._peer_role!r}")
+            self._peer_nonce = hello[6:]
+            if self._peer_nonce == self._nonce:
+                raise AuthError("peer echoed our nonce")
+            if self._is_client:
+                self._send_proof()
+        if len(self._buf) < PROOF_SIZE:
+            return
+        proof = bytes(self._buf[:PROOF_SIZE])
+        del self._buf[:PROOF_SIZE]
+        expected = _proof(self._secret, self._peer_role, self._peer_nonce, self._nonce)
+        if not hmac.compare_digest(proof, expected):
+            raise AuthError("peer's proof does not match the cluster secret")
+        self._peer_proved = True
+        if not self._is_client:
+            self._send_proof()
+        self.done = True
+
+    def _send_proof(self) -> None:
+        assert self._peer_nonce is not None and not self._sent_proof
+        self._sent_proof = True
+        self._out += _proof(self._secret, self._role, self._nonce, self._peer_nonce)

@@ -1,0 +1,345 @@
+"""AutoSwitch HA packets: exact byte layouts and incremental decoders (pure).
+
+Theory of operation. Replication runs over a plain TCP byte stream with no framing other than the
+packet headers of reference section 11 (all integers big-endian):
+
+- slave -> master: HANDSHAKE (16 bytes) and TRANSFER ack (12 bytes), told apart by the leading
+  4-byte state field;
+- master -> slave: HANDSHAKE reply (20-byte header + 12 bytes per epoch entry) and TRANSFER
+  (36-byte header + raw commit-log bytes; a body of 0 bytes is a heartbeat).
+
+Each direction has one decoder object. The caller feeds it whatever the socket produced
+(``receive_data``) and pulls packets out with ``next_packet()``, which returns a packet, ``None``
+when more bytes are needed, or raises ``ProtocolError`` when the bytes cannot be a valid packet.
+A decoder consumes exactly the bytes of the packet it returns (unlike the Java reader, quirk 12)
+so any chunking of the stream yields the same packets. After a ``ProtocolError`` the decoder is
+dead: the connection must be closed.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from dataclasses import dataclass
+
+__all__ = [
+    "ConnState", "ProtocolError", "SlaveHandshake", "SlaveAck", "MasterHandshake", "MasterTransfer",
+    "EpochPoint", "encode_slave_handshake", "encode_slave_ack", "encode_master_handshake",
+    "encode_master_transfer_header", "encode_master_transfer", "SlavePacketDecoder",
+    "MasterPacketDecoder", "MAX_EPOCH_ENTRIES", "DEFAULT_MAX_BODY_BYTES",
+    "SLAVE_HANDSHAKE_SIZE", "SLAVE_ACK_SIZE", "MASTER_HANDSHAKE_HEADER_SIZE",
+    "MASTER_TRANSFER_HEADER_SIZE", "EPOCH_ENTRY_SIZE",
+]
+
+INT64_MAX = 2**63 - 1
+MAX_EPOCH_ENTRIES = 1000             # the Java master's handshake buffer holds 1000 entries (quirk 12)
+DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024   # a transfer body larger than this is "absurd"
+
+_SLAVE_HANDSHAKE = struct.Struct(">ihhq")      # state, isSyncFromLastFile, isAsyncLearner, slave id
+_SLAVE_ACK = struct.Struct(">iq")              # state, offset
+_MASTER_HANDSHAKE = struct.Struct(">iiqi")     # state, body size, master max offset, last epoch
+_EPOCH_ENTRY = struct.Struct(">iq")            # epoch, start offset
+_MASTER_TRANSFER = struct.Struct(">iiqiqq")    # state, body size, offset, epoch, epoch start, confirm
+_STATE = struct.Struct(">i")
+
+SLAVE_HANDSHAKE_SIZE = _SLAVE_HANDSHAKE.size            # 16
+SLAVE_ACK_SIZE = _SLAVE_ACK.size                        # 12
+MASTER_HANDSHAKE_HEADER_SIZE = _MASTER_HANDSHAKE.size   # 20
+EPOCH_ENTRY_SIZE = _EPOCH_ENTRY.size                    # 12
+MASTER_TRANSFER_HEADER_SIZE = _MASTER_TRANSFER.size     # 36
+assert (SLAVE_HANDSHAKE_SIZE, SLAVE_ACK_SIZE, MASTER_HANDSHAKE_HEADER_SIZE, EPOCH_ENTRY_SIZE,
+        MASTER_TRANSFER_HEADER_SIZE) == (16, 12, 20, 12, 36)
+
+
+class ConnState(enum.IntEnum):
+    """HAConnectionState; the ordinal travels on the wire (reference 11.1)."""
+
+    READY = 0
+    HANDSHAKE = 1
+    TRANSFER = 2
+    SUSPEND = 3
+    SHUTDOWN = 4
+
+
+class ProtocolError(Exception):
+    """The peer sent bytes that are not a valid packet here. Close the connection."""
+
+
+@dataclass(frozen=True, slots=True)
+class EpochPoint:
+    """One epoch entry as it travels in the master's handshake reply."""
+
+    epoch: int
+    start_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class SlaveHandshake:
+    sync_from_last_file: bool
+    async_learner: bool
+    slave_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class SlaveAck:
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class MasterHandshake:
+    max_offset: int
+    last_epoch: int
+    entries: tuple[EpochPoint, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class MasterTransfer:
+    offset: int
+    epoch: int
+    epoch_start_offset: int
+    confirm_offset: int
+    body: bytes
+
+    @property
+    def is_heartbeat(self) -> bool:
+        return not self.body
+
+
+# ---------------------------------------------------------------------------------------------
+# Encoders
+
+
+def _check_offset(name: str, value: int) -> None:
+    if not 0 <= value <= INT64_MAX:
+        raise ValueError(f"{name} out of range: {value}")
+
+
+def _check_epoch(name: str, value: int, allow_minus_one: bool = False) -> None:
+    low = -1 if allow_minus_one else 0
+    if not low <= value <= 2**31 - 1:
+        raise ValueError(f"{name} out of range: {value}")
+
+
+def encode_slave_handshake(slave_id: int, sync_from_last_file: bool = False,
+                           async_learner: bool = False) -> bytes:
+    """Slave -> master HANDSHAKE, 16 bytes (reference 11.2)."""
+    _check_offset("slave_id", slave_id)
+    return _SLAVE_HANDSHAKE.pack(ConnState.HANDSHAKE, int(sync_from_last_file), int(async_learner),
+                                 slave_id)
+
+
+def encode_slave_ack(offset: int) -> bytes:
+    """Slave -> master TRANSFER ack, 12 bytes (reference 11.3)."""
+    _check_offset("ack offset", offset)
+    return _SLAVE_ACK.pack(ConnState.TRANSFER, offset)
+
+
+def encode_master_handshake(max_offset: int, entries: list[EpochPoint] | tuple[EpochPoint, ...]
+                            ) -> bytes:
+    """Master -> slave HANDSHAKE reply, 20 + 12*N bytes (reference 11.4).
+
+    ``entries`` ascend by epoch; the last one's epoch is the "last epoch" field (-1 if none).
+    """
+    _check_offset("max_offset", max_offset)
+    if len(entries) > MAX_EPOCH_ENTRIES:
+        raise ValueError(f"{len(entries)} epoch entries exceed {MAX_EPOCH_ENTRIES}")
+    _check_ascending(entries, ValueError)
+    last_epoch = entries[-1].epoch if entries else -1
+    parts = [_MASTER_HANDSHAKE.pack(ConnState.HANDSHAKE, EPOCH_ENTRY_SIZE * len(entries),
+                                    max_offset, last_epoch)]
+    parts.extend(_EPOCH_ENTRY.pack(e.epoch, e.start_offset) for e in entries)
+    return b"".join(parts)
+
+
+def encode_master_transfer_header(body_size: int, offset: int, epoch: int, epoch_start_offset: int,
+                                  confirm_offset: int) -> bytes:
+    """The 36-byte TRANSFER header (reference 11.5); the body follows it on the wire."""
+    if not 0 <= body_size <= 2**31 - 1:
+        raise ValueError(f"body size out of range: {body_size}")
+    _check_offset("offset", offset)
+    _check_epoch("epoch", epoch)
+    _check_offset("epoch_start_offset", epoch_start_offset)
+    _check_offset("confirm_offset", confirm_offset)
+    return _MASTER_TRANSFER.pack(ConnState.TRANSFER, body_size, offset, epoch, epoch_start_offset,
+                                 confirm_offset)
+
+
+def encode_master_transfer(offset: int, epoch: int, epoch_start_offset: int, confirm_offset: int,
+                           body: bytes = b"") -> bytes:
+    """A whole TRANSFER packet (header + body); an empty body is a heartbeat."""
+    return encode_master_transfer_header(len(body), offset, epoch, epoch_start_offset,
+                                         confirm_offset) + bytes(body)
+
+
+def _check_ascending(entries: tuple[EpochPoint, ...] | list[EpochPoint],
+                     error: type[Exception]) -> None:
+    for prev, cur in zip(entries, entries[1:]):
+        if not (cur.epoch > prev.epoch and cur.start_offset > prev.start_offset):
+            raise error(f"epoch entries not strictly ascending: {prev} then {cur}")
+    for e in entries:
+        if e.epoch < 0 or e.start_offset < 0:
+            raise error(f"negative epoch entry {e}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Incremental decoders
+
+
+class _Buffer:
+    """A growable receive buffer with a read position; compacted lazily."""
+
+    __slots__ = ("_data", "_pos")
+
+    def __init__(self) -> None:
+        self._data = bytearray()
+        self._pos = 0
+
+    def feed(self, data: bytes | bytearray | memoryview) -> None:
+        if self._pos and self._pos >= len(self._data) // 2:
+            del self._data[:self._pos]
+            self._pos = 0
+        self._data += data
+
+    def available(self) -> int:
+        return len(self._data) - self._pos
+
+    def peek_state(self) -> int:
+        return _STATE.unpack_from(self._data, self._pos)[0]
+
+    def unpack(self, st: struct.Struct) -> tuple:
+        return st.unpack_from(self._data, self._pos)
+
+    def take(self, n: int) -> bytes:
+        assert 0 <= n <= self.available()
+        out = bytes(self._data[self._pos:self._pos + n])
+        self._pos += n
+        return out
+
+    def skip(self, n: int) -> None:
+        assert 0 <= n <= self.available()
+        self._pos += n
+
+
+class _Decoder:
+    def __init__(self) -> None:
+        self._buf = _Buffer()
+        self._dead: ProtocolError | None = None
+
+    def receive_data(self, data: bytes | bytearray | memoryview) -> None:
+        """Append bytes read from the socket."""
+        if self._dead is not None:
+            raise self._dead
+        self._buf.feed(data)
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received but not yet consumed by a returned packet."""
+        return self._buf.available()
+
+    def _fail(self, reason: str) -> ProtocolError:
+        self._dead = ProtocolError(reason)
+        return self._dead
+
+
+class SlavePacketDecoder(_Decoder):
+    """Decodes what a slave sends (read on the master side)."""
+
+    def next_packet(self) -> SlaveHandshake | SlaveAck | None:
+        if self._dead is not None:
+            raise self._dead
+        buf = self._buf
+        if buf.available() < 4:
+            return None
+        state = buf.peek_state()
+        if state == ConnState.HANDSHAKE:
+            if buf.available() < SLAVE_HANDSHAKE_SIZE:
+                return None
+            _, from_last, learner, slave_id = buf.unpack(_SLAVE_HANDSHAKE)
+            if from_last not in (0, 1) or learner not in (0, 1):
+                raise self._fail(f"bad handshake flags {from_last}/{learner}")
+            if slave_id < 0:
+                raise self._fail(f"negative slave id {slave_id}")
+            buf.skip(SLAVE_HANDSHAKE_SIZE)
+            return SlaveHandshake(bool(from_last), bool(learner), slave_id)
+        if state == ConnState.TRANSFER:
+            if buf.available() < SLAVE_ACK_SIZE:
+                return None
+            _, offset = buf.unpack(_SLAVE_ACK)
+            if offset < 0:
+                raise self._fail(f"negative ack offset {offset}")
+            buf.skip(SLAVE_ACK_SIZE)
+            return SlaveAck(offset)
+        raise self._fail(f"bad state field {state} from slave")
+
+
+class MasterPacketDecoder(_Decoder):
+    """Decodes what a master sends (read on the slave side)."""
+
+    def __init__(self, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
+        super().__init__()
+        assert max_body_bytes > 0
+        self._max_body_bytes = max_body_bytes
+
+    def next_packet(self) -> MasterHandshake | MasterTransfer | None:
+        if self._dead is not None:
+            raise self._dead
+        buf = self._buf
+        if buf.available() < 4:
+            return None
+        state = buf.peek_state()
+        if state == ConnState.HANDSHAKE:
+            return self._handshake()
+        if state == ConnState.TRANSFER:
+            return self._transfer()
+        raise self._fail(f"bad state field {state} from master")
+
+    def _handshake(self) -> MasterHandshake | None:
+        buf = self._buf
+        if buf.available() < MASTER_HANDSHAKE_HEADER_SIZE:
+            return None
+        _, body_size, max_offset, last_epoch = buf.unpack(_MASTER_HANDSHAKE)
+        if body_size < 0 or body_size % EPOCH_ENTRY_SIZE:
+            raise self._fail(f"handshake body size {body_size} is not a multiple of 12")
+        n = body_size // EPOCH_ENTRY_SIZE
+        if n > MAX_EPOCH_ENTRIES:
+            raise self._fail(f"handshake carries {n} epoch entries (max {MAX_EPOCH_ENTRIES})")
+        if max_offset < 0:
+            raise self._fail(f"negative master max offset {max_offset}")
+        if (n == 0) != (last_epoch == -1) or last_epoch < -1:
+            raise self._fail(f"last epoch {last_epoch} does not match {n} entries")
+        if buf.available() < MASTER_HANDSHAKE_HEADER_SIZE + body_size:
+            return None
+        buf.skip(MASTER_HANDSHAKE_HEADER_SIZE)
+        raw = buf.take(body_size)
+        entries = tuple(EpochPoint(*_EPOCH_ENTRY.unpack_from(raw, i * EPOCH_ENTRY_SIZE))
+                        for i in range(n))
+        try:
+            _check_ascending(entries, ProtocolError)
+        except ProtocolError as exc:
+            raise self._fail(str(exc)) from None
+        if entries and entries[-1].epoch != last_epoch:
+            raise self._fail(f"last epoch {last_epoch} != last entry epoch {entries[-1].epoch}")
+        if entries and entries[-1].start_offset > max_offset:
+            raise self._fail(f"last epoch starts at {entries[-1].start_offset} beyond max "
+                             f"offset {max_offset}")
+        return MasterHandshake(max_offset, last_epoch, entries)
+
+    def _transfer(self) -> MasterTransfer | None:
+        buf = self._buf
+        if buf.available() < MASTER_TRANSFER_HEADER_SIZE:
+            return None
+        _, size, offset, epoch, epoch_start, confirm = buf.unpack(_MASTER_TRANSFER)
+        if size < 0 or size > self._max_body_bytes:
+            raise self._fail(f"absurd transfer body size {size}")
+        if offset < 0 or epoch < 0 or epoch_start < 0 or confirm < 0:
+            raise self._fail(f"negative field in transfer header offset={offset} epoch={epoch} "
+                             f"epoch_start={epoch_start} confirm={confirm}")
+        if size and epoch_start > offset:
+            raise self._fail(f"batch at {offset} precedes its epoch start {epoch_start}")
+        if offset + size > INT64_MAX:
+            raise self._fail("transfer offset overflows")
+        if buf.available() < MASTER_TRANSFER_HEADER_SIZE + size:
+            return None
+        buf.skip(MASTER_TRANSFER_HEADER_SIZE)
+        body = buf.take(size)
+        return MasterTransfer(offset, epoch, epoch_start, confirm, body)

@@ -1,0 +1,424 @@
+"""HAService: one replica's replication endpoint, role switches, SyncStateSet and put acks.
+
+Theory of operation. The service lives on the broker's event loop and owns: a listening server
+(every broker listens; connections are served only while master), the master connections (one
+per slave), the slave client (while slave), and the pure ``SyncStateTracker``. The broker actor
+drives it with role switches (reference 12.5) and SyncStateSet confirmations from the controller,
+and writes through ``put`` which applies the ack policy of reference 13.4. Expand/shrink proposals
+go up through listeners; nothing here talks to the controller.
+
+Confirm offset on the master (13.2): with ``all_ack_in_sync_state_set`` off, or a confirmed set of
+one, everything written is confirmed (max offset); otherwise the tracker's rule (min ack over the
+union set, frozen while a member is missing; quirk 13). The value is written into the store's
+``confirm_offset`` whenever it moves, which is what consumers and the transfer headers read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import time
+from typing import Callable, Iterable
+
+from ha.auth import AuthError
+from ha.config import HAConfig
+from ha.session import AckEvent, HandshakeEvent
+from ha.sync_state import SyncStateTracker
+from ha.transport import (STREAM_LIMIT, MasterConnection, SlaveClient, StoreLogView,
+                          authenticate)
+
+__all__ = ["HAService", "PutStatus", "Role"]
+
+log = logging.getLogger(__name__)
+
+
+class PutStatus(enum.IntEnum):
+    PUT_OK = 0
+    FLUSH_SLAVE_TIMEOUT = 1
+    IN_SYNC_REPLICAS_NOT_ENOUGH = 2
+    SLAVE_NOT_AVAILABLE = 3
+    NOT_MASTER = 4
+    FENCED = 5
+
+
+class Role(str, enum.Enum):
+    NONE = "none"
+    MASTER = "master"
+    SLAVE = "slave"
+
+
+def _parse_address(address: str | tuple[str, int]) -> tuple[str, int]:
+    if isinstance(address, tuple):
+        return address[0], int(address[1])
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"bad HA address {address!r} (want host:port)")
+    return host, int(port)
+
+
+def wall_clock_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class HAService:
+    """See the module docstring. Coroutine methods must run on the service's event loop."""
+
+    def __init__(self, store, broker_id: int, config: HAConfig | None = None,
+                 secret: bytes | str = b"", loop: asyncio.AbstractEventLoop | None = None,
+                 clock_ms: Callable[[], int] = wall_clock_ms) -> None:
+        if not secret:
+            raise ValueError("HAService needs the cluster secret (non-empty)")
+        self.store = store
+        self.broker_id = broker_id
+        self.config = config or HAConfig()
+        self.secret = secret
+        self.loop = loop
+        self.now_ms = clock_ms
+        self.role = Role.NONE
+        self.epoch = -1
+        self.tracker = SyncStateTracker(broker_id, self.config.ha_max_time_slave_not_catchup_ms)
+        self.log_view = StoreLogView(store, lambda: self.store.confirm_offset)
+        self.connections: set[MasterConnection] = set()
+        self._conn_tasks: set[asyncio.Task] = set()
+        self._client: SlaveClient | None = None
+        self._server: asyncio.AbstractServer | None = None
+        self._listeners: list[Callable[[frozenset[int]], object]] = []
+        self._ack_waiters: list[asyncio.Future] = []
+        self._switching = False
+        self._closed = False
+        self.rejected_connections = 0
+
+    def set_broker_id(self, broker_id: int) -> None:
+        """The controller assigned this replica's id (before any role change)."""
+        assert self.role == Role.NONE, "broker id changes only before the first role change"
+        old = self.broker_id
+        self.broker_id = broker_id
+        self.tracker.local_broker_id = broker_id
+        self.tracker.local = frozenset(broker_id if i == old else i for i in self.tracker.local)
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self, listen_host: str = "127.0.0.1", port: int = 0) -> int:
+        """Listen for slaves on ``listen_host:port`` (0 = any free port); returns the port."""
+        if self.loop is None:
+            self.loop = asyncio.get_running_loop()
+        self._server = await asyncio.start_server(self._on_accept, listen_host, port,
+                                                  limit=STREAM_LIMIT)
+        bound = self._server.sockets[0].getsockname()[1]
+        log.info("ha %s: listening on %s:%d", self.broker_id, listen_host, bound)
+        return bound
+
+    async def close(self) -> None:
+        """Stop the client, close every connection and the listener (the store stays open)."""
+        self._closed = True
+        await self._stop_client()
+        await self._close_connections("service closed")
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+            self._server = None
+        self._notify_ack_waiters()
+
+    # ------------------------------------------------------------------ role switches (12.5)
+    async def change_to_master(self, epoch: int) -> bool:
+        """Become master of ``epoch``: cut a torn tail, start the epoch at the max offset, drop the
+        client and old connections, then serve slaves. False if ``epoch`` is stale."""
+        ef = self.store.epoch_file
+        if epoch < ef.last_epoch():
+            log.warning("ha %s: refuse master epoch %d < last epoch %d", self.broker_id, epoch,
+                        ef.last_epoch())
+            return False
+        self._switching = True
+        try:
+            await self._stop_client()
+            await self._close_connections("role change to master")
+            cut = self.store.truncate_invalid_tail()
+            if cut >= 0:
+                ef.truncate_suffix_by_offset(cut)
+            self._start_epoch(epoch)
+            self.role = Role.MASTER
+            self.epoch = epoch
+            self.tracker.remote = frozenset()
+            self.tracker.synchronizing = False
+            self._update_confirm_offset()
+        finally:
+            self._switching = False
+        log.info("ha %s: master of epoch %d at offset %d", self.broker_id, epoch,
+                 self.store.max_offset)
+        return True
+
+    async def change_to_master_same(self, epoch: int) -> bool:
+        """Same master, new epoch: only the epoch entry (``changeToMasterWhenLastRoleIsMaster``)."""
+        if epoch < self.store.epoch_file.last_epoch():
+            return False
+        self._start_epoch(epoch)
+        self.role = Role.MASTER
+        self.epoch = epoch
+        self._notify_writers()
+        return True
+
+    def _start_epoch(self, epoch: int) -> None:
+        ef = self.store.epoch_file
+        max_offset = self.store.max_offset
+        if ef.last_epoch() == epoch:
+            return                                   # idempotent: this term already started
+        # Entries starting at the max offset hold no data (a promotion with no writes); the new
+        # epoch replaces them, since the file needs strictly increasing start offsets.
+        last = ef.last_entry()
+        if last is not None and last.start_offset >= max_offset:
+            ef.truncate_suffix_by_offset(max_offset)
+        assert ef.append(epoch, max_offset), (epoch, max_offset, ef.entries())
+
+    async def change_to_slave(self, master_ha_address: str | tuple[str, int] | None,
+                              epoch: int) -> bool:
+        """Replicate from ``master_ha_address`` ("host:port"). Same master: only the epoch moves."""
+        if epoch < self.store.epoch_file.last_epoch():
+            log.warning("ha %s: refuse slave epoch %d < last epoch %d", self.broker_id, epoch,
+                        self.store.epoch_file.last_epoch())
+            return False
+        address = _parse_address(master_ha_address) if master_ha_address is not None else None
+        if self.role == Role.SLAVE and self._client is not None and address is not None \
+                and self._client.master_address == address:
+            self.epoch = epoch
+            return True
+        self._switching = True
+        try:
+            await self._stop_client()
+            await self._close_connections("role change to slave")
+            self.role = Role.SLAVE
+            self.epoch = epoch
+            self._notify_ack_waiters()
+            if address is not None:
+                self._client = SlaveClient(self, address)
+                self._client.start()
+        finally:
+            self._switching = False
+        log.info("ha %s: slave of %s at epoch %d", self.broker_id, master_ha_address, epoch)
+        return True
+
+    async def _stop_client(self) -> None:
+        if self._client is not None:
+            await self._client.stop()
+            self._client = None
+
+    async def _close_connections(self, reason: str) -> None:
+        for conn in list(self.connections):
+            conn.close(reason)
+        tasks = list(self._conn_tasks)
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=2.0)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+
+    # ------------------------------------------------------------------ SyncStateSet
+    def set_sync_state_set(self, ids: Iterable[int]) -> None:
+        """The controller confirmed this SyncStateSet."""
+        self.tracker.set_sync_state_set(ids)
+        self._update_confirm_offset()
+        self._notify_ack_waiters()
+
+    def add_sss_listener(self, cb: Callable[[frozenset[int]], object]) -> None:
+        """``cb(proposed_set)`` is called when the master proposes an expand or a shrink."""
+        self._listeners.append(cb)
+
+    def maybe_shrink_sync_state_set(self, now_ms: int) -> set[int]:
+        """Members not caught up within ``ha_max_time_slave_not_catchup_ms`` leave; returns the
+        candidate set (the caller reports it if it differs from the confirmed one)."""
+        return set(self.tracker.maybe_shrink(now_ms))
+
+    def sync_state_set(self) -> frozenset[int]:
+        return self.tracker.sync_state_set()
+
+    def _propose(self, proposal: frozenset[int] | None) -> None:
+        if proposal is None:
+            return
+        log.info("ha %s: proposing SyncStateSet %s", self.broker_id, sorted(proposal))
+        for cb in list(self._listeners):
+            try:
+                cb(frozenset(proposal))
+            except Exception:  # noqa: BLE001 - a listener failure must not stop replication
+                log.exception("ha %s: SyncStateSet listener failed", self.broker_id)
+
+    # ------------------------------------------------------------------ confirm offset
+    def _acks(self) -> dict[int, int]:
+        acks: dict[int, int] = {}
+        for conn in self.connections:
+            if conn.slave_id is not None and not conn.closed:
+                acks[conn.slave_id] = max(acks.get(conn.slave_id, -1), conn.ack_offset)
+        return acks
+
+    def compute_confirm_offset(self) -> int:
+        max_offset = self.store.max_offset
+        if not self.config.all_ack_in_sync_state_set or len(self.tracker.local) <= 1:
+            return max_offset
+        return self.tracker.compute_confirm_offset(max_offset, self.store.confirm_offset,
+                                                   self._acks())
+
+    def _update_confirm_offset(self) -> None:
+        if self.role != Role.MASTER:
+            return
+        value = self.compute_confirm_offset()
+        if value != self.store.confirm_offset:
+            self.store.confirm_offset = value
+            self._notify_writers()      # slaves learn the new confirm offset at once
+
+    # ------------------------------------------------------------------ put (13.4)
+    async def put(self, msgs, now_ms: int):
+        """Append ``msgs`` as master and wait for the replica acks the policy asks for.
+
+        Returns ``(PutStatus, stored messages)``. IN_SYNC_REPLICAS_NOT_ENOUGH, NOT_MASTER and
+        FENCED write nothing; FLUSH_SLAVE_TIMEOUT means written locally but not acked in time.
+        """
+        cfg = self.config
+        if self.role != Role.MASTER:
+            return PutStatus.NOT_MASTER, []
+        if self._switching or self._closed:
+            return PutStatus.FENCED, []
+        if self.tracker.in_sync_replicas_nums() < cfg.min_in_sync_replicas:
+            return PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH, []
+        stored = self.store.put_messages(msgs, now_ms)
+        end = self.store.max_offset
+        self._notify_writers()
+        self._update_confirm_offset()
+        if cfg.all_ack_in_sync_state_set:
+            check = lambda: self._all_acked(end)                                  # noqa: E731
+        elif cfg.in_sync_replicas > 1:
+            check = lambda: self._enough_acked(end, cfg.in_sync_replicas)         # noqa: E731
+        else:
+            return PutStatus.PUT_OK, stored
+        if await self._wait_for(check, cfg.slave_timeout_ms):
+            return PutStatus.PUT_OK, stored
+        if self.role != Role.MASTER:
+            return PutStatus.NOT_MASTER, stored
+        return PutStatus.FLUSH_SLAVE_TIMEOUT, stored
+
+    def _all_acked(self, end: int) -> bool:
+        members = self.tracker.sync_state_set() - {self.broker_id}
+        if not members:
+            return True
+        acks = self._acks()
+        return all(acks.get(m, -1) >= end for m in members)
+
+    def _enough_acked(self, end: int, need: int) -> bool:
+        return 1 + sum(1 for a in self._acks().values() if a >= end) >= need
+
+    async def _wait_for(self, check: Callable[[], bool], timeout_ms: int) -> bool:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_ms / 1000
+        while True:
+            if self.role != Role.MASTER or self._closed:
+                return False
+            if check():
+                return True
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            fut = loop.create_future()
+            self._ack_waiters.append(fut)
+            try:
+                await asyncio.wait_for(fut, remaining)
+            except asyncio.TimeoutError:
+                pass
+
+    def _notify_ack_waiters(self) -> None:
+        waiters, self._ack_waiters = self._ack_waiters, []
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
+
+    def _notify_writers(self) -> None:
+        for conn in self.connections:
+            conn.wake.set()
+
+    def notify_new_data(self) -> None:
+        """Call after writing to the store outside ``put`` so connections stream it now."""
+        self._update_confirm_offset()
+        self._notify_writers()
+
+    # ------------------------------------------------------------------ connection callbacks
+    async def _on_accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = "%s:%s" % writer.get_extra_info("peername")[:2]
+        if self.role != Role.MASTER or self._closed:
+            log.info("ha %s: dropping connection from %s: not master", self.broker_id, peer)
+            self.rejected_connections += 1
+            writer.close()
+            return
+        task = asyncio.current_task()
+        assert task is not None
+        self._conn_tasks.add(task)
+        try:
+            try:
+                leftover = await authenticate(reader, writer, "server", self.secret,
+                                              self.config.ha_auth_timeout_ms)
+            except (AuthError, OSError) as exc:
+                self.rejected_connections += 1
+                log.warning("ha %s: dropping unauthenticated peer %s: %s", self.broker_id, peer,
+                            exc)
+                writer.close()
+                return
+            if self.role != Role.MASTER:
+                writer.close()
+                return
+            conn = MasterConnection(self, reader, writer, peer, leftover)
+            self.connections.add(conn)
+            await conn.run()
+        except asyncio.CancelledError:
+            pass    # closing the service; the streams callback would log a cancelled task
+        finally:
+            self._conn_tasks.discard(task)
+
+    def _on_session_event(self, conn: MasterConnection, event, now_ms: int) -> None:
+        if isinstance(event, HandshakeEvent):
+            for other in list(self.connections):
+                if other is not conn and other.slave_id == event.slave_id:
+                    other.close(f"slave {event.slave_id} reconnected")
+            log.info("ha %s: slave %d handshake from %s (learner=%s, from_last_file=%s)",
+                     self.broker_id, event.slave_id, conn.peer, event.async_learner,
+                     event.sync_from_last_file)
+            return
+        assert isinstance(event, AckEvent)
+        if event.caught_up_ms is not None:
+            self.tracker.update_caught_up(event.slave_id, event.caught_up_ms)
+            last = self.store.epoch_file.last_entry()
+            epoch_start = last.start_offset if last is not None else 0
+            self._propose(self.tracker.maybe_expand(event.slave_id, event.offset,
+                                                    self.store.confirm_offset, epoch_start))
+        if event.slave_id in self.tracker.sync_state_set():
+            self._update_confirm_offset()
+        self._notify_ack_waiters()
+
+    def _on_caught_up(self, conn: MasterConnection, now_ms: int) -> None:
+        if conn.slave_id is not None and not conn.session.async_learner and \
+                conn.ack_offset >= 0:
+            self.tracker.update_caught_up(conn.slave_id, now_ms)
+
+    def _connection_closed(self, conn: MasterConnection) -> None:
+        self.connections.discard(conn)
+        if conn.slave_id is not None and self.role == Role.MASTER and not any(
+                c.slave_id == conn.slave_id for c in self.connections):
+            self._propose(self.tracker.on_disconnect(conn.slave_id))
+        self._notify_ack_waiters()
+
+    # ------------------------------------------------------------------ status
+    def status(self) -> dict:
+        client = self._client
+        return {
+            "broker_id": self.broker_id,
+            "role": self.role.value,
+            "epoch": self.epoch,
+            "max_offset": self.store.max_offset,
+            "confirm_offset": self.store.confirm_offset,
+            "epoch_entries": [[e.epoch, e.start_offset] for e in self.store.epoch_file.entries()],
+            "sync_state_set": sorted(self.tracker.local),
+            "sync_state_set_view": sorted(self.tracker.sync_state_set()),
+            "synchronizing": self.tracker.synchronizing,
+            "connections": [{"slave_id": c.slave_id, "peer": c.peer, "ack_offset": c.ack_offset,
+                             "async_learner": c.session.async_learner,
+                             "state": c.session.state.name}
+                            for c in self.connections],
+            "master_address": "%s:%d" % client.master_address if client else None,
+            "slave_connected": bool(client and client.connected),
+            "slave_last_error": client.last_error if client else "",
+            "rejected_connections": self.rejected_connections,
+        }

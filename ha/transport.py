@@ -1,0 +1,347 @@
+"""asyncio shells around the pure sessions: one master-side connection, the slave-side client.
+
+Theory of operation. Everything runs on the broker's event loop. A master connection is a reader
+task (bytes -> ``MasterSession`` events -> the service) and a writer task (handshake reply, then
+batches from the commit log through ``MasterSession.next_send``, heartbeats when idle, housekeeping
+close), woken by an ``asyncio.Event`` when the service has new data or the reader saw a packet. The
+slave client loops: cut a torn tail, connect, authenticate, run a ``SlaveSession`` (reader applies
+actions to the store; a ticker sends heartbeat acks and enforces housekeeping), and on any failure
+close and reconnect with exponential backoff. Authentication (``ha.auth``) runs before any
+RocketMQ packet in both directions; a failure closes the connection with a logged reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from typing import TYPE_CHECKING, Callable
+
+from ha.auth import AuthError, Authenticator, NONCE_SIZE
+from ha.protocol import EpochPoint, ProtocolError
+from ha.session import (
+    Append, Close, LocalLog, MasterSession, RecordEpoch, Send, SetConfirmOffset, SlaveSession,
+    Truncate,
+)
+
+if TYPE_CHECKING:
+    from ha.service import HAService
+
+__all__ = ["StoreLogView", "MasterConnection", "SlaveClient", "authenticate", "ConnectionDropped"]
+
+log = logging.getLogger(__name__)
+
+READ_CHUNK = 1 << 20
+STREAM_LIMIT = 4 << 20      # StreamReader pauses the socket beyond 2x this (default 64 KiB)
+
+
+class ConnectionDropped(Exception):
+    """A session decided to close (reason in the message)."""
+
+
+class StoreLogView:
+    """``MasterLogView`` over a ``broker.store.MessageStore``."""
+
+    def __init__(self, store, confirm_offset: Callable[[], int]) -> None:
+        self._store = store
+        self._confirm = confirm_offset
+
+    @property
+    def min_offset(self) -> int:
+        return self._store.min_offset
+
+    @property
+    def max_offset(self) -> int:
+        return self._store.max_offset
+
+    @property
+    def confirm_offset(self) -> int:
+        return max(0, self._confirm())
+
+    def epoch_points(self) -> list[EpochPoint]:
+        return [EpochPoint(e.epoch, e.start_offset) for e in self._store.epoch_file.entries()]
+
+    def read_raw(self, offset: int, max_bytes: int):
+        return self._store.read_raw(offset, max_bytes)
+
+    def last_segment_base_offset(self) -> int:
+        return self._store.last_segment_base_offset()
+
+
+def local_log(store) -> LocalLog:
+    return LocalLog(store.min_offset, store.max_offset,
+                    tuple((e.epoch, e.start_offset) for e in store.epoch_file.entries()))
+
+
+async def authenticate(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, role: str,
+                       secret: bytes | str, timeout_ms: int) -> bytes:
+    """Run the mutual challenge/response; returns bytes that arrived after it (HA packets)."""
+    auth = Authenticator(role, secret, os.urandom(NONCE_SIZE))
+
+    async def exchange() -> bytes:
+        while True:
+            out = auth.data_to_send()
+            if out:
+                writer.write(out)
+                await writer.drain()
+            if auth.done:
+                return auth.leftover
+            data = await reader.read(4096)
+            if not data:
+                raise AuthError("peer closed during authentication")
+            auth.receive_data(data)
+
+    try:
+        return await asyncio.wait_for(exchange(), timeout_ms / 1000)
+    except asyncio.TimeoutError:
+        raise AuthError(f"authentication did not finish within {timeout_ms} ms") from None
+
+
+def _close_writer(writer: asyncio.StreamWriter | None) -> None:
+    if writer is not None:
+        try:
+            writer.close()
+        except Exception:  # noqa: BLE001 - closing a broken transport
+            pass
+
+
+class MasterConnection:
+    """One authenticated slave connection on the master."""
+
+    def __init__(self, service: "HAService", reader: asyncio.StreamReader,
+                 writer: asyncio.StreamWriter, peer: str, leftover: bytes) -> None:
+        cfg = service.config
+        self.service = service
+        self.peer = peer
+        self._reader = reader
+        self._writer = writer
+        self.session = MasterSession(service.now_ms(),
+                                     heartbeat_interval_ms=cfg.ha_send_heartbeat_interval_ms,
+                                     housekeeping_interval_ms=cfg.ha_housekeeping_interval_ms,
+                                     batch_size=cfg.ha_transfer_batch_size)
+        self._leftover = leftover
+        self.wake = asyncio.Event()
+        self.closed = False
+        self.close_reason = ""
+        self.bytes_sent = 0
+
+    @property
+    def slave_id(self) -> int | None:
+        return self.session.slave_id
+
+    @property
+    def ack_offset(self) -> int:
+        return self.session.ack_offset
+
+    async def run(self) -> None:
+        tasks = [asyncio.create_task(self._read_loop()), asyncio.create_task(self._write_loop())]
+        try:
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                if not task.cancelled() and task.exception() is not None:
+                    self._note_close(f"{type(task.exception()).__name__}: {task.exception()}")
+        finally:
+            # Close first: both loops also stop on the flag (a cancellation can be swallowed by
+            # Python 3.11's wait_for when it races with the wake-up).
+            self.close("connection ended")
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _note_close(self, reason: str) -> None:
+        if not self.close_reason:
+            self.close_reason = reason
+
+    def close(self, reason: str) -> None:
+        if self.closed:
+            return
+        self._note_close(reason)
+        self.closed = True
+        self.wake.set()
+        _close_writer(self._writer)
+        log.info("ha master: closed connection peer=%s slave_id=%s reason=%s", self.peer,
+                 self.slave_id, self.close_reason)
+        self.service._connection_closed(self)
+
+    async def _read_loop(self) -> None:
+        data = self._leftover
+        while not self.closed:
+            if data:
+                now = self.service.now_ms()
+                self.session.receive_data(data, now)
+                while (event := self.session.next_event(self.service.store.max_offset, now)) \
+                        is not None:
+                    self.service._on_session_event(self, event, now)
+                self.wake.set()
+            data = await self._reader.read(READ_CHUNK)
+            if not data:
+                raise ConnectionDropped("peer closed the connection")
+
+    async def _write_loop(self) -> None:
+        service = self.service
+        view = service.log_view
+        hb_s = service.config.ha_send_heartbeat_interval_ms / 1000
+        writer = self._writer
+        while not self.closed:
+            self.wake.clear()
+            now = service.now_ms()
+            if self.session.expired(now):
+                raise ConnectionDropped(f"housekeeping: nothing read for "
+                                        f"{now - self.session.last_read_ms} ms")
+            if self.session.reply_due:
+                writer.write(self.session.handshake_reply(view, now))
+                await writer.drain()
+                continue
+            out = self.session.next_send(view, now)
+            if out is not None:
+                if out.header:
+                    writer.write(out.header)
+                    if out.body:
+                        writer.write(out.body)
+                        self.bytes_sent += len(out.body)
+                    await writer.drain()
+                if out.body:
+                    continue
+                if out.caught_up:
+                    service._on_caught_up(self, now)
+            try:
+                await asyncio.wait_for(self.wake.wait(), min(hb_s, 0.1))
+            except asyncio.TimeoutError:
+                pass
+
+
+class SlaveClient:
+    """The slave side: connect to the master's HA address and keep replicating."""
+
+    def __init__(self, service: "HAService", master_address: tuple[str, int]) -> None:
+        cfg = service.config
+        self.service = service
+        self.master_address = master_address
+        self.session = SlaveSession(service.broker_id,
+                                    sync_from_last_file=cfg.sync_from_last_file,
+                                    async_learner=cfg.async_learner,
+                                    heartbeat_interval_ms=cfg.ha_send_heartbeat_interval_ms,
+                                    housekeeping_interval_ms=cfg.ha_housekeeping_interval_ms,
+                                    max_body_bytes=cfg.ha_max_body_bytes)
+        self._stopped = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self.connected = False
+        self.connections = 0
+        self.last_error = ""
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name=f"ha-slave-{self.service.broker_id}")
+
+    async def stop(self) -> None:
+        self._stopped.set()
+        _close_writer(self._writer)
+        task, self._task = self._task, None
+        # Python 3.11's wait_for can swallow a cancellation that races with completion, so keep
+        # cancelling until the task is really gone (it also checks _stopped at every step).
+        while task is not None and not task.done():
+            task.cancel()
+            await asyncio.wait({task}, timeout=0.5)
+        self.session.shutdown()
+        self.connected = False
+
+    async def _run(self) -> None:
+        cfg = self.service.config
+        backoff_ms = cfg.ha_reconnect_backoff_min_ms
+        store = self.service.store
+        while not self._stopped.is_set():
+            try:
+                cut = store.truncate_invalid_tail()        # READY: cut a torn tail (12.4)
+                if cut >= 0:
+                    store.epoch_file.truncate_suffix_by_offset(cut)
+                    log.warning("ha slave %s: cut torn tail at %d", self.service.broker_id, cut)
+                host, port = self.master_address
+                reader, writer = await asyncio.wait_for(
+                    asyncio.open_connection(host, port, limit=STREAM_LIMIT),
+                    cfg.ha_auth_timeout_ms / 1000)
+                self._writer = writer
+                if self._stopped.is_set():
+                    return
+                leftover = await authenticate(reader, writer, "client", self.service.secret,
+                                              cfg.ha_auth_timeout_ms)
+                if self._stopped.is_set():
+                    return
+                backoff_ms = cfg.ha_reconnect_backoff_min_ms
+                self.connections += 1
+                await self._session(reader, writer, leftover)
+            except asyncio.CancelledError:
+                raise
+            except (OSError, asyncio.TimeoutError, ProtocolError, AuthError, ConnectionDropped,
+                    Exception) as exc:  # noqa: BLE001 - the shell logs and reconnects
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                level = logging.INFO if isinstance(exc, (OSError, asyncio.TimeoutError)) \
+                    else logging.WARNING
+                log.log(level, "ha slave %s: connection to %s:%s ended: %s",
+                        self.service.broker_id, *self.master_address, self.last_error)
+            finally:
+                self.connected = False
+                self.session.disconnected()
+                _close_writer(self._writer)
+                self._writer = None
+            try:
+                await asyncio.wait_for(self._stopped.wait(), backoff_ms / 1000)
+            except asyncio.TimeoutError:
+                pass
+            backoff_ms = min(backoff_ms * 2, cfg.ha_reconnect_backoff_max_ms)
+
+    async def _session(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                       leftover: bytes) -> None:
+        service = self.service
+        store = service.store
+        writer.write(self.session.connect(local_log(store), service.now_ms()))
+        self.connected = True
+        ticker = asyncio.create_task(self._tick(writer))
+        try:
+            data = leftover
+            while True:
+                if ticker.done():
+                    ticker.result()
+                if data:
+                    now = service.now_ms()
+                    self.session.receive_data(data, now)
+                    while (actions := self.session.next_actions(local_log(store), now)) is not None:
+                        self._apply(actions, writer)
+                    await writer.drain()
+                data = await reader.read(READ_CHUNK)
+                if self._stopped.is_set():
+                    return
+                if not data:
+                    raise ConnectionDropped("master closed the connection")
+        finally:
+            ticker.cancel()
+            await asyncio.gather(ticker, return_exceptions=True)
+
+    async def _tick(self, writer: asyncio.StreamWriter) -> None:
+        interval_s = min(self.service.config.ha_send_heartbeat_interval_ms / 1000, 0.1)
+        while True:
+            await asyncio.sleep(interval_s)
+            self._apply(self.session.tick(self.service.now_ms()), writer)
+            await writer.drain()
+
+    def _apply(self, actions, writer: asyncio.StreamWriter) -> None:
+        store = self.service.store
+        for action in actions:
+            if isinstance(action, Send):
+                writer.write(action.data)
+            elif isinstance(action, Append):
+                store.append_raw(action.offset, action.data)
+            elif isinstance(action, SetConfirmOffset):
+                if action.offset != store.confirm_offset:
+                    store.confirm_offset = action.offset
+            elif isinstance(action, RecordEpoch):
+                if not store.epoch_file.append(action.epoch, action.start_offset):
+                    log.warning("ha slave %s: epoch entry (%d, %d) refused by the epoch file",
+                                self.service.broker_id, action.epoch, action.start_offset)
+            elif isinstance(action, Truncate):
+                log.info("ha slave %s: truncating at %d (max %d)", self.service.broker_id,
+                         action.offset, store.max_offset)
+                if action.offset < store.max_offset:
+                    store.truncate(action.offset)
+                store.epoch_file.truncate_suffix_by_offset(action.offset)
+            elif isinstance(action, Close):
+                raise ConnectionDropped(action.reason)

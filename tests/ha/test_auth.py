@@ -1,0 +1,70 @@
+"""Mutual HMAC-SHA256 challenge/response before the HA handshake."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from ha.auth import AuthError, Authenticator
+
+
+def run(client: Authenticator, server: Authenticator, extra: bytes = b"") -> None:
+    for _ in range(10):
+        c_out = client.data_to_send()
+        if c_out:
+            server.receive_data(c_out)
+        s_out = server.data_to_send()
+        if s_out:
+            client.receive_data(s_out)
+        if client.done and server.done and not c_out and not s_out:
+            return
+
+
+def test_same_secret_both_sides_authenticate_one_byte_at_a_time():
+    c = Authenticator("client", b"secret", os.urandom(32))
+    s = Authenticator("server", b"secret", os.urandom(32))
+    for _ in range(5):
+        for b in c.data_to_send():
+            s.receive_data(bytes([b]))
+        for b in s.data_to_send():
+            c.receive_data(bytes([b]))
+    assert c.done and s.done
+
+
+def test_wrong_secret_is_rejected_by_the_server_before_it_proves_anything():
+    c = Authenticator("client", b"wrong", os.urandom(32))
+    s = Authenticator("server", b"secret", os.urandom(32))
+    s.receive_data(c.data_to_send())
+    c.receive_data(s.data_to_send())
+    with pytest.raises(AuthError):
+        s.receive_data(c.data_to_send())
+    assert s.data_to_send() == b""     # no server proof leaked
+
+
+def test_client_rejects_a_master_without_the_secret():
+    c = Authenticator("client", b"secret", os.urandom(32))
+    s = Authenticator("server", b"other", os.urandom(32))
+    s.receive_data(c.data_to_send())
+    c.receive_data(s.data_to_send())
+    # a master without the secret cannot produce a valid proof
+    with pytest.raises(AuthError):
+        c.receive_data(b"\x00" * 32)
+
+
+def test_reflection_and_garbage_are_rejected():
+    c = Authenticator("client", b"secret", os.urandom(32))
+    with pytest.raises(AuthError):          # a peer claiming the client role to a client
+        c.receive_data(Authenticator("client", b"secret", os.urandom(32)).data_to_send())
+    s = Authenticator("server", b"secret", os.urandom(32))
+    with pytest.raises(AuthError):          # RocketMQ packet without auth
+        s.receive_data(b"\x00\x00\x00\x01" + bytes(12))
+
+
+def test_leftover_bytes_after_auth_are_kept():
+    c = Authenticator("client", b"k", os.urandom(32))
+    s = Authenticator("server", b"k", os.urandom(32))
+    s.receive_data(c.data_to_send())
+    c.receive_data(s.data_to_send())
+    s.receive_data(c.data_to_send() + b"HA-bytes")
+    assert s.done and s.leftover == b"HA-bytes"
