@@ -47,6 +47,14 @@ class ElectMasterRequest:
     broker_id: int = -1
     designate_elect: bool = False
     invoke_time_ms: int = 0
+    #: Sent by the sitting master after a restart: it must not resume a term from before the restart,
+    #: so the controller elects afresh among the live SyncStateSet by progress; on equal progress a
+    #: replica that did not restart is preferred; whoever wins (possibly the requester) gets a new epoch.
+    new_term: bool = False
+
+    @classmethod
+    def of_new_term(cls, cluster_name: str, broker_name: str, broker_id: int) -> ElectMasterRequest:
+        return cls(cluster_name, broker_name, broker_id, new_term=True)
 
     @classmethod
     def of_controller_trigger(cls, broker_name: str) -> ElectMasterRequest:

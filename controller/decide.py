@@ -30,7 +30,7 @@ from controller.api import (AlterSyncStateSetRequest, ApplyBrokerIdRequest, Clea
                             ElectMasterRequest, GetNextBrokerIdRequest, GetReplicaInfoRequest,
                             GetSyncStateDataRequest, RegisterBrokerRequest, Response)
 from controller.codes import ResponseCode as C
-from controller.election import elect
+from controller.election import elect, rank_key
 from controller.events import (AlterSyncStateSetEvent, ApplyBrokerIdEvent, CleanBrokerDataEvent,
                                ElectMasterEvent, Event, UpdateBrokerAddressEvent)
 from controller.heartbeat import BrokerLiveInfo, HeartbeatTable
@@ -129,7 +129,11 @@ def _null_master_header() -> dict[str, Any]:
 
 
 def decide_elect_master(state: ControllerState, req: ElectMasterRequest, ctx: DecideContext) -> Decision:
-    """Controller-, broker- or admin-triggered election (reference 4.2 with fixes Q2, Q3)."""
+    """Controller-, broker- or admin-triggered election (reference 4.2 with fixes Q2, Q3).
+
+    A ``new_term`` request from the sitting master (restarted, see ``ElectMasterRequest``) runs the
+    policy without stickiness for the old master and always starts a new epoch for the winner.
+    From anyone else ``new_term`` is ignored."""
     name = req.broker_name
     if not state.contains(name):
         return Response.error(C.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED, "Broker hasn't been registered"), []
@@ -139,12 +143,16 @@ def decide_elect_master(state: ControllerState, req: ElectMasterRequest, ctx: De
     if sync.is_first_time_for_elect and req.broker_id in replica.broker_id_info \
             and ctx.alive(name, req.broker_id):
         new = req.broker_id  # Q3 FIXED: only a registered, alive requester
+    renewing = req.new_term and old is not None and req.broker_id == old
+    if new is None and renewing and old is not None:
+        new = _elect_new_term(state, name, old, ctx)
     if new is None:
         all_ids = list(replica.broker_id_info) if ctx.enable_elect_unclean_master else None
         getter = ctx.live_info
-        new = elect(sync.sync_state_set, all_ids, old, req.broker_id if req.designate_elect else None,
+        new = elect(sync.sync_state_set, all_ids, None if renewing else old,
+                    req.broker_id if req.designate_elect else None,
                     lambda i: ctx.alive(name, i), None if getter is None else (lambda i: getter(name, i)))
-    if new is not None and new == old:
+    if new is not None and new == old and not renewing:
         header = {"master_broker_id": old, "master_address": replica.address_of(old),
                   "master_epoch": sync.master_epoch, "sync_state_set_epoch": sync.sync_state_set_epoch}
         remark = f"The old master {old} is still alive, not need to elect new master for broker {name}"
@@ -167,6 +175,21 @@ def decide_elect_master(state: ControllerState, req: ElectMasterRequest, ctx: De
             [ElectMasterEvent(False, name, None)]
     return Response.error(C.CONTROLLER_ELECT_MASTER_FAILED, "Failed to elect a new master",
                           _null_master_header()), []
+
+
+def _elect_new_term(state: ControllerState, name: str, old: int, ctx: DecideContext) -> int | None:
+    """The best live SyncStateSet member other than the restarted master ``old``, if it has at least
+    ``old``'s progress (so on equal progress a replica that did not just restart takes over); else None,
+    and the ordinary policy (without stickiness) decides."""
+    sync = state.sync_state[name]
+    getter = ctx.live_info
+    info = None if getter is None else (lambda i: getter(name, i))
+    other = elect(sync.sync_state_set - {old}, None, None, None, lambda i: ctx.alive(name, i), info)
+    if other is None:
+        return None
+    if info is None or rank_key(other, info(other))[:4] <= rank_key(old, info(old))[:4]:
+        return other
+    return None
 
 
 def decide_alter_sync_state_set(state: ControllerState, req: AlterSyncStateSetRequest,

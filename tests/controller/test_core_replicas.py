@@ -442,3 +442,33 @@ def test_scan_need_reelect_and_reads():
     assert h.call(GetReplicaInfoRequest("nope"))[0].code == C.CONTROLLER_BROKER_METADATA_NOT_EXIST
     assert h.call(GetSyncStateDataRequest(()))[0].code == C.SYSTEM_ERROR
     assert h.call("bogus")[0].code == C.REQUEST_CODE_NOT_SUPPORTED
+
+
+@pytest.mark.parametrize("requester, beats, code, master, epoch", [
+    # the restarted master is the most advanced replica: it wins, but under a new epoch
+    (1, {1: (1, 300), 2: (1, 200), 3: (1, 100)}, C.SUCCESS, 1, 2),
+    # a slave holds more data than the restarted master (its unflushed tail was lost): the slave wins
+    (1, {1: (1, 100), 2: (1, 300), 3: (1, 200)}, C.SUCCESS, 2, 2),
+    # equal progress: a replica that did not just restart is preferred (lowest id among them)
+    (1, {1: (1, 300), 2: (1, 300), 3: (1, 300)}, C.SUCCESS, 2, 2),
+    # the only live member is the restarted master itself: it gets a new epoch
+    (1, {1: (1, 300)}, C.SUCCESS, 1, 2),
+    # new_term from a replica that is not the master is an ordinary broker trigger: master still exists
+    (2, {1: (1, 300), 2: (1, 300), 3: (1, 300)}, C.CONTROLLER_MASTER_STILL_EXIST, 1, 1),
+])
+def test_new_term_request_from_restarted_master_elects_by_progress(requester, beats, code, master, epoch):
+    """Fix for a master killed and restarted before its heartbeat expired (a new epoch with the same
+    master, apache/rocketmq#9689): it asks for a new term; the winner is chosen by progress with no
+    preference for the old master, and always starts a new epoch with SyncStateSet {winner}."""
+    h = mock_meta_data()
+    h.alive = set()
+    for broker_id, (ep, offset) in beats.items():
+        h.heartbeat(broker_id, ep, offset, 10**9)
+    resp, events = h.call(ElectMasterRequest.of_new_term(CLUSTER, NAME, requester))
+    assert resp.code == code
+    info = h.info()
+    assert info.header["master_broker_id"] == master and info.header["master_epoch"] == epoch
+    if code == C.SUCCESS:
+        assert events == [ElectMasterEvent(True, NAME, master)]
+        assert info.body["sync_state_set"] == [master]
+    assert h.replay_matches()
