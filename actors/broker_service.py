@@ -1,0 +1,181 @@
+"""The broker actor: one replica's store, HA endpoint and controller loop on one event loop.
+
+A plain class run by Ray as an async actor (options in ``actors/remote.py``).
+``__init__`` runs on the actor's event loop, so it opens the store (recovering a
+torn tail), and schedules the :class:`broker.replicas_manager.ReplicasManager`
+there; the HA service is created by the manager once the controller has given
+this replica its persistent broker id, and listens on the HA port fixed in the
+cluster spec. A broker restarted by Ray therefore comes back by itself: same
+store directory, same identity file, same port, and it rejoins as a slave of
+whoever the controller elected (truncating divergent bytes in the handshake).
+
+Writes are accepted only while the manager says the broker is a running,
+unfenced master; every other case answers a status without writing anything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import asyncio
+import collections
+import hashlib
+import logging
+import os
+import time
+
+from actors.config import load_config
+from actors.controller_client import AsyncControllerClient
+from actors.metrics import BrokerMetrics, configure_actor_logging
+from actors.spec import ClusterSpec
+from broker.message import Message
+from broker.register import FileIdentityStore
+from broker.replicas_manager import ReplicasManager, Role, State
+from broker.store import MessageStore
+from ha.service import HAService, PutStatus
+
+log = logging.getLogger("rocketray.broker")
+
+DIGEST_CHUNK = 1 << 20
+SAMPLE_INTERVAL_S = 1.0
+SAMPLES_KEPT = 3600  # one hour at one sample a second
+METRICS_PERIOD_S = 1.0
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _message_dict(m: Message, broker_id: int | None) -> dict:
+    return {"topic": m.topic, "queue_id": m.queue_id, "queue_offset": m.queue_offset,
+            "physical_offset": m.physical_offset, "body": bytes(m.body), "properties": dict(m.properties),
+            "store_timestamp_ms": m.store_timestamp_ms, "broker_id": broker_id}
+
+
+class BrokerService:
+    def __init__(self, spec: dict, group: str, replica: int):
+        configure_actor_logging()
+        self._spec = ClusterSpec.from_dict(spec)
+        self._group = group
+        self._replica = replica
+        self._me = next(b for b in self._spec.brokers_of(group) if b.replica == replica)
+        self._config = load_config(self._spec.profile, dict(self._spec.config_overrides), secret=self._spec.secret)
+        self.store = MessageStore(self._me.store_dir, self._config.store_config())
+        self.ha: HAService | None = None
+        self.manager = ReplicasManager(
+            cluster_name=self._spec.cluster_name, broker_name=group, broker_address=self._me.ha_address,
+            controller_client=AsyncControllerClient(self._spec), store=self.store,
+            identity=FileIdentityStore(self._me.store_dir), now_ms=now_ms, ha_factory=self._make_ha,
+            controller_addresses=[c.raft_address for c in self._spec.controllers],
+            config=self._config.replicas_manager_config())
+        self.manager.start()
+        self._samples: collections.deque[dict] = collections.deque(maxlen=SAMPLES_KEPT)
+        self._sampler = asyncio.get_running_loop().create_task(self._sample_forever())
+        self._metrics = BrokerMetrics(self._spec.name, group, on_error=lambda name, exc: log.warning(
+            "metrics disabled after error metric=%s error=%r", name, exc))
+        self._metrics_task = asyncio.get_running_loop().create_task(self._metrics_loop())
+        log.info("broker started group=%s replica=%d ha=%s pid=%d max_offset=%d", group, replica,
+                 self._me.ha_address, os.getpid(), self.store.max_offset)
+
+    async def _make_ha(self, broker_id: int) -> HAService:
+        ha = HAService(self.store, broker_id, self._config.ha_config(), secret=self._spec.secret)
+        await ha.start(self._me.host if self._me.host != "127.0.0.1" else "127.0.0.1", self._me.bind_port)
+        self.ha = ha
+        return ha
+
+    # --- data path ------------------------------------------------------------------------
+    async def put(self, messages: list[dict]) -> dict:
+        """Append a batch as master and wait for the ack policy; see ``PutStatus``."""
+        broker_id = self.manager.broker_id
+        if self.ha is None or self.manager.fenced:
+            self._metrics.put(broker_id, "FENCED", len(messages), 0.0)
+            return {"status": "FENCED", "broker_id": broker_id, "offsets": []}
+        if not self.manager.writable:
+            self._metrics.put(broker_id, "NOT_MASTER", len(messages), 0.0)
+            return {"status": "NOT_MASTER", "broker_id": broker_id, "offsets": []}
+        born = now_ms()
+        msgs = [Message(m["topic"], int(m["queue_id"]), bytes(m["body"]), dict(m.get("properties") or {}),
+                        born_timestamp_ms=born) for m in messages]
+        started = time.monotonic()
+        status, stored = await self.ha.put(msgs, now_ms())
+        self._metrics.put(broker_id, PutStatus(status).name, len(msgs), (time.monotonic() - started) * 1000)
+        return {"status": PutStatus(status).name, "broker_id": broker_id,
+                "offsets": [[m.queue_offset, m.physical_offset] for m in stored] if status == PutStatus.PUT_OK
+                else []}
+
+    async def get_messages(self, topic: str, queue_id: int, queue_offset: int, max_count: int) -> list[dict]:
+        """Messages of one queue from ``queue_offset``, never beyond this replica's confirm offset."""
+        broker_id = self.manager.broker_id
+        return [_message_dict(m, broker_id) for m in self.store.get_messages(topic, queue_id, queue_offset, max_count)]
+
+    async def digest(self, start: int, end: int, plain: bool = False) -> str:
+        """SHA-256 of the commit-log bytes [start, end): replicas agree iff their digests do.
+
+        ``plain``: the hash of the bytes alone (the chaos contract's ``digest_to_confirm``); otherwise
+        the range actually read is mixed in too."""
+        h = hashlib.sha256()
+        offset = start
+        while offset < end:
+            chunk = self.store.read_raw(offset, min(DIGEST_CHUNK, end - offset))
+            if len(chunk) == 0:
+                break
+            chunk = chunk[: end - offset]
+            h.update(chunk)
+            offset += len(chunk)
+        if not plain:
+            h.update(f"|{start}-{offset}".encode())
+        return h.hexdigest()
+
+    # --- control path ---------------------------------------------------------------------
+    async def on_role_change(self, notification: dict) -> bool:
+        return await self.manager.on_role_change(notification)
+
+    async def status(self) -> dict:
+        m = self.manager
+        entries = self.store.epoch_file.entries()
+        return {
+            "group": self._group, "replica": self._replica, "ha_address": self._me.ha_address,
+            "broker_id": m.broker_id, "state": m.state.name,
+            "running": m.state == State.RUNNING,
+            "role": "master" if m.role == Role.SYNC_MASTER else "slave",
+            "fenced": m.fenced, "master_broker_id": m.master_broker_id, "master_address": m.master_address,
+            "master_epoch": m.master_epoch, "sync_state_set": sorted(m.sync_state_set),
+            "sync_state_set_epoch": m.sync_state_set_epoch,
+            "min_offset": self.store.min_offset, "max_offset": self.store.max_offset,
+            "confirm_offset": self.store.confirm_offset,
+            "epoch_entries": [[e.epoch, e.start_offset, e.end_offset] for e in entries],
+            "ha": self.ha.status() if self.ha is not None else None,
+            "pid": os.getpid(),
+        }
+
+    # --- samples for the analytics -----------------------------------------------------------
+    def _sample(self) -> dict:
+        m = self.manager
+        return {"time_ms": now_ms(), "group": self._group, "broker_id": m.broker_id,
+                "role": "master" if m.role == Role.SYNC_MASTER else "slave", "master_epoch": m.master_epoch,
+                "max_offset": self.store.max_offset, "confirm_offset": self.store.confirm_offset}
+
+    async def _sample_forever(self) -> None:
+        while True:
+            try:
+                if self.manager.broker_id is not None:
+                    self._samples.append(self._sample())
+            except Exception:  # noqa: BLE001 - sampling must never stop the broker
+                log.exception("sampling failed group=%s replica=%d", self._group, self._replica)
+            await asyncio.sleep(SAMPLE_INTERVAL_S)
+
+    async def samples(self) -> list[dict]:
+        """Role, epoch and offsets sampled every second (the last hour), oldest first."""
+        return list(self._samples)
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    async def _metrics_loop(self) -> None:
+        """Sample this replica into the metrics and log role/epoch/SyncStateSet/truncation changes."""
+        while True:
+            await asyncio.sleep(METRICS_PERIOD_S)
+            try:
+                for line in self._metrics.observe(await self.status()):
+                    log.info(line)
+            except Exception:  # noqa: BLE001 - observability must not stop the broker
+                log.exception("broker metrics sample failed group=%s replica=%d", self._group, self._replica)

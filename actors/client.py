@@ -1,0 +1,171 @@
+"""Producer and consumer clients: batched, failover-aware, and recording a history.
+
+A :class:`Producer` finds a group's master (cached; refreshed from the controller
+or by asking the replicas), sends a batch in one Ray call, and retries with
+backoff when the broker is not (or no longer) the master, is fenced, or died.
+Every payload ends as one history record: ``ok`` if some attempt was acknowledged
+(``PUT_OK``), ``unknown`` if some attempt may have written it (the actor died mid
+call, the call timed out, or replicas did not ack in time) and ``failed`` only if
+every attempt was refused before anything was written. Retrying after an
+``unknown`` may duplicate a payload; consumers de-duplicate by payload id and the
+checker reports duplicates. A :class:`Consumer` reads a queue from any replica,
+which serves only up to its confirm offset.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import ray
+
+from actors.cluster import Cluster
+from controller.api import GetReplicaInfoRequest
+
+#: Put statuses after which nothing was written: safe to retry without duplicates.
+REFUSED = {"NOT_MASTER", "FENCED", "IN_SYNC_REPLICAS_NOT_ENOUGH", "SLAVE_NOT_AVAILABLE"}
+#: Put statuses after which the batch may or may not survive.
+UNCERTAIN = {"FLUSH_SLAVE_TIMEOUT"}
+
+Recorder = Callable[[dict], None]
+
+
+def now_ms() -> float:
+    return time.time() * 1000.0
+
+
+@dataclass
+class SendOutcome:
+    outcome: str  # "ok" | "unknown" | "failed"
+    offsets: list[tuple[int, int]] = field(default_factory=list)  # (queue_offset, physical_offset)
+    replica: int | None = None
+    broker_id: int | None = None
+    error: str | None = None
+    attempts: int = 0
+
+
+class Producer:
+    def __init__(self, cluster: Cluster, process: str = "producer-0", topic: str = "rocketray",
+                 recorder: Recorder | None = None, call_timeout_s: float = 8.0, retry_deadline_s: float = 60.0):
+        self.cluster = cluster
+        self.process = process
+        self.topic = topic
+        self.recorder = recorder
+        self.call_timeout_s = call_timeout_s
+        self.retry_deadline_s = retry_deadline_s
+        self._master: dict[str, int] = {}
+        self._op_id = 0
+
+    # --- master discovery -------------------------------------------------------------
+    def _find_master(self, group: str) -> int | None:
+        try:
+            resp = self.cluster.call_controller(GetReplicaInfoRequest(broker_name=group), timeout_s=3.0)
+            address = (resp.header or {}).get("master_address") if resp.ok else None
+            if address:
+                b = self.cluster.spec.broker_by_ha_address(address)
+                if b is not None:
+                    return b.replica
+        except Exception:  # noqa: BLE001 - fall back to asking the replicas
+            pass
+        return self.cluster.master_of(group)
+
+    def forget_master(self, group: str) -> None:
+        """Drop the cached master of ``group`` (the next send looks it up again)."""
+        self._master.pop(group, None)
+
+    # --- sending -----------------------------------------------------------------------
+    def _attempt(self, group: str, replica: int, messages: list[dict]) -> dict | None:
+        actor = self.cluster.broker(group, replica)
+        try:
+            return ray.get(actor.put.remote(messages), timeout=self.call_timeout_s)
+        except (ray.exceptions.GetTimeoutError, ray.exceptions.RayError, ValueError) as exc:
+            return {"status": "UNREACHABLE", "remark": type(exc).__name__}
+
+    def send(self, group: str, queue_id: int, payloads: list[tuple[str, bytes]]) -> SendOutcome:
+        """Send one batch (all payloads to one queue); returns the final outcome."""
+        messages = [{"topic": self.topic, "queue_id": queue_id, "body": body, "properties": {"pid": pid}}
+                    for pid, body in payloads]
+        start = now_ms()
+        deadline = time.monotonic() + self.retry_deadline_s
+        maybe_written = False
+        result = SendOutcome(outcome="failed")
+        backoff_s = 0.05
+        while time.monotonic() < deadline:
+            result.attempts += 1
+            replica = self._master.get(group)
+            if replica is None:
+                replica = self._find_master(group)
+                if replica is None:
+                    result.error = "NO_MASTER"
+                    time.sleep(backoff_s)
+                    backoff_s = min(backoff_s * 2, 1.0)
+                    continue
+                self._master[group] = replica
+            reply = self._attempt(group, replica, messages)
+            status = reply.get("status") if reply else "UNREACHABLE"
+            if status == "PUT_OK":
+                result = SendOutcome("ok", [tuple(o) for o in reply["offsets"]], replica,
+                                     reply.get("broker_id"), None, result.attempts)
+                break
+            result.error = status
+            if status in UNCERTAIN or status == "UNREACHABLE":
+                maybe_written = True
+            self._master.pop(group, None)
+            time.sleep(backoff_s)
+            backoff_s = min(backoff_s * 2, 1.0)
+        if result.outcome != "ok":
+            result.outcome = "unknown" if maybe_written else "failed"
+        self._record(group, queue_id, payloads, result, start, now_ms())
+        return result
+
+    def _record(self, group: str, queue_id: int, payloads: list[tuple[str, bytes]], result: SendOutcome,
+                start: float, end: float) -> None:
+        if self.recorder is None:
+            return
+        for i, (pid, _body) in enumerate(payloads):
+            qo, po = result.offsets[i] if result.outcome == "ok" else (None, None)
+            self._op_id += 1
+            self.recorder({"op_id": f"{self.process}-{self._op_id}", "process": self.process, "f": "send",
+                           "group": group, "queue_id": queue_id, "payload_id": pid, "queue_offset": qo,
+                           "physical_offset": po, "start_ms": start, "end_ms": end, "outcome": result.outcome,
+                           "broker_id": result.broker_id, "error": None if result.outcome == "ok" else result.error})
+
+
+class Consumer:
+    def __init__(self, cluster: Cluster, process: str = "consumer-0", topic: str = "rocketray",
+                 recorder: Recorder | None = None, batch: int = 512, call_timeout_s: float = 10.0):
+        self.cluster = cluster
+        self.process = process
+        self.topic = topic
+        self.recorder = recorder
+        self.batch = batch
+        self.call_timeout_s = call_timeout_s
+        self._op_id = 0
+
+    def read_queue(self, group: str, replica: int, queue_id: int, from_offset: int = 0) -> list[dict]:
+        """Every message of one queue on one replica, from ``from_offset`` up to its confirm offset."""
+        actor = self.cluster.broker(group, replica)
+        out: list[dict] = []
+        offset = from_offset
+        while True:
+            start = now_ms()
+            msgs = ray.get(actor.get_messages.remote(self.topic, queue_id, offset, self.batch),
+                           timeout=self.call_timeout_s)
+            end = now_ms()
+            if not msgs:
+                return out
+            for m in msgs:
+                self._record(group, queue_id, m, start, end)
+            out.extend(msgs)
+            offset = msgs[-1]["queue_offset"] + 1
+
+    def _record(self, group: str, queue_id: int, m: dict, start: float, end: float) -> None:
+        if self.recorder is None:
+            return
+        self._op_id += 1
+        self.recorder({"op_id": f"{self.process}-{self._op_id}", "process": self.process, "f": "read",
+                       "group": group, "queue_id": queue_id, "payload_id": m["properties"].get("pid"),
+                       "queue_offset": m["queue_offset"], "physical_offset": m["physical_offset"],
+                       "start_ms": start, "end_ms": end, "outcome": "ok", "broker_id": m.get("broker_id"),
+                       "error": None})

@@ -1,0 +1,303 @@
+"""Start, connect to, inspect and stop a rocketray cluster on the current Ray.
+
+``start_cluster`` decides a :class:`~actors.spec.ClusterSpec` (ports, secret,
+node placement, store directories), starts a registry actor, the controllers
+and the brokers as named detached actors in the namespace ``rocketray-<name>``,
+and waits until the controllers have a leader and every group has a master.
+``connect(name)`` rebuilds a :class:`Cluster` handle from the registry, so a
+second driver (``ray job submit``, ``rocketray status``) can drive the same
+cluster. Killing is done the way a user would: ``ray.kill(actor,
+no_restart=False)``; Ray restarts the actor and it recovers from its store.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import ray
+
+from actors import remote
+from actors.spec import BrokerSpec, ClusterSpec, ControllerSpec
+
+DEFAULT_NAME = "default"
+
+
+class ClusterError(RuntimeError):
+    """A cluster operation failed; the message says which and why."""
+
+
+def _free_port(host: str) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _alive_nodes() -> list[dict]:
+    return [n for n in ray.nodes() if n.get("Alive")]
+
+
+def plan_cluster(name: str, *, controllers: int, groups: int, replicas: int, data_dir: str,
+                 profile: str = "fast", overrides: dict[str, str] | None = None,
+                 cluster_name: str = "rocketray-cluster", ha_proxy: bool = False) -> ClusterSpec:
+    """Choose ports, hosts, nodes and directories for a new cluster (no actor is started).
+
+    ``ha_proxy``: each broker's HA server binds a separate ``listen_port`` while it advertises
+    ``ha_port``, where a fault-injecting proxy (``actors/chaos/ha_proxy.py``) is expected to listen.
+    """
+    if controllers < 1 or groups < 1 or replicas < 1:
+        raise ClusterError("controllers, groups and replicas must each be at least 1")
+    nodes = _alive_nodes()
+    multi = len(nodes) > 1
+    root = Path(data_dir).absolute() / name
+
+    def host_and_node(i: int) -> tuple[str, str | None]:
+        if not multi:
+            return "127.0.0.1", None
+        node = nodes[i % len(nodes)]
+        return node["NodeManagerAddress"], node["NodeID"]
+
+    ctrl = []
+    for i in range(controllers):
+        host, node_id = host_and_node(i)
+        ctrl.append(ControllerSpec(index=i, host=host, raft_port=_free_port("127.0.0.1") if not multi else 9878 + i,
+                                   store_dir=str(root / f"controller-{i}"), node_id=node_id))
+    brokers = []
+    k = 0
+    for g in range(groups):
+        group = f"broker-{chr(ord('a') + g)}" if g < 26 else f"broker-{g}"
+        for r in range(replicas):
+            host, node_id = host_and_node(controllers + k)
+            port = _free_port("127.0.0.1") if not multi else 10912 + k
+            listen = (_free_port("127.0.0.1") if not multi else 20912 + k) if ha_proxy else None
+            brokers.append(BrokerSpec(group=group, replica=r, host=host, ha_port=port,
+                                      store_dir=str(root / f"{group}-{r}"), node_id=node_id,
+                                      listen_port=listen))
+            k += 1
+    return ClusterSpec(name=name, cluster_name=cluster_name, data_dir=str(root), profile=profile,
+                       controllers=tuple(ctrl), brokers=tuple(brokers),
+                       config_overrides=tuple(sorted((overrides or {}).items())))
+
+
+def wait_for(predicate: Callable[[], Any], timeout_s: float, what: str, interval_s: float = 0.1) -> Any:
+    deadline = time.monotonic() + timeout_s
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = predicate()
+            if last:
+                return last
+        except Exception as exc:  # noqa: BLE001 - reported on timeout
+            last = exc
+        time.sleep(interval_s)
+    raise ClusterError(f"timed out after {timeout_s:.0f}s waiting for {what}; last: {last!r}")
+
+
+class Cluster:
+    """A handle on a running cluster: actors by role, status, kills, teardown."""
+
+    def __init__(self, spec: ClusterSpec):
+        self.spec = spec
+
+    # --- actors -------------------------------------------------------------------------
+    def controller(self, index: int):
+        return remote.get_actor(self.spec, self.spec.controller_actor_name(index))
+
+    def broker(self, group: str, replica: int):
+        return remote.get_actor(self.spec, self.spec.broker_actor_name(group, replica))
+
+    def controllers(self) -> list:
+        return [self.controller(c.index) for c in self.spec.controllers]
+
+    # --- inspection ---------------------------------------------------------------------
+    def controller_metadata(self, timeout_s: float = 3.0) -> list[dict | None]:
+        refs = [c.metadata.remote() for c in self.controllers()]
+        out: list[dict | None] = []
+        for ref in refs:
+            try:
+                out.append(ray.get(ref, timeout=timeout_s))
+            except Exception:  # noqa: BLE001 - a dead or paused controller has no metadata
+                out.append(None)
+        return out
+
+    def leader_index(self) -> int | None:
+        for i, md in enumerate(self.controller_metadata()):
+            if md and md.get("is_leader"):
+                return i
+        return None
+
+    def call_controller(self, request, timeout_s: float = 10.0):
+        """Send a request to the controller leader, following NOT_LEADER hints."""
+        from actors.controller_client import call_leader_sync
+
+        return call_leader_sync(self, request, timeout_s=timeout_s)
+
+    def broker_status(self, group: str, replica: int, timeout_s: float = 3.0) -> dict | None:
+        try:
+            return ray.get(self.broker(group, replica).status.remote(), timeout=timeout_s)
+        except Exception:  # noqa: BLE001
+            return None
+
+    def group_status(self, group: str) -> list[dict | None]:
+        return [self.broker_status(group, b.replica) for b in self.spec.brokers_of(group)]
+
+    def master_of(self, group: str) -> int | None:
+        """Replica index whose broker currently acts as a writable master, if any."""
+        for b, st in zip(self.spec.brokers_of(group), self.group_status(group)):
+            if st and st.get("role") == "master" and st.get("running"):
+                return b.replica
+        return None
+
+    def analytics_records(self, timeout_s: float = 10.0) -> dict[str, list[dict]]:
+        """What ``rocketray analytics --live`` analyses, gathered through Ray: every reachable
+        replica's epoch entries and offsets now, and its role/epoch/offset samples over time.
+        (A live cluster has no client history or nemesis log; chaos runs record those.)"""
+        replicas: list[dict] = []
+        samples: list[dict] = []
+        for b in self.spec.brokers:
+            status = self.broker_status(b.group, b.replica, timeout_s)
+            if status is None or status.get("broker_id") is None:
+                continue
+            replicas.append({k: status[k] for k in ("group", "broker_id", "role", "master_epoch", "epoch_entries",
+                                                    "min_offset", "max_offset", "confirm_offset")})
+            try:
+                samples.extend(ray.get(self.broker(b.group, b.replica).samples.remote(), timeout=timeout_s))
+            except Exception:  # noqa: BLE001 - an unreachable replica contributes no samples
+                pass
+        return {"history": [], "nemesis": [], "replicas": replicas, "samples": samples, "controller_events": []}
+
+    # --- faults -------------------------------------------------------------------------
+    def _kill(self, actor, pid_before: int | None) -> None:
+        ray.kill(actor, no_restart=False)
+        if pid_before is None:
+            return
+
+        def restarted():
+            try:
+                return ray.get(actor.pid.remote(), timeout=2) != pid_before
+            except Exception:  # noqa: BLE001 - still restarting
+                return False
+
+        wait_for(restarted, 60, "the killed actor to be restarted by Ray")
+
+    def kill_controller(self, index: int, wait_restart: bool = True) -> None:
+        actor = self.controller(index)
+        pid = ray.get(actor.pid.remote(), timeout=5) if wait_restart else None
+        self._kill(actor, pid)
+
+    def kill_broker(self, group: str, replica: int, wait_restart: bool = True) -> None:
+        actor = self.broker(group, replica)
+        pid = ray.get(actor.pid.remote(), timeout=5) if wait_restart else None
+        self._kill(actor, pid)
+
+    def signal_actor(self, actor, sig: int) -> int:
+        """SIGSTOP/SIGCONT an actor's process (the driver must be on the actor's node)."""
+        pid = ray.get(actor.pid.remote(), timeout=5)
+        os.kill(pid, sig)
+        return pid
+
+    def pause(self, actor) -> int:
+        return self.signal_actor(actor, signal.SIGSTOP)
+
+    def resume_pid(self, pid: int) -> None:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+
+    # --- waiting ------------------------------------------------------------------------
+    def wait_for_master(self, group: str, timeout_s: float = 60) -> int:
+        """Replica index of the running master of ``group``, waiting for one to exist."""
+        holder: dict[str, int] = {}
+
+        def has_master():
+            m = self.master_of(group)
+            if m is not None:
+                holder["m"] = m
+            return m is not None
+
+        wait_for(has_master, timeout_s, f"a running master in {group}")
+        return holder["m"]
+
+    def wait_for_leader(self, timeout_s: float = 60) -> int:
+        holder: dict[str, int] = {}
+
+        def has_leader():
+            i = self.leader_index()
+            if i is None:
+                return False
+            holder["i"] = i
+            return True
+
+        wait_for(has_leader, timeout_s, "a controller leader")
+        return holder["i"]
+
+    def wait_for_masters(self, timeout_s: float = 90) -> dict[str, int]:
+        masters: dict[str, int] = {}
+
+        for group in self.spec.groups:
+            masters[group] = self.wait_for_master(group, timeout_s)
+        return masters
+
+    # --- teardown -----------------------------------------------------------------------
+    def stop(self, delete_data: bool = False) -> None:
+        names = ["registry"] + [self.spec.controller_actor_name(c.index) for c in self.spec.controllers]
+        names += [self.spec.broker_actor_name(b.group, b.replica) for b in self.spec.brokers]
+        for name in names:
+            try:
+                ray.kill(remote.get_actor(self.spec, name), no_restart=True)
+            except ValueError:
+                pass  # already gone
+        if delete_data:
+            import shutil
+
+            shutil.rmtree(self.spec.data_dir, ignore_errors=True)
+
+
+def start_cluster(name: str = DEFAULT_NAME, *, controllers: int = 3, groups: int = 1, replicas: int = 3,
+                  data_dir: str = "rocketray-data", profile: str = "fast",
+                  overrides: dict[str, str] | None = None, wait: bool = True,
+                  timeout_s: float = 120, ha_proxy: bool = False,
+                  before_brokers: Callable[[ClusterSpec], None] | None = None) -> Cluster:
+    """Start a cluster on the current Ray and (by default) wait until it serves writes.
+
+    ``ha_proxy`` plans separate HA listen ports (see ``plan_cluster``); ``before_brokers(spec)`` runs
+    after the controllers and before the brokers start (e.g. to start those proxies)."""
+    try:
+        ray.get_actor("registry", namespace=f"rocketray-{name}")
+        raise ClusterError(f"a cluster named {name!r} is already running; stop it first or pick another name")
+    except ValueError:
+        pass
+    spec = plan_cluster(name, controllers=controllers, groups=groups, replicas=replicas,
+                        data_dir=data_dir, profile=profile, overrides=overrides, ha_proxy=ha_proxy)
+    for c in spec.controllers:
+        Path(c.store_dir).mkdir(parents=True, exist_ok=True)
+    for b in spec.brokers:
+        Path(b.store_dir).mkdir(parents=True, exist_ok=True)
+    remote.start_registry(spec)
+    for c in spec.controllers:
+        remote.start_controller(spec, c.index)
+    cluster = Cluster(spec)
+    if wait:
+        cluster.wait_for_leader(timeout_s)
+    if before_brokers is not None:
+        before_brokers(spec)
+    for b in spec.brokers:
+        remote.start_broker(spec, b.group, b.replica)
+    if wait:
+        cluster.wait_for_masters(timeout_s)
+    return cluster
+
+
+def connect(name: str = DEFAULT_NAME) -> Cluster:
+    """A handle on a running cluster by name (needs ``ray.init`` to the same Ray first)."""
+    try:
+        registry = ray.get_actor("registry", namespace=f"rocketray-{name}")
+    except ValueError as exc:
+        raise ClusterError(f"no rocketray cluster named {name!r} is running on this Ray") from exc
+    return Cluster(ClusterSpec.from_dict(ray.get(registry.spec.remote(), timeout=30)))
+

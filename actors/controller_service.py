@@ -1,0 +1,196 @@
+"""The controller actor: one Raft controller node plus its timers and notifications.
+
+A plain class (Ray options are applied in ``actors/remote.py``). It hosts a
+:class:`controller.node.ControllerNode` on the Raft port fixed in the cluster
+spec, so a restart by Ray recovers the node from its own snapshot + journal on
+the same address. Ray runs it as a threaded actor: requests call the node's
+blocking pipeline on Ray's worker threads, while one daemon thread runs the
+leader-only services of reference 5.2-5.5: the heartbeat expiry scan, the
+inactive-master scan, elections with retries, and role-change notifications to
+the live members of a group (fire-and-forget Ray calls; brokers also poll, so a
+lost notification only costs time).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+
+import ray
+
+from actors import config_update
+from actors.config import load_config
+from actors.metrics import ControllerMetrics, configure_actor_logging
+from actors.spec import ClusterSpec
+from controller.api import AlterSyncStateSetRequest, CleanBrokerDataRequest, ElectMasterRequest, Response
+from controller.codes import ResponseCode
+from controller.node import ControllerNode
+
+log = logging.getLogger("rocketray.controller")
+
+METRICS_PERIOD_MS = 1000
+
+
+class ControllerService:
+    def __init__(self, spec: dict, index: int):
+        configure_actor_logging()
+        self._spec = ClusterSpec.from_dict(spec)
+        self._index = index
+        self._config = load_config(self._spec.profile, dict(self._spec.config_overrides))
+        me = self._spec.controllers[index]
+        peers = [c.raft_address for c in self._spec.controllers if c.index != index]
+        self._properties = os.path.join(me.store_dir, config_update.PROPERTIES_FILE)
+        os.makedirs(me.store_dir, exist_ok=True)
+        self._updates = config_update.load_properties(self._properties)  # admin updates survive restarts
+        node_config, skipped = config_update.apply_persisted(self._config.controller_node_config(), self._updates)
+        if skipped:
+            log.warning("controller ignored persisted config keys=%s file=%s", ";".join(skipped), self._properties)
+        self._metrics = ControllerMetrics(self._spec.name, index, on_error=lambda name, exc: log.warning(
+            "metrics disabled after error metric=%s error=%r", name, exc))
+        self._node = ControllerNode(me.raft_address, peers, me.store_dir, node_config,
+                                    self._spec.secret, on_role_changed=self._on_controller_elected)
+        self._config_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._broker_handles: dict[str, object] = {}
+        self._scanner = threading.Thread(target=self._scan_loop, name="controller-scans", daemon=True)
+        self._scanner.start()
+        log.info("controller started index=%d raft=%s pid=%d", index, me.raft_address, os.getpid())
+
+    # --- API called through Ray ----------------------------------------------------------
+    def handle(self, request) -> Response:
+        response = self._node.handle(request)
+        if isinstance(request, ElectMasterRequest):
+            trigger = "admin" if request.designate_elect else ("controller" if request.broker_id < 0 else "broker")
+            self._log_election(request.broker_name, trigger, request.broker_id, response)
+            if response.code == ResponseCode.SUCCESS and self._node.config.notify_broker_role_changed:
+                self._notify(response)
+        elif isinstance(request, AlterSyncStateSetRequest) and response.code != ResponseCode.CONTROLLER_NOT_LEADER:
+            log.info("sync state set change group=%s broker_id=%d epoch=%d sync_state_set=%s sss_epoch=%s code=%s",
+                     request.broker_name, request.master_broker_id, request.master_epoch,
+                     ";".join(str(i) for i in sorted(request.new_sync_state_set)),
+                     response.header.get("new_sync_state_set_epoch"), response.code.name)
+        elif isinstance(request, CleanBrokerDataRequest) and response.code != ResponseCode.CONTROLLER_NOT_LEADER:
+            log.info("clean broker data group=%s broker_ids=%s clean_living=%s code=%s", request.broker_name,
+                     request.broker_controller_ids_to_clean, request.clean_living_broker, response.code.name)
+        return response
+
+    def get_config(self) -> Response:
+        """GET_CONTROLLER_CONFIG: this node's configuration (reference 6.1), ``body["config"]``."""
+        view = config_update.config_view(self._node.config, self._spec.controllers[self._index].store_dir)
+        return Response(ResponseCode.SUCCESS, {"address": self._node.self_address}, {"config": view})
+
+    def update_config(self, key: str, value: str) -> Response:
+        """UPDATE_CONTROLLER_CONFIG of one key on this node; persisted so a restart keeps it."""
+        with self._config_lock:
+            try:
+                new, name, typed = config_update.apply_update(self._node.config, key, value)
+            except config_update.ConfigUpdateError as exc:
+                log.info("controller config update refused key=%s code=%s remark=%s", key, exc.code.name, exc.remark)
+                return Response.error(exc.code, exc.remark, {"address": self._node.self_address})
+            updates = dict(self._updates, **{name: typed})
+            try:
+                config_update.save_properties(self._properties, updates)
+            except OSError as exc:
+                return Response.error(ResponseCode.SYSTEM_ERROR, f"cannot persist config: {exc}")
+            self._updates = updates
+            self._node.config = new  # the node and the scan loop read their keys on every use
+        live = name in config_update.LIVE_KEYS
+        log.info("controller config updated key=%s value=%s applies=%s controller=%d", name, typed,
+                 "now" if live else "after restart", self._index)
+        return Response(ResponseCode.SUCCESS, {"address": self._node.self_address},
+                        {"key": name, "value": typed, "applies": "now" if live else "after restart"})
+
+    def heartbeat(self, request) -> Response:
+        return self._node.heartbeat(request)
+
+    def metadata(self) -> dict:
+        md = dict(self._node.metadata())
+        md["index"] = self._index
+        return md
+
+    def state_snapshot(self) -> dict:
+        """This node's replicated tables (``ControllerState.to_snapshot`` shape), for admin and tests."""
+        return self._node.snapshot_state()
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def shutdown(self) -> None:
+        self._stop.set()
+        self._node.close()
+
+    # --- leader services -----------------------------------------------------------------
+    def _scan_loop(self) -> None:
+        cfg = self._node.config  # re-read every round: update-controller-config may change the periods
+        next_expiry = time.monotonic() + cfg.scan_not_active_broker_interval_ms / 1000.0
+        next_master_scan = time.monotonic() + cfg.scan_inactive_master_interval_ms / 1000.0
+        next_metrics = time.monotonic()
+        while not self._stop.wait(min(cfg.scan_not_active_broker_interval_ms, cfg.scan_inactive_master_interval_ms,
+                                      METRICS_PERIOD_MS) / 4000.0):
+            cfg = self._node.config
+            now = time.monotonic()
+            try:
+                if now >= next_expiry:  # a dead master found here is re-elected by the node
+                    next_expiry = now + cfg.scan_not_active_broker_interval_ms / 1000.0
+                    self._node.expire_heartbeats()
+                if now >= next_master_scan:
+                    next_master_scan = now + cfg.scan_inactive_master_interval_ms / 1000.0
+                    self._node.scan_inactive_masters()
+            except Exception:  # noqa: BLE001 - a scan failure must not kill the timer
+                log.exception("controller scan failed index=%d", self._index)
+            if now >= next_metrics:
+                next_metrics = now + METRICS_PERIOD_MS / 1000.0
+                self._sample_metrics()
+
+    def _sample_metrics(self) -> None:
+        try:
+            md = self._node.metadata()
+            state = self._node.snapshot_state() if md.get("is_leader") else None
+            for line in self._metrics.observe(md, state):
+                log.info(line)
+        except Exception:  # noqa: BLE001 - observability must not kill the timer
+            log.exception("controller metrics sample failed index=%d", self._index)
+
+    def _log_election(self, group: str, trigger: str, broker_id: int, response: Response) -> None:
+        if response.code == ResponseCode.CONTROLLER_NOT_LEADER:
+            return
+        header = response.header or {}
+        log.info("election group=%s trigger=%s requested_broker_id=%d broker_id=%s epoch=%s sss_epoch=%s code=%s",
+                 group, trigger, broker_id, header.get("master_broker_id"), header.get("master_epoch"),
+                 header.get("sync_state_set_epoch"), response.code.name)
+        self._metrics.election(group, trigger, response.code.name)
+
+    def _on_controller_elected(self, response: Response) -> None:
+        """The node's callback after a successful controller-triggered election (it logged it)."""
+        group = ((response.body or {}).get("broker_member_group") or {}).get("broker_name", "")
+        self._metrics.election(group, "controller", response.code.name)
+        self._notify(response)
+
+    def _notify(self, response: Response) -> None:
+        """Push the new role to every member of the group (reference 5.5)."""
+        body = response.body or {}
+        group = body.get("broker_member_group")
+        header = response.header or {}
+        if not group or header.get("master_broker_id") is None:
+            return
+        notification = {
+            "broker_name": group.get("broker_name"),
+            "master_broker_id": header.get("master_broker_id"),
+            "master_address": header.get("master_address"),
+            "master_epoch": header.get("master_epoch"),
+            "sync_state_set_epoch": header.get("sync_state_set_epoch"),
+            "sync_state_set": list(body.get("sync_state_set") or []),
+        }
+        for address in (group.get("broker_addrs") or {}).values():
+            b = self._spec.broker_by_ha_address(address)
+            if b is None:
+                continue
+            name = self._spec.broker_actor_name(b.group, b.replica)
+            try:
+                handle = self._broker_handles.get(name) or ray.get_actor(name, namespace=self._spec.namespace)
+                self._broker_handles[name] = handle
+                handle.on_role_change.remote(notification)
+            except (ValueError, ray.exceptions.RayError):
+                self._broker_handles.pop(name, None)

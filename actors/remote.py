@@ -1,0 +1,63 @@
+"""The one place that turns rocketray's plain classes into Ray actors.
+
+Actor classes (``ControllerService``, ``BrokerService``, ``Registry``) are plain
+Python classes that run without Ray in unit tests; this module applies the Ray
+options: name and namespace per cluster, detached lifetime, restart forever,
+zero CPU reservation (they are IO-bound and must fit on a 2-core machine), and
+hard node affinity when a cluster spans several nodes, so a restarted actor
+finds its store directory where it left it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from actors.spec import ClusterSpec
+
+
+def _placement(node_id: str | None) -> dict[str, Any]:
+    if node_id is None:
+        return {}
+    return {"scheduling_strategy": NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)}
+
+
+def _common(spec: ClusterSpec, name: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "namespace": spec.namespace,
+        "lifetime": "detached",
+        "max_restarts": -1,
+        "max_task_retries": 0,
+        "num_cpus": 0,
+    }
+
+
+def start_registry(spec: ClusterSpec):
+    from actors.registry import Registry
+
+    return ray.remote(Registry).options(**_common(spec, "registry")).remote(spec.to_dict())
+
+
+def start_controller(spec: ClusterSpec, index: int):
+    from actors.controller_service import ControllerService
+
+    c = spec.controllers[index]
+    options = {**_common(spec, spec.controller_actor_name(index)), **_placement(c.node_id),
+               "max_concurrency": 32}
+    return ray.remote(ControllerService).options(**options).remote(spec.to_dict(), index)
+
+
+def start_broker(spec: ClusterSpec, group: str, replica: int):
+    from actors.broker_service import BrokerService
+
+    b = next(x for x in spec.brokers_of(group) if x.replica == replica)
+    options = {**_common(spec, spec.broker_actor_name(group, replica)), **_placement(b.node_id),
+               "max_concurrency": 64}
+    return ray.remote(BrokerService).options(**options).remote(spec.to_dict(), group, replica)
+
+
+def get_actor(spec: ClusterSpec, name: str):
+    return ray.get_actor(name, namespace=spec.namespace)

@@ -1,0 +1,105 @@
+"""The shape of a rocketray cluster: which controllers and brokers exist, where they listen.
+
+A :class:`ClusterSpec` is decided once when a cluster starts (ports chosen, secret
+generated, nodes assigned) and then handed unchanged to every actor, so that an
+actor restarted by Ray comes back on the same Raft / HA port with the same store
+directory. It is plain data: it travels through Ray and into the registry actor.
+The secret never appears in ``repr``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import secrets
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerSpec:
+    index: int
+    host: str
+    raft_port: int
+    store_dir: str
+    node_id: str | None = None  # Ray node the actor is pinned to (None: anywhere, single node)
+
+    @property
+    def raft_address(self) -> str:
+        return f"{self.host}:{self.raft_port}"
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerSpec:
+    group: str
+    replica: int  # 0-based position in its group; the controller assigns the broker id
+    host: str
+    ha_port: int
+    store_dir: str
+    node_id: str | None = None
+    #: Port the HA server binds when it differs from the advertised ``ha_port`` (a chaos proxy
+    #: listens on ``ha_port`` and forwards here); None: bind ``ha_port`` itself.
+    listen_port: int | None = None
+
+    @property
+    def ha_address(self) -> str:
+        return f"{self.host}:{self.ha_port}"
+
+    @property
+    def bind_port(self) -> int:
+        """The port the broker's HA server listens on."""
+        return self.ha_port if self.listen_port is None else self.listen_port
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    name: str
+    cluster_name: str
+    data_dir: str
+    profile: str
+    controllers: tuple[ControllerSpec, ...]
+    brokers: tuple[BrokerSpec, ...]
+    config_overrides: tuple[tuple[str, str], ...] = ()
+    secret: str = field(default_factory=lambda: secrets.token_hex(32), repr=False)
+
+    @property
+    def namespace(self) -> str:
+        return f"rocketray-{self.name}"
+
+    @property
+    def groups(self) -> list[str]:
+        seen: list[str] = []
+        for b in self.brokers:
+            if b.group not in seen:
+                seen.append(b.group)
+        return seen
+
+    def controller_actor_name(self, index: int) -> str:
+        return f"controller-{index}"
+
+    def broker_actor_name(self, group: str, replica: int) -> str:
+        return f"{group}-{replica}"  # groups are named broker-a, broker-b, ...: actors broker-a-0, ...
+
+    def brokers_of(self, group: str) -> list[BrokerSpec]:
+        return [b for b in self.brokers if b.group == group]
+
+    def controller_by_address(self, raft_address: str) -> ControllerSpec | None:
+        for c in self.controllers:
+            if c.raft_address == raft_address:
+                return c
+        return None
+
+    def broker_by_ha_address(self, ha_address: str) -> BrokerSpec | None:
+        for b in self.brokers:
+            if b.ha_address == ha_address:
+                return b
+        return None
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ClusterSpec":
+        d = dict(d)
+        d["controllers"] = tuple(ControllerSpec(**c) for c in d["controllers"])
+        d["brokers"] = tuple(BrokerSpec(**b) for b in d["brokers"])
+        d["config_overrides"] = tuple(tuple(kv) for kv in d.get("config_overrides", ()))
+        return cls(**d)

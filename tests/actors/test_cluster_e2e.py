@@ -1,0 +1,194 @@
+"""Real Ray actors end to end (reference 16.7): failover, rejoin with truncation, controller loss.
+
+Each test starts its own fast-profile cluster (3 controllers, one group of 3 replicas) on one shared
+local Ray, produces through the batched client, injects a fault by killing or pausing actors, and
+checks the outcome with predicates that have deadlines.
+"""
+
+from __future__ import annotations
+
+import pytest
+import ray
+
+from actors import pipeline, remote
+from actors.pipeline import Workload
+from controller.api import GetReplicaInfoRequest
+from rr_testing import wait_until
+
+pytestmark = pytest.mark.slow
+GROUP = "broker-a"
+
+
+def replica_info(cluster):
+    resp = cluster.call_controller(GetReplicaInfoRequest(broker_name=GROUP))
+    assert resp.ok, resp
+    return resp
+
+
+def test_kill_master_new_master_from_sss_writes_resume_old_master_rejoins(make_cluster):
+    """16.7 testChangeMaster: kill the master actor; a SyncStateSet member becomes master under a
+    higher epoch, writes resume, and the old master (restarted by Ray) rejoins as a slave and ends
+    byte-identical with nothing acknowledged lost."""
+    cluster = make_cluster()
+    w = Workload(cluster)
+    w.produce(300)
+    pipeline.settle(cluster)
+    old = cluster.wait_for_master(GROUP)
+    before = replica_info(cluster)
+    sss_before = set(before.body["sync_state_set"])
+    assert len(sss_before) == 3, "all replicas caught up and joined the SyncStateSet"
+
+    cluster.kill_broker(GROUP, old, wait_restart=False)
+    w.producer.forget_master(GROUP)
+    assert w.send_batch(GROUP).outcome == "ok", "the producer retries until a new master acknowledges"
+    after = replica_info(cluster)
+    assert after.header["master_broker_id"] in sss_before
+    assert after.header["master_broker_id"] != before.header["master_broker_id"]
+    assert after.header["master_epoch"] > before.header["master_epoch"]
+
+    w.produce(300)
+    pipeline.settle(cluster)
+    status = cluster.broker_status(GROUP, old)
+    assert status["role"] == "slave" and status["running"]
+    result = pipeline.verify(cluster, w)
+    assert result["lost"] == 0 and result["consistent"], result
+
+
+def test_old_master_truncates_divergent_bytes_when_it_rejoins(make_cluster):
+    """12.6 on real actors: with both slaves paused, the master appends a batch no slave has (the put
+    is not acknowledged: FLUSH_SLAVE_TIMEOUT); the master is then stopped, the slaves resume and one
+    is elected, more data is written; the old master restarted on its store truncates the divergent
+    batch in the handshake and converges to the new master's bytes."""
+    cluster = make_cluster()  # all-ack is the default: the unacknowledged batch fails, not acks
+    w = Workload(cluster)
+    w.produce(200)
+    pipeline.settle(cluster)
+    old = cluster.wait_for_master(GROUP)
+    slaves = [b.replica for b in cluster.spec.brokers_of(GROUP) if b.replica != old]
+    paused = [cluster.pause(cluster.broker(GROUP, r)) for r in slaves]
+    try:
+        w.producer.retry_deadline_s = 0.5
+        w.producer.call_timeout_s = 15
+        divergent = w.send_batch(GROUP)
+        assert divergent.outcome == "unknown" and divergent.error == "FLUSH_SLAVE_TIMEOUT", divergent
+        old_max = cluster.broker_status(GROUP, old)["max_offset"]
+        ray.kill(cluster.broker(GROUP, old), no_restart=True)
+    finally:
+        for pid in paused:
+            cluster.resume_pid(pid)
+    w.producer.retry_deadline_s = 60
+    w.producer.forget_master(GROUP)
+    new = cluster.wait_for_master(GROUP, 60)
+    assert new != old
+    w.produce(200)
+    remote.start_broker(cluster.spec, GROUP, old)  # the old master comes back on its own store
+    pipeline.settle(cluster)
+    status = cluster.broker_status(GROUP, old)
+    master = cluster.broker_status(GROUP, new)
+    assert status["role"] == "slave" and status["max_offset"] == master["max_offset"]
+    assert status["epoch_entries"][:-1] == master["epoch_entries"][:-1]
+    result = pipeline.verify(cluster, w)
+    assert result["lost"] == 0 and result["consistent"], result
+    assert old_max > 0
+
+
+def test_controller_leader_killed_replication_continues_and_full_restart_keeps_state(make_cluster):
+    """16.7 testBasicWorkWhenControllerShutdown: kill the controller leader; brokers keep replicating
+    and a new leader serves. Then restart every controller: the replicated state is intact."""
+    cluster = make_cluster()
+    w = Workload(cluster)
+    w.produce(200)
+    before = replica_info(cluster)
+    leader = cluster.wait_for_leader()
+    cluster.kill_controller(leader, wait_restart=False)
+    w.produce(200)  # the data path does not need the controller
+    wait_until(lambda: cluster.leader_index() not in (None, leader), 60, what="a new controller leader")
+    assert replica_info(cluster).header["master_broker_id"] == before.header["master_broker_id"]
+
+    for c in cluster.spec.controllers:
+        cluster.kill_controller(c.index, wait_restart=True)
+    cluster.wait_for_leader(60)
+    again = replica_info(cluster)
+    assert again.header == before.header and set(again.body["sync_state_set"]) == set(before.body["sync_state_set"])
+    pipeline.settle(cluster)
+    result = pipeline.verify(cluster, w)
+    assert result["lost"] == 0 and result["consistent"], result
+
+
+def stored_check_code(cluster, broker_id: int) -> str:
+    snapshot = ray.get(cluster.controller(cluster.wait_for_leader()).state_snapshot.remote(), timeout=10)
+    for name, _cluster, _next_id, ids in snapshot["replica_info"]:
+        if name == GROUP:
+            return next(code for bid, _addr, code in ids if bid == broker_id)
+    raise AssertionError(f"broker {broker_id} not in the controller's tables")
+
+
+def restart_with_files(cluster, replica: int, prepare) -> dict:
+    """Stop the replica's actor for good, let ``prepare(store_dir)`` set up its identity files as a
+    crash would have left them, start it again on its store, and return its status once running."""
+    spec = next(b for b in cluster.spec.brokers_of(GROUP) if b.replica == replica)
+    ray.kill(cluster.broker(GROUP, replica), no_restart=True)
+    prepare(spec.store_dir)
+    remote.start_broker(cluster.spec, GROUP, replica)
+    wait_until(lambda: (cluster.broker_status(GROUP, replica) or {}).get("running"), 60,
+               what="the replica to register and run again")
+    return cluster.broker_status(GROUP, replica)
+
+
+def test_registration_crash_points_recover_on_real_actors(make_cluster):
+    """16.4 on real actors, two crash points recreated on a slave's store:
+    (a) after APPLY_BROKER_ID, before the identity file: only the temp file (same id, the check code
+        the controller stored) -> the id is re-applied idempotently and kept, temp file gone;
+    (b) after the identity file, before the temp file was cleared: the identity file wins.
+    In both the replica rejoins as a slave with its old id and the controller hands out no new id."""
+    from broker.identity import BrokerIdentity, TempBrokerIdentity
+
+    cluster = make_cluster()
+    pipeline.settle(cluster)
+    master = cluster.wait_for_master(GROUP)
+    victim = next(b.replica for b in cluster.spec.brokers_of(GROUP) if b.replica != master)
+    broker_id = cluster.broker_status(GROUP, victim)["broker_id"]
+    code = stored_check_code(cluster, broker_id)
+
+    def temp_only(store_dir):
+        BrokerIdentity.clear(store_dir)
+        TempBrokerIdentity(cluster.spec.cluster_name, GROUP, broker_id, code).save(store_dir)
+
+    status = restart_with_files(cluster, victim, temp_only)
+    assert status["broker_id"] == broker_id and status["role"] == "slave"
+    spec = next(b for b in cluster.spec.brokers_of(GROUP) if b.replica == victim)
+    assert TempBrokerIdentity.load(spec.store_dir) is None
+    assert BrokerIdentity.load(spec.store_dir).broker_id == broker_id
+
+    def both_files(store_dir):
+        TempBrokerIdentity(cluster.spec.cluster_name, GROUP, 99, "127.0.0.1:1;1").save(store_dir)
+
+    status = restart_with_files(cluster, victim, both_files)
+    assert status["broker_id"] == broker_id and status["role"] == "slave"
+    assert TempBrokerIdentity.load(spec.store_dir) is None
+    snapshot = ray.get(cluster.controller(cluster.wait_for_leader()).state_snapshot.remote(), timeout=10)
+    next_ids = [next_id for name, _c, next_id, _ids in snapshot["replica_info"] if name == GROUP]
+    assert next_ids == [4], "no new broker id was handed out"
+
+
+def test_pause_master_past_its_heartbeat_timeout_is_replaced(make_cluster):
+    """A master frozen with SIGSTOP stops heartbeating: the controller elects another SyncStateSet
+    member; when resumed the old master learns the newer epoch and becomes a slave."""
+    cluster = make_cluster()
+    w = Workload(cluster)
+    w.produce(200)
+    pipeline.settle(cluster)
+    old = cluster.wait_for_master(GROUP)
+    epoch = replica_info(cluster).header["master_epoch"]
+    pid = cluster.pause(cluster.broker(GROUP, old))
+    try:
+        wait_until(lambda: replica_info(cluster).header["master_epoch"] > epoch, 60,
+                   what="a new election while the master is paused")
+    finally:
+        cluster.resume_pid(pid)
+    w.producer.forget_master(GROUP)
+    w.produce(200)
+    pipeline.settle(cluster)
+    assert cluster.broker_status(GROUP, old)["role"] == "slave"
+    result = pipeline.verify(cluster, w)
+    assert result["lost"] == 0 and result["consistent"], result
