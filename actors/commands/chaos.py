@@ -32,7 +32,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default=None, help="directory for the history, nemesis log and verdict")
     ctl = p.add_argument_group("controller target")
     ctl.add_argument("--nodes", type=int, default=5, help="controller nodes (default 5)")
-    ctl.add_argument("--groups", type=int, default=3, help="broker groups (checker keys, default 3)")
+    ctl.add_argument("--groups", type=int, default=None,
+                     help="broker groups (controller target: checker keys, default 3; brokers target: default 2)")
     ctl.add_argument("--clients", type=int, default=5, help="concurrent client threads (default 5)")
     ctl.add_argument("--snapshot-threshold", type=int, default=10, help="entries between snapshots (default 10)")
     ctl.add_argument("--check-budget", type=float, default=60.0,
@@ -69,6 +70,7 @@ def _run_controller(args: argparse.Namespace) -> int:
     from actors.chaos.controller_chaos import RunConfig, run as run_controller
     from actors.chaos.nemesis import NemesisSpecError, parse_nemeses
 
+    args.groups = 3 if args.groups is None else args.groups
     try:
         nemeses = parse_nemeses(args.nemesis)
     except NemesisSpecError as exc:

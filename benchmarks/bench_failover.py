@@ -1,0 +1,80 @@
+"""Broker failover: kill the master broker actor, time until a write is acknowledged again.
+
+For each profile (fast, default) a cluster of 3 controllers and one group of 3 replicas (all-ack on)
+runs on an embedded local Ray (or the Ray already initialised). Each round waits for the group to
+settle, kills the master actor and sends batches until one is acknowledged by the group's next
+master. Ray restarts the killed actor at once; if it is back before the controller's detection
+timeout it asks for a new term and may itself be that next master under a higher epoch
+(``same_master_rounds`` counts those). Reported per profile: p50 (lower median) and max of those
+times in ms, and ``ratio`` = p50 / ``controller_heartbeat_timeout_ms``, the detection timeout no
+implementation can beat (about 1 means failover costs the detection plus little else). The
+top-level ``ratio`` is the first profile's.
+
+    python benchmarks/run.py failover [--kills 10] [--profiles fast,default] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import tempfile
+import time
+
+GROUP = "broker-a"
+
+
+def _p50(values: list[float]) -> float:
+    s = sorted(values)
+    return s[math.ceil(len(s) / 2) - 1]
+
+
+def measure(profile: str, kills: int, data_dir: str) -> dict:
+    from actors import pipeline
+    from actors.cluster import start_cluster
+    from actors.config import load_config
+
+    overrides = {"ha.all_ack_in_sync_state_set": "true"}
+    detection_ms = load_config(profile, overrides).broker.controller_heartbeat_timeout_ms
+    cluster = start_cluster(f"bench-failover-{profile}-{int(time.time())}", controllers=3, groups=1, replicas=3,
+                            data_dir=data_dir, profile=profile, overrides=overrides)
+    samples: list[float] = []
+    same = 0  # rounds where Ray restarted the master before detection and it won a new term itself
+    try:
+        w = pipeline.Workload(cluster)
+        w.produce(200)
+        for _ in range(kills):
+            pipeline.settle(cluster, timeout_s=180)
+            ms, old, new = pipeline.kill_master_and_time(cluster, w, GROUP)
+            same += int(new == old)
+            samples.append(ms)
+        pipeline.settle(cluster, timeout_s=180)
+        lost = pipeline.verify(cluster, w)["lost"]
+    finally:
+        cluster.stop(delete_data=True)
+    p50 = _p50(samples)
+    return {"kills": len(samples), "p50_ms": round(p50, 1), "max_ms": round(max(samples), 1),
+            "detection_timeout_ms": detection_ms, "same_master_rounds": same, "ratio": round(p50 / detection_ms, 3), "lost": lost,
+            "samples_ms": [round(x, 1) for x in samples]}
+
+
+def run(argv: list[str]) -> dict:
+    import ray
+
+    parser = argparse.ArgumentParser(prog="failover")
+    parser.add_argument("--kills", type=int, default=10)
+    parser.add_argument("--profiles", default="fast,default")
+    args = parser.parse_args(argv)
+    profiles = [p.strip() for p in args.profiles.split(",") if p.strip()]
+    started = not ray.is_initialized()
+    if started:
+        ray.init(address="local", include_dashboard=False, logging_level="ERROR", log_to_driver=False,
+                 object_store_memory=300 * 1024 * 1024, namespace="rocketray-bench")
+    out: dict = {}
+    try:
+        with tempfile.TemporaryDirectory(prefix="bench-failover-") as tmp:
+            for profile in profiles:
+                out[profile] = measure(profile, args.kills, tmp)
+    finally:
+        if started:
+            ray.shutdown()
+    return {**out, "ratio": out[profiles[0]]["ratio"], "unit": "ms"}
