@@ -46,36 +46,42 @@ def _proc_net_address(host: str, port: int) -> str:
     return f"{socket.inet_aton(host)[::-1].hex().upper()}:{port:04X}"
 
 
-def peer_pid(peer: tuple[str, int], local: tuple[str, int]) -> int | None:
-    """Pid of the local process owning the TCP socket ``peer`` connected to ``local``.
-
-    Reads ``/proc/net/tcp`` for the socket's inode, then finds the process holding it (Linux, IPv4;
-    psutil is not used because pysyncobj, imported by the driver, replaces ``socket.inet_ntop``)."""
+def _socket_inode(peer: tuple[str, int], local: tuple[str, int]) -> str | None:
     want_local, want_remote = _proc_net_address(*peer), _proc_net_address(*local)
-    inode = None
     try:
         with open("/proc/net/tcp", encoding="ascii") as fh:
             next(fh)
             for line in fh:
                 parts = line.split()
+                # inode 0: a TIME_WAIT leftover of an earlier socket, not ours
                 if len(parts) > 9 and parts[1] == want_local and parts[2] == want_remote and parts[9] != "0":
-                    inode = parts[9]  # inode 0: a TIME_WAIT leftover of an earlier socket, not ours
-                    break
+                    return parts[9]
     except OSError:
         return None
-    if inode is None or inode == "0":
-        return None
+    return None
+
+
+def peer_pids(peer: tuple[str, int], local: tuple[str, int]) -> frozenset[int]:
+    """Pids of the local processes holding the TCP socket ``peer`` connected to ``local``.
+
+    Reads ``/proc/net/tcp`` for the socket's inode, then every process's fd table (Linux, IPv4;
+    psutil is not used because pysyncobj, imported by the driver, replaces ``socket.inet_ntop``).
+    All holders are returned, not the first: a process forked at the wrong moment shares the
+    socket until it execs, and must not hide the real owner. Empty if nothing was found."""
+    inode = _socket_inode(peer, local)
+    if inode is None:
+        return frozenset()
     target = f"socket:[{inode}]"
+    found: set[int] = set()
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
         try:
-            for fd in os.listdir(f"/proc/{pid}/fd"):
-                if os.readlink(f"/proc/{pid}/fd/{fd}") == target:
-                    return int(pid)
+            if any(os.readlink(f"/proc/{pid}/fd/{fd}") == target for fd in os.listdir(f"/proc/{pid}/fd")):
+                found.add(int(pid))
         except OSError:
             continue
-    return None
+    return frozenset(found)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,8 +89,8 @@ class LinkFault:
     mode: str
     peer_pids: frozenset[int] | None = None  # None: every connection at this proxy
 
-    def matches(self, pid: int | None) -> bool:
-        return self.peer_pids is None or (pid is not None and pid in self.peer_pids)
+    def matches(self, pids: frozenset[int]) -> bool:
+        return self.peer_pids is None or bool(pids & self.peer_pids)
 
 
 class _Conn:
@@ -93,7 +99,7 @@ class _Conn:
         self.key = key
         self.peer = peer
         self.local = local
-        self.pid: int | None = None
+        self.pids: frozenset[int] = frozenset()  # processes holding the peer's socket; empty: not looked up
         self.writers: list[asyncio.StreamWriter] = [client]
         self.flowing = asyncio.Event()
         self.flowing.set()
@@ -185,9 +191,9 @@ class HaProxies:
         self._faults[broker] = fault
         hit = 0
         for conn in [c for c in self._conns if c.key == broker]:
-            if fault.peer_pids is not None and conn.pid is None:
-                conn.pid = await asyncio.to_thread(peer_pid, conn.peer, conn.local)
-            if not fault.matches(conn.pid):
+            if fault.peer_pids is not None and not conn.pids:
+                conn.pids = await asyncio.to_thread(peer_pids, conn.peer, conn.local)
+            if not fault.matches(conn.pids):
                 continue
             hit += 1
             if fault.mode == "cut":
@@ -213,8 +219,8 @@ class HaProxies:
         conn = _Conn(key, peer, local, writer)
         fault = self._faults.get(key)
         if fault is not None and fault.peer_pids is not None:
-            conn.pid = await asyncio.to_thread(peer_pid, peer, local)
-        if fault is not None and fault.matches(conn.pid) and fault.mode == "cut":
+            conn.pids = await asyncio.to_thread(peer_pids, peer, local)
+        if fault is not None and fault.matches(conn.pids) and fault.mode == "cut":
             self.aborted += 1
             conn.close()
             return
@@ -226,7 +232,9 @@ class HaProxies:
             return
         conn.writers.append(up_writer)
         fault = self._faults.get(key)  # it may have changed while connecting
-        if fault is not None and fault.matches(conn.pid):
+        if fault is not None and fault.peer_pids is not None and not conn.pids:
+            conn.pids = await asyncio.to_thread(peer_pids, peer, local)
+        if fault is not None and fault.matches(conn.pids):
             if fault.mode == "cut":
                 conn.close()
                 return

@@ -10,8 +10,6 @@ Waits are predicates with deadlines.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
-import sys
 from pathlib import Path
 
 from broker.config import FlushMode, StoreConfig
@@ -22,19 +20,8 @@ from broker.store import MessageStore
 from controller.api import ElectMasterRequest
 from ha.config import HAConfig
 from ha.service import HAService, PutStatus
+import replicas_manager_fakes as fakes
 
-
-def _load_fakes():
-    name = "replicas_manager_fakes"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-fakes = _load_fakes()
 SECRET = b"replicas-manager-test-secret"
 HA_CONFIG = HAConfig(ha_send_heartbeat_interval_ms=100, ha_housekeeping_interval_ms=3000,
                      ha_max_time_slave_not_catchup_ms=3000, slave_timeout_ms=1500,

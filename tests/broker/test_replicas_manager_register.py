@@ -8,9 +8,6 @@ store and identity files, which is what a broker actor restarted by Ray does.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -18,19 +15,8 @@ from broker.register import Identity, RegisterState
 from broker.replicas_manager import Role, State
 from controller.api import Response
 from controller.codes import ResponseCode
+import replicas_manager_fakes as fakes
 
-
-def _load_fakes():
-    name = "replicas_manager_fakes"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-fakes = _load_fakes()
 CLUSTER, GROUP = fakes.CLUSTER, fakes.GROUP
 A1, A2 = "127.0.0.1:9000", "127.0.0.1:9001"
 

@@ -8,28 +8,14 @@ clock; the HA service and the store are recording fakes. Controller-side actions
 from __future__ import annotations
 
 import asyncio
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
 
 from broker.replicas_manager import ReplicasManager, ReplicasManagerConfig, RoleChangeNotification, Role, State
 from controller.api import ElectMasterRequest, Response
 from controller.codes import ResponseCode
+import replicas_manager_fakes as fakes
 
-
-def _load_fakes():
-    name = "replicas_manager_fakes"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-fakes = _load_fakes()
 GROUP = fakes.GROUP
 A1, A2, A3 = "127.0.0.1:9000", "127.0.0.1:9001", "127.0.0.1:9002"
 
