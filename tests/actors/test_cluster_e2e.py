@@ -92,12 +92,18 @@ def test_old_master_truncates_divergent_bytes_when_it_rejoins(make_cluster):
     assert old_max > 0
 
 
+def leader_tables(cluster) -> dict:
+    return ray.get(cluster.controller(cluster.wait_for_leader(60)).state_snapshot.remote(), timeout=10)
+
+
 def test_controller_leader_killed_replication_continues_and_full_restart_keeps_state(make_cluster):
     """16.7 testBasicWorkWhenControllerShutdown: kill the controller leader; brokers keep replicating
-    and a new leader serves. Then restart every controller: the replicated state is intact."""
+    and a new leader serves. Then restart every controller: the replicated tables are exactly as
+    before, and no master was deposed for want of heartbeats the new leader had not yet received."""
     cluster = make_cluster()
     w = Workload(cluster)
     w.produce(200)
+    pipeline.settle(cluster)
     before = replica_info(cluster)
     leader = cluster.wait_for_leader()
     cluster.kill_controller(leader, wait_restart=False)
@@ -105,19 +111,20 @@ def test_controller_leader_killed_replication_continues_and_full_restart_keeps_s
     wait_until(lambda: cluster.leader_index() not in (None, leader), 60, what="a new controller leader")
     assert replica_info(cluster).header["master_broker_id"] == before.header["master_broker_id"]
 
+    pipeline.settle(cluster)
+    tables = leader_tables(cluster)
     for c in cluster.spec.controllers:
         cluster.kill_controller(c.index, wait_restart=True)
-    cluster.wait_for_leader(60)
-    again = replica_info(cluster)
-    assert again.header == before.header and set(again.body["sync_state_set"]) == set(before.body["sync_state_set"])
+    assert leader_tables(cluster) == tables
+    w.produce(200)
     pipeline.settle(cluster)
+    assert replica_info(cluster).header["master_epoch"] == before.header["master_epoch"]
     result = pipeline.verify(cluster, w)
     assert result["lost"] == 0 and result["consistent"], result
 
 
 def stored_check_code(cluster, broker_id: int) -> str:
-    snapshot = ray.get(cluster.controller(cluster.wait_for_leader()).state_snapshot.remote(), timeout=10)
-    for name, _cluster, _next_id, ids in snapshot["replica_info"]:
+    for name, _cluster, _next_id, ids in leader_tables(cluster)["replica_info"]:
         if name == GROUP:
             return next(code for bid, _addr, code in ids if bid == broker_id)
     raise AssertionError(f"broker {broker_id} not in the controller's tables")
@@ -166,8 +173,7 @@ def test_registration_crash_points_recover_on_real_actors(make_cluster):
     status = restart_with_files(cluster, victim, both_files)
     assert status["broker_id"] == broker_id and status["role"] == "slave"
     assert TempBrokerIdentity.load(spec.store_dir) is None
-    snapshot = ray.get(cluster.controller(cluster.wait_for_leader()).state_snapshot.remote(), timeout=10)
-    next_ids = [next_id for name, _c, next_id, _ids in snapshot["replica_info"] if name == GROUP]
+    next_ids = [next_id for name, _c, next_id, _ids in leader_tables(cluster)["replica_info"] if name == GROUP]
     assert next_ids == [4], "no new broker id was handed out"
 
 
@@ -192,3 +198,39 @@ def test_pause_master_past_its_heartbeat_timeout_is_replaced(make_cluster):
     assert cluster.broker_status(GROUP, old)["role"] == "slave"
     result = pipeline.verify(cluster, w)
     assert result["lost"] == 0 and result["consistent"], result
+
+
+def test_broker_restarted_on_a_new_port_keeps_its_id_and_the_controller_learns_the_address(make_cluster):
+    """16.7 testRestartWithChangedAddress on real actors: a slave is stopped and started again on its
+    own store but with another HA port. It keeps its controller-assigned id, the controller's tables
+    carry the new address (UpdateBrokerAddressEvent), and it rejoins as a slave and catches up."""
+    import dataclasses
+
+    from rr_testing import free_port
+
+    cluster = make_cluster()
+    w = Workload(cluster)
+    w.produce(100)
+    pipeline.settle(cluster)
+    master = cluster.wait_for_master(GROUP)
+    victim = next(b for b in cluster.spec.brokers_of(GROUP) if b.replica != master)
+    broker_id = cluster.broker_status(GROUP, victim.replica)["broker_id"]
+    ray.kill(cluster.broker(GROUP, victim.replica), no_restart=True)
+
+    moved = dataclasses.replace(victim, ha_port=free_port())
+    spec = dataclasses.replace(cluster.spec, brokers=tuple(moved if b == victim else b for b in cluster.spec.brokers))
+    remote.start_broker(spec, GROUP, victim.replica)
+    wait_until(lambda: (cluster.broker_status(GROUP, victim.replica) or {}).get("running"), 60,
+               what="the moved replica to register and run")
+    status = cluster.broker_status(GROUP, victim.replica)
+    assert status["broker_id"] == broker_id and status["ha_address"] == moved.ha_address
+    assert status["role"] == "slave"
+
+    def controller_address():
+        ids = next(ids for name, _c, _n, ids in leader_tables(cluster)["replica_info"] if name == GROUP)
+        return next(addr for bid, addr, _code in ids if bid == broker_id)
+
+    wait_until(lambda: controller_address() == moved.ha_address, 30, what="the controller to learn the new address")
+    w.produce(100)
+    wait_until(lambda: cluster.broker_status(GROUP, victim.replica)["max_offset"]
+               == cluster.broker_status(GROUP, master)["max_offset"], 60, what="the moved replica to catch up")
