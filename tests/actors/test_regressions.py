@@ -14,7 +14,7 @@ import ray
 
 from actors import pipeline, remote
 from actors.pipeline import Workload
-from controller.api import GetReplicaInfoRequest
+from controller.api import GetReplicaInfoRequest, GetSyncStateDataRequest
 from rr_testing import wait_until
 
 pytestmark = pytest.mark.slow
@@ -26,6 +26,14 @@ def replica_info(cluster):
     resp = cluster.call_controller(GetReplicaInfoRequest(broker_name=GROUP))
     assert resp.ok, resp
     return resp
+
+
+def alive_ids(cluster) -> set[int]:
+    """Broker ids the controller leader currently counts as alive (its heartbeat table)."""
+    resp = cluster.call_controller(GetSyncStateDataRequest((GROUP,)))
+    assert resp.ok, resp
+    table = resp.body["replicas_info_table"][GROUP]
+    return {r["broker_id"] for r in table["in_sync_replicas"] + table["not_in_sync_replicas"] if r["alive"]}
 
 
 def broker_id_of(cluster, replica: int) -> int:
@@ -105,8 +113,12 @@ def test_9689_new_epoch_with_the_same_master(make_cluster):
     old_id = broker_id_of(cluster, old)
     epoch = replica_info(cluster).header["master_epoch"]
     slaves = [b.replica for b in cluster.spec.brokers_of(GROUP) if b.replica != old]
+    slave_ids = {broker_id_of(cluster, r) for r in slaves}
     pids = [cluster.pause(cluster.broker(GROUP, r)) for r in slaves]
     try:
+        # the frozen slaves must be known dead first, or the restarted master's new-term election
+        # may legitimately pick one of them (it still looks alive until its heartbeat times out)
+        wait_until(lambda: not alive_ids(cluster) & slave_ids, 30, what="the frozen slaves to be seen as dead")
         cluster.kill_broker(GROUP, old, wait_restart=True)
         wait_until(lambda: (replica_info(cluster).header["master_epoch"] > epoch
                             and replica_info(cluster).header["master_broker_id"] == old_id), 60,
