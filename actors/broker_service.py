@@ -78,7 +78,7 @@ class BrokerService:
 
     async def _make_ha(self, broker_id: int) -> HAService:
         ha = HAService(self.store, broker_id, self._config.ha_config(), secret=self._spec.secret)
-        await ha.start(self._me.host if self._me.host != "127.0.0.1" else "127.0.0.1", self._me.bind_port)
+        await ha.start(self._me.host, self._me.bind_port)
         self.ha = ha
         return ha
 

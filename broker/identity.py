@@ -17,6 +17,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar
+
+if TYPE_CHECKING:  # typing.Self is 3.11+; annotations are never evaluated at run time
+    from typing_extensions import Self
 
 from broker.checkpoint import fsync_dir, write_durably
 
@@ -51,32 +55,35 @@ def _check_names(cluster_name: str, broker_name: str) -> None:
             raise ValueError(f"invalid name {value!r}: non-empty, without '#' or newlines")
 
 
-@dataclass(frozen=True, slots=True)
-class BrokerIdentity:
-    """``brokerIdentity``: the persistent id this broker got from the controller."""
+class _IdentityFile:
+    """What both identity files share: a one-line ``#``-separated file in the store root, loaded
+    (``None`` if missing or malformed), written durably, cleared, and matched against the config."""
 
+    __slots__ = ()
+    FILE_NAME: ClassVar[str]
+    FIELD_COUNT: ClassVar[int]
     cluster_name: str
     broker_name: str
-    broker_id: int
-
-    def __post_init__(self) -> None:
-        _check_names(self.cluster_name, self.broker_name)
-
-    @staticmethod
-    def path(root_dir: str | os.PathLike[str]) -> Path:
-        return Path(root_dir) / IDENTITY_FILE
-
-    def encode(self) -> str:
-        return f"{self.cluster_name}#{self.broker_name}#{self.broker_id}"
 
     @classmethod
-    def load(cls, root_dir: str | os.PathLike[str]) -> "BrokerIdentity | None":
-        """The identity stored under ``root_dir``; ``None`` if missing or malformed (not loaded)."""
-        fields = _read_fields(cls.path(root_dir), 3)
+    def path(cls, root_dir: str | os.PathLike[str]) -> Path:
+        return Path(root_dir) / cls.FILE_NAME
+
+    def encode(self) -> str:
+        raise NotImplementedError
+
+    @classmethod
+    def _parse(cls, fields: list[str]) -> Self:
+        raise NotImplementedError
+
+    @classmethod
+    def load(cls, root_dir: str | os.PathLike[str]) -> Self | None:
+        """The file stored under ``root_dir``; ``None`` if missing or malformed (not loaded)."""
+        fields = _read_fields(cls.path(root_dir), cls.FIELD_COUNT)
         if fields is None:
             return None
         try:
-            return cls(fields[0], fields[1], int(fields[2]))
+            return cls._parse(fields)
         except ValueError:
             return None
 
@@ -91,14 +98,37 @@ class BrokerIdentity:
         _clear(cls.path(root_dir))
 
     def matches(self, cluster_name: str, broker_name: str) -> bool:
-        """Whether this identity belongs to the configured cluster and broker name."""
+        """Whether this file belongs to the configured cluster and broker name."""
         return self.cluster_name == cluster_name and self.broker_name == broker_name
 
 
 @dataclass(frozen=True, slots=True)
-class TempBrokerIdentity:
+class BrokerIdentity(_IdentityFile):
+    """``brokerIdentity``: the persistent id this broker got from the controller."""
+
+    FILE_NAME: ClassVar[str] = IDENTITY_FILE
+    FIELD_COUNT: ClassVar[int] = 3
+    cluster_name: str
+    broker_name: str
+    broker_id: int
+
+    def __post_init__(self) -> None:
+        _check_names(self.cluster_name, self.broker_name)
+
+    def encode(self) -> str:
+        return f"{self.cluster_name}#{self.broker_name}#{self.broker_id}"
+
+    @classmethod
+    def _parse(cls, fields: list[str]) -> BrokerIdentity:
+        return cls(fields[0], fields[1], int(fields[2]))
+
+
+@dataclass(frozen=True, slots=True)
+class TempBrokerIdentity(_IdentityFile):
     """``brokerIdentity-temp``: an id being applied for, with its register check code."""
 
+    FILE_NAME: ClassVar[str] = TEMP_IDENTITY_FILE
+    FIELD_COUNT: ClassVar[int] = 4
     cluster_name: str
     broker_name: str
     broker_id: int
@@ -109,36 +139,12 @@ class TempBrokerIdentity:
         if not self.register_check_code or "#" in self.register_check_code or "\n" in self.register_check_code:
             raise ValueError(f"invalid check code {self.register_check_code!r}")
 
-    @staticmethod
-    def path(root_dir: str | os.PathLike[str]) -> Path:
-        return Path(root_dir) / TEMP_IDENTITY_FILE
-
     def encode(self) -> str:
         return f"{self.cluster_name}#{self.broker_name}#{self.broker_id}#{self.register_check_code}"
 
     @classmethod
-    def load(cls, root_dir: str | os.PathLike[str]) -> "TempBrokerIdentity | None":
-        """The temp identity under ``root_dir``; ``None`` if missing or malformed."""
-        fields = _read_fields(cls.path(root_dir), 4)
-        if fields is None:
-            return None
-        try:
-            return cls(fields[0], fields[1], int(fields[2]), fields[3])
-        except ValueError:
-            return None
-
-    def save(self, root_dir: str | os.PathLike[str]) -> None:
-        """Write durably (temp, fsync, rename, directory fsync)."""
-        Path(root_dir).mkdir(parents=True, exist_ok=True)
-        write_durably(self.path(root_dir), self.encode().encode("utf-8"))
-
-    @classmethod
-    def clear(cls, root_dir: str | os.PathLike[str]) -> None:
-        """Delete the file (durably); a missing file is fine."""
-        _clear(cls.path(root_dir))
-
-    def matches(self, cluster_name: str, broker_name: str) -> bool:
-        return self.cluster_name == cluster_name and self.broker_name == broker_name
+    def _parse(cls, fields: list[str]) -> TempBrokerIdentity:
+        return cls(fields[0], fields[1], int(fields[2]), fields[3])
 
     def to_identity(self) -> BrokerIdentity:
         """The identity to persist once ApplyBrokerId succeeded."""
