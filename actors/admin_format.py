@@ -16,6 +16,7 @@ Errors are one line: ``<CODE_NAME> (<code>): <remark>`` (see ``format_error``).
 
 from __future__ import annotations
 
+import datetime
 from typing import Any, Iterable, Mapping, Sequence
 
 from controller.codes import ResponseCode
@@ -173,3 +174,33 @@ def format_update_controller_config(addresses: Sequence[str] | None, key: str, v
     """``updateControllerConfig``: ``update controller config success![a, b]`` then ``<key> : <value>``."""
     servers = "" if not addresses else "[" + ", ".join(addresses) + "]"
     return f"update controller config success!{servers}\n{key} : {java_str(value)}"
+
+
+# -- getControllerEvents (rocketray's own) ----------------------------------------------------------
+
+_EVENT_STATE_KEYS = ("index", "seq", "term", "time_ms", "type", "broker_name", "master_broker_id", "master_epoch",
+                     "sync_state_set", "sync_state_set_epoch")
+
+
+def _utc(time_ms: Any) -> str:
+    if time_ms is None:
+        return "-"
+    moment = datetime.datetime.fromtimestamp(int(time_ms) / 1000, tz=datetime.timezone.utc)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{int(time_ms) % 1000:03d}Z"
+
+
+def format_controller_events(events: Sequence[Mapping[str, Any]], uncovered: Sequence[Sequence[int]] = ()) -> str:
+    """One line per event: ``<index>.<seq> <UTC time> <type> <group> <event fields> ->
+    master=<id> epoch=<e> sss=[...]@<e>``, then a warning line per index range no controller logged."""
+    lines = []
+    for e in events:
+        details = " ".join(f"{k}={java_str(v)}" for k, v in e.items() if k not in _EVENT_STATE_KEYS)
+        after = (f"master={java_str(e.get('master_broker_id'))} epoch={e.get('master_epoch')} "
+                 f"sss={e.get('sync_state_set')}@{e.get('sync_state_set_epoch')}"
+                 if e.get("master_epoch") is not None else "(group removed)")
+        lines.append(f"{e['index']}.{e.get('seq', 0)}\t{_utc(e.get('time_ms'))}\t{e['type']}\t"
+                     f"{e.get('broker_name') or '-'}\t{details}\t-> {after}")
+    for first, last in uncovered:
+        lines.append(f"# entries {first}..{last} were not logged by any reachable controller")
+    return "\n".join(lines) if lines else "(no events)"
+

@@ -12,6 +12,7 @@ no_restart=False)``; Ray restarts the actor and it recovers from its store.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import socket
@@ -23,6 +24,8 @@ import ray
 
 from actors import remote
 from actors.spec import BrokerSpec, ClusterSpec, ControllerSpec
+
+log = logging.getLogger(__name__)
 
 DEFAULT_NAME = "default"
 
@@ -136,6 +139,26 @@ class Cluster:
 
         return call_leader_sync(self, request, timeout_s=timeout_s)
 
+    def controller_events(self, timeout_s: float = 10.0) -> tuple[list[dict], list[list[int]]]:
+        """The controllers' event logs merged: (every applied event once, in log order, with its
+        Raft index, seq, decision ``time_ms`` and the group's epochs after it; index ranges no
+        reachable controller logged). An unreachable controller is skipped; the others cover it."""
+        from controller.event_log import merge_logs
+        from controller.node import read_whole_log
+
+        logs = []
+        for i, actor in enumerate(self.controllers()):
+            try:
+                logs.append(read_whole_log(lambda after, limit, a=actor: ray.get(
+                    a.events.remote(after, limit), timeout=timeout_s)))
+            except Exception as exc:  # noqa: BLE001 - a dead or paused controller contributes nothing
+                log.info("controller %d event log not read: %s", i, exc)
+        events, uncovered = merge_logs(logs)
+        if uncovered:
+            log.warning("controller event log has unlogged index ranges %s (no reachable controller holds them)",
+                        uncovered)
+        return events, uncovered
+
     def broker_status(self, group: str, replica: int, timeout_s: float = 3.0) -> dict | None:
         try:
             return ray.get(self.broker(group, replica).status.remote(), timeout=timeout_s)
@@ -154,7 +177,8 @@ class Cluster:
 
     def analytics_records(self, timeout_s: float = 10.0) -> dict[str, list[dict]]:
         """What ``rocketray analytics --live`` analyses, gathered through Ray: every reachable
-        replica's epoch entries and offsets now, and its role/epoch/offset samples over time.
+        replica's epoch entries and offsets now, its role/epoch/offset samples over time, and the
+        controllers' merged event log.
         (A live cluster has no client history or nemesis log; chaos runs record those.)"""
         replicas: list[dict] = []
         samples: list[dict] = []
@@ -168,7 +192,8 @@ class Cluster:
                 samples.extend(ray.get(self.broker(b.group, b.replica).samples.remote(), timeout=timeout_s))
             except Exception:  # noqa: BLE001 - an unreachable replica contributes no samples
                 pass
-        return {"history": [], "nemesis": [], "replicas": replicas, "samples": samples, "controller_events": []}
+        events, _ = self.controller_events(timeout_s)
+        return {"history": [], "nemesis": [], "replicas": replicas, "samples": samples, "controller_events": events}
 
     # --- faults -------------------------------------------------------------------------
     def _kill(self, actor, pid_before: int | None) -> None:

@@ -63,6 +63,8 @@ class ControllerConfig:
     notify_broker_role_changed: bool = _f(True, "push role-change notifications to brokers")
     snapshot_threshold: int = _f(1000, "committed entries between controller snapshots (RIP-59)")
     max_snapshot_reserved_num: int = _f(3, "controller snapshots kept (RIP-59)")
+    event_log_segment_bytes: int = _f(8 * MIB, "controller event-log segment size in bytes")
+    event_log_segments_kept: int = _f(8, "controller event-log segments kept (bounds its disk use)")
     request_timeout_ms: int = _f(5000, "wait for a write's commit before failing the request", 3000)
     elect_master_attempt_timeout_ms: int = _f(3000, "per controller-triggered election attempt", 2000)
     raft_min_timeout_ms: int = _f(400, "Raft election timeout, lower bound", 200)

@@ -114,6 +114,11 @@ class ControllerService:
         """This node's replicated tables (``ControllerState.to_snapshot`` shape), for admin and tests."""
         return self._node.snapshot_state()
 
+    def events(self, after_index: int = 0, limit: int = 10_000) -> dict:
+        """A page of this controller's event log (applied events with Raft index and decision
+        time, ``ControllerNode.events``); follow ``next_index`` while ``more``."""
+        return self._node.events(after_index, limit)
+
     def pid(self) -> int:
         return os.getpid()
 

@@ -62,7 +62,7 @@ def _fill(node: ControllerNode, n: int) -> None:
 
     for i in range(n):
         window.acquire()
-        node._raft.apply_batch(encode_payload(term, encode_events([_event(i)])), callback=done)
+        node._raft.apply_batch(encode_payload(term, encode_events([_event(i)]), int(time.time() * 1000)), callback=done)
     for _ in range(2000):
         window.acquire()
     assert not failures, f"{len(failures)} appends failed: {failures[:3]}"

@@ -31,6 +31,9 @@ class ControllerConfig:
     # -- RIP-59 snapshots -----------------------------------------------------------------------
     snapshot_threshold: int = 1000
     max_snapshot_reserved_num: int = 3
+    # -- event log (controller/event_log.py) ------------------------------------------------------
+    event_log_segment_bytes: int = 8 << 20
+    event_log_segments_kept: int = 8
     # -- request pipeline -----------------------------------------------------------------------
     request_timeout_ms: int = 5000          # RocketMQ's WAIT_TIMEOUT_OUT: commit wait per request
     elect_master_attempt_timeout_ms: int = 3000  # per controller-triggered election attempt (5.4)
@@ -55,6 +58,8 @@ class ControllerConfig:
             problems.append("snapshot_threshold must be >= 2")
         if self.max_snapshot_reserved_num < 1:
             problems.append("max_snapshot_reserved_num must be >= 1")
+        if self.event_log_segment_bytes < 4096 or self.event_log_segments_kept < 1:
+            problems.append("event_log_segment_bytes must be >= 4096 and event_log_segments_kept >= 1")
         if self.raft_min_timeout_ms <= 3 * self.append_entries_period_ms:
             problems.append("raft_min_timeout_ms must exceed 3 * append_entries_period_ms")
         if self.raft_max_timeout_ms <= self.raft_min_timeout_ms:

@@ -140,6 +140,8 @@ def _serve_op(node: ControllerNode, op: str, msg: dict[str, Any]) -> dict[str, A
         result = _response_json(node.handle(GetReplicaInfoRequest(msg["name"])))
     elif op == "state":
         result = {"state": node.snapshot_state(), "meta": node.metadata()}
+    elif op == "events":
+        result = node.events(msg.get("after", 0), msg.get("limit", 10_000))
     elif op == "close":
         result = {}
     else:

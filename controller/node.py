@@ -34,7 +34,8 @@ from controller.api import ElectMasterRequest, Response
 from controller.codes import ResponseCode
 from controller.config import ControllerConfig
 from controller.decide import DecideContext, decide, is_write, scan_need_reelect_broker_sets
-from controller.events import decode_events, encode_events
+from controller.event_log import EventLog, EventLogRecord
+from controller.events import Event, decode_events, encode_events
 from controller.heartbeat import HeartbeatTable
 from controller.raft import (PayloadError, RaftHost, RecoveryRefused, SnapshotHooks, decode_payload,
                              encode_payload, plan_recovery, sync_obj_conf)
@@ -118,6 +119,10 @@ class ControllerNode:
             self.state = ControllerState.from_snapshot(plan.state_section)
             self.applied_index = plan.snapshot.index
         self.loaded_snapshot_index = plan.snapshot.index if plan.snapshot else 0
+        self.event_log = EventLog(self.store_dir / "events", self.config.event_log_segment_bytes,
+                                  self.config.event_log_segments_kept)
+        self.event_log_errors = 0
+        self._note_unlogged(self.applied_index)
         self._hooks = SnapshotHooks(self.snapshots, dump_file, self._capture, self._install,
                                     plan.startup_entries)
         self._hooks.last_snapshot_index = self.loaded_snapshot_index
@@ -157,7 +162,7 @@ class ControllerNode:
         if index <= self.applied_index:
             return None
         try:
-            decided_term, body = decode_payload(payload)
+            decided_term, decided_ms, body = decode_payload(payload)
             events = decode_events(body) if body else []
         except (PayloadError, ValueError) as exc:
             log.error("undecodable log entry index=%d skipped: %s", index, exc)
@@ -169,15 +174,53 @@ class ControllerNode:
             self.fenced_batches += 1
             self.applied_index = index
             return False
-        with self._state_lock:
-            self.state.apply_all(events)
+        with self._state_lock:  # logged under the lock: a snapshot never covers an unlogged entry
+            records = self._apply_events(index, entry_term, decided_ms, events)
+            if records and index > self.event_log.last_index:
+                self._log_events(records)
             self.applied_index = index
         if index - self._hooks.last_snapshot_index >= self.config.snapshot_threshold:
             self._raft.forceLogCompaction()
         return True
 
+    def _apply_events(self, index: int, term: int, decided_ms: int | None,
+                      events: list[Event]) -> list[EventLogRecord]:
+        """Apply a batch (state lock held) and describe each event with its group's state after it."""
+        records = []
+        for seq, event in enumerate(events):
+            self.state.apply(event)
+            name = getattr(event, "broker_name", None)
+            info = self.state.sync_state.get(name) if name is not None else None
+            if info is None:
+                records.append(EventLogRecord(index, seq, term, decided_ms, event))
+            else:
+                records.append(EventLogRecord(index, seq, term, decided_ms, event, info.master_broker_id,
+                                              info.master_epoch, tuple(sorted(info.sync_state_set)),
+                                              info.sync_state_set_epoch))
+        return records
+
+    def _log_events(self, records: list[EventLogRecord]) -> None:
+        try:
+            self.event_log.append(records)
+        except OSError:
+            self.event_log_errors += 1
+            log.exception("event log append failed index=%d self=%s", records[0].index, self.self_address)
+
+    def events(self, after_index: int = 0, limit: int = 10_000) -> dict[str, Any]:
+        """A page of this node's event log (``EventLog.read``) as JSON-ready dicts."""
+        page = self.event_log.read(after_index, limit)
+        page["events"] = [r.to_json() for r in page["events"]]
+        page["gaps"] = [[g.first_index, g.last_index] for g in page["gaps"]]
+        page["last_index"] = self.event_log.last_index
+        return page
+
     def _capture(self) -> tuple[int, dict[str, Any]]:
         with self._state_lock:
+            try:
+                self.event_log.sync()  # every entry the snapshot covers is durable in the event log
+            except OSError:
+                self.event_log_errors += 1
+                log.exception("event log sync failed self=%s", self.self_address)
             return self.applied_index, self.state.to_snapshot()
 
     def _install(self, index: int, state_section: dict[str, Any]) -> None:
@@ -185,6 +228,15 @@ class ControllerNode:
         with self._state_lock:
             self.state = state
             self.applied_index = index
+        self._note_unlogged(index)
+
+    def _note_unlogged(self, index: int) -> None:
+        """The state jumped to ``index`` without applying entries one by one: log a gap."""
+        try:
+            self.event_log.note_gap(self.event_log.last_index + 1, index)
+        except OSError:
+            self.event_log_errors += 1
+            log.exception("event log gap record failed self=%s", self.self_address)
 
     def _on_raft_state_changed(self, old: int, new: int) -> None:
         log.info("raft role %s -> %s self=%s term=%d", _ROLE_NAMES.get(old), _ROLE_NAMES.get(new),
@@ -213,7 +265,7 @@ class ControllerNode:
             outcome[0], outcome[1] = result, error
             done.set()
 
-        self._raft.apply_batch(encode_payload(term, body), callback=callback)
+        self._raft.apply_batch(encode_payload(term, body, self._clock_ms()), callback=callback)
         if not done.wait(timeout_s):
             self._ready_term = None  # outcome unknown: the next request re-barriers first
             raise _ReplicationFailed(ResponseCode.SYSTEM_ERROR,
@@ -377,6 +429,8 @@ class ControllerNode:
             "snapshots_kept": self.snapshots.list(),
             "dumps_installed": self._hooks.dumps_installed,
             "fenced_batches": self.fenced_batches,
+            "event_log_last_index": self.event_log.last_index,
+            "event_log_errors": self.event_log_errors,
             "max_tick_ms": round(self.max_tick_ms, 3),
             "max_snapshot_ms": round(self._hooks.max_snapshot_ms, 3),
             "max_snapshot_tick_ms": round(self.max_snapshot_tick_ms, 3),
@@ -401,3 +455,23 @@ class ControllerNode:
             self._raft.destroy()
         except Exception:
             log.exception("error while closing raft host")
+        self.event_log.close()
+
+
+def read_whole_log(page: Callable[[int, int], dict[str, Any]], limit: int = 10_000,
+                   max_pages: int = 10_000) -> dict[str, Any]:
+    """Follow ``page(after_index, limit)`` (``ControllerNode.events`` or its remote twin) to the end:
+    ``{"events", "gaps", "first_index", "last_index"}`` ready for ``event_log.merge_logs``."""
+    events: list[dict[str, Any]] = []
+    gaps: list[list[int]] = []
+    cursor, first, last = 0, None, 0
+    for _ in range(max_pages):
+        got = page(cursor, limit)
+        events += got["events"]
+        gaps += got["gaps"]
+        first = got["first_index"] if first is None else first
+        last = got["last_index"]
+        cursor = got["next_index"]
+        if not got["more"]:
+            break
+    return {"events": events, "gaps": gaps, "first_index": first, "last_index": last}

@@ -3,7 +3,8 @@
 Theory of operation.
 
 *One replicated method.* `RaftHost.apply_batch(payload)` is the only method pysyncobj replicates.
-The payload is bytes we build: `>BQ` (payload version, term of the leader that decided it)
+The payload is bytes we build: `>BQQ` (payload version 2, term of the leader that decided it,
+the leader's clock in ms when it decided; version 1 `>BQ` lacks the clock and is still read)
 followed by `controller.events.encode_events(...)`, or nothing for a barrier (the leader's
 no-op and read barriers). pysyncobj pickles `(method id, (payload,))` around it; nothing of ours
 is pickled. At apply time the host passes the entry's log index and term to the node; a payload
@@ -53,8 +54,9 @@ from snapshot.store import SnapshotMeta, SnapshotStore
 
 log = logging.getLogger(__name__)
 
-PAYLOAD_VERSION = 1
-PAYLOAD_HEADER = struct.Struct(">BQ")
+PAYLOAD_VERSION = 2
+PAYLOAD_HEADER_V1 = struct.Struct(">BQ")    # version 1, term
+PAYLOAD_HEADER = struct.Struct(">BQQ")      # version 2, term, decided_ms (leader clock)
 Entry = tuple[bytes, int, int]  # pysyncobj journal entry: (command, index, term)
 
 
@@ -66,18 +68,30 @@ class RecoveryRefused(ValueError):
     """The node cannot rebuild its state from snapshot + journal; it must not start."""
 
 
-def encode_payload(term: int, body: bytes = b"") -> bytes:
+def encode_payload(term: int, body: bytes = b"", decided_ms: int | None = None) -> bytes:
+    """A log payload; ``decided_ms`` None writes version 1 (no decision time), else version 2."""
     assert term >= 0
-    return PAYLOAD_HEADER.pack(PAYLOAD_VERSION, term) + body
+    if decided_ms is None:
+        return PAYLOAD_HEADER_V1.pack(1, term) + body
+    assert decided_ms >= 0
+    return PAYLOAD_HEADER.pack(PAYLOAD_VERSION, term, decided_ms) + body
 
 
-def decode_payload(payload: bytes) -> tuple[int, bytes]:
-    if len(payload) < PAYLOAD_HEADER.size:
-        raise PayloadError(f"payload of {len(payload)} bytes is shorter than its header")
-    version, term = PAYLOAD_HEADER.unpack_from(payload, 0)
-    if version != PAYLOAD_VERSION:
+def decode_payload(payload: bytes) -> tuple[int, int | None, bytes]:
+    """(decided term, decided_ms or None for version 1, encoded events or b"" for a barrier)."""
+    if len(payload) < 1:
+        raise PayloadError("empty payload")
+    version = payload[0]
+    header = {1: PAYLOAD_HEADER_V1, PAYLOAD_VERSION: PAYLOAD_HEADER}.get(version)
+    if header is None:
         raise PayloadError(f"unknown payload version {version}")
-    return term, bytes(payload[PAYLOAD_HEADER.size:])
+    if len(payload) < header.size:
+        raise PayloadError(f"payload of {len(payload)} bytes is shorter than its header")
+    if version == 1:
+        _, term = header.unpack_from(payload, 0)
+        return term, None, bytes(payload[header.size:])
+    _, term, decided_ms = header.unpack_from(payload, 0)
+    return term, decided_ms, bytes(payload[header.size:])
 
 
 def sync_obj_conf(config: ControllerConfig, secret: str | None, journal_file: str,

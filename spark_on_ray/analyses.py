@@ -85,11 +85,14 @@ def masters_by_epoch(samples: DataFrame) -> DataFrame:
 
 
 def elections(controller_events: DataFrame) -> DataFrame:
-    """ElectMaster events numbered per group: the n-th one sets master epoch n (reference 3.4)."""
+    """ElectMaster events with the master epoch each one set: the ``master_epoch`` the controller
+    logged after the event, else (records without it) the n-th event of a group sets epoch n
+    (reference 3.4: every ElectMasterEvent bumps the epoch)."""
     norm = F.regexp_replace(F.lower(F.col("type")), "[^a-z]", "")
     ev = controller_events.where(norm.isin("electmasterevent", "electmaster"))
-    w = Window.partitionBy("broker_name").orderBy("index")
-    return ev.select(F.col("broker_name").alias("group"), F.row_number().over(w).cast("long").alias("epoch"),
+    w = Window.partitionBy("broker_name").orderBy("index", "seq")
+    counted = F.row_number().over(w).cast("long")
+    return ev.select(F.col("broker_name").alias("group"), F.coalesce(F.col("master_epoch"), counted).alias("epoch"),
                      F.col("time_ms").alias("elected_ms"), "new_master_elected",
                      F.col("new_master_broker_id").alias("elected_broker_id"))
 
@@ -115,8 +118,8 @@ def epoch_timeline(replicas: DataFrame, samples: DataFrame, controller_events: D
     t = (keys.join(per_epoch, ["group", "epoch"], "left").join(seen, ["group", "epoch"], "left")
          .join(ref, ["group", "epoch"], "left").join(masters_by_epoch(samples), ["group", "epoch"], "left")
          .join(elect, ["group", "epoch"], "left"))
-    # Trust the controller's numbering only where it agrees with what the brokers reported (its
-    # log may start at a snapshot, which would shift the count).
+    # Trust the controller's election only where it agrees with what the brokers reported (a log
+    # without logged epochs may start after a snapshot, which would shift the count).
     elect_ok = F.col("elected_broker_id").isNotNull() & (
         F.col("sampled_master_broker_id").isNull()
         | (F.col("elected_broker_id") == F.col("sampled_master_broker_id")))
@@ -321,6 +324,7 @@ def analyse(tables: Any, persist: bool = False) -> dict[str, DataFrame]:
         fate, lag, truncs = fate.persist(), lag.persist(), truncs.persist()
     return {
         "epoch_timeline": epoch_timeline(tables.replicas, tables.samples, tables.controller_events),
+        "elections": elections(tables.controller_events).orderBy("group", "epoch"),
         "replica_agreement": replica_agreement(tables.replicas),
         "split_brain": split_brain(tables.replicas, tables.samples),
         "truncations": truncs,

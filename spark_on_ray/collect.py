@@ -60,8 +60,10 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("master_epoch", pa.int64()), ("max_offset", pa.int64()), ("confirm_offset", pa.int64()),
     ]),
     CONTROLLER_EVENTS: pa.schema([
-        ("index", pa.int64()), ("time_ms", pa.int64()), ("type", pa.string()), ("broker_name", pa.string()),
-        ("new_master_elected", pa.bool_()), ("new_master_broker_id", pa.int64()), ("fields_json", pa.string()),
+        ("index", pa.int64()), ("seq", pa.int64()), ("time_ms", pa.int64()), ("type", pa.string()),
+        ("broker_name", pa.string()), ("new_master_elected", pa.bool_()), ("new_master_broker_id", pa.int64()),
+        ("master_broker_id", pa.int64()), ("master_epoch", pa.int64()), ("sync_state_set_epoch", pa.int64()),
+        ("fields_json", pa.string()),
     ]),
 }
 
@@ -164,13 +166,17 @@ def normalize_sample(obj: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def normalize_controller_event(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """One event-log record; ``seq`` (position in its Raft batch) defaults to 0 and the group's
+    state after the event (``master_broker_id``, ``master_epoch``, ...) to null when absent."""
     rest = {k: v for k, v in obj.items() if k not in ("index", "time_ms", "type")}
     elected = obj.get("new_master_elected")
     return {
-        "index": _int(obj["index"]), "time_ms": _int(obj.get("time_ms")), "type": _str(obj["type"]),
-        "broker_name": _str(obj.get("broker_name")),
+        "index": _int(obj["index"]), "seq": _int(obj.get("seq")) or 0, "time_ms": _int(obj.get("time_ms")),
+        "type": _str(obj["type"]), "broker_name": _str(obj.get("broker_name")),
         "new_master_elected": None if elected is None else bool(elected),
         "new_master_broker_id": _int(obj.get("new_master_broker_id")),
+        "master_broker_id": _int(obj.get("master_broker_id")), "master_epoch": _int(obj.get("master_epoch")),
+        "sync_state_set_epoch": _int(obj.get("sync_state_set_epoch")),
         "fields_json": json.dumps(rest, sort_keys=True, default=_json_default),
     }
 

@@ -17,7 +17,7 @@ from spark_on_ray import analyses, report
 from spark_on_ray.collect import Tables, collect_live, collect_run_dir
 
 #: Tables printed to the terminal, in this order (the rest are only written to files).
-PRINTED = ("delivery", "failovers", "epoch_timeline", "split_brain", "truncation_summary", "lag_summary",
+PRINTED = ("delivery", "failovers", "epoch_timeline", "elections", "split_brain", "truncation_summary", "lag_summary",
            "lost_messages")
 PRINT_MAX_ROWS = 30
 
@@ -49,6 +49,7 @@ def summarize(frames: Mapping[str, pd.DataFrame]) -> dict[str, Any]:
         "failover_ms_p50": float(durations.median()) if len(durations) else None,
         "failover_ms_max": float(durations.max()) if len(durations) else None,
         "split_brain_epochs": int(len(frames["split_brain"])),
+        "controller_elections": int(len(frames["elections"])),
         "acknowledged": total(delivery, "acknowledged"),
         "consumed": total(delivery, "consumed"),
         "lost_messages": total(delivery, "lost"),

@@ -113,6 +113,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("-c", "--cluster-name", dest="cluster_name", default=None)
     p.set_defaults(func=run_clean_broker_metadata)
 
+    p = sub.add_parser("get-controller-events",
+                       help="the controllers' event log: elections, SyncStateSet changes, registrations")
+    _common(p)
+    p.add_argument("-b", "--broker-name", dest="broker_name", metavar="GROUP", default=None,
+                   help="only this broker group's events")
+    p.add_argument("--since", type=int, default=0, metavar="INDEX", help="only events after this Raft index")
+    p.add_argument("--last", type=int, default=None, metavar="N", help="only the newest N events")
+    p.set_defaults(func=run_get_controller_events)
+
     p = sub.add_parser("get-controller-config", help="every controller's configuration")
     _common(p)
     p.set_defaults(func=run_get_controller_config)
@@ -295,6 +304,26 @@ def run_clean_broker_metadata(args: argparse.Namespace) -> int:
                                                          clean_living_broker=args.clean_living,
                                                          invoke_time_ms=int(time.time() * 1000)))
         return fmt.format_clean_broker_metadata(args.broker_name), _response_json(response)
+
+    return _run(args, once)
+
+
+def run_get_controller_events(args: argparse.Namespace) -> int:
+    if args.since < 0 or (args.last is not None and args.last < 1):
+        print("error: --since must be >= 0 and --last >= 1", file=sys.stderr)
+        return EXIT_USAGE
+
+    def once(cluster):
+        if args.broker_name and args.broker_name not in cluster.spec.groups:
+            raise AdminError(f"unknown broker group {args.broker_name!r}; groups: {sorted(cluster.spec.groups)}")
+        events, uncovered = cluster.controller_events()
+        if not events and not uncovered and all(md is None for md in cluster.controller_metadata()):
+            raise AdminError("no controller answered")
+        events = [e for e in events if e["index"] > args.since
+                  and (args.broker_name is None or e.get("broker_name") == args.broker_name)]
+        if args.last is not None:
+            events = events[-args.last:]
+        return fmt.format_controller_events(events, uncovered), {"events": events, "uncovered": uncovered}
 
     return _run(args, once)
 

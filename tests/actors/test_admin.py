@@ -249,6 +249,19 @@ def test_elect_master_moves_the_master_and_the_old_master_follows(cluster, capsy
     assert code == 0 and data["code_name"] == "SUCCESS" and data["header"]["master_broker_id"] == old, data
     _wait_master_moved(cluster, old, target)
 
+    # Both admin elections are in the controllers' event log, with the epochs they set.
+    code, out, err = admin(capsys, cluster, "get-controller-events", "-b", GROUP, "--json")
+    log_ = json.loads(out)
+    assert code == 0 and log_["uncovered"] == [], err
+    elections = [e for e in log_["events"] if e["type"] == "ElectMasterEvent"]
+    assert [(e["master_broker_id"], e["master_epoch"]) for e in elections[-2:]] == [
+        (target, int(kv["#MasterEpoch"])), (old, data["header"]["master_epoch"])]
+    assert all(e["broker_name"] == GROUP and e["time_ms"] > 0 for e in log_["events"])
+    code, out, _ = admin(capsys, cluster, "get-controller-events", "-b", GROUP, "--last", "2")
+    assert code == 0 and len(out.strip().splitlines()) == 2 and f"-> master={old} " in out.splitlines()[-1]
+    code, _, err = admin(capsys, cluster, "get-controller-events", "-b", "broker-zz")
+    assert code == 1 and "unknown broker group" in err
+
 
 @pytest.mark.slow
 def test_elect_master_error_paths_exit_non_zero_with_the_code_name(cluster, capsys):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from actors.admin_format import (
+    format_controller_events,
     format_broker_epoch,
     format_broker_epochs,
     format_clean_broker_metadata,
@@ -170,3 +171,21 @@ def test_error_line_of_a_response_or_mapping():
 
 def test_java_str():
     assert [java_str(v) for v in (None, True, False, 0, "x")] == ["null", "true", "false", "0", "x"]
+
+
+def test_controller_events_one_line_each_with_utc_time_and_the_state_after():
+    """Index.seq, UTC decision time, type, group, the event's own fields, then the group's state."""
+    events = [
+        {"index": 12, "seq": 1, "term": 2, "time_ms": 1_700_000_000_123, "type": "ElectMasterEvent",
+         "new_master_elected": True, "broker_name": "broker-a", "new_master_broker_id": 2,
+         "master_broker_id": 2, "master_epoch": 3, "sync_state_set": [2], "sync_state_set_epoch": 4},
+        {"index": 13, "seq": 0, "term": 2, "time_ms": None, "type": "CleanBrokerDataEvent",
+         "broker_name": "broker-b", "broker_id_set_to_clean": None, "master_broker_id": None,
+         "master_epoch": None, "sync_state_set": None, "sync_state_set_epoch": None},
+    ]
+    lines = format_controller_events(events, [[3, 9]]).splitlines()
+    assert lines[0] == ("12.1\t2023-11-14T22:13:20.123Z\tElectMasterEvent\tbroker-a\tnew_master_elected=true "
+                        "new_master_broker_id=2\t-> master=2 epoch=3 sss=[2]@4")
+    assert lines[1] == "13.0\t-\tCleanBrokerDataEvent\tbroker-b\tbroker_id_set_to_clean=null\t-> (group removed)"
+    assert lines[2] == "# entries 3..9 were not logged by any reachable controller"
+    assert format_controller_events([]) == "(no events)"

@@ -9,8 +9,9 @@ import pytest
 from controller.api import (AlterSyncStateSetRequest, ApplyBrokerIdRequest, ElectMasterRequest,
                             RegisterBrokerRequest)
 from controller.config import ControllerConfig
+from controller.event_log import merge_logs
 from controller.local_cluster import LocalCluster
-from controller.node import ControllerNode
+from controller.node import ControllerNode, read_whole_log
 from controller.raft import RecoveryRefused
 
 CLUSTER = "c"
@@ -204,3 +205,80 @@ def test_single_node_keeps_leadership_and_serves_while_snapshotting(tmp_path, po
         assert meta["is_leader"] and meta["term"] == term, meta
     finally:
         node.close()
+
+
+# -- the event log across replicas, restarts and snapshots ------------------------------------------
+
+def whole_log(node):
+    return read_whole_log(node.events, limit=7)
+
+
+def test_event_log_is_identical_on_every_node_with_the_leaders_decision_time(make_cluster, wait):
+    """Every node logs the same events with the same Raft index, decision time and resulting
+    epochs; the ElectMaster records carry the master epoch the state machine reached."""
+    cluster = make_cluster(snapshot_threshold=1000)
+    leader = cluster.wait_leader()
+    before_ms = int(time.time() * 1000)
+    epoch = churn(leader, rounds=6)
+    after_ms = int(time.time() * 1000)
+    expected = leader.snapshot_state()
+    wait(lambda: converged(cluster, expected), timeout_s=10.0, what="state on every node")
+    logs = [whole_log(n) for n in cluster.running()]
+    assert logs[0]["events"] == logs[1]["events"] == logs[2]["events"] and not any(g["gaps"] for g in logs)
+    events = logs[0]["events"]
+    assert [e["type"] for e in events].count("ElectMasterEvent") == 1
+    elect = next(e for e in events if e["type"] == "ElectMasterEvent")
+    assert elect["master_epoch"] == 1 and elect["master_broker_id"] == 1 and elect["new_master_broker_id"] == 1
+    assert all(before_ms <= e["time_ms"] <= after_ms for e in events)
+    alters = [e for e in events if e["type"] == "AlterSyncStateSetEvent"]
+    assert len(alters) == 6 and alters[-1]["sync_state_set_epoch"] == epoch
+    keys = [(e["index"], e["seq"]) for e in events]
+    assert keys == sorted(set(keys))
+
+
+def test_event_log_survives_restarts_over_snapshots_without_duplicates(make_cluster, wait):
+    """Threshold 5, churn, restart everyone, churn again: each node's log holds every event once,
+    in order, no gaps (the log is fsynced before a snapshot, and replay skips logged entries)."""
+    cluster = make_cluster(snapshot_threshold=5)
+    leader = cluster.wait_leader()
+    epoch = churn(leader, rounds=12)
+    wait(lambda: all(compacted(n) for n in cluster.running()), timeout_s=15.0, what="compacted journals")
+    restart_all(cluster)
+    leader = cluster.wait_leader(timeout_s=10.0)
+    epoch = churn_more(leader, epoch, rounds=5)
+    expected = leader.snapshot_state()
+    wait(lambda: converged(cluster, expected), timeout_s=10.0, what="state on every node")
+    for node in cluster.running():
+        log_ = whole_log(node)
+        alters = [e for e in log_["events"] if e["type"] == "AlterSyncStateSetEvent"]
+        assert log_["gaps"] == [] and len(alters) == 17
+        assert [e["sync_state_set_epoch"] for e in alters] == list(range(epoch - 16, epoch + 1))
+        keys = [(e["index"], e["seq"]) for e in log_["events"]]
+        assert keys == sorted(set(keys))
+
+
+def test_lagging_node_logs_a_gap_that_the_others_cover(make_cluster, wait):
+    """A node that caught up from the leader's snapshot records the unlogged range as a gap;
+    merging the three logs fills it and leaves nothing uncovered."""
+    cluster = make_cluster(snapshot_threshold=5)
+    leader = cluster.wait_leader()
+    lagging = next(i for i in range(3) if cluster.nodes[i] is not leader)
+    cluster.stop(lagging)
+    epoch = churn(leader, rounds=30)
+    for _ in range(20):
+        if (leader.metadata()["journal_first_index"] or 0) > 10:
+            break
+        epoch = churn_more(leader, epoch, rounds=10)
+    wait(lambda: (leader.metadata()["journal_first_index"] or 0) > 10, timeout_s=15.0,
+         what="leader journal compacted past the stopped node")
+    node = cluster.start(lagging)
+    expected = leader.snapshot_state()
+    wait(lambda: node.snapshot_state() == expected, timeout_s=10.0, what="lagging node to catch up")
+    logs = [whole_log(n) for n in cluster.running()]
+    mine = whole_log(node)
+    assert mine["gaps"], "the node installed a snapshot without logging the entries it covers"
+    events, uncovered = merge_logs(logs)
+    assert uncovered == []
+    assert events == whole_log(leader)["events"]
+    alone, uncovered_alone = merge_logs([mine])
+    assert uncovered_alone == mine["gaps"] and len(alone) < len(events)

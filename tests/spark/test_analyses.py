@@ -166,3 +166,22 @@ def test_message_fate_classifies_indeterminate_and_phantom_reads(frame):
     got = dict(rows(analyses.message_fate(hist), "payload_id", "status"))
     assert got == {"u1": "unknown_delivered", "u2": "unknown_absent", "ghost": "phantom", "f1": "failed_absent",
                    "r": "duplicated"}
+
+
+def test_elections_use_the_logged_master_epoch_over_counting(frame):
+    # A log that starts after a snapshot: its first ElectMasterEvent set epoch 4, not 1. Records
+    # without master_epoch (older logs) fall back to counting per group in (index, seq) order.
+    ev = frame("controller_events", [
+        {"index": 40, "seq": 1, "time_ms": 100, "type": "ElectMasterEvent", "broker_name": "g",
+         "new_master_elected": True, "new_master_broker_id": 2, "master_epoch": 4},
+        {"index": 40, "seq": 0, "time_ms": 100, "type": "AlterSyncStateSetEvent", "broker_name": "g",
+         "master_epoch": 3},
+        {"index": 55, "seq": 0, "time_ms": 900, "type": "ElectMasterEvent", "broker_name": "g",
+         "new_master_elected": False, "master_epoch": 5},
+        {"index": 7, "seq": 1, "time_ms": 50, "type": "ElectMasterEvent", "broker_name": "h",
+         "new_master_elected": True, "new_master_broker_id": 1},
+        {"index": 7, "seq": 0, "time_ms": 50, "type": "ElectMasterEvent", "broker_name": "h",
+         "new_master_elected": True, "new_master_broker_id": 3},
+    ])
+    got = rows(analyses.elections(ev).orderBy("group", "epoch"), "group", "epoch", "elected_ms", "elected_broker_id")
+    assert got == [("g", 4, 100, 2), ("g", 5, 900, None), ("h", 1, 50, 3), ("h", 2, 50, 1)]

@@ -17,7 +17,7 @@ def test_analytics_agree_with_the_checker_on_a_real_chaos_run(spark, tmp_path):
     master kill (as many as the checker timed), and the epoch timeline has one row per distinct
     (group, epoch) in the replicas' epoch files."""
     from actors.chaos.checker import check_run_dir
-    from actors.chaos.history import read_nemesis, read_replicas
+    from actors.chaos.history import read_controller_events, read_nemesis, read_replicas
     from spark_on_ray import pipeline
 
     run = tmp_path / "run"
@@ -38,3 +38,8 @@ def test_analytics_agree_with_the_checker_on_a_real_chaos_run(spark, tmp_path):
     assert verdict["failover_ms"]["count"] + verdict["failover_ms"].get("unrecovered", 0) == len(kills)
     epochs = {(r.group, e[0]) for r in read_replicas(run / "replicas.json") for e in r.epoch_entries}
     assert summary["epochs"] == len(epochs)
+    # The run saved the controllers' event log: each epoch on disk was an election logged there.
+    events = read_controller_events(run / "controller_events.jsonl")
+    elected = [e for e in events if e.type == "ElectMasterEvent"]
+    assert epochs <= {(e.fields["broker_name"], e.fields["master_epoch"]) for e in elected}
+    assert summary["controller_elections"] == len(elected) >= len(kills)

@@ -27,12 +27,20 @@ def test_live_analytics_reads_a_running_cluster(spark, tmp_path, capsys):
         wait_until(lambda: len(cluster.analytics_records()["samples"]) >= 4, 30, what="a few samples per replica")
         records = cluster.analytics_records()
         epochs = {(r["group"], e[0]) for r in records["replicas"] for e in r["epoch_entries"]}
+        # The controllers' event log came along: every epoch a replica holds was an election in it,
+        # and the newest election names the current master and its epoch.
+        elected = [e for e in records["controller_events"] if e["type"] == "ElectMasterEvent"]
+        assert epochs <= {(e["broker_name"], e["master_epoch"]) for e in elected}
+        master = next(r for r in records["replicas"] if r["role"] == "master")
+        assert (elected[-1]["master_broker_id"], elected[-1]["master_epoch"]) == (master["broker_id"],
+                                                                                   master["master_epoch"])
+        assert all(e["time_ms"] > 0 for e in records["controller_events"])
         out = tmp_path / "out"
         capsys.readouterr()
         assert cli.main(["analytics", "--live", "--cluster", "analytics-live", "--out", str(out), "--json"]) == 0
         summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
         assert summary["ok"] and summary["epochs"] == len(epochs) >= 1
-        assert summary["split_brain_epochs"] == 0
+        assert summary["split_brain_epochs"] == 0 and summary["controller_elections"] == len(elected)
         assert (out / "report.html").exists() and summary["outputs"]
     finally:
         cluster.stop(delete_data=True)
