@@ -143,6 +143,7 @@ class BrokerService:
             "min_offset": self.store.min_offset, "max_offset": self.store.max_offset,
             "confirm_offset": self.store.confirm_offset,
             "epoch_entries": [[e.epoch, e.start_offset, e.end_offset] for e in entries],
+            "queues": self.store.queue_positions(),
             "ha": self.ha.status() if self.ha is not None else None,
             "pid": os.getpid(),
         }

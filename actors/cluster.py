@@ -143,8 +143,7 @@ class Cluster:
         """The controllers' event logs merged: (every applied event once, in log order, with its
         Raft index, seq, decision ``time_ms`` and the group's epochs after it; index ranges no
         reachable controller logged). An unreachable controller is skipped; the others cover it."""
-        from controller.event_log import merge_logs
-        from controller.node import read_whole_log
+        from controller.event_log import merge_logs, read_whole_log
 
         logs = []
         for i, actor in enumerate(self.controllers()):
@@ -177,7 +176,8 @@ class Cluster:
 
     def analytics_records(self, timeout_s: float = 10.0) -> dict[str, list[dict]]:
         """What ``rocketray analytics --live`` analyses, gathered through Ray: every reachable
-        replica's epoch entries and offsets now, its role/epoch/offset samples over time, and the
+        replica's epoch entries, offsets and consume-queue positions now, its role/epoch/offset
+        samples over time, and the
         controllers' merged event log.
         (A live cluster has no client history or nemesis log; chaos runs record those.)"""
         replicas: list[dict] = []
@@ -187,7 +187,7 @@ class Cluster:
             if status is None or status.get("broker_id") is None:
                 continue
             replicas.append({k: status[k] for k in ("group", "broker_id", "role", "master_epoch", "epoch_entries",
-                                                    "min_offset", "max_offset", "confirm_offset")})
+                                                    "min_offset", "max_offset", "confirm_offset", "queues")})
             try:
                 samples.extend(ray.get(self.broker(b.group, b.replica).samples.remote(), timeout=timeout_s))
             except Exception:  # noqa: BLE001 - an unreachable replica contributes no samples

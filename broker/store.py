@@ -41,7 +41,7 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable
 
 from broker.checkpoint import StoreCheckpoint, load_checkpoint, save_checkpoint, sync_fds
 from broker.commitlog import CommitLog, StoreError
@@ -239,6 +239,23 @@ class MessageStore:
         with self._lock:
             cq = self.cqs.get(topic, queue_id)
             return cq.first_at_or_after(self.commitlog.min_offset) if cq is not None else 0
+
+    def queue_positions(self) -> list[dict[str, Any]]:
+        """Every consume queue's positions: ``min_offset`` (first queue offset still stored),
+        ``max_offset`` (one past the last dispatched entry) and ``visible_offset`` (one past the
+        last entry a consumer can read: its record ends at or before the confirm offset)."""
+        with self._lock:
+            limit = self.commitlog.max_offset if self.config.read_uncommitted else self._confirm
+            out = []
+            for (topic, queue_id), cq in sorted(self.cqs.queues.items()):
+                visible = cq.first_at_or_after(limit)
+                last = cq.read(visible - 1, 1) if visible > cq.min_offset else []
+                if last and last[0].physical_offset + last[0].size > limit:
+                    visible -= 1  # a record that starts before the confirm offset but ends after it
+                first = cq.first_at_or_after(self.commitlog.min_offset) if self.commitlog.min_offset else cq.min_offset
+                out.append({"topic": topic, "queue_id": queue_id, "min_offset": first,
+                            "max_offset": cq.max_offset, "visible_offset": visible})
+            return out
 
     def next_queue_offset(self, topic: str, queue_id: int) -> int:
         """The queue offset ``put_messages`` would assign next (includes unconfirmed messages)."""

@@ -30,7 +30,7 @@ import threading
 import zlib
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import msgpack
 
@@ -353,3 +353,22 @@ def merge_logs(logs: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[l
             if not any(covers(other, first, last) for j, other in enumerate(logs) if j != i):
                 uncovered.add((first, last))
     return [merged[k] for k in sorted(merged)], [list(g) for g in sorted(uncovered)]
+
+
+def read_whole_log(page: Callable[[int, int], dict[str, Any]], limit: int = 10_000,
+                   max_pages: int = 10_000) -> dict[str, Any]:
+    """Follow ``page(after_index, limit)`` (``ControllerNode.events`` or its remote twin) to the end:
+    ``{"events", "gaps", "first_index", "last_index"}`` ready for ``event_log.merge_logs``."""
+    events: list[dict[str, Any]] = []
+    gaps: list[list[int]] = []
+    cursor, first, last = 0, None, 0
+    for _ in range(max_pages):
+        got = page(cursor, limit)
+        events += got["events"]
+        gaps += got["gaps"]
+        first = got["first_index"] if first is None else first
+        last = got["last_index"]
+        cursor = got["next_index"]
+        if not got["more"]:
+            break
+    return {"events": events, "gaps": gaps, "first_index": first, "last_index": last}

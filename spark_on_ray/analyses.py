@@ -75,6 +75,22 @@ def reference_entries(replicas: DataFrame) -> DataFrame:
                     F.col("end_offset").alias("ref_end_offset"), F.col("auth_broker_id")))
 
 
+def queue_positions(replicas: DataFrame) -> DataFrame:
+    """Per replica and consume queue: first stored, dispatched and consumer-visible queue offsets;
+    ``hidden_entries`` = dispatched but not yet visible (beyond the confirm offset); and
+    ``behind_reference`` = how many visible entries the authoritative replica has that this one lacks."""
+    q = replicas.select("group", "broker_id", "role", F.explode("queues").alias("q")).select(
+        "group", "broker_id", "role", "q.topic", "q.queue_id", "q.min_offset", "q.max_offset", "q.visible_offset")
+    auth = authoritative_replicas(replicas).select(F.col("group").alias("_g"), "auth_broker_id")
+    ref = (q.join(auth, (q.group == auth._g) & (q.broker_id == auth.auth_broker_id))
+           .select("group", "topic", "queue_id", F.col("visible_offset").alias("_ref_visible")))
+    return (q.join(ref, ["group", "topic", "queue_id"], "left")
+            .select("group", "broker_id", "role", "topic", "queue_id", "min_offset", "max_offset", "visible_offset",
+                    (F.col("max_offset") - F.col("visible_offset")).alias("hidden_entries"),
+                    (F.col("_ref_visible") - F.col("visible_offset")).alias("behind_reference"))
+            .orderBy("group", "topic", "queue_id", "broker_id"))
+
+
 def masters_by_epoch(samples: DataFrame) -> DataFrame:
     """Who reported the master role in each (group, epoch): first one, all of them, first/last seen."""
     masters = samples.where(is_master_role(F.col("role")))
@@ -325,6 +341,7 @@ def analyse(tables: Any, persist: bool = False) -> dict[str, DataFrame]:
     return {
         "epoch_timeline": epoch_timeline(tables.replicas, tables.samples, tables.controller_events),
         "elections": elections(tables.controller_events).orderBy("group", "epoch"),
+        "queue_positions": queue_positions(tables.replicas),
         "replica_agreement": replica_agreement(tables.replicas),
         "split_brain": split_brain(tables.replicas, tables.samples),
         "truncations": truncs,

@@ -38,6 +38,8 @@ FILES = {
 }
 
 EPOCH_ENTRY_TYPE = pa.struct([("epoch", pa.int64()), ("start_offset", pa.int64()), ("end_offset", pa.int64())])
+QUEUE_TYPE = pa.struct([("topic", pa.string()), ("queue_id", pa.int64()), ("min_offset", pa.int64()),
+                        ("max_offset", pa.int64()), ("visible_offset", pa.int64())])
 
 SCHEMAS: dict[str, pa.Schema] = {
     HISTORY: pa.schema([
@@ -53,7 +55,7 @@ SCHEMAS: dict[str, pa.Schema] = {
     REPLICAS: pa.schema([
         ("group", pa.string()), ("broker_id", pa.int64()), ("role", pa.string()), ("master_epoch", pa.int64()),
         ("epoch_entries", pa.list_(EPOCH_ENTRY_TYPE)), ("min_offset", pa.int64()), ("max_offset", pa.int64()),
-        ("confirm_offset", pa.int64()),
+        ("confirm_offset", pa.int64()), ("queues", pa.list_(QUEUE_TYPE)),
     ]),
     SAMPLES: pa.schema([
         ("time_ms", pa.int64()), ("group", pa.string()), ("broker_id", pa.int64()), ("role", pa.string()),
@@ -156,6 +158,9 @@ def normalize_replica(obj: Mapping[str, Any]) -> dict[str, Any]:
         "epoch_entries": [_epoch_entry(e) for e in obj.get("epoch_entries") or []],
         "min_offset": _int(obj.get("min_offset")), "max_offset": _int(obj.get("max_offset")),
         "confirm_offset": _int(obj.get("confirm_offset")),
+        "queues": [{"topic": _str(q["topic"]), "queue_id": _int(q["queue_id"]), "min_offset": _int(q.get("min_offset")),
+                    "max_offset": _int(q.get("max_offset")), "visible_offset": _int(q.get("visible_offset"))}
+                   for q in obj.get("queues") or []],
     }
 
 
@@ -226,7 +231,7 @@ def parse_jsonl_lines(kind: str, lines: Iterable[str]) -> pa.Table:
 # once a block holds more than a few rows ("Expected Array, got ChunkedArray"), so nested columns
 # cross into Spark as JSON text and are parsed back with ``from_json`` on the Spark side.
 
-NESTED_COLUMNS = {REPLICAS: ("epoch_entries",)}
+NESTED_COLUMNS = {REPLICAS: ("epoch_entries", "queues")}
 
 
 def to_transport(kind: str, table: pa.Table) -> pa.Table:

@@ -36,6 +36,7 @@ def summarize(frames: Mapping[str, pd.DataFrame]) -> dict[str, Any]:
     delivery = frames["delivery"]
     lag = frames["lag_summary"]
     truncs = frames["truncation_summary"]
+    queues = frames["queue_positions"]
 
     def total(df: pd.DataFrame, col: str) -> int:
         return int(df[col].fillna(0).sum()) if len(df) else 0
@@ -59,6 +60,8 @@ def summarize(frames: Mapping[str, pd.DataFrame]) -> dict[str, Any]:
         "truncations": total(truncs, "truncations"),
         "bytes_truncated": total(truncs, "bytes_truncated"),
         "max_lag_bytes": _int_or_none(lag["max_lag_bytes"].max()) if len(lag) else None,
+        "queues": int(len(queues[["group", "topic", "queue_id"]].drop_duplicates())) if len(queues) else 0,
+        "max_queue_entries_behind": _int_or_none(queues["behind_reference"].max()) if len(queues) else None,
     }
 
 

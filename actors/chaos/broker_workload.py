@@ -235,5 +235,6 @@ def replica_snapshots(cluster: Cluster) -> list[ReplicaSnapshot]:
                 master_epoch=int(st.get("master_epoch") or 0),
                 epoch_entries=tuple(tuple(e) for e in st["epoch_entries"]),  # type: ignore[misc]
                 min_offset=int(st["min_offset"]), max_offset=int(st["max_offset"]),
-                confirm_offset=int(st["confirm_offset"]), digest_to_confirm=digest))
+                confirm_offset=int(st["confirm_offset"]), digest_to_confirm=digest,
+                queues=tuple(st.get("queues") or ())))
     return out

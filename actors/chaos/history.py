@@ -228,6 +228,25 @@ def _epoch_entries(obj: dict[str, Any]) -> tuple[tuple[int, int, int], ...]:
     return tuple(entries)
 
 
+_QUEUE_KEYS = ("topic", "queue_id", "min_offset", "max_offset", "visible_offset")
+
+
+def _queues(obj: dict[str, Any]) -> tuple[dict[str, Any], ...]:
+    raw = obj.get("queues")
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise _FieldError(f"key 'queues' must be a list, got {raw!r}")
+    out = []
+    for i, q in enumerate(raw):
+        if not isinstance(q, dict) or not isinstance(q.get("topic"), str) or any(
+                isinstance(q.get(k), bool) or not isinstance(q.get(k), int) or q[k] < 0 for k in _QUEUE_KEYS[1:]):
+            raise _FieldError(f"queues[{i}] must be {{topic, queue_id, min_offset, max_offset, visible_offset}} "
+                              f"with non-negative integers, got {q!r}")
+        out.append({k: q[k] for k in _QUEUE_KEYS})
+    return tuple(out)
+
+
 def _digest(obj: dict[str, Any]) -> str | None:
     value = _str(obj, "digest_to_confirm", nullable=True, absent_is_null=True)
     if value is not None:
@@ -242,7 +261,8 @@ class ReplicaSnapshot:
 
     ``digest_to_confirm`` (optional) is the lowercase hex SHA-256 of the replica's commit-log bytes
     ``[0, C)`` where ``C`` is the minimum ``confirm_offset`` over all replicas of the same group in
-    the same ``replicas.json``; ``None`` when the runner did not compute it.
+    the same ``replicas.json``; ``None`` when the runner did not compute it. ``queues`` (optional)
+    are its consume-queue positions (``MessageStore.queue_positions``).
     """
 
     group: str
@@ -254,6 +274,7 @@ class ReplicaSnapshot:
     max_offset: int
     confirm_offset: int
     digest_to_confirm: str | None = None
+    queues: tuple[dict[str, Any], ...] = ()
 
     @property
     def is_master(self) -> bool:
@@ -271,6 +292,7 @@ class ReplicaSnapshot:
             max_offset=_int(obj, "max_offset", minimum=0),  # type: ignore[arg-type]
             confirm_offset=_int(obj, "confirm_offset"),  # type: ignore[arg-type]
             digest_to_confirm=_digest(obj),
+            queues=_queues(obj),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -282,6 +304,8 @@ class ReplicaSnapshot:
         }
         if self.digest_to_confirm is not None:
             out["digest_to_confirm"] = self.digest_to_confirm
+        if self.queues:
+            out["queues"] = [dict(q) for q in self.queues]
         return out
 
 

@@ -155,6 +155,24 @@ def test_consume_queue_never_beyond_confirm(tmp_path: Path) -> None:
     store.close()
 
 
+def test_queue_positions_report_what_consumers_can_read(tmp_path: Path) -> None:
+    """visible_offset counts only entries whose record ends at or before the confirm offset, so it
+    matches get_messages; max_offset counts every dispatched entry; one row per queue."""
+    store = open_store(tmp_path)
+    stored = store.put_messages(msgs(10) + msgs(3, queue_id=1), now_ms=1)
+    assert store.queue_positions() == []  # nothing dispatched before a confirm offset
+    store.confirm_offset = stored[4].physical_offset + 1
+    assert store.queue_positions() == [{"topic": "T", "queue_id": 0, "min_offset": 0, "max_offset": 4,
+                                        "visible_offset": 4}]
+    store.confirm_offset = store.max_offset
+    assert [(q["queue_id"], q["max_offset"], q["visible_offset"]) for q in store.queue_positions()] == [
+        (0, 10, 10), (1, 3, 3)]
+    store.confirm_offset = stored[2].physical_offset + 5  # lowered, mid-record: entries 0 and 1 stay visible
+    q0 = store.queue_positions()[0]
+    assert (q0["max_offset"], q0["visible_offset"]) == (10, 2) == (10, len(store.get_messages("T", 0, 0, 100)))
+    store.close()
+
+
 def test_read_uncommitted_dispatches_everything(tmp_path: Path) -> None:
     """With read_uncommitted, consumers see messages beyond the confirm offset."""
     store = open_store(tmp_path, StoreConfig(segment_size_bytes=4096, background_thread=False, read_uncommitted=True))
@@ -245,6 +263,8 @@ def test_retention_by_size_moves_min_offset(tmp_path: Path) -> None:
     got = store.get_messages("T", 0, 0, 1000)
     assert got == [m for m in stored if m.physical_offset >= store.min_offset]
     assert store.queue_min_offset("T", 0) == got[0].queue_offset
+    (q,) = store.queue_positions()
+    assert (q["min_offset"], q["visible_offset"]) == (got[0].queue_offset, 100)
     with pytest.raises(StoreError):
         store.read_raw(0, 10)
     store.close()

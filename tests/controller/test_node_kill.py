@@ -11,9 +11,8 @@ import time
 
 import pytest
 
-from controller.event_log import merge_logs
+from controller.event_log import merge_logs, read_whole_log
 from controller.local_cluster import NodeProcess
-from controller.node import read_whole_log
 
 CONFIG = {"snapshot_threshold": 25}
 

@@ -9,9 +9,9 @@ import pytest
 from controller.api import (AlterSyncStateSetRequest, ApplyBrokerIdRequest, ElectMasterRequest,
                             RegisterBrokerRequest)
 from controller.config import ControllerConfig
-from controller.event_log import merge_logs
+from controller.event_log import merge_logs, read_whole_log
 from controller.local_cluster import LocalCluster
-from controller.node import ControllerNode, read_whole_log
+from controller.node import ControllerNode
 from controller.raft import RecoveryRefused
 
 CLUSTER = "c"

@@ -4,13 +4,15 @@
 
 MODE ``kill-in-truncate`` SIGKILLs this process inside ``store.truncate`` right after the commit
 log was cut (before consume queues, checkpoint and epoch file are updated): a crash in the
-middle of a handshake truncation.
+middle of a handshake truncation. MODE ``throttle`` spends 2 ms on every appended batch, so a
+12 MiB stream takes over a second and a test can kill it mid-way without racing it.
 """
 
 import asyncio
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -30,6 +32,13 @@ async def main() -> None:
             cut(offset)
             os.kill(os.getpid(), signal.SIGKILL)
         store.commitlog.cut = cut_then_die
+    elif mode == "throttle":
+        append_raw = store.append_raw
+
+        def slow_append(offset, data):
+            time.sleep(0.002)
+            return append_raw(offset, data)
+        store.append_raw = slow_append
     ha = HAService(store, int(broker_id), fast_config(ha_transfer_batch_size=16 * 1024), SECRET)
     await ha.start("127.0.0.1", 0)
     await ha.change_to_slave(address, int(epoch))

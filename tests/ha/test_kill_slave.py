@@ -46,7 +46,7 @@ def test_slave_killed_mid_stream_converges_after_restart(tmp_path):
         total = m.store.max_offset
         slave_dir = tmp_path / "slave2"
         for round_ in range(2):   # kill twice at different points
-            proc = spawn(slave_dir, m, 2, 1)
+            proc = spawn(slave_dir, m, 2, 1, "throttle")  # slow enough that the kill lands mid-stream
             target = total * (round_ + 1) // 4
             await wait_for(lambda: slave_ack(m, 2) > target, 60, f"slave ack past {target}")
             proc.send_signal(signal.SIGKILL)

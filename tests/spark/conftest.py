@@ -127,10 +127,12 @@ def tiny_run_records() -> dict[str, list[dict[str, Any]]]:
          "confirm_offset": 2600},
         {"group": "b", "broker_id": 2, "role": "MASTER", "master_epoch": 2,
          "epoch_entries": [[1, 0, 500], [2, 500, big]], "min_offset": 0, "max_offset": 1100,
-         "confirm_offset": 1100},
+         "confirm_offset": 1100,
+         "queues": [{"topic": "T", "queue_id": 0, "min_offset": 0, "max_offset": 11, "visible_offset": 11}]},
         {"group": "b", "broker_id": 1, "role": "SLAVE", "master_epoch": 2,
          "epoch_entries": [[1, 0, 600], [2, 600, big]], "min_offset": 0, "max_offset": 1100,
-         "confirm_offset": 1000},
+         "confirm_offset": 1000,
+         "queues": [{"topic": "T", "queue_id": 0, "min_offset": 0, "max_offset": 11, "visible_offset": 10}]},
     ]
     samples: list[dict[str, Any]] = []
 

@@ -185,3 +185,28 @@ def test_elections_use_the_logged_master_epoch_over_counting(frame):
     ])
     got = rows(analyses.elections(ev).orderBy("group", "epoch"), "group", "epoch", "elected_ms", "elected_broker_id")
     assert got == [("g", 4, 100, 2), ("g", 5, 900, None), ("h", 1, 50, 3), ("h", 2, 50, 1)]
+
+
+def test_queue_positions_show_hidden_entries_and_how_far_each_replica_is_behind(frame):
+    # The master (authoritative) sees 10 entries of T/0; a slave dispatched 9 but can serve 7
+    # (2 beyond its confirm offset, 3 behind the master). A replica without queues adds no rows.
+    reps = frame("replicas", [
+        {"group": "g", "broker_id": 1, "role": "MASTER", "master_epoch": 2, "epoch_entries": [[2, 0, 2**63 - 1]],
+         "min_offset": 0, "max_offset": 1000, "confirm_offset": 1000,
+         "queues": [{"topic": "T", "queue_id": 0, "min_offset": 0, "max_offset": 10, "visible_offset": 10},
+                    {"topic": "T", "queue_id": 1, "min_offset": 4, "max_offset": 6, "visible_offset": 6}]},
+        {"group": "g", "broker_id": 2, "role": "SLAVE", "master_epoch": 2, "epoch_entries": [[2, 0, 2**63 - 1]],
+         "min_offset": 0, "max_offset": 900, "confirm_offset": 700,
+         "queues": [{"topic": "T", "queue_id": 0, "min_offset": 0, "max_offset": 9, "visible_offset": 7}]},
+        {"group": "g", "broker_id": 3, "role": "SLAVE", "master_epoch": 2, "epoch_entries": [],
+         "min_offset": 0, "max_offset": 0, "confirm_offset": 0},
+    ])
+    got = rows(analyses.queue_positions(reps), "broker_id", "queue_id", "hidden_entries", "behind_reference")
+    assert got == [(1, 0, 0, 0), (2, 0, 2, 3), (1, 1, 0, 0)]
+
+
+def test_queue_positions_on_the_hand_built_run(tiny):
+    # Group b's slave dispatched 11 entries of T/0 but its confirm offset shows only 10: one hidden,
+    # one behind the master. Group a's replicas recorded no queues, so they add no rows.
+    got = rows(analyses.queue_positions(tiny["replicas"]), "group", "broker_id", "hidden_entries", "behind_reference")
+    assert got == [("b", 1, 1, 1), ("b", 2, 0, 0)]

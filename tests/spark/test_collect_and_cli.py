@@ -47,6 +47,11 @@ def test_a_record_missing_a_required_key_is_rejected_with_its_kind_and_index():
 # -- through Ray Data and RayDP --------------------------------------------------------------------
 
 
+def _plain(nested):
+    """A nested cell of toPandas (None, or an array of Rows / dicts / lists) as plain Python."""
+    return [] if nested is None else [dict(x) if hasattr(x, "keys") else list(x) for x in nested]
+
+
 @pytest.mark.slow
 def test_run_dir_and_live_records_give_the_same_dataframes(spark, tiny_run, tiny_records):
     # Reading the run directory with Ray Data and handing live lists to collect_live yield equal tables.
@@ -59,9 +64,16 @@ def test_run_dir_and_live_records_give_the_same_dataframes(spark, tiny_run, tiny
         b = live.as_dict()[kind].toPandas()
         assert list(a.columns) == SCHEMAS[kind].names
         assert len(a) == len(tiny_records[kind]) > 0, kind
-        key = [c for c in a.columns if c != "epoch_entries"]
-        pd.testing.assert_frame_equal(a.sort_values(key).reset_index(drop=True)[key],
-                                      b.sort_values(key).reset_index(drop=True)[key])
+        nested = ("epoch_entries", "queues")
+        key = [c for c in a.columns if c not in nested]
+        a, b = a.sort_values(key).reset_index(drop=True), b.sort_values(key).reset_index(drop=True)
+        pd.testing.assert_frame_equal(a[key], b[key])
+        for col in (c for c in nested if c in a.columns):
+            assert [_plain(v) for v in a[col]] == [_plain(v) for v in b[col]], col
+    queues = {(r["group"], r["broker_id"]): [q.asDict() for q in r["queues"]]
+              for r in from_dir.replicas.collect()}
+    assert queues[("b", 1)] == [{"topic": "T", "queue_id": 0, "min_offset": 0, "max_offset": 11, "visible_offset": 10}]
+    assert queues[("a", 3)] == []
 
 
 @pytest.mark.slow

@@ -35,12 +35,16 @@ def test_live_analytics_reads_a_running_cluster(spark, tmp_path, capsys):
         assert (elected[-1]["master_broker_id"], elected[-1]["master_epoch"]) == (master["broker_id"],
                                                                                    master["master_epoch"])
         assert all(e["time_ms"] > 0 for e in records["controller_events"])
+        # Consume-queue positions came along too: after settle every replica serves the same entries.
+        visible = [{(q["topic"], q["queue_id"]): q["visible_offset"] for q in r["queues"]} for r in records["replicas"]]
+        assert len(visible) == 2 and visible[0] == visible[1] and sum(visible[0].values()) >= 200
         out = tmp_path / "out"
         capsys.readouterr()
         assert cli.main(["analytics", "--live", "--cluster", "analytics-live", "--out", str(out), "--json"]) == 0
         summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
         assert summary["ok"] and summary["epochs"] == len(epochs) >= 1
         assert summary["split_brain_epochs"] == 0 and summary["controller_elections"] == len(elected)
+        assert summary["queues"] == len(visible[0]) and summary["max_queue_entries_behind"] == 0
         assert (out / "report.html").exists() and summary["outputs"]
     finally:
         cluster.stop(delete_data=True)

@@ -32,6 +32,10 @@ def result_frames(empty: bool = False) -> dict[str, pd.DataFrame]:
         "delivery": pd.DataFrame({"group": ["a"], "acknowledged": [10], "consumed": [9], "lost": [1],
                                   "duplicated": [0]}),
         "lost_messages": pd.DataFrame({"group": ["a"], "payload_id": ["a7"]}),
+        "queue_positions": pd.DataFrame({"group": ["a", "a"], "broker_id": [1, 2], "role": ["MASTER", "SLAVE"],
+                                         "topic": ["T", "T"], "queue_id": [0, 0], "min_offset": [0, 0],
+                                         "max_offset": [10, 9], "visible_offset": [10, 7],
+                                         "hidden_entries": [0, 2], "behind_reference": [0, 3]}),
         "elections": pd.DataFrame({"group": ["a", "a"], "epoch": [1, 2], "elected_ms": [900, 2300],
                                    "new_master_elected": [True, True], "elected_broker_id": [1, 2]}),
     }
@@ -46,7 +50,7 @@ def test_summary_counts_epochs_faults_split_brain_and_losses():
     assert (s["epochs"], s["failovers"], s["failovers_recovered"], s["failover_ms_p50"]) == (2, 3, 2, 450.0)
     assert (s["split_brain_epochs"], s["lost_messages"], s["diverged_epoch_entries"], s["bytes_truncated"]) == (1, 1, 1,
                                                                                                               20)
-    assert s["controller_elections"] == 2
+    assert s["controller_elections"] == 2 and (s["queues"], s["max_queue_entries_behind"]) == (1, 3)
     json.dumps(s)  # JSON-ready
 
 
