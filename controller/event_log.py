@@ -178,10 +178,21 @@ def scan_tail(data: bytes) -> tuple[Record | None, int]:
     return None, 0
 
 
-def _last_index(records: Sequence[Record]) -> int | None:
-    for record in reversed(records):
-        return record.last_index if isinstance(record, Gap) else record.index
-    return None
+def _covered_until(record: Record) -> int:
+    """The highest Raft index a record accounts for."""
+    return record.last_index if isinstance(record, Gap) else record.index
+
+
+def _peek_covered_until(body: bytes) -> int | None:
+    """``_covered_until`` of a frame body without decoding its event (None: not a record)."""
+    try:
+        fields_ = msgpack.unpackb(body, raw=False, use_list=True, strict_map_key=True)
+    except (ValueError, TypeError, OverflowError, RecursionError, msgpack.UnpackException):
+        return None
+    if type(fields_) is not list or len(fields_) < 4:
+        return None
+    value = fields_[3] if fields_[1] == KIND_GAP else fields_[2]
+    return value if type(value) is int else None
 
 
 # -- files -----------------------------------------------------------------------------------------
@@ -204,13 +215,17 @@ class EventLog:
 
     # -- segments --------------------------------------------------------------------------
     def segments(self) -> list[Path]:
-        """Segment files, oldest first (ordered by the first index in their name)."""
+        """Segment files, oldest first."""
+        return [path for _, path in self._segments()]
+
+    def _segments(self) -> list[tuple[int, Path]]:
+        """(first index covered, path) of each segment file, oldest first."""
         found = []
         for path in self.directory.glob(f"{SEGMENT_PREFIX}*{SEGMENT_SUFFIX}"):
             digits = path.name[len(SEGMENT_PREFIX):-len(SEGMENT_SUFFIX)]
             if digits.isdigit():
                 found.append((int(digits), path))
-        return [p for _, p in sorted(found)]
+        return sorted(found)
 
     def _segment_path(self, first_index: int) -> Path:
         return self.directory / f"{SEGMENT_PREFIX}{first_index:020d}{SEGMENT_SUFFIX}"
@@ -233,7 +248,7 @@ class EventLog:
                     fh.flush()
                     os.fsync(fh.fileno())
             if last_record is not None:
-                self.last_index = _last_index([last_record]) or 0
+                self.last_index = _covered_until(last_record)
                 break
         if segments:
             self._open(segments[-1])
@@ -263,9 +278,7 @@ class EventLog:
                 self._roll(self.last_index + 1)  # a segment covers indexes from its name on
             self._fh.write(data)
             self._active_size += len(data)
-            last = _last_index(records)
-            assert last is not None
-            self.last_index = last
+            self.last_index = _covered_until(records[-1])
 
     def note_gap(self, first_index: int, last_index: int) -> None:
         """Record that indexes first..last were applied here without being logged."""
@@ -288,14 +301,24 @@ class EventLog:
                 self._fh = None
 
     # -- reading ---------------------------------------------------------------------------
-    def _iter_records(self, after_index: int) -> Iterator[Record]:
-        segments = self.segments()
-        firsts = [int(p.name[len(SEGMENT_PREFIX):-len(SEGMENT_SUFFIX)]) for p in segments]
-        for i, path in enumerate(segments):
-            if i + 1 < len(segments) and firsts[i + 1] <= after_index + 1:
-                continue  # every record in this segment is at or below after_index
-            records, _ = scan_frames(path.read_bytes())
-            yield from records
+    def _iter_records(self, segments: list[tuple[int, Path]], after_index: int) -> Iterator[Record]:
+        """Records that account for indexes above ``after_index``, in log order. Segments wholly at
+        or below it are not read, and records below it are skipped without decoding their event."""
+        for i, (_, path) in enumerate(segments):
+            if i + 1 < len(segments) and segments[i + 1][0] <= after_index + 1:
+                continue
+            data = path.read_bytes()
+            for start, end in _frames(data):
+                body = data[start:end]
+                covered = _peek_covered_until(body)
+                if covered is None:
+                    return  # a CRC-valid frame that is not a record: the damaged tail
+                if covered <= after_index:
+                    continue
+                try:
+                    yield decode_body(body)
+                except EventLogError:
+                    return
 
     def read(self, after_index: int = 0, limit: int = 10_000) -> dict[str, Any]:
         """Records with index > ``after_index``, whole batches, about ``limit`` events at most.
@@ -308,19 +331,16 @@ class EventLog:
                 self._fh.flush()
             events: list[EventLogRecord] = []
             gaps: list[Gap] = []
-            segments = self.segments()
-            first_index = int(segments[0].name[len(SEGMENT_PREFIX):-len(SEGMENT_SUFFIX)]) if segments else None
+            segments = self._segments()
+            first_index = segments[0][0] if segments else None
             cursor, more = after_index, False
-            for record in self._iter_records(after_index):
+            for record in self._iter_records(segments, after_index):
                 if isinstance(record, Gap):
-                    if record.last_index > after_index:
-                        if len(events) >= limit:
-                            more = True
-                            break
-                        gaps.append(record)
-                        cursor = max(cursor, record.last_index)
-                    continue
-                if record.index <= after_index:
+                    if len(events) >= limit:
+                        more = True
+                        break
+                    gaps.append(record)
+                    cursor = max(cursor, record.last_index)
                     continue
                 if len(events) >= limit and record.index != cursor:
                     more = True

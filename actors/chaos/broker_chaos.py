@@ -39,7 +39,7 @@ from actors.chaos.checker import check_run_dir, format_verdict
 from actors.chaos.ha_proxy import HaProxies
 from actors.chaos.history import (
     CONTROLLER_EVENTS_FILE, HISTORY_FILE, NEMESIS_FILE, REPLICAS_FILE, SAMPLES_FILE, VERDICT_FILE,
-    write_jsonl, write_replicas)
+    ControllerEventRecord, write_jsonl, write_replicas)
 from actors.client import now_ms
 from actors.cluster import Cluster, ClusterError, start_cluster
 from actors.config import load_config
@@ -332,9 +332,7 @@ def _write_controller_state(out: Path, cluster: Cluster) -> None:
     (``controller_state.json``). Diagnostics: a failure is logged, the run's verdict stands."""
     try:
         events, uncovered = cluster.controller_events()
-        with open(out / CONTROLLER_EVENTS_FILE, "w", encoding="utf-8") as fh:
-            for event in events:
-                fh.write(json.dumps(event, separators=(",", ":")) + "\n")
+        write_jsonl(out / CONTROLLER_EVENTS_FILE, [ControllerEventRecord.from_json(e) for e in events])
         if uncovered:
             (out / "controller_events_gaps.json").write_text(json.dumps(uncovered))
     except Exception as exc:  # noqa: BLE001 - diagnostics only

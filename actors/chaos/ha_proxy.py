@@ -72,16 +72,23 @@ def peer_pids(peer: tuple[str, int], local: tuple[str, int]) -> frozenset[int]:
     if inode is None:
         return frozenset()
     target = f"socket:[{inode}]"
-    found: set[int] = set()
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
+    return frozenset(int(pid) for pid in os.listdir("/proc") if pid.isdigit() and _holds(pid, target))
+
+
+def _holds(pid: str, target: str) -> bool:
+    """Whether process ``pid`` has an fd pointing at ``target``. An fd closed between listing and
+    reading (routine in a busy process) is skipped on its own; it must not hide the others."""
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False  # gone, or not ours to read
+    for fd in fds:
         try:
-            if any(os.readlink(f"/proc/{pid}/fd/{fd}") == target for fd in os.listdir(f"/proc/{pid}/fd")):
-                found.add(int(pid))
+            if os.readlink(f"/proc/{pid}/fd/{fd}") == target:
+                return True
         except OSError:
             continue
-    return frozenset(found)
+    return False
 
 
 @dataclass(frozen=True, slots=True)
