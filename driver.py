@@ -32,9 +32,9 @@ def main(argv: list[str] | None = None) -> int:
 
     import ray
 
-    from actors import pipeline
-    from actors.cluster import connect, start_cluster
-    from actors.commands.demo import print_summary
+    from rocketray.actors import pipeline
+    from rocketray.actors.cluster import connect, start_cluster
+    from rocketray.cli.commands.demo import print_summary
 
     def say(msg: str) -> None:
         print(f"[driver] {msg}", file=sys.stderr if args.json else sys.stdout, flush=True)

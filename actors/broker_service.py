@@ -2,7 +2,7 @@
 
 A plain class run by Ray as an async actor (options in ``actors/remote.py``).
 ``__init__`` runs on the actor's event loop, so it opens the store (recovering a
-torn tail), and schedules the :class:`broker.replicas_manager.ReplicasManager`
+torn tail), and schedules the :class:`rocketray.broker.replicas_manager.ReplicasManager`
 there; the HA service is created by the manager once the controller has given
 this replica its persistent broker id, and listens on the HA port fixed in the
 cluster spec. A broker restarted by Ray therefore comes back by itself: same
@@ -23,15 +23,15 @@ import logging
 import os
 import time
 
-from actors.config import load_config
-from actors.controller_client import AsyncControllerClient
-from actors.metrics import BrokerMetrics, configure_actor_logging
-from actors.spec import ClusterSpec
-from broker.message import Message
-from broker.register import FileIdentityStore
-from broker.replicas_manager import ReplicasManager, Role, State
-from broker.store import MessageStore
-from ha.service import HAService, PutStatus
+from rocketray.config import load_config
+from rocketray.actors.controller_client import AsyncControllerClient
+from rocketray.actors.metrics import BrokerMetrics, configure_actor_logging
+from rocketray.spec import ClusterSpec
+from rocketray.broker.message import Message
+from rocketray.broker.register import FileIdentityStore
+from rocketray.broker.replicas_manager import ReplicasManager, Role, State
+from rocketray.broker.store import MessageStore
+from rocketray.ha.service import HAService, PutStatus
 
 log = logging.getLogger("rocketray.broker")
 

@@ -20,8 +20,8 @@ from typing import Callable
 
 import ray
 
-from actors.cluster import Cluster
-from controller.api import GetReplicaInfoRequest
+from rocketray.actors.cluster import Cluster
+from rocketray.controller.api import GetReplicaInfoRequest
 
 #: Put statuses after which nothing was written: safe to retry without duplicates.
 REFUSED = {"NOT_MASTER", "FENCED", "IN_SYNC_REPLICAS_NOT_ENOUGH", "SLAVE_NOT_AVAILABLE"}

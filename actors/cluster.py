@@ -22,8 +22,8 @@ from typing import Any, Callable
 
 import ray
 
-from actors import remote
-from actors.spec import BrokerSpec, ClusterSpec, ControllerSpec
+from rocketray.actors import remote
+from rocketray.spec import BrokerSpec, ClusterSpec, ControllerSpec
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ def plan_cluster(name: str, *, controllers: int, groups: int, replicas: int, dat
     """Choose ports, hosts, nodes and directories for a new cluster (no actor is started).
 
     ``ha_proxy``: each broker's HA server binds a separate ``listen_port`` while it advertises
-    ``ha_port``, where a fault-injecting proxy (``actors/chaos/ha_proxy.py``) is expected to listen.
+    ``ha_port``, where a fault-injecting proxy (``chaos/ha_proxy.py``) is expected to listen.
     """
     if controllers < 1 or groups < 1 or replicas < 1:
         raise ClusterError("controllers, groups and replicas must each be at least 1")
@@ -135,7 +135,7 @@ class Cluster:
 
     def call_controller(self, request, timeout_s: float = 10.0):
         """Send a request to the controller leader, following NOT_LEADER hints."""
-        from actors.controller_client import call_leader_sync
+        from rocketray.actors.controller_client import call_leader_sync
 
         return call_leader_sync(self, request, timeout_s=timeout_s)
 
@@ -143,7 +143,7 @@ class Cluster:
         """The controllers' event logs merged: (every applied event once, in log order, with its
         Raft index, seq, decision ``time_ms`` and the group's epochs after it; index ranges no
         reachable controller logged). An unreachable controller is skipped; the others cover it."""
-        from controller.event_log import merge_logs, read_whole_log
+        from rocketray.controller.event_log import merge_logs, read_whole_log
 
         logs = []
         for i, actor in enumerate(self.controllers()):

@@ -15,9 +15,9 @@ import time
 
 import ray
 
-from actors.spec import ClusterSpec
-from controller.api import Response
-from controller.codes import ResponseCode
+from rocketray.spec import ClusterSpec
+from rocketray.controller.api import Response
+from rocketray.controller.codes import ResponseCode
 
 
 class ControllerUnavailable(RuntimeError):

@@ -1,7 +1,7 @@
 """The controller actor: one Raft controller node plus its timers and notifications.
 
 A plain class (Ray options are applied in ``actors/remote.py``). It hosts a
-:class:`controller.node.ControllerNode` on the Raft port fixed in the cluster
+:class:`rocketray.controller.node.ControllerNode` on the Raft port fixed in the cluster
 spec, so a restart by Ray recovers the node from its own snapshot + journal on
 the same address. Ray runs it as a threaded actor: requests call the node's
 blocking pipeline on Ray's worker threads, while one daemon thread runs the
@@ -20,13 +20,13 @@ import time
 
 import ray
 
-from actors import config_update
-from actors.config import load_config
-from actors.metrics import ControllerMetrics, configure_actor_logging
-from actors.spec import ClusterSpec
-from controller.api import AlterSyncStateSetRequest, CleanBrokerDataRequest, ElectMasterRequest, Response
-from controller.codes import ResponseCode
-from controller.node import ControllerNode
+from rocketray.controller import config_update
+from rocketray.config import load_config
+from rocketray.actors.metrics import ControllerMetrics, configure_actor_logging
+from rocketray.spec import ClusterSpec
+from rocketray.controller.api import AlterSyncStateSetRequest, CleanBrokerDataRequest, ElectMasterRequest, Response
+from rocketray.controller.codes import ResponseCode
+from rocketray.controller.node import ControllerNode
 
 log = logging.getLogger("rocketray.controller")
 

@@ -15,9 +15,9 @@ from typing import Callable
 
 import ray
 
-from actors.client import Consumer, Producer, SendOutcome, now_ms
-from actors.cluster import Cluster, ClusterError, wait_for
-from controller.api import GetReplicaInfoRequest
+from rocketray.actors.client import Consumer, Producer, SendOutcome, now_ms
+from rocketray.actors.cluster import Cluster, ClusterError, wait_for
+from rocketray.controller.api import GetReplicaInfoRequest
 
 BATCH = 50
 QUEUES = 4

@@ -10,12 +10,26 @@ finds its store directory where it left it.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from actors.spec import ClusterSpec
+from rocketray.spec import ClusterSpec
+
+
+class Registry:
+    """A tiny named actor holding a cluster's spec, so any driver can ``connect`` by name."""
+
+    def __init__(self, spec: dict):
+        self._spec = spec
+
+    def spec(self) -> dict:
+        return self._spec
+
+    def pid(self) -> int:
+        return os.getpid()
 
 
 def _placement(node_id: str | None) -> dict[str, Any]:
@@ -36,13 +50,11 @@ def _common(spec: ClusterSpec, name: str) -> dict[str, Any]:
 
 
 def start_registry(spec: ClusterSpec):
-    from actors.registry import Registry
-
     return ray.remote(Registry).options(**_common(spec, "registry")).remote(spec.to_dict())
 
 
 def start_controller(spec: ClusterSpec, index: int):
-    from actors.controller_service import ControllerService
+    from rocketray.actors.controller_service import ControllerService
 
     c = spec.controllers[index]
     options = {**_common(spec, spec.controller_actor_name(index)), **_placement(c.node_id),
@@ -51,7 +63,7 @@ def start_controller(spec: ClusterSpec, index: int):
 
 
 def start_broker(spec: ClusterSpec, group: str, replica: int):
-    from actors.broker_service import BrokerService
+    from rocketray.actors.broker_service import BrokerService
 
     b = next(x for x in spec.brokers_of(group) if x.replica == replica)
     options = {**_common(spec, spec.broker_actor_name(group, replica)), **_placement(b.node_id),

@@ -3,7 +3,7 @@
 A synthetic chaos run (default 1,000,000 history records: sends plus reads, and ~10,000 epoch
 entries over 10 groups of 3 replicas, with planted lost, duplicated and split-brain cases) is
 analysed end to end after Spark is up: Arrow tables -> Ray Datasets -> Spark DataFrames (RayDP)
--> every analysis of ``spark_on_ray.analyses`` -> pandas results on the driver. The baseline runs
+-> every analysis of ``rocketray.spark_on_ray.analyses`` -> pandas results on the driver. The baseline runs
 the same aggregations in pandas on the same data in the same process. Both must find the planted
 truth (``agree``). ``ratio`` = Spark seconds / pandas seconds at the largest size: lower is better
 (on one executor core Spark is expected to be slower; its point is scaling out on the cluster).
@@ -165,8 +165,8 @@ def spark_analyses(spark: Any, frames: dict[str, pd.DataFrame]) -> tuple[dict[st
     """Arrow -> Ray Dataset -> Spark -> every analysis -> pandas. Returns (numbers, collect seconds)."""
     import ray.data
 
-    from spark_on_ray import analyses, report
-    from spark_on_ray.collect import ROWS_PER_BLOCK, SCHEMAS, Tables, dataset_to_spark, to_transport
+    from rocketray.spark_on_ray import analyses, report
+    from rocketray.spark_on_ray.collect import ROWS_PER_BLOCK, SCHEMAS, Tables, dataset_to_spark, to_transport
 
     t0 = time.monotonic()
     dfs = {}
@@ -200,7 +200,7 @@ def run(argv: list[str]) -> dict:
 
     import ray
 
-    from spark_on_ray.session import spark_session, start_seconds
+    from rocketray.spark_on_ray.session import spark_session, start_seconds
 
     sizes = sorted({min(100_000, args.records), args.records})
     result: dict[str, Any] = {"records": args.records, "epoch_entries": args.epochs}

@@ -14,10 +14,10 @@ import argparse
 import time
 from typing import Any
 
-from controller.api import AlterSyncStateSetRequest, ElectMasterRequest
-from controller.decide import DecideContext, decide_alter_sync_state_set, decide_elect_master
-from controller.events import ApplyBrokerIdEvent, AlterSyncStateSetEvent, ElectMasterEvent
-from controller.state import ControllerState
+from rocketray.controller.api import AlterSyncStateSetRequest, ElectMasterRequest
+from rocketray.controller.decide import DecideContext, decide_alter_sync_state_set, decide_elect_master
+from rocketray.controller.events import ApplyBrokerIdEvent, AlterSyncStateSetEvent, ElectMasterEvent
+from rocketray.controller.state import ControllerState
 
 
 def _names(groups: int) -> list[str]:

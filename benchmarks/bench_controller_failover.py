@@ -19,8 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from controller.config import ControllerConfig
-from controller.local_cluster import NodeProcess
+from rocketray.controller.config import ControllerConfig
+from rocketray.controller.local_cluster import NodeProcess
 
 
 def _ports(n: int) -> list[int]:

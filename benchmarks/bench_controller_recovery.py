@@ -21,10 +21,10 @@ import threading
 import time
 from pathlib import Path
 
-from controller.config import ControllerConfig
-from controller.events import AlterSyncStateSetEvent, ApplyBrokerIdEvent, encode_events
-from controller.node import ControllerNode
-from controller.raft import encode_payload
+from rocketray.controller.config import ControllerConfig
+from rocketray.controller.events import AlterSyncStateSetEvent, ApplyBrokerIdEvent, encode_events
+from rocketray.controller.node import ControllerNode
+from rocketray.controller.raft import encode_payload
 
 SETS = 500
 

@@ -20,9 +20,9 @@ import time
 
 from pysyncobj import SyncObj, SyncObjConf, replicated
 
-from controller.api import ApplyBrokerIdRequest, ElectMasterRequest, RegisterBrokerRequest
-from controller.config import ControllerConfig
-from controller.local_cluster import LocalCluster
+from rocketray.controller.api import ApplyBrokerIdRequest, ElectMasterRequest, RegisterBrokerRequest
+from rocketray.controller.config import ControllerConfig
+from rocketray.controller.local_cluster import LocalCluster
 
 
 def _ports(n: int) -> list[int]:

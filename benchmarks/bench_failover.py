@@ -29,9 +29,9 @@ def _p50(values: list[float]) -> float:
 
 
 def measure(profile: str, kills: int, data_dir: str) -> dict:
-    from actors import pipeline
-    from actors.cluster import start_cluster
-    from actors.config import load_config
+    from rocketray.actors import pipeline
+    from rocketray.actors.cluster import start_cluster
+    from rocketray.config import load_config
 
     overrides = {"ha.all_ack_in_sync_state_set": "true"}
     detection_ms = load_config(profile, overrides).broker.controller_heartbeat_timeout_ms

@@ -29,11 +29,11 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from broker.config import StoreConfig  # noqa: E402
-from broker.message import Message, encode_record  # noqa: E402
-from broker.store import MessageStore  # noqa: E402
-from ha.config import HAConfig  # noqa: E402
-from ha.service import HAService, PutStatus  # noqa: E402
+from rocketray.broker.config import StoreConfig  # noqa: E402
+from rocketray.broker.message import Message, encode_record  # noqa: E402
+from rocketray.broker.store import MessageStore  # noqa: E402
+from rocketray.ha.config import HAConfig  # noqa: E402
+from rocketray.ha.service import HAService, PutStatus  # noqa: E402
 
 SECRET = b"bench-secret"
 SEGMENT = 256 << 20

@@ -29,11 +29,11 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from broker.config import StoreConfig  # noqa: E402
-from broker.message import Message  # noqa: E402
-from broker.store import MessageStore  # noqa: E402
-from ha.config import DEFAULT_TRANSFER_BATCH_SIZE, HAConfig  # noqa: E402
-from ha.service import HAService  # noqa: E402
+from rocketray.broker.config import StoreConfig  # noqa: E402
+from rocketray.broker.message import Message  # noqa: E402
+from rocketray.broker.store import MessageStore  # noqa: E402
+from rocketray.ha.config import DEFAULT_TRANSFER_BATCH_SIZE, HAConfig  # noqa: E402
+from rocketray.ha.service import HAService  # noqa: E402
 
 SECRET = b"bench-secret"
 MiB = 1 << 20

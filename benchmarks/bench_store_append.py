@@ -25,9 +25,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from broker.config import FlushMode, StoreConfig
-from broker.message import Message, encode_record
-from broker.store import MessageStore
+from rocketray.broker.config import FlushMode, StoreConfig
+from rocketray.broker.message import Message, encode_record
+from rocketray.broker.store import MessageStore
 
 
 def _batches(count: int, batch: int, size: int) -> list[list[Message]]:

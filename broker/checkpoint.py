@@ -16,9 +16,8 @@ a CRC32 of the preceding bytes.  It is replaced atomically (temp file, fsync, re
 directory), so it is either the old or the new checkpoint, never a torn one; an invalid or missing
 file loads as ``None`` and the store recovers from the start of the log.
 
-``write_durably`` and ``fsync_dir`` are the one implementation of "write a small file so that a
-crash leaves either the old or the new content" used by the epoch file and the identity files;
-``sync_fds``, ``data_end`` and ``nonzero_end`` are the other file helpers of the commit log.
+``sync_fds``, ``data_end`` and ``nonzero_end`` are the file helpers of the commit log; durable
+replacement of small files is ``rocketray.durable``.
 """
 
 from __future__ import annotations
@@ -30,41 +29,17 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from rocketray.durable import fsync_dir, write_durably
+
 _CHUNK = 1 << 20
 
-__all__ = ["StoreCheckpoint", "data_end", "fsync_dir", "load_checkpoint", "nonzero_end", "save_checkpoint",
-           "sync_fds", "write_durably"]
+__all__ = ["StoreCheckpoint", "data_end", "load_checkpoint", "nonzero_end", "save_checkpoint", "sync_fds"]
 
 CHECKPOINT_FILE = "storeCheckpoint"
 _MAGIC = 0x52524350  # "RRCP"
 _VERSION = 1
 _BODY = struct.Struct(">IIqqq")
 _CRC = struct.Struct(">I")
-
-
-def fsync_dir(path: str | os.PathLike[str]) -> None:
-    """fsync a directory so that creations, renames and deletions in it survive a crash."""
-    fd = os.open(os.fspath(path), os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_durably(path: str | os.PathLike[str], data: bytes) -> None:
-    """Replace ``path`` with ``data``: write a temp file, fsync it, rename over, fsync the directory."""
-    target = Path(path)
-    tmp = target.with_name(target.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, target)
-    fsync_dir(target.parent)
 
 
 def sync_fds(fds: list[int], directory: Path | None) -> None:

@@ -22,7 +22,7 @@ re-extended to ``segment_size``.
 verified offset) to the end of data and cuts at the first invalid or torn record: the cut bytes
 are zeroed, later segments deleted, and the number of non-zero bytes removed is returned.
 
-This class does no locking; :class:`broker.store.MessageStore` serialises calls.
+This class does no locking; :class:`rocketray.broker.store.MessageStore` serialises calls.
 """
 
 from __future__ import annotations
@@ -36,8 +36,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from broker.checkpoint import data_end, fsync_dir, nonzero_end, sync_fds
-from broker.message import HEADER_SIZE, IndexInfo, MessageCodecError, decode_index, verify_record
+from rocketray.broker.checkpoint import data_end, nonzero_end, sync_fds
+from rocketray.durable import fsync_dir
+from rocketray.broker.message import HEADER_SIZE, IndexInfo, MessageCodecError, decode_index, verify_record
 
 __all__ = ["CommitLog", "Segment", "StoreError", "segment_name", "sync_fds"]
 

@@ -15,7 +15,7 @@ entry comes from the record itself (assigned by the master's ``put_messages``); 
 offset does not continue the queue is logged and the queue is re-based or cut to accept it, so the
 commit log stays the single source of truth.
 
-No locking here: :class:`broker.store.MessageStore` serialises calls.
+No locking here: :class:`rocketray.broker.store.MessageStore` serialises calls.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from broker.checkpoint import fsync_dir
-from broker.message import IndexInfo, valid_topic
+from rocketray.durable import fsync_dir
+from rocketray.broker.message import IndexInfo, valid_topic
 
 __all__ = ["ConsumeQueue", "ConsumeQueues", "CqEntry", "ENTRY_SIZE"]
 

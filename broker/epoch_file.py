@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterable
 
-from broker.checkpoint import write_durably
+from rocketray.durable import write_durably
 
 __all__ = ["EpochEntry", "EpochFileCache", "EpochFileError", "MAX_END_OFFSET", "decode_entries",
            "encode_entries", "entries_crc"]

@@ -27,8 +27,8 @@ import logging
 from dataclasses import dataclass
 from typing import Awaitable, Callable, Protocol
 
-from broker.identity import BrokerIdentity, TempBrokerIdentity
-from controller.api import ApplyBrokerIdRequest, GetNextBrokerIdRequest, Response
+from rocketray.broker.identity import BrokerIdentity, TempBrokerIdentity
+from rocketray.controller.api import ApplyBrokerIdRequest, GetNextBrokerIdRequest, Response
 
 log = logging.getLogger(__name__)
 
@@ -67,9 +67,9 @@ class IdentityStore(Protocol):
 
 
 class FileIdentityStore:
-    """:class:`IdentityStore` on the durable files of :mod:`broker.identity` under a store root.
+    """:class:`IdentityStore` on the durable files of :mod:`rocketray.broker.identity` under a store root.
 
-    ``broker.identity`` owns the file format (``cluster#name#id`` and ``cluster#name#id#checkCode``)
+    ``rocketray.broker.identity`` owns the file format (``cluster#name#id`` and ``cluster#name#id#checkCode``)
     and durability (temp, fsync, rename); this adapter only maps it to the registrar's records.
     """
 

@@ -2,7 +2,7 @@
 
 Theory of operation. A broker starts *fenced* (no writes). ``start_basic_service_once`` walks the
 lifecycle ``INITIAL -> FIRST_TIME_SYNC_CONTROLLER_METADATA_DONE -> REGISTER_TO_CONTROLLER_DONE ->
-RUNNING``: find the controller leader, obtain the persistent broker id (``broker.register``), send
+RUNNING``: find the controller leader, obtain the persistent broker id (``rocketray.broker.register``), send
 REGISTER_BROKER (which also tells the controller a changed address), heartbeat once, and then learn
 the master from the registration answer or by asking for a broker-triggered election. Only in
 RUNNING is the broker unfenced. After that, periodic steps keep it in line with the controller:
@@ -39,10 +39,10 @@ import logging
 import random
 from typing import Any, Awaitable, Callable, Iterable, Mapping
 
-from broker.register import IdentityStore, Registrar, RegisterState
-from broker.replicas_model import (ControllerCallError, ReplicasManagerConfig, Role, RoleChangeNotification,
+from rocketray.broker.register import IdentityStore, Registrar, RegisterState
+from rocketray.broker.replicas_model import (ControllerCallError, ReplicasManagerConfig, Role, RoleChangeNotification,
                                    State)
-from controller.api import (
+from rocketray.controller.api import (
     AlterSyncStateSetRequest,
     BrokerHeartbeatRequest,
     ElectMasterRequest,
@@ -50,7 +50,7 @@ from controller.api import (
     RegisterBrokerRequest,
     Response,
 )
-from controller.codes import ResponseCode
+from rocketray.controller.codes import ResponseCode
 
 __all__ = ["ControllerCallError", "ReplicasManager", "ReplicasManagerConfig", "Role", "RoleChangeNotification",
            "State"]
@@ -79,7 +79,7 @@ class ReplicasManager:
         node, errors swallowed or raised - both are fine); and either ``async metadata(address) -> dict``
         (asked for each of ``controller_addresses``) or ``async metadata() -> list[dict]`` (one dict
         per reachable node), each dict with ``"leader_address"`` (None or "" if no leader known).
-      * ``ha`` (``ha.service.HAService``): ``change_to_master(epoch)``, ``change_to_master_same(epoch)``,
+      * ``ha`` (``rocketray.ha.service.HAService``): ``change_to_master(epoch)``, ``change_to_master_same(epoch)``,
         ``change_to_slave(master_ha_address, epoch)`` (each may return False = refused, then the epoch
         is not recorded and the next poll retries), ``set_sync_state_set(ids)``, ``add_sss_listener(cb)``,
         ``maybe_shrink_sync_state_set(now_ms) -> set``; each may be sync or async. The HA service
@@ -87,7 +87,7 @@ class ReplicasManager:
         (sync or async, returns the started service) instead of ``ha`` and it is called once, before
         REGISTER_BROKER; or pass ``ha`` with an optional ``set_broker_id(id)``.
       * ``store``: ``max_offset``, ``confirm_offset`` and ``epoch_file.last_epoch`` (attribute or method).
-      * ``identity``: an :class:`broker.register.IdentityStore`.
+      * ``identity``: an :class:`rocketray.broker.register.IdentityStore`.
     """
 
     def __init__(self, *, cluster_name: str, broker_name: str, broker_address: str,

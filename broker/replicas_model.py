@@ -1,6 +1,6 @@
 """Plain data of the broker's controller loop: lifecycle, role, its settings, notifications.
 
-Split from ``broker.replicas_manager`` (which re-exports every name) to keep that module about
+Split from ``rocketray.broker.replicas_manager`` (which re-exports every name) to keep that module about
 behaviour. Settings are the reference's BrokerConfig keys (§8) in snake_case with units last.
 """
 
@@ -10,7 +10,7 @@ import enum
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from controller.api import Response
+from rocketray.controller.api import Response
 
 
 class State(enum.IntEnum):
@@ -51,7 +51,7 @@ class ReplicasManagerConfig:
 
     @classmethod
     def from_section(cls, section: Any) -> "ReplicasManagerConfig":
-        """Pick this loop's keys out of any object with those attributes (e.g. actors.config.BrokerConfig)."""
+        """Pick this loop's keys out of any object with those attributes (e.g. rocketray.config.BrokerConfig)."""
         names = cls.__dataclass_fields__
         return cls(**{n: getattr(section, n) for n in names if hasattr(section, n)})
 

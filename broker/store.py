@@ -43,12 +43,12 @@ import time
 from pathlib import Path
 from typing import Any, Iterable
 
-from broker.checkpoint import StoreCheckpoint, load_checkpoint, save_checkpoint, sync_fds
-from broker.commitlog import CommitLog, StoreError
-from broker.config import FlushMode, StoreConfig
-from broker.consume_queue import ConsumeQueues
-from broker.epoch_file import EPOCH_FILE_NAME, EpochFileCache
-from broker.message import (Message, MessageCodecError, decode_record, encode_record, split_records,
+from rocketray.broker.checkpoint import StoreCheckpoint, load_checkpoint, save_checkpoint, sync_fds
+from rocketray.broker.commitlog import CommitLog, StoreError
+from rocketray.broker.config import FlushMode, StoreConfig
+from rocketray.broker.consume_queue import ConsumeQueues
+from rocketray.broker.epoch_file import EPOCH_FILE_NAME, EpochFileCache
+from rocketray.broker.message import (Message, MessageCodecError, decode_record, encode_record, split_records,
                             whole_records_length)
 
 __all__ = ["MessageStore", "StoreError"]

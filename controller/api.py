@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Union
 
-from controller.codes import ResponseCode
+from rocketray.controller.codes import ResponseCode
 
 INT32_MAX = 2**31 - 1
 

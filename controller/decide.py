@@ -26,15 +26,15 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from controller.api import (AlterSyncStateSetRequest, ApplyBrokerIdRequest, CleanBrokerDataRequest,
+from rocketray.controller.api import (AlterSyncStateSetRequest, ApplyBrokerIdRequest, CleanBrokerDataRequest,
                             ElectMasterRequest, GetNextBrokerIdRequest, GetReplicaInfoRequest,
                             GetSyncStateDataRequest, RegisterBrokerRequest, Response)
-from controller.codes import ResponseCode as C
-from controller.election import elect, rank_key
-from controller.events import (AlterSyncStateSetEvent, ApplyBrokerIdEvent, CleanBrokerDataEvent,
+from rocketray.controller.codes import ResponseCode as C
+from rocketray.controller.election import elect, rank_key
+from rocketray.controller.events import (AlterSyncStateSetEvent, ApplyBrokerIdEvent, CleanBrokerDataEvent,
                                ElectMasterEvent, Event, UpdateBrokerAddressEvent)
-from controller.heartbeat import BrokerLiveInfo, HeartbeatTable
-from controller.state import FIRST_BROKER_CONTROLLER_ID, ControllerState
+from rocketray.controller.heartbeat import BrokerLiveInfo, HeartbeatTable
+from rocketray.controller.state import FIRST_BROKER_CONTROLLER_ID, ControllerState
 
 Decision = tuple[Response, list[Event]]
 Alive = Callable[[str, int], bool]

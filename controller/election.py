@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Callable, Iterable, Optional
 
-from controller.heartbeat import BrokerLiveInfo
+from rocketray.controller.heartbeat import BrokerLiveInfo
 
 AlivePredicate = Callable[[int], bool]
 LiveInfoGetter = Callable[[int], Optional[BrokerLiveInfo]]

@@ -34,7 +34,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import msgpack
 
-from controller.events import Event, EventCodecError, decode_event, encode_event
+from rocketray.controller.events import Event, EventCodecError, decode_event, encode_event
 
 log = logging.getLogger(__name__)
 

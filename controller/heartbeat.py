@@ -18,8 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from controller.api import INT32_MAX, BrokerHeartbeatRequest, Response
-from controller.codes import ResponseCode
+from rocketray.controller.api import INT32_MAX, BrokerHeartbeatRequest, Response
+from rocketray.controller.codes import ResponseCode
 
 
 @dataclass(frozen=True, slots=True)

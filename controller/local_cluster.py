@@ -1,7 +1,7 @@
 """Local controller groups for tests and benchmarks (not used by the actors).
 
 `LocalCluster` runs N `ControllerNode`s in this process on loopback ports. `NodeProcess` runs one
-node in a child process (`python -m controller.local_cluster serve ...`) driven by JSON lines
+node in a child process (`python -m rocketray.controller.local_cluster serve ...`) driven by JSON lines
 on stdin/stdout, so tests can SIGKILL it: an abrupt stop with no close(), no flush.
 """
 
@@ -20,10 +20,10 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from controller.api import (ApplyBrokerIdRequest, ElectMasterRequest, GetReplicaInfoRequest,
+from rocketray.controller.api import (ApplyBrokerIdRequest, ElectMasterRequest, GetReplicaInfoRequest,
                             RegisterBrokerRequest, Response)
-from controller.config import ControllerConfig
-from controller.node import ControllerNode
+from rocketray.controller.config import ControllerConfig
+from rocketray.controller.node import ControllerNode
 
 
 class LocalCluster:
@@ -161,7 +161,7 @@ class NodeProcess:
         self.stderr_path = store.parent / f"{store.name}.stderr.log"
         self._stderr = open(self.stderr_path, "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "controller.local_cluster", "serve", "--self-address", self_address,
+            [sys.executable, "-m", "rocketray.controller.local_cluster", "serve", "--self-address", self_address,
              "--peers", ",".join(peers), "--store", str(store), "--secret", secret,
              "--config", json.dumps(config_overrides or {})],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, text=True, bufsize=1,
@@ -236,7 +236,7 @@ class NodeProcess:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="controller.local_cluster")
+    parser = argparse.ArgumentParser(prog="rocketray.controller.local_cluster")
     sub = parser.add_subparsers(dest="cmd", required=True)
     serve = sub.add_parser("serve")
     serve.add_argument("--self-address", required=True)

@@ -30,17 +30,17 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from controller.api import ElectMasterRequest, Response
-from controller.codes import ResponseCode
-from controller.config import ControllerConfig
-from controller.decide import DecideContext, decide, is_write, scan_need_reelect_broker_sets
-from controller.event_log import EventLog, EventLogRecord
-from controller.events import Event, decode_events, encode_events
-from controller.heartbeat import HeartbeatTable
-from controller.raft import (PayloadError, RaftHost, RecoveryRefused, SnapshotHooks, decode_payload,
+from rocketray.controller.api import ElectMasterRequest, Response
+from rocketray.controller.codes import ResponseCode
+from rocketray.controller.config import ControllerConfig
+from rocketray.controller.decide import DecideContext, decide, is_write, scan_need_reelect_broker_sets
+from rocketray.controller.event_log import EventLog, EventLogRecord
+from rocketray.controller.events import Event, decode_events, encode_events
+from rocketray.controller.heartbeat import HeartbeatTable
+from rocketray.controller.raft import (PayloadError, RaftHost, RecoveryRefused, SnapshotHooks, decode_payload,
                              encode_payload, plan_recovery, sync_obj_conf)
-from controller.state import ControllerState
-from snapshot.store import SnapshotStore
+from rocketray.controller.state import ControllerState
+from rocketray.snapshot.store import SnapshotStore
 
 log = logging.getLogger(__name__)
 

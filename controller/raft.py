@@ -5,7 +5,7 @@ Theory of operation.
 *One replicated method.* `RaftHost.apply_batch(payload)` is the only method pysyncobj replicates.
 The payload is bytes we build: `>BQQ` (payload version 2, term of the leader that decided it,
 the leader's clock in ms when it decided; version 1 `>BQ` lacks the clock and is still read)
-followed by `controller.events.encode_events(...)`, or nothing for a barrier (the leader's
+followed by `rocketray.controller.events.encode_events(...)`, or nothing for a barrier (the leader's
 no-op and read barriers). pysyncobj pickles `(method id, (payload,))` around it; nothing of ours
 is pickled. At apply time the host passes the entry's log index and term to the node; a payload
 whose decided term differs from the term of the entry that carries it is *fenced* (skipped on
@@ -47,10 +47,11 @@ from pysyncobj import SyncObj, SyncObjConf, replicated
 from pysyncobj.config import SERIALIZER_STATE
 from pysyncobj.journal import FileJournal
 
-from controller.config import ControllerConfig
-from snapshot.format import (SECTION_CONTROLLER_STATE, SECTION_RAFT_META, SECTION_SNAPSHOT_META,
+from rocketray.controller.config import ControllerConfig
+from rocketray.durable import write_durably
+from rocketray.snapshot.format import (SECTION_CONTROLLER_STATE, SECTION_RAFT_META, SECTION_SNAPSHOT_META,
                              decode_snapshot, encode_snapshot)
-from snapshot.store import SnapshotMeta, SnapshotStore
+from rocketray.snapshot.store import SnapshotMeta, SnapshotStore
 
 log = logging.getLogger(__name__)
 
@@ -240,12 +241,7 @@ def plan_recovery(store: SnapshotStore, journal_file: Path, dump_file: Path) -> 
 
 
 def _write_file(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".plan.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    write_durably(path, data, tmp_name=path.name + ".plan.tmp")
 
 
 class SnapshotHooks:

@@ -11,8 +11,8 @@ import bisect
 import struct
 from typing import Iterable
 
-from ha.protocol import EpochPoint
-from ha.session import (
+from rocketray.ha.protocol import EpochPoint
+from rocketray.ha.session import (
     Append, Close, LocalLog, RecordEpoch, Send, SetConfirmOffset, SlaveAction, Truncate,
 )
 

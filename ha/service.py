@@ -21,11 +21,11 @@ import logging
 import time
 from typing import Callable, Iterable
 
-from ha.auth import AuthError
-from ha.config import HAConfig
-from ha.session import AckEvent, HandshakeEvent
-from ha.sync_state import SyncStateTracker
-from ha.transport import (STREAM_LIMIT, MasterConnection, SlaveClient, StoreLogView,
+from rocketray.ha.auth import AuthError
+from rocketray.ha.config import HAConfig
+from rocketray.ha.session import AckEvent, HandshakeEvent
+from rocketray.ha.sync_state import SyncStateTracker
+from rocketray.ha.transport import (STREAM_LIMIT, MasterConnection, SlaveClient, StoreLogView,
                           authenticate)
 
 __all__ = ["HAService", "PutStatus", "Role"]

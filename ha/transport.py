@@ -6,7 +6,7 @@ batches from the commit log through ``MasterSession.next_send``, heartbeats when
 close), woken by an ``asyncio.Event`` when the service has new data or the reader saw a packet. The
 slave client loops: cut a torn tail, connect, authenticate, run a ``SlaveSession`` (reader applies
 actions to the store; a ticker sends heartbeat acks and enforces housekeeping), and on any failure
-close and reconnect with exponential backoff. Authentication (``ha.auth``) runs before any
+close and reconnect with exponential backoff. Authentication (``rocketray.ha.auth``) runs before any
 RocketMQ packet in both directions; a failure closes the connection with a logged reason.
 """
 
@@ -17,15 +17,15 @@ import logging
 import os
 from typing import TYPE_CHECKING, Callable
 
-from ha.auth import AuthError, Authenticator, NONCE_SIZE
-from ha.protocol import EpochPoint, ProtocolError
-from ha.session import (
+from rocketray.ha.auth import AuthError, Authenticator, NONCE_SIZE
+from rocketray.ha.protocol import EpochPoint, ProtocolError
+from rocketray.ha.session import (
     Append, Close, LocalLog, MasterSession, RecordEpoch, Send, SetConfirmOffset, SlaveSession,
     Truncate,
 )
 
 if TYPE_CHECKING:
-    from ha.service import HAService
+    from rocketray.ha.service import HAService
 
 __all__ = ["StoreLogView", "MasterConnection", "SlaveClient", "authenticate", "ConnectionDropped"]
 
@@ -40,7 +40,7 @@ class ConnectionDropped(Exception):
 
 
 class StoreLogView:
-    """``MasterLogView`` over a ``broker.store.MessageStore``."""
+    """``MasterLogView`` over a ``rocketray.broker.store.MessageStore``."""
 
     def __init__(self, store, confirm_offset: Callable[[], int]) -> None:
         self._store = store

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from snapshot.format import (SECTION_SNAPSHOT_META, SnapshotCorrupt, decode_snapshot,
+from rocketray.durable import write_durably
+from rocketray.snapshot.format import (SECTION_SNAPSHOT_META, SnapshotCorrupt, decode_snapshot,
                              encode_snapshot)
 
 log = logging.getLogger(__name__)
@@ -34,14 +35,6 @@ class SnapshotMeta:
     index: int
     term: int
     path: Path
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class SnapshotStore:
@@ -81,12 +74,7 @@ class SnapshotStore:
         """Store already-encoded snapshot bytes (e.g. a dump received from the leader)."""
         tmp = self.dir / f".tmp-{index}.snap"
         final = self.path_for(index)
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, final)
-        _fsync_dir(self.dir)
+        write_durably(final, data, tmp_name=tmp.name)
         self.saves += 1
         self._prune()
         log.info("snapshot saved index=%d term=%d bytes=%d path=%s", index, term, len(data), final)

@@ -353,7 +353,7 @@ def ray_dataset_to_spark(ds: Any, spark: Any) -> Any:
 def _spark(spark: Any) -> Any:
     if spark is not None:
         return spark
-    from spark_on_ray.session import active_spark
+    from rocketray.spark_on_ray.session import active_spark
 
     return active_spark()
 
@@ -362,7 +362,7 @@ def collect_run_dir(path: str | Path, spark: Any = None) -> Tables:
     """Read a chaos run directory with Ray Data and return its records as Spark DataFrames.
 
     ``history.jsonl`` and ``replicas.json`` are required; the other files may be absent (empty
-    tables). ``spark`` defaults to the session of ``spark_on_ray.session.spark_session``.
+    tables). ``spark`` defaults to the session of ``rocketray.spark_on_ray.session.spark_session``.
     """
     import ray.data
 

@@ -13,8 +13,8 @@ from typing import Any, Mapping, TextIO
 
 import pandas as pd
 
-from spark_on_ray import analyses, report
-from spark_on_ray.collect import Tables, collect_live, collect_run_dir
+from rocketray.spark_on_ray import analyses, report
+from rocketray.spark_on_ray.collect import Tables, collect_live, collect_run_dir
 
 #: Tables printed to the terminal, in this order (the rest are only written to files).
 PRINTED = ("delivery", "failovers", "epoch_timeline", "elections", "split_brain", "truncation_summary", "lag_summary",

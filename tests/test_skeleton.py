@@ -16,7 +16,7 @@ def test_top_level_packages_import(package):
 
 
 def test_cli_version_prints_distribution_version(capsys):
-    from actors import cli
+    from rocketray.cli import main as cli
 
     with pytest.raises(SystemExit) as exc:
         cli.main(["--version"])
@@ -25,7 +25,7 @@ def test_cli_version_prints_distribution_version(capsys):
 
 
 def test_cli_without_command_exits_with_usage_code(capsys):
-    from actors import cli
+    from rocketray.cli import main as cli
 
     assert cli.main([]) == cli.EXIT_USAGE
 

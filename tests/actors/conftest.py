@@ -22,7 +22,7 @@ def ray_local():
 @pytest.fixture
 def make_cluster(ray_local, tmp_path):
     """Start a fast-profile cluster on the shared Ray; stopped (data deleted) after the test."""
-    from actors.cluster import start_cluster
+    from rocketray.actors.cluster import start_cluster
 
     started = []
 

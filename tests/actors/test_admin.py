@@ -1,7 +1,7 @@
 """``rocketray admin`` and ``rocketray status`` (reference 15), and GET/UPDATE_CONTROLLER_CONFIG (6.1, 7).
 
 The unit tests check the config-update rules without Ray. The live tests share one cluster for the
-module (3 controllers, one group of 3 replicas), run the CLI in-process through ``actors.cli.main``
+module (3 controllers, one group of 3 replicas), run the CLI in-process through ``rocketray.cli.main``
 on the Ray the fixture already started, and check both output modes, the error paths (non-zero exit
 with the code name) and that an admin election really moves the master and the old one follows.
 Tests run in file order; the last one wipes the group's metadata on purpose.
@@ -13,9 +13,9 @@ import json
 
 import pytest
 
-from actors import config_update as cu
-from controller.codes import ResponseCode
-from controller.config import ControllerConfig
+from rocketray.controller import config_update as cu
+from rocketray.controller.codes import ResponseCode
+from rocketray.controller.config import ControllerConfig
 
 GROUP = "broker-a"
 
@@ -72,8 +72,8 @@ def test_persisted_updates_round_trip_and_bad_ones_are_skipped(tmp_path):
 # --- live cluster ---------------------------------------------------------------------------------
 
 def wait_all_in_sync(c):
-    from actors.cluster import wait_for
-    from controller.api import GetSyncStateDataRequest
+    from rocketray.actors.cluster import wait_for
+    from rocketray.controller.api import GetSyncStateDataRequest
 
     def all_in_sync():
         resp = c.call_controller(GetSyncStateDataRequest(broker_names=(GROUP,)))
@@ -85,12 +85,12 @@ def wait_all_in_sync(c):
 
 @pytest.fixture(scope="module")
 def cluster(ray_local, tmp_path_factory):
-    from actors.cluster import start_cluster
+    from rocketray.actors.cluster import start_cluster
 
     c = start_cluster("admin-tests", data_dir=str(tmp_path_factory.mktemp("admin")), profile="fast",
                       controllers=3, groups=1, replicas=3)
     try:
-        from actors.pipeline import Workload, settle
+        from rocketray.actors.pipeline import Workload, settle
 
         Workload(c).produce(100)  # so that every replica has an epoch entry and offsets
         settle(c)
@@ -102,7 +102,7 @@ def cluster(ray_local, tmp_path_factory):
 
 def cli(capsys, *argv):
     """Run ``rocketray admin ...`` in-process: (exit code, stdout, stderr)."""
-    from actors.cli import main
+    from rocketray.cli.main import main
 
     code = main(list(argv))
     out = capsys.readouterr()
@@ -206,7 +206,7 @@ def test_get_and_update_controller_config_blacklist_errors_and_restart(cluster, 
 
 
 def _wait_master_moved(cluster, new_id, old_id):
-    from actors.cluster import wait_for
+    from rocketray.actors.cluster import wait_for
 
     def moved():
         by_id = {st["broker_id"]: st for st in cluster.group_status(GROUP) if st}
@@ -228,7 +228,7 @@ def _ids(cluster):
 def test_elect_master_moves_the_master_and_the_old_master_follows(cluster, capsys):
     """An admin-trigger election to a designated in-sync replica makes it master under a new epoch and
     the old master becomes its slave (reference 4.1, 15; quirk 14 fixed: members printed)."""
-    from actors.cluster import wait_for
+    from rocketray.actors.cluster import wait_for
 
     wait_for(lambda: len(_ids(cluster)[1]) == 2, 30, "a master and two slaves")
     wait_all_in_sync(cluster)

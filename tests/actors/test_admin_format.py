@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from actors.admin_format import (
+from rocketray.cli.admin_format import (
     format_controller_events,
     format_broker_epoch,
     format_broker_epochs,
@@ -18,8 +18,8 @@ from actors.admin_format import (
     format_update_controller_config,
     java_str,
 )
-from controller.api import Response
-from controller.codes import ResponseCode
+from rocketray.controller.api import Response
+from rocketray.controller.codes import ResponseCode
 
 
 def test_controller_metadata_with_rocketmq_peer_string():

@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 import ray
 
-from actors import pipeline, remote
-from actors.pipeline import Workload
-from controller.api import GetReplicaInfoRequest
+from rocketray.actors import pipeline, remote
+from rocketray.actors.pipeline import Workload
+from rocketray.controller.api import GetReplicaInfoRequest
 from rr_testing import wait_until
 
 pytestmark = pytest.mark.slow
@@ -148,7 +148,7 @@ def test_registration_crash_points_recover_on_real_actors(make_cluster):
         the controller stored) -> the id is re-applied idempotently and kept, temp file gone;
     (b) after the identity file, before the temp file was cleared: the identity file wins.
     In both the replica rejoins as a slave with its old id and the controller hands out no new id."""
-    from broker.identity import BrokerIdentity, TempBrokerIdentity
+    from rocketray.broker.identity import BrokerIdentity, TempBrokerIdentity
 
     cluster = make_cluster()
     pipeline.settle(cluster)

@@ -1,4 +1,4 @@
-"""actors.config: one typed configuration with the reference defaults, a fast profile, files and --set.
+"""rocketray.config: one typed configuration with the reference defaults, a fast profile, files and --set.
 
 Defaults are checked against reference §7/§8 values; unknown keys must be errors that name the key;
 the cluster secret must never show up in repr/str/to_dict (it authenticates the Raft port).
@@ -12,7 +12,7 @@ import logging
 
 import pytest
 
-from actors import config as C
+from rocketray import config as C
 
 
 def test_reference_defaults():
@@ -172,7 +172,7 @@ def test_cli_arguments():
 
 
 def test_replicas_manager_reads_the_broker_section():
-    from broker.replicas_manager import ReplicasManagerConfig
+    from rocketray.broker.replicas_manager import ReplicasManagerConfig
 
     rm = ReplicasManagerConfig.from_section(C.profile_config("fast").broker)
     assert rm.broker_heartbeat_interval_ms == 200 and rm.controller_heartbeat_timeout_ms == 1500
@@ -180,7 +180,7 @@ def test_replicas_manager_reads_the_broker_section():
 
 
 def test_store_section_builds_the_stores_own_config():
-    from broker.config import FlushMode, StoreConfig
+    from rocketray.broker.config import FlushMode, StoreConfig
 
     cfg = C.load_config(profile="fast", overrides=["store.flush_disk_type=SYNC_FLUSH"])
     store = cfg.store_config()
@@ -216,9 +216,9 @@ def test_builds_every_packages_own_config(profile):
 
 
 @pytest.mark.parametrize("section, module, cls", [
-    ("controller", "controller.config", "ControllerConfig"),
-    ("ha", "ha.config", "HAConfig"),
-    ("broker", "broker.replicas_manager", "ReplicasManagerConfig"),
+    ("controller", "rocketray.controller.config", "ControllerConfig"),
+    ("ha", "rocketray.ha.config", "HAConfig"),
+    ("broker", "rocketray.broker.replicas_manager", "ReplicasManagerConfig"),
 ])
 def test_sections_cover_the_package_configs_with_the_same_defaults(section, module, cls):
     """Drift guard: every key of a package's config is settable here, with the same default."""
@@ -238,6 +238,6 @@ def test_readme_table_is_current_when_present():
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     begin, end = "<!-- config-table:begin -->", "<!-- config-table:end -->"
     if begin not in readme:
-        pytest.skip("README has no generated configuration table yet (python -m actors.config)")
+        pytest.skip("README has no generated configuration table yet (python -m rocketray.config)")
     current = readme.split(begin, 1)[1].split(end, 1)[0].strip()
-    assert current == C.render_config_table().strip(), "regenerate with: python -m actors.config"
+    assert current == C.render_config_table().strip(), "regenerate with: python -m rocketray.config"

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.slow
 def test_demo_json_reports_every_check_passed(tmp_path):
     """The one-command demo: produce, kill the master broker, kill the controller leader, verify.
     Exit code 0 and the last stdout line is one JSON object whose checks are all true."""
-    proc = subprocess.run([sys.executable, "-m", "actors.cli", "demo", "--json", "--messages", "900",
+    proc = subprocess.run([sys.executable, "-m", "rocketray.cli", "demo", "--json", "--messages", "900",
                            "--data-dir", str(tmp_path)], capture_output=True, text=True, timeout=600)
     lines = proc.stdout.strip().splitlines()
     assert lines, f"no stdout; stderr:\n{proc.stderr[-3000:]}"

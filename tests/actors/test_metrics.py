@@ -8,7 +8,7 @@ import urllib.request
 
 import pytest
 
-from actors.metrics import METRICS, PREFIX, BrokerMetrics, ControllerMetrics, replication_lags
+from rocketray.actors.metrics import METRICS, PREFIX, BrokerMetrics, ControllerMetrics, replication_lags
 
 
 class FakeMetric:
@@ -167,8 +167,8 @@ def test_metrics_reach_rays_prometheus_export(make_cluster):
     through the node's metrics agent, tagged with the cluster name."""
     import ray
 
-    from actors.cluster import wait_for
-    from actors.pipeline import Workload
+    from rocketray.actors.cluster import wait_for
+    from rocketray.actors.pipeline import Workload
 
     cluster = make_cluster(controllers=1, groups=1, replicas=2)
     Workload(cluster).produce(100)

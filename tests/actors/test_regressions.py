@@ -12,9 +12,9 @@ import threading
 import pytest
 import ray
 
-from actors import pipeline, remote
-from actors.pipeline import Workload
-from controller.api import GetReplicaInfoRequest, GetSyncStateDataRequest
+from rocketray.actors import pipeline, remote
+from rocketray.actors.pipeline import Workload
+from rocketray.controller.api import GetReplicaInfoRequest, GetSyncStateDataRequest
 from rr_testing import wait_until
 
 pytestmark = pytest.mark.slow

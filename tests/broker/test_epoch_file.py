@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.epoch_file import (MAX_END_OFFSET, EpochEntry, EpochFileCache, EpochFileError, decode_entries,
+from rocketray.broker.epoch_file import (MAX_END_OFFSET, EpochEntry, EpochFileCache, EpochFileError, decode_entries,
                                encode_entries, entries_crc)
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.identity import BrokerIdentity, TempBrokerIdentity
+from rocketray.broker.identity import BrokerIdentity, TempBrokerIdentity
 
 
 def test_identity_file_format_and_round_trip(tmp_path: Path) -> None:

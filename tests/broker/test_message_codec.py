@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.message import (HEADER_SIZE, Message, MessageCodecError, decode_index, decode_record, encode_record,
+from rocketray.broker.message import (HEADER_SIZE, Message, MessageCodecError, decode_index, decode_record, encode_record,
                             record_size, tag_hash, verify_record)
 
 topics = st.from_regex(r"[A-Za-z0-9_%|\-]{1,20}", fullmatch=True)

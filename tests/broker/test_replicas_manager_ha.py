@@ -12,14 +12,14 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from broker.config import FlushMode, StoreConfig
-from broker.message import Message
-from broker.register import FileIdentityStore
-from broker.replicas_manager import ReplicasManager, Role
-from broker.store import MessageStore
-from controller.api import ElectMasterRequest
-from ha.config import HAConfig
-from ha.service import HAService, PutStatus
+from rocketray.broker.config import FlushMode, StoreConfig
+from rocketray.broker.message import Message
+from rocketray.broker.register import FileIdentityStore
+from rocketray.broker.replicas_manager import ReplicasManager, Role
+from rocketray.broker.store import MessageStore
+from rocketray.controller.api import ElectMasterRequest
+from rocketray.ha.config import HAConfig
+from rocketray.ha.service import HAService, PutStatus
 import replicas_manager_fakes as fakes
 
 SECRET = b"replicas-manager-test-secret"

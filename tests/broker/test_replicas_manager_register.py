@@ -11,10 +11,10 @@ import asyncio
 
 import pytest
 
-from broker.register import Identity, RegisterState
-from broker.replicas_manager import Role, State
-from controller.api import Response
-from controller.codes import ResponseCode
+from rocketray.broker.register import Identity, RegisterState
+from rocketray.broker.replicas_manager import Role, State
+from rocketray.controller.api import Response
+from rocketray.controller.codes import ResponseCode
 import replicas_manager_fakes as fakes
 
 CLUSTER, GROUP = fakes.CLUSTER, fakes.GROUP
@@ -30,8 +30,8 @@ def identity_stores():
 def identity(request, tmp_path):
     if request.param == "mem":
         return fakes.MemIdentityStore()
-    pytest.importorskip("broker.identity")
-    from broker.register import FileIdentityStore
+    pytest.importorskip("rocketray.broker.identity")
+    from rocketray.broker.register import FileIdentityStore
 
     return FileIdentityStore(str(tmp_path))
 
@@ -149,7 +149,7 @@ def test_fail_at_create_identity_file_then_restart_reapplies():
 def test_crash_after_temp_file_before_apply(world, identity):
     """Crash after the temp file, before APPLY reached the controller: the restart applies the temp id."""
     clock, ctl = world
-    from broker.register import TempIdentity
+    from rocketray.broker.register import TempIdentity
 
     b = fakes.Replica(ctl, clock, identity, A1)
     identity.save_temp(TempIdentity(CLUSTER, GROUP, 1, f"{A1};{clock()}"))  # what the crash left on disk
@@ -265,7 +265,7 @@ def test_transport_failure_forgets_the_leader(world):
 
 
 def test_client_whose_metadata_fans_out_itself():
-    """actors.controller_client style: ``metadata()`` without an address returns one dict per node."""
+    """rocketray.actors.controller_client style: ``metadata()`` without an address returns one dict per node."""
     clock = fakes.FakeClock()
     ctl = fakes.FakeController(clock, ("127.0.0.1:7001", "127.0.0.1:7002"), leader="127.0.0.1:7002")
 
@@ -289,7 +289,7 @@ def test_client_whose_metadata_fans_out_itself():
 
 def test_crash_after_identity_file_before_temp_cleared(world, identity):
     """Both files on disk (crash between writing the identity and clearing the temp): the identity wins."""
-    from broker.register import TempIdentity
+    from rocketray.broker.register import TempIdentity
 
     clock, ctl = world
     b = fakes.Replica(ctl, clock, identity, A1)

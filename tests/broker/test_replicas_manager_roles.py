@@ -11,9 +11,9 @@ import asyncio
 
 import pytest
 
-from broker.replicas_manager import ReplicasManager, ReplicasManagerConfig, RoleChangeNotification, Role, State
-from controller.api import ElectMasterRequest, Response
-from controller.codes import ResponseCode
+from rocketray.broker.replicas_manager import ReplicasManager, ReplicasManagerConfig, RoleChangeNotification, Role, State
+from rocketray.controller.api import ElectMasterRequest, Response
+from rocketray.controller.codes import ResponseCode
 import replicas_manager_fakes as fakes
 
 GROUP = fakes.GROUP
@@ -161,7 +161,7 @@ def test_polling_adopts_a_newer_sss_for_the_same_epoch():
     async def scenario():
         clock, ctl, (b1, b2, b3) = await group_of_three()
         # the controller moved on without us seeing the answer (e.g. the reply was lost)
-        from controller.api import AlterSyncStateSetRequest
+        from rocketray.controller.api import AlterSyncStateSetRequest
 
         req = AlterSyncStateSetRequest(GROUP, 1, 1, frozenset({1, 3}), 2)
         assert (await ctl.call(req, address=ctl.leader)).ok

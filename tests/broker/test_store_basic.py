@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from broker.config import FlushMode, StoreConfig
-from broker.epoch_file import EpochEntry
-from broker.message import Message, decode_record
-from broker.store import MessageStore, StoreError
+from rocketray.broker.config import FlushMode, StoreConfig
+from rocketray.broker.epoch_file import EpochEntry
+from rocketray.broker.message import Message, decode_record
+from rocketray.broker.store import MessageStore, StoreError
 
 SMALL = StoreConfig(segment_size_bytes=4096, background_thread=False)
 
@@ -297,7 +297,7 @@ def test_sync_flush_mode_and_background_flusher(tmp_path: Path, wait) -> None:
     store = MessageStore(tmp_path / "a", StoreConfig(segment_size_bytes=4096, flush_interval_ms=10))
     store.put_messages(msgs(10), now_ms=1)
     store.confirm_offset = store.max_offset
-    from broker.checkpoint import load_checkpoint
+    from rocketray.broker.checkpoint import load_checkpoint
     wait(lambda: (c := load_checkpoint(tmp_path / "a")) is not None and c.confirm_offset == store.max_offset,
          timeout_s=10, what="background checkpoint with the confirm offset")
     store.close()

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from broker.checkpoint import CHECKPOINT_FILE, StoreCheckpoint, load_checkpoint, save_checkpoint
-from broker.config import StoreConfig
-from broker.message import Message
-from broker.store import MessageStore
+from rocketray.broker.checkpoint import CHECKPOINT_FILE, StoreCheckpoint, load_checkpoint, save_checkpoint
+from rocketray.broker.config import StoreConfig
+from rocketray.broker.message import Message
+from rocketray.broker.store import MessageStore
 
 
 def test_round_trip_and_replace(tmp_path: Path) -> None:

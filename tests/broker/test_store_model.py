@@ -15,10 +15,10 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from broker.config import StoreConfig
-from broker.epoch_file import MAX_END_OFFSET
-from broker.message import Message, decode_record, encode_record
-from broker.store import MessageStore
+from rocketray.broker.config import StoreConfig
+from rocketray.broker.epoch_file import MAX_END_OFFSET
+from rocketray.broker.message import Message, decode_record, encode_record
+from rocketray.broker.store import MessageStore
 
 SEG = 1024
 CFG = StoreConfig(segment_size_bytes=SEG, background_thread=False, retention_max_bytes=2500, retention_ms=None)

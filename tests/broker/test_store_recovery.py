@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from broker.checkpoint import CHECKPOINT_FILE
-from broker.config import StoreConfig
-from broker.message import Message, decode_record
-from broker.store import MessageStore
+from rocketray.broker.checkpoint import CHECKPOINT_FILE
+from rocketray.broker.config import StoreConfig
+from rocketray.broker.message import Message, decode_record
+from rocketray.broker.store import MessageStore
 
 SEG = 4096
 CFG = StoreConfig(segment_size_bytes=SEG, background_thread=False)
@@ -186,9 +186,9 @@ def test_truncate_then_crash_in_process(tmp_path: Path) -> None:
 
 WRITER = textwrap.dedent("""
     import sys
-    from broker.config import StoreConfig
-    from broker.message import Message
-    from broker.store import MessageStore
+    from rocketray.broker.config import StoreConfig
+    from rocketray.broker.message import Message
+    from rocketray.broker.store import MessageStore
     root, mode = sys.argv[1], sys.argv[2]
     store = MessageStore(root, StoreConfig(segment_size_bytes=4096, flush_interval_ms=5))
     msgs = [Message("T", i % 3, bytes([i % 250 + 1]) * 150) for i in range(60)]

@@ -13,10 +13,10 @@ import threading
 
 import pytest
 
-from actors.chaos import schedule as sched
-from actors.chaos.broker_chaos import NemesisListError, parse_kinds, plan_steps
-from actors.chaos.ha_proxy import HaProxies
-from actors.spec import BrokerSpec, ClusterSpec
+from rocketray.verify import schedule as sched
+from rocketray.chaos.broker_chaos import NemesisListError, parse_kinds, plan_steps
+from rocketray.chaos.ha_proxy import HaProxies
+from rocketray.spec import BrokerSpec, ClusterSpec
 from rr_testing import free_port, wait_until
 
 GROUP = "broker-a"
@@ -163,12 +163,12 @@ def test_live_loss_with_all_ack_off_and_unclean_election_is_reported(ray_here, t
     checker, run on the recorded history, must report the acknowledged writes as lost (lost > 0,
     valid false). (Freezing the slaves instead is not enough: the kernel keeps what the master
     already sent in their socket buffers and they read it when resumed.)"""
-    from actors import pipeline
-    from actors.chaos.broker_workload import RunLog, final_reads, payload_body, replica_snapshots
-    from actors.chaos.broker_chaos import write_run
-    from actors.chaos.checker import check_run_dir
-    from actors.client import Producer
-    from actors.cluster import start_cluster
+    from rocketray.actors import pipeline
+    from rocketray.chaos.broker_workload import RunLog, final_reads, payload_body, replica_snapshots
+    from rocketray.chaos.broker_chaos import write_run
+    from rocketray.verify.checker import check_run_dir
+    from rocketray.actors.client import Producer
+    from rocketray.actors.cluster import start_cluster
 
     proxies: list[HaProxies] = []
     cluster = start_cluster("loss", controllers=1, groups=1, replicas=3, data_dir=str(tmp_path / "data"),
@@ -202,7 +202,7 @@ def test_live_loss_with_all_ack_off_and_unclean_election_is_reported(ray_here, t
         new = cluster.wait_for_master(GROUP, 60)
         assert new != old
         assert send(50, 2000).outcome == "ok"
-        from actors import remote
+        from rocketray.actors import remote
 
         remote.start_broker(cluster.spec, GROUP, old)  # rejoins as a slave, truncating the lost batch
         pipeline.settle(cluster)
@@ -225,7 +225,7 @@ def test_ci_chaos_run_all_nemeses_is_valid(tmp_path):
     CLI in a subprocess; the last stdout line is the JSON verdict and it must be valid."""
     out = tmp_path / "run"
     proc = subprocess.run(
-        [sys.executable, "-m", "actors.cli", "chaos", "--target", "brokers", "--duration", "60", "--seed", "10",
+        [sys.executable, "-m", "rocketray.cli", "chaos", "--target", "brokers", "--duration", "60", "--seed", "10",
          "--nemesis", "all", "--groups", "2", "--profile", "fast", "--out", str(out), "--json"],
         capture_output=True, text=True, timeout=420)
     lines = proc.stdout.strip().splitlines()

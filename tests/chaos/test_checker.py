@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from actors.chaos.checker import EXAMPLES_MAX, Verdict, check, check_run_dir, format_verdict
-from actors.chaos.history import NemesisEvent, OpRecord, ReplicaSnapshot, RunData, Sample, write_run_dir
+from rocketray.verify.checker import EXAMPLES_MAX, Verdict, check, check_run_dir, format_verdict
+from rocketray.verify.history import NemesisEvent, OpRecord, ReplicaSnapshot, RunData, Sample, write_run_dir
 
 
 def digest(data: bytes) -> str:

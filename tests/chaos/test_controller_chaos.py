@@ -13,10 +13,10 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from actors.chaos import controller_proc as proc
-from actors.chaos.controller_chaos import classify, load_run, recheck
-from actors.chaos.controller_model import CoreGroupModel
-from actors.chaos.linearizability import (AlterInput, ControllerGroupModel, ElectInput, GroupState, Operation,
+from rocketray.controller import proc
+from rocketray.chaos.controller_chaos import classify, load_run, recheck
+from rocketray.verify.controller_model import CoreGroupModel
+from rocketray.verify.linearizability import (AlterInput, ControllerGroupModel, ElectInput, GroupState, Operation,
                                           Outcome, ReadOutput, check_history)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -108,7 +108,7 @@ def test_classify(f, reply, outcome):
 # -- the core-backed model agrees with the hand-written spec ---------------------------------------
 
 def base_snapshot(group="g"):
-    from controller.state import SNAPSHOT_VERSION
+    from rocketray.controller.state import SNAPSHOT_VERSION
 
     return {"version": SNAPSHOT_VERSION,
             "replica_info": [[group, "chaos", 4, [[b, f"127.0.0.1:{30910 + b}", f"c{b}"] for b in (1, 2, 3)]]],
@@ -151,16 +151,16 @@ def test_core_model_agrees_with_the_hand_written_spec(state, op):
 # -- CLI -------------------------------------------------------------------------------------------
 
 def test_cli_brokers_target_reports_not_available(monkeypatch, capsys):
-    from actors import cli
-    from actors.commands import chaos
+    from rocketray.cli import main as cli
+    from rocketray.cli.commands import chaos
 
-    monkeypatch.setattr(chaos, "BROKER_MODULE", "actors.chaos.no_such_broker_chaos")
+    monkeypatch.setattr(chaos, "BROKER_MODULE", "rocketray.chaos.no_such_broker_chaos")
     assert cli.main(["chaos", "--target", "brokers", "--duration", "1"]) == chaos.EXIT_NOT_AVAILABLE
     assert "not available" in capsys.readouterr().err
 
 
 def test_cli_rejects_unknown_nemesis(capsys):
-    from actors import cli
+    from rocketray.cli import main as cli
 
     assert cli.main(["chaos", "--target", "controller", "--nemesis", "meteor"]) == 2
     assert "unknown nemesis 'meteor'" in capsys.readouterr().err
@@ -184,7 +184,7 @@ def test_short_controller_chaos_run_is_linearizable_and_converges(tmp_path):
     # 40 s of every nemesis against 5 real controller processes with snapshots every 10 entries:
     # the history is linearizable, one leader per term, everything converges and survives a restart.
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "actors.cli", "chaos", "--target", "controller", "--duration", "40",
+    cmd = [sys.executable, "-m", "rocketray.cli", "chaos", "--target", "controller", "--duration", "40",
            "--seed", "7", "--nemesis", "all", "--json", "--out", str(out)]
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=400, cwd=str(ROOT), env=env)

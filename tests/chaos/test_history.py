@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from actors.chaos.history import (
+from rocketray.verify.history import (
     ControllerEventRecord,
     NemesisEvent,
     OpRecord,

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors.chaos.linearizability import (
+from rocketray.verify.linearizability import (
     ALTER_SYNC_STATE_SET_FAILED,
     ELECT_MASTER_FAILED,
     FENCED_MASTER_EPOCH,

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from actors.chaos.nemesis import (
+from rocketray.verify.nemesis import (
     LEADER,
     NEMESES,
     NemesisSpecError,
@@ -116,7 +116,7 @@ def test_no_nemeses_no_schedule():
 @pytest.mark.parametrize("seed", SEEDS)
 def test_swapping_in_the_leader_keeps_the_partition_shape(seed):
     # The runner relabels a planned partition so the current leader is the isolated node.
-    from actors.chaos.nemesis import swap_nodes
+    from rocketray.verify.nemesis import swap_nodes
 
     grudge, targets = isolate_node(5, random.Random(seed))
     leader = (targets[0] + 1 + seed % 4) % 5

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from actors.chaos.proxy import (LinkPlan, ProxyNetwork, Topology, allocate_addresses, plan_topology, pysyncobj_dialer,
+from rocketray.chaos.proxy import (LinkPlan, ProxyNetwork, Topology, allocate_addresses, plan_topology, pysyncobj_dialer,
                                 reserve_ports)
 
 from rr_testing import wait_until

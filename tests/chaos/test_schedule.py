@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors.chaos.history import NEMESIS_KINDS
-from actors.chaos.schedule import FAULT_KINDS, KILL_KINDS, SCHEDULE_KINDS, NemesisStep, make_schedule
+from rocketray.verify.history import NEMESIS_KINDS
+from rocketray.verify.schedule import FAULT_KINDS, KILL_KINDS, SCHEDULE_KINDS, NemesisStep, make_schedule
 
 GROUPS = {"broker-b": [1, 2, 3], "broker-a": [1, 2, 3]}
 

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controller.events import (CODEC_VERSION, AlterSyncStateSetEvent, ApplyBrokerIdEvent, CleanBrokerDataEvent,
+from rocketray.controller.events import (CODEC_VERSION, AlterSyncStateSetEvent, ApplyBrokerIdEvent, CleanBrokerDataEvent,
                                ElectMasterEvent, EventCodecError, ReadEvent, UpdateBrokerAddressEvent,
                                decode_event, decode_events, encode_event, encode_events, type_id_of)
 
@@ -147,7 +147,7 @@ def test_mutated_frames_decode_or_raise_codec_error(batch, data):
 
 def test_apply_is_total_for_well_typed_events():
     """apply never raises for any decodable event, even nonsense ones (elected without an id, unknown sets)."""
-    from controller.state import ControllerState
+    from rocketray.controller.state import ControllerState
     state = ControllerState()
     for event in EXAMPLES + [ElectMasterEvent(True, "b", None), UpdateBrokerAddressEvent("c", "zz", "x", 1)]:
         state.apply(event)
@@ -165,7 +165,7 @@ def test_apply_is_total_for_well_typed_events():
 def test_apply_is_deterministic_and_snapshots_round_trip(log):
     """Any event log applied to two fresh states (one through the codec) gives equal tables; snapshots
     survive msgpack and from_snapshot."""
-    from controller.state import ControllerState
+    from rocketray.controller.state import ControllerState
     a, b = ControllerState(), ControllerState()
     a.apply_all(log)
     b.apply_all(decode_events(encode_events(log)))

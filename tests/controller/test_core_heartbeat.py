@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from controller.api import BrokerHeartbeatRequest
-from controller.codes import ResponseCode, is_retriable
-from controller.heartbeat import HeartbeatTable
+from rocketray.controller.api import BrokerHeartbeatRequest
+from rocketray.controller.codes import ResponseCode, is_retriable
+from rocketray.controller.heartbeat import HeartbeatTable
 
 
 def beat(bid: int = 1, addr: str = "a:1", epoch: int = -1, max_offset: int = -1, confirm: int = -1,

@@ -7,14 +7,14 @@ from typing import Any
 
 import pytest
 
-from controller.api import (AlterSyncStateSetRequest, ApplyBrokerIdRequest, BrokerHeartbeatRequest,
+from rocketray.controller.api import (AlterSyncStateSetRequest, ApplyBrokerIdRequest, BrokerHeartbeatRequest,
                             CleanBrokerDataRequest, ElectMasterRequest, GetNextBrokerIdRequest,
                             GetReplicaInfoRequest, GetSyncStateDataRequest, RegisterBrokerRequest, Response)
-from controller.codes import ResponseCode as C
-from controller.decide import DecideContext, decide, is_write, scan_need_reelect_broker_sets
-from controller.events import CleanBrokerDataEvent, ElectMasterEvent
-from controller.heartbeat import HeartbeatTable
-from controller.state import ControllerState
+from rocketray.controller.codes import ResponseCode as C
+from rocketray.controller.decide import DecideContext, decide, is_write, scan_need_reelect_broker_sets
+from rocketray.controller.events import CleanBrokerDataEvent, ElectMasterEvent
+from rocketray.controller.heartbeat import HeartbeatTable
+from rocketray.controller.state import ControllerState
 
 CLUSTER, NAME = "cluster-a", "broker-set-a"
 ADDR = {1: "127.0.0.1:9000", 2: "127.0.0.1:9001", 3: "127.0.0.1:9002"}

@@ -13,14 +13,14 @@ from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from controller.api import (AlterSyncStateSetRequest, ApplyBrokerIdRequest, BrokerHeartbeatRequest,
+from rocketray.controller.api import (AlterSyncStateSetRequest, ApplyBrokerIdRequest, BrokerHeartbeatRequest,
                             CleanBrokerDataRequest, ElectMasterRequest, GetNextBrokerIdRequest,
                             RegisterBrokerRequest, Response)
-from controller.codes import ResponseCode as C
-from controller.decide import DecideContext, decide, scan_need_reelect_broker_sets
-from controller.events import decode_events, encode_events
-from controller.heartbeat import HeartbeatTable
-from controller.state import ControllerState
+from rocketray.controller.codes import ResponseCode as C
+from rocketray.controller.decide import DecideContext, decide, scan_need_reelect_broker_sets
+from rocketray.controller.events import decode_events, encode_events
+from rocketray.controller.heartbeat import HeartbeatTable
+from rocketray.controller.state import ControllerState
 
 GROUPS = ("g0", "g1")
 groups = st.sampled_from(GROUPS)

@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controller.event_log import (FRAME_HEADER, EventLog, EventLogError, EventLogRecord, Gap, decode_body,
+from rocketray.controller.event_log import (FRAME_HEADER, EventLog, EventLogError, EventLogRecord, Gap, decode_body,
                                   encode_record, merge_logs, scan_frames)
-from controller.events import (AlterSyncStateSetEvent, ApplyBrokerIdEvent, CleanBrokerDataEvent,
+from rocketray.controller.events import (AlterSyncStateSetEvent, ApplyBrokerIdEvent, CleanBrokerDataEvent,
                                ElectMasterEvent)
 
 

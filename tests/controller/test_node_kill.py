@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from controller.event_log import merge_logs, read_whole_log
-from controller.local_cluster import NodeProcess
+from rocketray.controller.event_log import merge_logs, read_whole_log
+from rocketray.controller.local_cluster import NodeProcess
 
 CONFIG = {"snapshot_threshold": 25}
 

@@ -13,14 +13,14 @@ import zlib
 
 import pytest
 
-from controller.api import (AlterSyncStateSetRequest, ApplyBrokerIdRequest, ElectMasterRequest,
+from rocketray.controller.api import (AlterSyncStateSetRequest, ApplyBrokerIdRequest, ElectMasterRequest,
                             GetNextBrokerIdRequest, GetReplicaInfoRequest, RegisterBrokerRequest)
-from controller.codes import ResponseCode
-from controller.config import ControllerConfig
-from controller.events import ApplyBrokerIdEvent, encode_events
-from controller.local_cluster import LocalCluster
-from controller.node import ControllerNode, InsecureRaftBindError
-from controller.raft import encode_payload
+from rocketray.controller.codes import ResponseCode
+from rocketray.controller.config import ControllerConfig
+from rocketray.controller.events import ApplyBrokerIdEvent, encode_events
+from rocketray.controller.local_cluster import LocalCluster
+from rocketray.controller.node import ControllerNode, InsecureRaftBindError
+from rocketray.controller.raft import encode_payload
 
 GROUP = "broker-a"
 CLUSTER = "cluster-a"

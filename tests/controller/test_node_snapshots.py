@@ -6,13 +6,13 @@ import time
 
 import pytest
 
-from controller.api import (AlterSyncStateSetRequest, ApplyBrokerIdRequest, ElectMasterRequest,
+from rocketray.controller.api import (AlterSyncStateSetRequest, ApplyBrokerIdRequest, ElectMasterRequest,
                             RegisterBrokerRequest)
-from controller.config import ControllerConfig
-from controller.event_log import merge_logs, read_whole_log
-from controller.local_cluster import LocalCluster
-from controller.node import ControllerNode
-from controller.raft import RecoveryRefused
+from rocketray.controller.config import ControllerConfig
+from rocketray.controller.event_log import merge_logs, read_whole_log
+from rocketray.controller.local_cluster import LocalCluster
+from rocketray.controller.node import ControllerNode
+from rocketray.controller.raft import RecoveryRefused
 
 CLUSTER = "c"
 

@@ -7,11 +7,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from broker.config import FlushMode, StoreConfig
-from broker.message import Message
-from broker.store import MessageStore
-from ha.config import HAConfig
-from ha.service import HAService
+from rocketray.broker.config import FlushMode, StoreConfig
+from rocketray.broker.message import Message
+from rocketray.broker.store import MessageStore
+from rocketray.ha.config import HAConfig
+from rocketray.ha.service import HAService
 
 SECRET = b"test-cluster-secret"
 TOPIC = "FooBar"
@@ -89,7 +89,7 @@ async def switch(master: Node, slaves: list[Node], epoch: int) -> None:
 
 
 async def put_all(node: Node, msgs, expect=None) -> list:
-    from ha.service import PutStatus
+    from rocketray.ha.service import PutStatus
     status, stored = await node.ha.put(msgs, int(time.time() * 1000))
     assert status == (expect if expect is not None else PutStatus.PUT_OK), status
     return stored

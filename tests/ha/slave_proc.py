@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-from ha.service import HAService  # noqa: E402
+from rocketray.ha.service import HAService  # noqa: E402
 from ha_helpers import SECRET, fast_config, open_store  # noqa: E402
 
 

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from ha.auth import AuthError, Authenticator
+from rocketray.ha.auth import AuthError, Authenticator
 
 
 def run(client: Authenticator, server: Authenticator, extra: bytes = b"") -> None:

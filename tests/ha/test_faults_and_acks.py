@@ -7,9 +7,9 @@ from __future__ import annotations
 import asyncio
 import random
 
-from ha.protocol import encode_slave_ack, encode_slave_handshake
-from ha.service import PutStatus
-from ha.transport import authenticate
+from rocketray.ha.protocol import encode_slave_ack, encode_slave_handshake
+from rocketray.ha.service import PutStatus
+from rocketray.ha.transport import authenticate
 from ha_helpers import (SECRET, commitlog_bytes, fast_config, messages, put_all, run, start_node,
                         stop_node, switch, wait_caught_up, wait_for)
 

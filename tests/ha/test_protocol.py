@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ha.protocol import (
+from rocketray.ha.protocol import (
     ConnState, EpochPoint, MasterHandshake, MasterPacketDecoder, MasterTransfer, ProtocolError,
     SlaveAck, SlaveHandshake, SlavePacketDecoder, encode_master_handshake,
     encode_master_transfer, encode_slave_ack, encode_slave_handshake,

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from ha.memlog import MemoryLog, apply_slave_actions
-from ha.protocol import (
+from rocketray.ha.memlog import MemoryLog, apply_slave_actions
+from rocketray.ha.protocol import (
     ConnState, EpochPoint, MasterPacketDecoder, MasterTransfer, ProtocolError,
     encode_master_handshake, encode_master_transfer, encode_slave_ack, encode_slave_handshake,
 )
-from ha.session import (
+from rocketray.ha.session import (
     AckEvent, Append, Close, HandshakeEvent, LocalLog, MasterSession, RecordEpoch, Send,
     SetConfirmOffset, SlaveSession, Truncate,
 )

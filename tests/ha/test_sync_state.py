@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ha.sync_state import SyncStateTracker
+from rocketray.ha.sync_state import SyncStateTracker
 
 
 def test_union_view_while_synchronizing_bug_5663():

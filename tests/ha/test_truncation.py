@@ -8,9 +8,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ha.memlog import MemoryLog, apply_slave_actions
-from ha.session import MasterSession, SlaveSession
-from ha.truncation import EpochRange, decide_truncation, find_consistent_point, ranges_from_points
+from rocketray.ha.memlog import MemoryLog, apply_slave_actions
+from rocketray.ha.session import MasterSession, SlaveSession
+from rocketray.ha.truncation import EpochRange, decide_truncation, find_consistent_point, ranges_from_points
 
 
 @pytest.mark.parametrize("local, local_max, master, master_max, expected", [

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from snapshot.format import (HEADER_SIZE, MAGIC, SECTION_HEADER, SnapshotCorrupt, decode_snapshot,
+from rocketray.snapshot.format import (HEADER_SIZE, MAGIC, SECTION_HEADER, SnapshotCorrupt, decode_snapshot,
                              encode_snapshot)
 
 SAMPLE = {

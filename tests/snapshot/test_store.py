@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from snapshot.format import SECTION_CONTROLLER_STATE
-from snapshot.store import SnapshotStore
+from rocketray.snapshot.format import SECTION_CONTROLLER_STATE
+from rocketray.snapshot.store import SnapshotStore
 
 
 def _save(store, index):

@@ -196,7 +196,7 @@ def spark():
     """A real RayDP session on a small local Ray, shared by every spark test."""
     import ray
 
-    from spark_on_ray.session import SparkConfig, spark_session
+    from rocketray.spark_on_ray.session import SparkConfig, spark_session
 
     started = False
     if not ray.is_initialized():
@@ -214,7 +214,7 @@ def spark():
 @pytest.fixture(scope="session")
 def frame(spark) -> Callable[[str, list[dict[str, Any]]], Any]:
     """``frame(kind, rows)``: a small DataFrame of a record kind's schema, built directly in Spark."""
-    from spark_on_ray.collect import NORMALIZERS, spark_schema
+    from rocketray.spark_on_ray.collect import NORMALIZERS, spark_schema
 
     def build(kind: str, rows: list[dict[str, Any]]) -> Any:
         return spark.createDataFrame([NORMALIZERS[kind](r) for r in rows], spark_schema(kind))

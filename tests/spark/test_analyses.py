@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from spark_on_ray import analyses
+from rocketray.spark_on_ray import analyses
 
 pytestmark = pytest.mark.slow
 

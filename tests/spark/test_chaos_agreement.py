@@ -16,12 +16,12 @@ def test_analytics_agree_with_the_checker_on_a_real_chaos_run(spark, tmp_path):
     analysed by Spark on Ray: the lost count equals the checker's, there is one failover row per
     master kill (as many as the checker timed), and the epoch timeline has one row per distinct
     (group, epoch) in the replicas' epoch files."""
-    from actors.chaos.checker import check_run_dir
-    from actors.chaos.history import read_controller_events, read_nemesis, read_replicas
-    from spark_on_ray import pipeline
+    from rocketray.verify.checker import check_run_dir
+    from rocketray.verify.history import read_controller_events, read_nemesis, read_replicas
+    from rocketray.spark_on_ray import pipeline
 
     run = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-m", "actors.cli", "chaos", "--target", "brokers", "--duration", "25",
+    proc = subprocess.run([sys.executable, "-m", "rocketray.cli", "chaos", "--target", "brokers", "--duration", "25",
                            "--seed", "3", "--nemesis", "kill-master", "--groups", "1", "--out", str(run), "--json"],
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]

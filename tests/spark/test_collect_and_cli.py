@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from spark_on_ray.collect import FILES, SCHEMAS, CollectError, records_to_arrow
+from rocketray.spark_on_ray.collect import FILES, SCHEMAS, CollectError, records_to_arrow
 
 # -- pure normalisation (no Spark) ----------------------------------------------------------------
 
@@ -55,7 +55,7 @@ def _plain(nested):
 @pytest.mark.slow
 def test_run_dir_and_live_records_give_the_same_dataframes(spark, tiny_run, tiny_records):
     # Reading the run directory with Ray Data and handing live lists to collect_live yield equal tables.
-    from spark_on_ray.collect import collect_live, collect_run_dir
+    from rocketray.spark_on_ray.collect import collect_live, collect_run_dir
 
     from_dir = collect_run_dir(tiny_run, spark)
     live = collect_live(tiny_records, spark)
@@ -79,7 +79,7 @@ def test_run_dir_and_live_records_give_the_same_dataframes(spark, tiny_run, tiny
 @pytest.mark.slow
 def test_run_dir_without_optional_files_gives_empty_tables(spark, tmp_path, tiny_records):
     # Only history.jsonl and replicas.json are required; the rest come back empty with their schema.
-    from spark_on_ray.collect import collect_run_dir
+    from rocketray.spark_on_ray.collect import collect_run_dir
 
     run = tmp_path / "bare"
     run.mkdir()
@@ -97,7 +97,7 @@ def test_run_dir_without_optional_files_gives_empty_tables(spark, tmp_path, tiny
 def test_cli_analytics_on_a_constructed_run_reports_the_known_truth(spark, tiny_run, tiny_truth, tmp_path, capsys):
     # End to end: `rocketray analytics --run DIR --json` finds the constructed epochs, faults, losses and split brain,
     # prints the tables, and writes Parquet, CSV, PNG charts and the HTML report.
-    from actors import cli
+    from rocketray.cli import main as cli
 
     out = tmp_path / "out"
     assert cli.main(["analytics", "--run", str(tiny_run), "--out", str(out), "--json"]) == 0
@@ -133,7 +133,7 @@ def test_multi_chunk_arrow_blocks_reach_spark_intact(spark):
     import pyarrow as pa
     import ray
 
-    from spark_on_ray.collect import dataset_to_spark, records_to_arrow
+    from rocketray.spark_on_ray.collect import dataset_to_spark, records_to_arrow
 
     rows = [{"time_ms": i, "kind": "kill-master", "phase": "start", "target": f"t{i}", "group": f"g{i % 3}"}
             for i in range(300)]
@@ -148,8 +148,8 @@ def test_live_without_cluster_support_says_what_is_missing(monkeypatch):
     # --live on a cluster handle that cannot hand out analytics records yet: a clear RuntimeError, no Spark.
     import argparse
 
-    from actors import cluster
-    from actors.commands import analytics
+    from rocketray.actors import cluster
+    from rocketray.cli.commands import analytics
 
     monkeypatch.setattr(cluster, "connect", lambda *a, **k: object())
     with pytest.raises(RuntimeError, match="analytics_records"):
@@ -158,6 +158,6 @@ def test_live_without_cluster_support_says_what_is_missing(monkeypatch):
 
 def test_the_constructed_run_follows_the_contract_of_the_chaos_reader(tiny_run, tiny_records):
     # The hand-built run directory is read without complaint by the chaos package's strict reader.
-    history = pytest.importorskip("actors.chaos.history")
+    history = pytest.importorskip("rocketray.verify.history")
     run = history.read_run_dir(tiny_run)
     assert len(run.ops) == len(tiny_records["history"]) and len(run.replicas) == len(tiny_records["replicas"])

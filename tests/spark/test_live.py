@@ -15,9 +15,9 @@ def test_live_analytics_reads_a_running_cluster(spark, tmp_path, capsys):
     """Start a small cluster on the same Ray, write through it, then analyse it live: the epoch
     table is built from the replicas' epoch entries and samples gathered through Ray, and agrees
     with what the cluster reports."""
-    from actors import cli
-    from actors.cluster import start_cluster
-    from actors.pipeline import Workload, settle
+    from rocketray.cli import main as cli
+    from rocketray.actors.cluster import start_cluster
+    from rocketray.actors.pipeline import Workload, settle
 
     cluster = start_cluster("analytics-live", controllers=1, groups=1, replicas=2,
                             data_dir=str(tmp_path / "data"), profile="fast")

@@ -7,7 +7,7 @@ import json
 import pandas as pd
 import pyarrow.parquet as pq
 
-from spark_on_ray import pipeline, report
+from rocketray.spark_on_ray import pipeline, report
 
 
 def result_frames(empty: bool = False) -> dict[str, pd.DataFrame]:

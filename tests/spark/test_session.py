@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from spark_on_ray.session import (JDK17_JAVA_OPTIONS, JavaNotFoundError, SparkConfig, find_java, plan_resources,
+from rocketray.spark_on_ray.session import (JDK17_JAVA_OPTIONS, JavaNotFoundError, SparkConfig, find_java, plan_resources,
                                   spark_configs)
 
 
@@ -57,7 +57,7 @@ def test_cli_without_java_fails_fast_with_a_clear_message(tmp_path):
     run.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in ("JAVA_HOME", "PATH")}
     env.update(PATH=str(tmp_path / "no-bin"), JAVA_HOME=str(tmp_path / "no-jdk"))
-    proc = subprocess.run([sys.executable, "-m", "actors.cli", "analytics", "--run", str(run), "--json"],
+    proc = subprocess.run([sys.executable, "-m", "rocketray.cli", "analytics", "--run", str(run), "--json"],
                           capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 1, proc.stderr
     result = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -67,7 +67,7 @@ def test_cli_without_java_fails_fast_with_a_clear_message(tmp_path):
 
 def test_start_is_retried_once_after_a_timeout_with_a_fresh_app_name():
     # First attempt times out, the second (under another app name) succeeds; two timeouts give up, retriable.
-    from spark_on_ray.session import SparkStartTimeout, start_with_retry
+    from rocketray.spark_on_ray.session import SparkStartTimeout, start_with_retry
 
     config = SparkConfig(app_name="app")
     plan = plan_resources(config, 2, 2)
@@ -97,7 +97,7 @@ def test_a_hung_raydp_start_is_cut_off_by_killing_its_master(monkeypatch):
     import ray
     import raydp
 
-    from spark_on_ray import session
+    from rocketray.spark_on_ray import session
 
     unblocked = threading.Event()
     killed = []

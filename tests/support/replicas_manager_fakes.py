@@ -1,6 +1,6 @@
 """Fakes for the ReplicasManager tests: a controller built from the real pure core, HA, store, files.
 
-``FakeController`` is the real controller logic without Raft: ``controller.decide.decide`` on a
+``FakeController`` is the real controller logic without Raft: ``rocketray.controller.decide.decide`` on a
 ``ControllerState``, events applied with ``ControllerState.apply``, liveness from the real
 ``HeartbeatTable`` at the fake clock's time. It adds what a test needs around it: several node
 addresses (only the leader answers, the others say NOT_LEADER with a hint), scripted failures per
@@ -12,13 +12,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from broker.register import Identity, TempIdentity
-from broker.replicas_manager import ControllerCallError, ReplicasManager, ReplicasManagerConfig
-from controller.api import BrokerHeartbeatRequest, Response
-from controller.codes import ResponseCode
-from controller.decide import DecideContext, decide
-from controller.heartbeat import HeartbeatTable
-from controller.state import ControllerState
+from rocketray.broker.register import Identity, TempIdentity
+from rocketray.broker.replicas_manager import ControllerCallError, ReplicasManager, ReplicasManagerConfig
+from rocketray.controller.api import BrokerHeartbeatRequest, Response
+from rocketray.controller.codes import ResponseCode
+from rocketray.controller.decide import DecideContext, decide
+from rocketray.controller.heartbeat import HeartbeatTable
+from rocketray.controller.state import ControllerState
 
 CLUSTER = "cluster-a"
 GROUP = "broker-set-a"

@@ -1,6 +1,6 @@
 """The ``rocketray`` command line.
 
-Each subcommand lives in its own module under ``actors/commands/`` and exposes
+Each subcommand lives in its own module under ``cli/commands/`` and exposes
 ``add_parser(subparsers)`` (which registers its arguments and sets ``func``)
 so that independent features never edit the same file. A module that is not
 there yet is reported as not available rather than crashing the CLI.
@@ -41,9 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         try:
-            module = importlib.import_module(f"actors.commands.{name}")
+            module = importlib.import_module(f"rocketray.cli.commands.{name}")
         except ModuleNotFoundError as exc:
-            if exc.name != f"actors.commands.{name}":
+            if exc.name != f"rocketray.cli.commands.{name}":
                 raise
             continue
         module.add_parser(subparsers)

@@ -31,7 +31,7 @@ import threading
 from dataclasses import dataclass
 from typing import Iterable
 
-from actors.spec import BrokerSpec, ClusterSpec
+from rocketray.spec import BrokerSpec, ClusterSpec
 
 log = logging.getLogger("rocketray.chaos.ha_proxy")
 

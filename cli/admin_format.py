@@ -19,7 +19,7 @@ from __future__ import annotations
 import datetime
 from typing import Any, Iterable, Mapping, Sequence
 
-from controller.codes import ResponseCode
+from rocketray.controller.codes import ResponseCode
 
 CONFIG_KEY_WIDTH = 50
 
@@ -45,7 +45,7 @@ def format_error(code: int, remark: str = "") -> str:
 
 
 def format_response_error(response: Any) -> str:
-    """``format_error`` of a ``controller.api.Response`` or a ``{"code", "remark"}`` mapping."""
+    """``format_error`` of a ``rocketray.controller.api.Response`` or a ``{"code", "remark"}`` mapping."""
     if isinstance(response, Mapping):
         return format_error(response["code"], response.get("remark", ""))
     return format_error(response.code, response.remark)

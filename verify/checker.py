@@ -50,7 +50,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
-from actors.chaos.history import (
+from rocketray.verify.history import (
     Ident,
     NemesisEvent,
     Number,

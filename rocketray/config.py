@@ -48,7 +48,7 @@ def _f(default: Any, meaning: str, fast: Any = None) -> Any:
 class ControllerConfig:
     """Reference §7 (ControllerConfig) plus the node's pipeline, Raft (pysyncobj) and RIP-59 keys.
 
-    Same names and defaults as ``controller.config.ControllerConfig``; see ``controller_node_config``.
+    Same names and defaults as ``rocketray.controller.config.ControllerConfig``; see ``controller_node_config``.
     """
 
     scan_not_active_broker_interval_ms: int = _f(5000, "heartbeat-expiry scan period", 300)
@@ -107,7 +107,7 @@ class StoreConfig:
 
 @dataclass(frozen=True, slots=True)
 class HAConfig:
-    """Reference §8 MessageStoreConfig (HA part); same names as ``ha.config.HAConfig``."""
+    """Reference §8 MessageStoreConfig (HA part); same names as ``rocketray.ha.config.HAConfig``."""
 
     ha_send_heartbeat_interval_ms: int = _f(5000, "idle heartbeat / offset report interval", 200)
     ha_housekeeping_interval_ms: int = _f(20000, "connection dead after this long without reads", 3000)
@@ -171,25 +171,25 @@ class RocketrayConfig:
         return cfg
 
     def controller_node_config(self):
-        """The controller node's ``controller.config.ControllerConfig`` (same key names)."""
-        from controller.config import ControllerConfig as NodeConfig
+        """The controller node's ``rocketray.controller.config.ControllerConfig`` (same key names)."""
+        from rocketray.controller.config import ControllerConfig as NodeConfig
 
         return _build(NodeConfig, self.controller)
 
     def ha_config(self):
-        """The HA service's ``ha.config.HAConfig`` (same key names)."""
-        from ha.config import HAConfig as ServiceConfig
+        """The HA service's ``rocketray.ha.config.HAConfig`` (same key names)."""
+        from rocketray.ha.config import HAConfig as ServiceConfig
 
         return _build(ServiceConfig, self.ha)
 
     def replicas_manager_config(self):
-        """The broker loop's ``broker.replicas_manager.ReplicasManagerConfig``."""
-        from broker.replicas_manager import ReplicasManagerConfig
+        """The broker loop's ``rocketray.broker.replicas_manager.ReplicasManagerConfig``."""
+        from rocketray.broker.replicas_manager import ReplicasManagerConfig
 
         return _build(ReplicasManagerConfig, self.broker)
 
     def store_kwargs(self) -> dict:
-        """Keyword arguments for ``broker.config.StoreConfig`` (the store's own key names)."""
+        """Keyword arguments for ``rocketray.broker.config.StoreConfig`` (the store's own key names)."""
         s = self.store
         if s.flush_disk_type not in ("ASYNC_FLUSH", "SYNC_FLUSH"):
             raise ConfigError(f"store.flush_disk_type must be ASYNC_FLUSH or SYNC_FLUSH, got {s.flush_disk_type!r}")
@@ -201,8 +201,8 @@ class RocketrayConfig:
                 "retention_check_interval_ms": s.retention_check_interval_ms}
 
     def store_config(self):
-        """The message store's ``broker.config.StoreConfig``."""
-        from broker.config import StoreConfig as MessageStoreConfig
+        """The message store's ``rocketray.broker.config.StoreConfig``."""
+        from rocketray.broker.config import StoreConfig as MessageStoreConfig
 
         return MessageStoreConfig(**self.store_kwargs())
 
@@ -380,5 +380,5 @@ def render_config_table() -> str:
     return "\n".join(lines) + "\n"
 
 
-if __name__ == "__main__":  # python -m actors.config > table.md
+if __name__ == "__main__":  # python -m rocketray.config > table.md
     print(render_config_table(), end="")

@@ -1,7 +1,7 @@
 """One controller node in its own OS process, and the authenticated client protocol to reach it.
 
 Theory of operation. The chaos runner needs nodes it can SIGKILL, SIGSTOP and restart, so each
-``ControllerNode`` runs in a child process started with ``python -m actors.chaos.controller_proc``.
+``ControllerNode`` runs in a child process started with ``python -m rocketray.controller.proc``.
 The child reads the cluster secret from its stdin (never argv: argv is world-readable), starts the
 node (Raft on its own address, peers as the proxy plan says), listens for clients on an ephemeral
 loopback port, prints one JSON line ``{"ready": true, "client_port": ...}`` and serves until killed.
@@ -158,7 +158,7 @@ class NodeClient:
 
 def build_request(args: dict[str, Any]) -> Any:
     """A controller API request from a plain map (only the operations the chaos workload uses)."""
-    from controller.api import (AlterSyncStateSetRequest, ApplyBrokerIdRequest, ElectMasterRequest,
+    from rocketray.controller.api import (AlterSyncStateSetRequest, ApplyBrokerIdRequest, ElectMasterRequest,
                                 GetReplicaInfoRequest, RegisterBrokerRequest)
     kind, name = args["type"], str(args["broker_name"])
     if kind == "read":
@@ -288,7 +288,7 @@ class NodeProcess:
         root = str(Path(__file__).resolve().parents[2])
         env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "actors.chaos.controller_proc", "--index", str(self.index),
+            [sys.executable, "-m", "rocketray.controller.proc", "--index", str(self.index),
              "--self-address", self.self_address, "--peers", ",".join(self.peers),
              "--store-dir", str(self.store_dir), "--config", json.dumps(self.config)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=env, cwd=root,
@@ -339,7 +339,7 @@ class NodeProcess:
 
 
 def serve(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="actors.chaos.controller_proc")
+    parser = argparse.ArgumentParser(prog="rocketray.controller.proc")
     parser.add_argument("--index", type=int, required=True)
     parser.add_argument("--self-address", required=True)
     parser.add_argument("--peers", required=True, help="comma-separated peer addresses (proxies or real)")
@@ -354,8 +354,8 @@ def serve(argv: list[str] | None = None) -> int:
         print(json.dumps({"ready": False, "error": "no secret on stdin"}), flush=True)
         return 2
 
-    from controller.config import ControllerConfig
-    from controller.node import ControllerNode
+    from rocketray.controller.config import ControllerConfig
+    from rocketray.controller.node import ControllerNode
 
     config = ControllerConfig.for_tests(**json.loads(args.config))
     peers = [p for p in args.peers.split(",") if p]

@@ -20,7 +20,7 @@ import random
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from actors.chaos.history import NemesisEvent, Number
+from rocketray.verify.history import NemesisEvent, Number
 
 FAULT_KINDS = (
     "kill-master",

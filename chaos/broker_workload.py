@@ -23,9 +23,9 @@ from typing import Any
 
 import ray
 
-from actors.chaos.history import NemesisEvent, ReplicaSnapshot, Sample
-from actors.client import Consumer, Producer, now_ms
-from actors.cluster import Cluster
+from rocketray.verify.history import NemesisEvent, ReplicaSnapshot, Sample
+from rocketray.actors.client import Consumer, Producer, now_ms
+from rocketray.actors.cluster import Cluster
 
 log = logging.getLogger("rocketray.chaos.brokers")
 

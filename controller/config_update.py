@@ -1,6 +1,6 @@
 """GET/UPDATE_CONTROLLER_CONFIG (reference 6.1, 7) for one controller node, apart from Ray.
 
-The view is the node's ``controller.config.ControllerConfig`` in snake_case plus the reference's
+The view is the node's ``rocketray.controller.config.ControllerConfig`` in snake_case plus the reference's
 bookkeeping keys ``config_black_list``, ``config_store_path`` and ``rocketmq_home``. An update names
 one key (snake_case, or RocketMQ's camelCase: ``enableElectUncleanMaster``) and a text value:
 
@@ -27,8 +27,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from controller.codes import ResponseCode
-from controller.config import ControllerConfig
+from rocketray.controller.codes import ResponseCode
+from rocketray.controller.config import ControllerConfig
+from rocketray.durable import write_durably
 
 PROPERTIES_FILE = "controller.properties"
 DEFAULT_BLACK_LIST = "config_black_list;config_store_path"
@@ -122,14 +123,8 @@ def load_properties(path: str | Path) -> dict[str, str]:
 
 def save_properties(path: str | Path, values: dict[str, Any]) -> None:
     """Write ``values`` durably: temp file, fsync, atomic rename."""
-    p = Path(path)
-    tmp = p.with_suffix(p.suffix + ".tmp")
     text = "".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}\n" for k, v in sorted(values.items()))
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, p)
+    write_durably(path, text.encode("utf-8"))
 
 
 def apply_persisted(config: ControllerConfig, values: dict[str, str]) -> tuple[ControllerConfig, list[str]]:

@@ -2,17 +2,17 @@
 a recorded workload, heal, read everything back and let the checker give a verdict.
 
 Theory of operation. The runner starts a cluster (on an embedded local Ray unless ``--address``)
-whose brokers sit behind fault-injecting HA proxies (``actors/chaos/ha_proxy.py``), with all-ack on
+whose brokers sit behind fault-injecting HA proxies (``chaos/ha_proxy.py``), with all-ack on
 and unclean election off unless told otherwise. Producer threads write unique, verifiable payloads
 to every group, consumer threads tail every group, and a sampler polls every replica
-(``actors/chaos/broker_workload.py``). The nemesis schedule is a pure function of the seed
-(``actors/chaos/schedule.py``); the runner resolves run-time targets (the current master, the
+(``chaos/broker_workload.py``). The nemesis schedule is a pure function of the seed
+(``verify/schedule.py``); the runner resolves run-time targets (the current master, the
 controller leader), acts, and records each fault's start and end in ``nemesis.jsonl``. After
 ``--duration`` it heals everything (SIGCONT, proxies opened), stops the workload, waits for the
 cluster to settle, records the ``heal`` event, then sweeps every replica (final reads, after the last
 nemesis event as the checker requires) and snapshots each replica's epochs, offsets and digest.
 The run directory follows ``docs/contracts.md`` ("chaos run directory"); the verdict comes from
-``actors.chaos.checker.check_run_dir``.
+``rocketray.verify.checker.check_run_dir``.
 """
 
 from __future__ import annotations
@@ -32,19 +32,19 @@ from typing import Any, Sequence
 
 import ray
 
-from actors.chaos import schedule as sched
-from actors.chaos.broker_workload import (
+from rocketray.verify import schedule as sched
+from rocketray.chaos.broker_workload import (
     ConsumerLoop, ProducerLoop, RunLog, Sampler, final_reads, poll_statuses, replica_snapshots)
-from actors.chaos.checker import check_run_dir, format_verdict
-from actors.chaos.ha_proxy import HaProxies
-from actors.chaos.history import (
+from rocketray.verify.checker import check_run_dir, format_verdict
+from rocketray.chaos.ha_proxy import HaProxies
+from rocketray.verify.history import (
     CONTROLLER_EVENTS_FILE, HISTORY_FILE, NEMESIS_FILE, REPLICAS_FILE, SAMPLES_FILE, VERDICT_FILE,
     ControllerEventRecord, write_jsonl, write_replicas)
-from actors.client import now_ms
-from actors.cluster import Cluster, ClusterError, start_cluster
-from actors.config import load_config
-from actors.pipeline import settle
-from controller.api import GetReplicaInfoRequest
+from rocketray.actors.client import now_ms
+from rocketray.actors.cluster import Cluster, ClusterError, start_cluster
+from rocketray.config import load_config
+from rocketray.actors.pipeline import settle
+from rocketray.controller.api import GetReplicaInfoRequest
 
 log = logging.getLogger("rocketray.chaos.brokers")
 

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from typing import Any, Hashable
 
-from actors.chaos.controller_proc import build_request
-from actors.chaos.linearizability import (AlterInput, AlterOutput, ElectInput, ElectOutput, GroupState,
+from rocketray.controller.proc import build_request
+from rocketray.verify.linearizability import (AlterInput, AlterOutput, ElectInput, ElectOutput, GroupState,
                                           Operation, Outcome, ReadOutput)
 
 MASTER_FIELDS_CODES = (0, 2011)  # SUCCESS and MASTER_STILL_EXIST carry the master in the header
@@ -76,7 +76,7 @@ class CoreGroupModel:
     """The real controller core as the sequential spec of one group (see module doc)."""
 
     def __init__(self, base_snapshot: dict[str, Any]) -> None:
-        from controller.decide import DecideContext
+        from rocketray.controller.decide import DecideContext
 
         self.base = base_snapshot
         self.ctx = DecideContext()  # always alive, no live info, unclean election off
@@ -87,7 +87,7 @@ class CoreGroupModel:
         return group_state_of(self.base, key)
 
     def _state(self, key: str, s: GroupState) -> Any:
-        from controller.state import ControllerState
+        from rocketray.controller.state import ControllerState
 
         cluster = self._sync_rows[key][1]
         return ControllerState.from_snapshot({
@@ -98,7 +98,7 @@ class CoreGroupModel:
 
     def run(self, key: str, s: GroupState, f: str, inp: Any) -> tuple[Hashable, GroupState]:
         """(output, next state) of one operation."""
-        from controller.decide import decide
+        from rocketray.controller.decide import decide
 
         state = self._state(key, s)
         response, events = decide(state, build_request(op_args(f, key, inp)), self.ctx)

@@ -43,7 +43,7 @@ def _ray(address: str) -> None:
 
 
 def run_start(args: argparse.Namespace) -> int:
-    from actors.cluster import ClusterError, start_cluster
+    from rocketray.actors.cluster import ClusterError, start_cluster
 
     overrides = {}
     for item in args.overrides:
@@ -67,7 +67,7 @@ def run_start(args: argparse.Namespace) -> int:
 
 def _controller_view(cluster) -> dict:
     """Each group's master, epochs and SyncStateSet as the controller leader has them ({} if none answers)."""
-    from controller.api import GetSyncStateDataRequest
+    from rocketray.controller.api import GetSyncStateDataRequest
 
     try:
         response = cluster.call_controller(GetSyncStateDataRequest(broker_names=tuple(cluster.spec.groups)),
@@ -151,7 +151,7 @@ def format_status(status: dict) -> str:
 
 
 def run_status(args: argparse.Namespace) -> int:
-    from actors.cluster import ClusterError, connect
+    from rocketray.actors.cluster import ClusterError, connect
 
     _ray(args.address)
     try:
@@ -165,7 +165,7 @@ def run_status(args: argparse.Namespace) -> int:
 
 
 def run_stop(args: argparse.Namespace) -> int:
-    from actors.cluster import ClusterError, connect
+    from rocketray.actors.cluster import ClusterError, connect
 
     _ray(args.address)
     try:

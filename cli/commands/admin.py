@@ -4,7 +4,7 @@ Every command connects to the Ray given by ``--address`` (or uses the Ray this p
 connected to), finds the cluster ``--cluster NAME`` through its registry actor, and talks to the
 controller actors: requests that RocketMQ sends to the leader go through
 ``Cluster.call_controller`` (which follows NOT_LEADER), the per-node ones (metadata, config) go to
-every controller. Text output is ``actors.admin_format`` (mqadmin's ``#Key\\tvalue`` lines);
+every controller. Text output is ``rocketray.cli.admin_format`` (mqadmin's ``#Key\\tvalue`` lines);
 ``--json`` prints one JSON object per answer instead. A refused request prints
 ``<CODE_NAME> (<code>): <remark>`` on stderr (``--json``: ``{"code", "code_name", "remark"}`` on
 stdout) and exits 1; an unreachable cluster or controller exits 1 too.
@@ -22,7 +22,7 @@ import sys
 import time
 from typing import Any, Callable
 
-from actors import admin_format as fmt
+from rocketray.cli import admin_format as fmt
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -47,7 +47,7 @@ class ResponseError(RuntimeError):
 
 
 def _code_name(code: int) -> str:
-    from controller.codes import ResponseCode
+    from rocketray.controller.codes import ResponseCode
 
     try:
         return ResponseCode(code).name
@@ -139,7 +139,7 @@ def connect_cluster(address: str, name: str):
     """The running cluster ``name``; joins Ray at ``address`` unless this process already has."""
     import ray
 
-    from actors.cluster import ClusterError, connect
+    from rocketray.actors.cluster import ClusterError, connect
 
     if not ray.is_initialized():
         try:
@@ -158,7 +158,7 @@ def _dumps(obj: Any) -> str:
 
 def _call(cluster, request):
     """The leader's SUCCESS response to ``request``; ResponseError / AdminError otherwise."""
-    from actors.controller_client import ControllerUnavailable
+    from rocketray.actors.controller_client import ControllerUnavailable
 
     try:
         response = cluster.call_controller(request)
@@ -241,7 +241,7 @@ def run_get_controller_metadata(args: argparse.Namespace) -> int:
 
 
 def run_get_sync_state_set(args: argparse.Namespace) -> int:
-    from controller.api import GetSyncStateDataRequest
+    from rocketray.controller.api import GetSyncStateDataRequest
 
     def once(cluster):
         response = _call(cluster, GetSyncStateDataRequest(broker_names=tuple(_groups(cluster, args))))
@@ -283,7 +283,7 @@ def run_get_broker_epoch(args: argparse.Namespace) -> int:
 
 
 def run_elect_master(args: argparse.Namespace) -> int:
-    from controller.api import ElectMasterRequest
+    from rocketray.controller.api import ElectMasterRequest
 
     def once(cluster):
         cluster_name = args.cluster_name or cluster.spec.cluster_name
@@ -296,7 +296,7 @@ def run_elect_master(args: argparse.Namespace) -> int:
 
 
 def run_clean_broker_metadata(args: argparse.Namespace) -> int:
-    from controller.api import CleanBrokerDataRequest
+    from rocketray.controller.api import CleanBrokerDataRequest
 
     def once(cluster):
         cluster_name = args.cluster_name or cluster.spec.cluster_name

@@ -1,8 +1,8 @@
 """``rocketray chaos``: Jepsen-style fault injection against the controllers or the brokers.
 
-``--target controller`` runs ``actors.chaos.controller_chaos`` (controller nodes as local processes
+``--target controller`` runs ``rocketray.chaos.controller_chaos`` (controller nodes as local processes
 behind fault-injecting proxies; linearizability of the controller API). ``--target brokers`` hands
-the parsed arguments to ``actors.chaos.broker_chaos.run(args)`` when that module exists; it may add
+the parsed arguments to ``rocketray.chaos.broker_chaos.run(args)`` when that module exists; it may add
 its own flags through an optional ``add_arguments(parser)``.
 """
 
@@ -15,7 +15,7 @@ import json
 import logging
 import sys
 
-BROKER_MODULE = "actors.chaos.broker_chaos"
+BROKER_MODULE = "rocketray.chaos.broker_chaos"
 EXIT_NOT_AVAILABLE = 3
 
 
@@ -67,8 +67,8 @@ def _run_brokers(args: argparse.Namespace) -> int:
 
 
 def _run_controller(args: argparse.Namespace) -> int:
-    from actors.chaos.controller_chaos import RunConfig, run as run_controller
-    from actors.chaos.nemesis import NemesisSpecError, parse_nemeses
+    from rocketray.chaos.controller_chaos import RunConfig, run as run_controller
+    from rocketray.verify.nemesis import NemesisSpecError, parse_nemeses
 
     args.groups = 3 if args.groups is None else args.groups
     try:

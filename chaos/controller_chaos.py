@@ -37,12 +37,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from actors.chaos.controller_model import CoreGroupModel, group_states, op_args, output_of
-from actors.chaos.controller_proc import NOT_LEADER, Lost, NodeClient, NodeProcess, NotSent
-from actors.chaos.linearizability import (AlterInput, AlterOutput, ElectInput, ElectOutput, GroupState,
+from rocketray.verify.controller_model import CoreGroupModel, group_states, op_args, output_of
+from rocketray.controller.proc import NOT_LEADER, Lost, NodeClient, NodeProcess, NotSent
+from rocketray.verify.linearizability import (AlterInput, AlterOutput, ElectInput, ElectOutput, GroupState,
                                           Operation, Outcome, ReadOutput, check_history)
-from actors.chaos.nemesis import LEADER, PROCESS_FAULTS, NemesisStep, make_schedule, swap_nodes
-from actors.chaos.proxy import ProxyNetwork, allocate_addresses, plan_topology
+from rocketray.verify.nemesis import LEADER, PROCESS_FAULTS, NemesisStep, make_schedule, swap_nodes
+from rocketray.chaos.proxy import ProxyNetwork, allocate_addresses, plan_topology
 
 BROKER_IDS = (1, 2, 3)
 HISTORY_FILE = "controller_history.jsonl"

@@ -30,8 +30,8 @@ def run(args: argparse.Namespace) -> int:
     import ray
     from tqdm import tqdm
 
-    from actors import pipeline
-    from actors.cluster import start_cluster
+    from rocketray.actors import pipeline
+    from rocketray.actors.cluster import start_cluster
 
     def say(msg: str) -> None:
         print(f"[demo] {msg}", file=sys.stderr if args.json else sys.stdout, flush=True)

@@ -36,7 +36,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _config(args: argparse.Namespace) -> Any:
-    from spark_on_ray.session import SparkConfig, with_overrides
+    from rocketray.spark_on_ray.session import SparkConfig, with_overrides
 
     changes: dict[str, Any] = {}
     if args.executor_memory:
@@ -63,9 +63,9 @@ def _join_running_ray(address: str | None) -> None:
 
 
 def _live_records(args: argparse.Namespace) -> dict[str, list[dict[str, Any]]]:
-    """Records of a running cluster, through ``actors.cluster`` (imported lazily: it may not exist yet)."""
+    """Records of a running cluster, through ``rocketray.actors.cluster`` (imported lazily: it may not exist yet)."""
     try:
-        from actors import cluster as cluster_module
+        from rocketray.actors import cluster as cluster_module
     except ImportError as exc:
         raise RuntimeError(f"--live needs the cluster module (actors.cluster), which is not available: {exc}") \
             from exc
@@ -81,9 +81,9 @@ def _live_records(args: argparse.Namespace) -> dict[str, list[dict[str, Any]]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from spark_on_ray import pipeline
-    from spark_on_ray.collect import CollectError
-    from spark_on_ray.session import SparkOnRayError, find_java, spark_session, start_seconds
+    from rocketray.spark_on_ray import pipeline
+    from rocketray.spark_on_ray.collect import CollectError
+    from rocketray.spark_on_ray.session import SparkOnRayError, find_java, spark_session, start_seconds
 
     if args.run and not Path(args.run).is_dir():
         print(f"rocketray analytics: {args.run} is not a directory", file=sys.stderr)

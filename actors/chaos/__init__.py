@@ -1,1 +1,0 @@
-"""Chaos: nemesis schedules, run histories, checkers and the live chaos runners."""

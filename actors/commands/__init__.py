@@ -1,1 +1,0 @@
-"""One module per ``rocketray`` subcommand; see actors/cli.py."""

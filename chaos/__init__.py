@@ -1,0 +1,1 @@
+"""Chaos runners that drive a real cluster: workloads, nemeses through proxies, verdicts."""

@@ -1,0 +1,1 @@
+"""The ``rocketray`` command line: ``main`` dispatches to one module per subcommand under ``commands/``."""

@@ -1,0 +1,5 @@
+import sys
+
+from rocketray.cli.main import main
+
+sys.exit(main())

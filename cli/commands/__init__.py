@@ -1,0 +1,1 @@
+"""One module per ``rocketray`` subcommand; see cli/main.py."""

@@ -1,0 +1,1 @@
+"""Ray-free verification: run histories, checkers, linearizability, models, nemesis schedules."""
