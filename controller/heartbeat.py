@@ -4,8 +4,11 @@ Each controller node keeps its own table (liveness is not replicated). A broker 
 or refreshes the row of ``(broker_name, broker_id)``; a broker is alive while
 ``last_update_ms + heartbeat_timeout_ms >= now_ms``, and ``expire(now_ms)`` removes exactly the
 rows for which that predicate has become false, returning their identities so the shell can fire
-"broker inactive". Progress (epoch, max offset, confirm offset) is monotonic: a refresh replaces
-it only with a higher epoch, or the same epoch and a strictly higher max offset.
+"broker inactive". Progress (epoch, max offset, confirm offset) is what the broker reported *last*:
+the election ranks a replica by the data it holds now. (RocketMQ keeps the best progress ever seen,
+replacing it only with a higher epoch or the same epoch and a higher max offset; then a master that
+restarts with less data - a power loss, a torn tail, a slave truncation - is still ranked by data it
+no longer has and can win the new-term election over a replica that holds more. Issue 15, fix 6.)
 
 Deliberate differences from RocketMQ (reference section 18, quirk 7, FIXED): a refresh also
 updates the broker's address, and the confirm offset is stored on the first insert. The table is
@@ -41,8 +44,11 @@ class BrokerLiveInfo:
         return self.last_update_ms + self.heartbeat_timeout_ms >= now_ms
 
 
-def _is_progress(old: BrokerLiveInfo, req: BrokerHeartbeatRequest) -> bool:
-    return req.epoch > old.epoch or (req.epoch == old.epoch and req.max_offset > old.max_offset)
+def _takes_report(old: BrokerLiveInfo, req: BrokerHeartbeatRequest) -> bool:
+    """Does this heartbeat's progress replace the row's? Always: the last report is the broker's
+    current state. (The old rule, kept in the simulator's revert test: only a higher epoch, or the
+    same epoch with a strictly higher max offset.)"""
+    return True
 
 
 class HeartbeatTable:
@@ -71,7 +77,7 @@ class HeartbeatTable:
             row = replace(old, cluster_name=req.cluster_name, broker_address=req.broker_address,
                           last_update_ms=now_ms, heartbeat_timeout_ms=req.heartbeat_timeout_ms,
                           election_priority=req.election_priority)
-            if _is_progress(old, req):
+            if _takes_report(old, req):
                 row = replace(row, epoch=req.epoch, max_offset=req.max_offset,
                               confirm_offset=req.confirm_offset)
             self._rows[key] = row

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from rocketray.controller.api import BrokerHeartbeatRequest
 from rocketray.controller.codes import ResponseCode, is_retriable
 from rocketray.controller.heartbeat import HeartbeatTable
@@ -30,18 +32,47 @@ def test_refresh_extends_liveness_and_takes_new_timeout():
     assert t.is_alive("b", 1, 5090) and t.live_info("b", 1).election_priority == 3
 
 
-def test_progress_is_monotonic():
-    """(epoch, max_offset, confirm) change only on higher epoch or same epoch with higher max offset."""
+OLD_RULE_MAX_SEEN = staticmethod(lambda old, req: req.epoch > old.epoch or
+                                  (req.epoch == old.epoch and req.max_offset > old.max_offset))
+
+PROGRESS_ROWS = [
+    # (reports in order as (epoch, max_offset, confirm), expected row (epoch, max_offset, confirm), why)
+    ([(2, 100, 50), (1, 900, 900)], (1, 900, 900), "an older epoch reported last is what the broker holds now"),
+    ([(2, 100, 50), (2, 100, 99)], (2, 100, 99), "the confirm offset follows the last report"),
+    ([(2, 100, 50), (2, 101, 60)], (2, 101, 60), "growth is taken"),
+    ([(2, 100, 50), (3, 5, 5)], (3, 5, 5), "a new epoch is taken"),
+    # fix 6: a master restarted with less data (power loss, torn tail) is ranked by what it has now
+    ([(1, 500, 400), (1, 100, 100)], (1, 100, 100), "restart with a lost tail lowers the row"),
+    ([(3, 700, 700), (2, 300, 300)], (2, 300, 300), "a truncated epoch lowers the row"),
+]
+
+
+@pytest.mark.parametrize("reports,expected,why", PROGRESS_ROWS, ids=[r[2] for r in PROGRESS_ROWS])
+def test_progress_is_the_last_report(reports, expected, why):
+    """Issue 15 fix 6: the row ranks a broker by its current progress, not the best ever seen."""
     t = HeartbeatTable()
-    t.on_heartbeat(beat(epoch=2, max_offset=100, confirm=50), 0)
-    t.on_heartbeat(beat(epoch=1, max_offset=900, confirm=900), 1)
-    assert (t.live_info("b", 1).epoch, t.live_info("b", 1).max_offset) == (2, 100)
-    t.on_heartbeat(beat(epoch=2, max_offset=100, confirm=99), 2)
-    assert t.live_info("b", 1).confirm_offset == 50
-    t.on_heartbeat(beat(epoch=2, max_offset=101, confirm=60), 3)
-    assert (t.live_info("b", 1).max_offset, t.live_info("b", 1).confirm_offset) == (101, 60)
-    t.on_heartbeat(beat(epoch=3, max_offset=5, confirm=5), 4)
-    assert (t.live_info("b", 1).epoch, t.live_info("b", 1).max_offset) == (3, 5)
+    for i, (epoch, max_offset, confirm) in enumerate(reports):
+        t.on_heartbeat(beat(epoch=epoch, max_offset=max_offset, confirm=confirm), i)
+    row = t.live_info("b", 1)
+    assert (row.epoch, row.max_offset, row.confirm_offset) == expected, why
+
+
+def test_restarted_master_with_less_data_loses_the_election_rank(monkeypatch):
+    """Fix 6 end to end at the core: after broker 1 restarts with 100 bytes (it had 500), broker 2
+    holding 300 ranks first. Under the old max-seen rule broker 1 would still rank first."""
+    from rocketray.controller import heartbeat as hb
+    from rocketray.controller.election import elect
+
+    def winner() -> int | None:
+        t = HeartbeatTable()
+        t.on_heartbeat(beat(bid=1, epoch=1, max_offset=500), 0)
+        t.on_heartbeat(beat(bid=2, epoch=1, max_offset=300), 0)
+        t.on_heartbeat(beat(bid=1, epoch=1, max_offset=100), 1)  # restarted, its tail lost
+        return elect({1, 2}, None, None, None, lambda i: t.is_alive("b", i, 1), lambda i: t.live_info("b", i))
+
+    assert winner() == 2
+    monkeypatch.setattr(hb, "_takes_report", OLD_RULE_MAX_SEEN)
+    assert winner() == 1  # the old rule: ranked by data it no longer has
 
 
 def test_quirk7_fixed_address_refreshed_and_confirm_offset_stored_on_insert():
