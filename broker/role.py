@@ -1,0 +1,530 @@
+"""The broker's role machine: the one owner of role, master epoch and SyncStateSet (pure).
+
+Theory of operation. Everything a broker learns about its place in the group arrives as an *input*:
+the controller's answers (REGISTER_BROKER, a broker-triggered election, a new-term election, the
+periodic replica-info poll), the controller's role-change notifications, the HA service's events
+(a proposed SyncStateSet change, a master's handshake epoch, the result of a role switch) and the
+shell's own lifecycle steps. ``RoleMachine.step(input, facts)`` applies one input to the state and
+returns the *actions* the shell must execute, in order, the way ``ha/session.py``'s
+``SlaveSession.next_actions`` does. The machine never does IO, never reads a clock and never
+awaits: the same inputs give the same actions, so the simulator runs it as it is. ``facts`` are
+what the store says right now (its last epoch and max offset).
+
+Every transition is in this file. The rules:
+
+* **Strictly newer epochs only** (reference 19): a controller view naming a master is acted on only
+  if its master epoch is strictly greater than the one this broker holds. A notification or poll
+  for an equal or older epoch does nothing (the same master at the same epoch is not re-applied).
+* **Switch, then commit**: to change role the machine emits ``BecomeMaster`` or ``BecomeSlave`` and
+  waits for ``SwitchDone``. Only a successful switch records the new epoch, role and master; a
+  refused or failed switch records nothing, so the next notification or poll retries it. One switch
+  at a time: while one is pending other controller views are dropped (polling converges).
+* **No resumed terms** (apache/rocketmq#9689): if the controller names this broker master of an
+  epoch that is already in its own epoch file while this process does not hold that term, the
+  broker was restarted before the controller noticed. It must not resume the old term (a lost tail
+  would make its slaves diverge, and the election that picks the replica with the most data would
+  be skipped): it heartbeats its current progress and asks for a new term (``RequestNewTerm``),
+  and follows whatever that election says.
+* **SyncStateSet reports are serialized**: at most one ALTER_SYNC_STATE_SET is in flight. A newer
+  proposal while one is in flight replaces any queued one (the HA tracker's proposals are
+  cumulative, so the latest is the merge) and is sent when the answer arrives, unless it equals
+  the set just confirmed. A confirmed answer is applied only if this broker is still master of the
+  epoch the report was sent in and the set's epoch is newer. A report whose outcome is unknown
+  (transport failure) is retried at the next shrink check; a refused one is dropped.
+* **Fencing**: the broker accepts writes (``writable``) only when registered, not stopped, master,
+  and no switch is pending. ``SetWritable`` is emitted whenever that changes.
+* **Handshake epoch**: a slave that sees its master's handshake at another epoch than the one the
+  controller gave it drops the connection and polls the controller (``RejectMaster``).
+
+How to drive it (the shell, or the simulator)::
+
+    m = RoleMachine(broker_address="10.0.0.1:10912")
+    m.step(IdAssigned(1), facts)
+    for action in m.step(Registered(MasterInfo.from_response(resp)), facts):
+        ...  # execute in order; BecomeMaster/BecomeSlave -> m.step(SwitchDone(ok), facts)
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any, Mapping, Union
+
+__all__ = [
+    "Role", "StoreFacts", "MasterInfo", "ReportOutcome",
+    "IdAssigned", "Registered", "Bootstrap", "ElectAnswered", "NewTermAnswered", "ReplicaInfoPolled",
+    "RoleChangeNotified", "SwitchDone", "SyncStateSetProposed", "ShrinkChecked", "ReportAnswered",
+    "HandshakeSeen", "Stopped", "Input",
+    "BecomeMaster", "BecomeSlave", "ApplySyncStateSet", "ReportSyncStateSet", "SendHeartbeat",
+    "RequestElection", "RequestNewTerm", "PollReplicaInfo", "RejectMaster", "SetWritable", "Action",
+    "RoleMachine",
+]
+
+
+class Role(str, enum.Enum):
+    """The one Role enum of a broker (the HA service and the manager share it)."""
+
+    NONE = "none"          # no role yet: before the first switch
+    SLAVE = "slave"
+    MASTER = "master"
+    SYNC_MASTER = "master"  # the reference's name; an alias of MASTER
+
+
+# ---------------------------------------------------------------------------------------------
+# Inputs
+
+
+@dataclass(frozen=True, slots=True)
+class StoreFacts:
+    """What the store says now: the last epoch of its epoch file (-1 if empty) and its max offset."""
+
+    last_epoch: int = -1
+    max_offset: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class MasterInfo:
+    """The controller's view of the group: who is master at which epoch, and the SyncStateSet."""
+
+    master_broker_id: int | None
+    master_address: str | None
+    master_epoch: int
+    sync_state_set_epoch: int = 0
+    sync_state_set: frozenset[int] = frozenset()
+
+    @property
+    def names_master(self) -> bool:
+        return self.master_broker_id is not None and bool(self.master_address)
+
+    @classmethod
+    def from_parts(cls, header: Mapping[str, Any], body: Mapping[str, Any] | None) -> "MasterInfo":
+        """From a controller answer or notification: header (master_*) and body (sync_state_set*)."""
+        body = body or {}
+        sss_epoch = body.get("sync_state_set_epoch")
+        if sss_epoch is None:
+            sss_epoch = header.get("sync_state_set_epoch")
+        master_id = header.get("master_broker_id")
+        return cls(None if master_id is None else int(master_id), header.get("master_address") or None,
+                   int(header.get("master_epoch") or 0), int(sss_epoch or 0),
+                   frozenset(int(i) for i in body.get("sync_state_set") or ()))
+
+    @classmethod
+    def from_response(cls, resp: Any) -> "MasterInfo":
+        """From a ``rocketray.controller.api.Response`` (header + body)."""
+        return cls.from_parts(resp.header or {}, resp.body)
+
+
+class ReportOutcome(enum.Enum):
+    CONFIRMED = "confirmed"  # the controller applied a SyncStateSet (given in the answer)
+    REFUSED = "refused"      # the controller answered with an error: nothing changed there
+    UNKNOWN = "unknown"      # transport failure or timeout: it may or may not have been applied
+
+
+@dataclass(frozen=True, slots=True)
+class IdAssigned:
+    """The registrar made the broker id durable."""
+
+    broker_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Registered:
+    """REGISTER_BROKER succeeded; ``info`` is its answer (it may name no master)."""
+
+    info: MasterInfo
+
+
+@dataclass(frozen=True, slots=True)
+class Bootstrap:
+    """The shell's start pass after registration: heartbeat, and elect if no master is known."""
+
+
+@dataclass(frozen=True, slots=True)
+class ElectAnswered:
+    """A broker-triggered election answered SUCCESS or MASTER_STILL_EXIST (``info``), or not (None)."""
+
+    info: MasterInfo | None
+
+
+@dataclass(frozen=True, slots=True)
+class NewTermAnswered:
+    """The answer to ``RequestNewTerm(old_epoch)``: the elected view on SUCCESS, else None."""
+
+    old_epoch: int
+    info: MasterInfo | None
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaInfoPolled:
+    """GET_REPLICA_INFO answered (reference 10.7)."""
+
+    info: MasterInfo
+
+
+@dataclass(frozen=True, slots=True)
+class RoleChangeNotified:
+    """NOTIFY_BROKER_ROLE_CHANGED (reference 5.5)."""
+
+    info: MasterInfo
+
+
+@dataclass(frozen=True, slots=True)
+class SwitchDone:
+    """The HA service executed the pending ``BecomeMaster``/``BecomeSlave`` (ok) or refused/failed."""
+
+    ok: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SyncStateSetProposed:
+    """The HA service proposes a SyncStateSet (an expand, or a member's connection closed)."""
+
+    proposal: frozenset[int]
+
+
+@dataclass(frozen=True, slots=True)
+class ShrinkChecked:
+    """The periodic shrink check's candidate set (reference 10.8)."""
+
+    candidate: frozenset[int]
+
+
+@dataclass(frozen=True, slots=True)
+class ReportAnswered:
+    """The answer to the ``ReportSyncStateSet`` in flight."""
+
+    outcome: ReportOutcome
+    sync_state_set: frozenset[int] = frozenset()
+    sync_state_set_epoch: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class HandshakeSeen:
+    """The slave's HA client got the master's handshake, labelled with the master's epoch."""
+
+    master_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class Stopped:
+    """Shutdown: fence; no more reports (closing the HA service drops every slave, and reporting
+    that shrink would leave a dying master alone in its SyncStateSet)."""
+
+
+Input = Union[IdAssigned, Registered, Bootstrap, ElectAnswered, NewTermAnswered, ReplicaInfoPolled,
+              RoleChangeNotified, SwitchDone, SyncStateSetProposed, ShrinkChecked, ReportAnswered,
+              HandshakeSeen, Stopped]
+
+
+# ---------------------------------------------------------------------------------------------
+# Actions
+
+
+@dataclass(frozen=True, slots=True)
+class BecomeMaster:
+    """Switch the HA service to master of ``epoch`` (``same``: already master, only a new epoch
+    entry). Answer with ``SwitchDone``."""
+
+    epoch: int
+    same: bool
+    sync_state_set: frozenset[int]
+    sync_state_set_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class BecomeSlave:
+    """Switch the HA service to replicate from ``master_address`` at ``epoch`` (the controller's
+    epoch: the HA client refuses a master handshake at another one). Answer with ``SwitchDone``."""
+
+    master_address: str
+    epoch: int
+    master_broker_id: int
+    same: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ApplySyncStateSet:
+    """The controller confirmed this set: hand it to the HA service."""
+
+    members: frozenset[int]
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReportSyncStateSet:
+    """ALTER_SYNC_STATE_SET(proposal) as master of ``master_epoch``; answer with ``ReportAnswered``."""
+
+    proposal: frozenset[int]
+    master_epoch: int
+    sync_state_set_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class SendHeartbeat:
+    """Heartbeat every controller now with the store's current progress."""
+
+
+@dataclass(frozen=True, slots=True)
+class RequestElection:
+    """A broker-triggered CONTROLLER_ELECT_MASTER; answer with ``ElectAnswered``."""
+
+
+@dataclass(frozen=True, slots=True)
+class RequestNewTerm:
+    """Ask for a new-term election instead of resuming ``old_epoch``; answer with ``NewTermAnswered``."""
+
+    old_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class PollReplicaInfo:
+    """Ask the controller for the replica info now; answer with ``ReplicaInfoPolled``."""
+
+
+@dataclass(frozen=True, slots=True)
+class RejectMaster:
+    """Drop the HA connection to a master whose handshake epoch is not the controller's."""
+
+    master_epoch: int
+    expected_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class SetWritable:
+    """Writes are (no longer) accepted on this broker."""
+
+    writable: bool
+
+
+Action = Union[BecomeMaster, BecomeSlave, ApplySyncStateSet, ReportSyncStateSet, SendHeartbeat,
+               RequestElection, RequestNewTerm, PollReplicaInfo, RejectMaster, SetWritable]
+
+
+# ---------------------------------------------------------------------------------------------
+# The machine
+
+
+@dataclass(slots=True)
+class RoleMachine:
+    """See the module docstring. Read the fields; change them only through ``step``."""
+
+    broker_address: str
+    broker_id: int | None = None
+    role: Role = Role.NONE
+    master_epoch: int = 0
+    master_broker_id: int | None = None
+    master_address: str = ""
+    sync_state_set: frozenset[int] = frozenset()
+    sync_state_set_epoch: int = 0
+    registered: bool = False
+    stopped: bool = False
+    switching: BecomeMaster | BecomeSlave | None = None
+    report_in_flight: ReportSyncStateSet | None = None
+    queued_proposal: frozenset[int] | None = None   # sent when the report in flight is answered
+    retry_proposal: frozenset[int] | None = None    # an unknown-outcome report, retried at the next check
+    new_term_for: int | None = None                  # the old epoch a new term was asked for
+
+    # -- views -----------------------------------------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        """Registered, a master known (possibly me), not stopped: the broker is past its start."""
+        return self.registered and not self.stopped and self.master_broker_id is not None
+
+    @property
+    def fenced(self) -> bool:
+        return not self.running
+
+    @property
+    def is_master(self) -> bool:
+        return self.role == Role.MASTER and self.broker_id is not None and self.master_broker_id == self.broker_id
+
+    @property
+    def writable(self) -> bool:
+        return self.running and self.is_master and self.switching is None
+
+    # -- the one entry point ---------------------------------------------------------------------
+
+    def step(self, event: Input, facts: StoreFacts = StoreFacts()) -> list[Action]:
+        """Apply one input; return the actions to execute in order."""
+        was_writable = self.writable
+        actions = self._dispatch(event, facts)
+        if self.writable != was_writable:
+            actions.append(SetWritable(self.writable))
+        return actions
+
+    def _dispatch(self, event: Input, facts: StoreFacts) -> list[Action]:
+        if isinstance(event, IdAssigned):
+            assert self.broker_id in (None, event.broker_id), "a broker id never changes"
+            self.broker_id = event.broker_id
+            return []
+        if isinstance(event, Stopped):
+            self.stopped = True
+            self.queued_proposal = self.retry_proposal = None
+            return []
+        if self.stopped:
+            return []
+        if isinstance(event, Registered):
+            self.registered = True
+            return self._follow(event.info, facts)
+        if isinstance(event, Bootstrap):
+            return self._bootstrap()
+        if isinstance(event, ElectAnswered):
+            return [] if event.info is None else self._follow(event.info, facts)
+        if isinstance(event, NewTermAnswered):
+            return self._new_term_answered(event, facts)
+        if isinstance(event, ReplicaInfoPolled):
+            return self._polled(event.info, facts)
+        if isinstance(event, RoleChangeNotified):
+            return self._follow(event.info, facts)
+        if isinstance(event, SwitchDone):
+            return self._switch_done(event.ok)
+        if isinstance(event, SyncStateSetProposed):
+            return self._propose(event.proposal)
+        if isinstance(event, ShrinkChecked):
+            return self._shrink_checked(event.candidate)
+        if isinstance(event, ReportAnswered):
+            return self._report_answered(event)
+        if isinstance(event, HandshakeSeen):
+            return self._handshake_seen(event.master_epoch)
+        raise TypeError(f"not a role machine input: {event!r}")
+
+    # -- controller views ------------------------------------------------------------------------
+
+    def _bootstrap(self) -> list[Action]:
+        """Reference 10.2 REGISTER_TO_CONTROLLER_DONE: heartbeat now; elect if no master is known
+        (and nothing else is already under way)."""
+        if self.master_broker_id is not None or self.switching is not None or self.new_term_for is not None:
+            return [SendHeartbeat()]
+        return [SendHeartbeat(), RequestElection()]
+
+    def _polled(self, info: MasterInfo, facts: StoreFacts) -> list[Action]:
+        """Reference 10.7: a newer epoch is followed (or, with no master, an election is asked
+        for); at my own master epoch a newer SyncStateSet is adopted."""
+        if info.master_epoch > self.master_epoch and not info.names_master:
+            return [] if self.switching is not None else [RequestElection()]
+        if (info.master_epoch == self.master_epoch and self.is_master and self.switching is None
+                and info.master_broker_id == self.broker_id):
+            return self._adopt_sync_state_set(info.sync_state_set, info.sync_state_set_epoch)
+        return self._follow(info, facts)
+
+    def _new_term_answered(self, event: NewTermAnswered, facts: StoreFacts) -> list[Action]:
+        if self.new_term_for == event.old_epoch:
+            self.new_term_for = None
+        if event.info is None or event.info.master_epoch <= event.old_epoch:
+            return []
+        return self._follow(event.info, facts)
+
+    def _follow(self, info: MasterInfo, facts: StoreFacts) -> list[Action]:
+        """Act on a controller view naming a master: only for a strictly newer epoch."""
+        if not info.names_master or info.master_epoch <= self.master_epoch or self.switching is not None:
+            return []
+        assert self.broker_id is not None, "a role needs the broker id"
+        epoch = info.master_epoch
+        if info.master_broker_id == self.broker_id:
+            sitting = self.is_master
+            if not sitting and epoch <= facts.last_epoch:
+                # A term from before a restart (#9689): never resume it; ask for a new one.
+                if self.new_term_for is not None and self.new_term_for >= epoch:
+                    return []
+                self.new_term_for = epoch
+                return [SendHeartbeat(), RequestNewTerm(epoch)]
+            self.switching = BecomeMaster(epoch, sitting, info.sync_state_set, info.sync_state_set_epoch)
+            return [self.switching]
+        assert info.master_address is not None and info.master_broker_id is not None
+        same = (self.role == Role.SLAVE and info.master_broker_id == self.master_broker_id
+                and info.master_address == self.master_address)
+        self.switching = BecomeSlave(info.master_address, epoch, info.master_broker_id, same)
+        return [self.switching]
+
+    def _switch_done(self, ok: bool) -> list[Action]:
+        pending, self.switching = self.switching, None
+        if pending is None or not ok:
+            return []
+        self.master_epoch = pending.epoch
+        self.new_term_for = None
+        if isinstance(pending, BecomeMaster):
+            self.role = Role.MASTER
+            self.master_broker_id = self.broker_id
+            self.master_address = self.broker_address
+            if not pending.same:
+                self.queued_proposal = self.retry_proposal = None
+            return self._adopt_sync_state_set(pending.sync_state_set, pending.sync_state_set_epoch)
+        self.role = Role.SLAVE
+        self.master_broker_id = pending.master_broker_id
+        self.master_address = pending.master_address
+        self.queued_proposal = self.retry_proposal = None
+        return []
+
+    def _adopt_sync_state_set(self, members: frozenset[int], epoch: int) -> list[Action]:
+        """Reference 10.6: a confirmed set is applied only if its epoch is newer."""
+        if epoch <= self.sync_state_set_epoch:
+            return []
+        self.sync_state_set, self.sync_state_set_epoch = frozenset(members), epoch
+        return [ApplySyncStateSet(self.sync_state_set, epoch)]
+
+    # -- SyncStateSet reports --------------------------------------------------------------------
+
+    def _may_report(self) -> bool:
+        return self.running and self.is_master and self.switching is None
+
+    def _send(self, proposal: frozenset[int]) -> list[Action]:
+        """Report ``proposal`` now, or queue it behind the report in flight (latest wins)."""
+        if self.report_in_flight is not None:
+            self.queued_proposal = proposal
+            return []
+        self.queued_proposal = None
+        if proposal == self.sync_state_set:
+            return []
+        self.report_in_flight = ReportSyncStateSet(proposal, self.master_epoch, self.sync_state_set_epoch)
+        return [self.report_in_flight]
+
+    def _propose(self, proposal: frozenset[int]) -> list[Action]:
+        if not self._may_report():
+            return []
+        assert self.broker_id is not None
+        self.retry_proposal = None
+        return self._send(frozenset(proposal) | {self.broker_id})
+
+    def _shrink_checked(self, candidate: frozenset[int]) -> list[Action]:
+        if not self._may_report():
+            return []
+        assert self.broker_id is not None
+        candidate = frozenset(candidate) | {self.broker_id}
+        retry, self.retry_proposal = self.retry_proposal, None
+        if candidate == self.sync_state_set and retry is not None:
+            candidate = retry
+        return self._send(candidate)
+
+    def _report_answered(self, event: ReportAnswered) -> list[Action]:
+        sent, self.report_in_flight = self.report_in_flight, None
+        if sent is None:
+            return []
+        actions: list[Action] = []
+        still_master = self.is_master and self.master_epoch == sent.master_epoch and self.switching is None
+        if event.outcome == ReportOutcome.CONFIRMED and still_master:
+            actions += self._adopt_sync_state_set(event.sync_state_set, event.sync_state_set_epoch)
+        elif event.outcome == ReportOutcome.UNKNOWN and still_master and self.queued_proposal is None:
+            self.retry_proposal = sent.proposal
+        queued, self.queued_proposal = self.queued_proposal, None
+        if queued is not None and self._may_report():
+            actions += self._send(queued)
+        return actions
+
+    # -- HA session facts ------------------------------------------------------------------------
+
+    def _handshake_seen(self, master_epoch: int) -> list[Action]:
+        if self.role != Role.SLAVE or master_epoch == self.master_epoch:
+            return []
+        return [RejectMaster(master_epoch, self.master_epoch), PollReplicaInfo()]
+
+    # -- snapshot for status/logs ----------------------------------------------------------------
+
+    def snapshot(self) -> dict:
+        return {"role": self.role.value, "broker_id": self.broker_id, "master_epoch": self.master_epoch,
+                "master_broker_id": self.master_broker_id, "master_address": self.master_address,
+                "sync_state_set": sorted(self.sync_state_set), "sync_state_set_epoch": self.sync_state_set_epoch,
+                "registered": self.registered, "stopped": self.stopped, "writable": self.writable,
+                "switching": repr(self.switching) if self.switching else None,
+                "report_in_flight": sorted(self.report_in_flight.proposal) if self.report_in_flight else None,
+                "new_term_for": self.new_term_for}

@@ -1,0 +1,301 @@
+"""The broker role machine, transition by transition (tables), pure: no IO, no clock.
+
+Each row starts from a named state, applies inputs with store facts, and checks the actions and the
+resulting (role, master epoch, master, SyncStateSet, in-flight report).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from rocketray.broker.role import (
+    ApplySyncStateSet, BecomeMaster, BecomeSlave, Bootstrap, ElectAnswered, HandshakeSeen, IdAssigned,
+    MasterInfo, NewTermAnswered, PollReplicaInfo, Registered, RejectMaster, ReplicaInfoPolled,
+    ReportAnswered, ReportOutcome, ReportSyncStateSet, RequestElection, RequestNewTerm, Role,
+    RoleChangeNotified, RoleMachine, SendHeartbeat, SetWritable, ShrinkChecked, Stopped, StoreFacts,
+    SwitchDone, SyncStateSetProposed,
+)
+
+A1, A2, A3 = "h:1", "h:2", "h:3"
+ADDR = {1: A1, 2: A2, 3: A3}
+F0 = StoreFacts(last_epoch=-1, max_offset=0)
+
+
+def info(master: int | None, epoch: int, sss=(), sss_epoch: int = 0) -> MasterInfo:
+    return MasterInfo(master, ADDR.get(master) if master else None, epoch, sss_epoch, frozenset(sss))
+
+
+def fresh(me: int = 1) -> RoleMachine:
+    m = RoleMachine(ADDR[me])
+    assert m.step(IdAssigned(me)) == []
+    return m
+
+
+def master(me: int = 1, epoch: int = 1, sss=(1,), sss_epoch: int = 1) -> RoleMachine:
+    """Registered, master of ``epoch`` with the confirmed set ``sss``."""
+    m = fresh(me)
+    assert m.step(Registered(info(me, epoch, sss, sss_epoch)), StoreFacts(epoch - 1)) == [
+        BecomeMaster(epoch, False, frozenset(sss), sss_epoch)]
+    assert m.step(SwitchDone(True)) == [ApplySyncStateSet(frozenset(sss), sss_epoch), SetWritable(True)]
+    return m
+
+
+def slave(me: int = 2, of: int = 1, epoch: int = 1) -> RoleMachine:
+    m = fresh(me)
+    assert m.step(Registered(info(of, epoch, (of,), 1))) == [BecomeSlave(ADDR[of], epoch, of, False)]
+    assert m.step(SwitchDone(True)) == []
+    return m
+
+
+def view(m: RoleMachine) -> tuple:
+    return (m.role, m.master_epoch, m.master_broker_id, m.sync_state_set, m.sync_state_set_epoch)
+
+
+# ------------------------------------------------------------------------------ start and roles
+
+
+def test_fresh_machine_is_fenced_with_no_role():
+    m = fresh()
+    assert (m.role, m.master_epoch, m.fenced, m.writable, m.running) == (Role.NONE, 0, True, False, False)
+
+
+def test_register_without_master_then_bootstrap_elects():
+    m = fresh()
+    assert m.step(Registered(info(None, 0))) == []
+    assert m.registered and m.fenced
+    assert m.step(Bootstrap()) == [SendHeartbeat(), RequestElection()]
+    assert m.step(ElectAnswered(None)) == [] and m.fenced       # nobody electable yet
+    assert m.step(ElectAnswered(info(1, 1, (1,), 1))) == [BecomeMaster(1, False, frozenset({1}), 1)]
+    assert not m.writable, "fenced while the switch is pending"
+    assert m.step(SwitchDone(True)) == [ApplySyncStateSet(frozenset({1}), 1), SetWritable(True)]
+    assert view(m) == (Role.MASTER, 1, 1, {1}, 1) and m.running and m.writable
+
+
+def test_bootstrap_when_master_known_only_heartbeats():
+    assert slave().step(Bootstrap()) == [SendHeartbeat()]
+
+
+def test_register_names_another_master():
+    m = slave(me=2, of=1, epoch=1)
+    assert view(m) == (Role.SLAVE, 1, 1, frozenset(), 0) and m.running and not m.writable
+
+
+@pytest.mark.parametrize("source", [RoleChangeNotified, ReplicaInfoPolled, Registered])
+@pytest.mark.parametrize("epoch", [0, 1])
+def test_equal_or_older_epoch_is_ignored_by_a_master(source, epoch):
+    """Fix 7 (master part): the master acts only on a strictly newer epoch."""
+    m = master(epoch=1)
+    before = view(m)
+    assert m.step(source(info(2, epoch, (2,), 5))) == []
+    assert view(m) == before and m.writable
+
+
+@pytest.mark.parametrize("epoch", [0, 1])
+def test_equal_or_older_epoch_is_ignored_by_a_slave(epoch):
+    m = slave(me=3, of=1, epoch=1)
+    assert m.step(RoleChangeNotified(info(2, epoch, (2,), 5))) == []
+    assert view(m)[:3] == (Role.SLAVE, 1, 1)
+
+
+def test_notification_without_master_is_ignored():
+    m = slave()
+    assert m.step(RoleChangeNotified(info(None, 7))) == [] and m.master_epoch == 1
+
+
+def test_master_demoted_by_newer_epoch():
+    m = master(epoch=1, sss=(1, 2), sss_epoch=2)
+    assert m.step(RoleChangeNotified(info(2, 2, (2,), 3))) == [BecomeSlave(A2, 2, 2, False), SetWritable(False)]
+    assert m.step(SwitchDone(True)) == []
+    assert view(m)[:3] == (Role.SLAVE, 2, 2) and not m.writable
+
+
+def test_slave_promoted_by_newer_epoch():
+    m = slave(me=2, of=1, epoch=1)
+    assert m.step(RoleChangeNotified(info(2, 2, (2,), 3)), StoreFacts(1)) == [
+        BecomeMaster(2, False, frozenset({2}), 3)]
+    assert m.step(SwitchDone(True)) == [ApplySyncStateSet(frozenset({2}), 3), SetWritable(True)]
+    assert view(m) == (Role.MASTER, 2, 2, {2}, 3)
+
+
+def test_same_master_new_epoch_is_a_same_switch():
+    """The re-elected master only starts a new epoch; a slave of the same master only moves its epoch."""
+    m = master(epoch=1)
+    assert m.step(ReplicaInfoPolled(info(1, 3, (1,), 4)), StoreFacts(1)) == [
+        BecomeMaster(3, True, frozenset({1}), 4), SetWritable(False)]
+    assert m.step(SwitchDone(True)) == [ApplySyncStateSet(frozenset({1}), 4), SetWritable(True)]
+    s = slave(me=2, of=1, epoch=1)
+    assert s.step(ReplicaInfoPolled(info(1, 3, (1,), 4))) == [BecomeSlave(A1, 3, 1, True)]
+    assert s.step(SwitchDone(True)) == [] and s.master_epoch == 3
+
+
+@pytest.mark.parametrize("ok", [False])
+def test_refused_switch_records_nothing_and_is_retried(ok):
+    m = slave(me=2, of=1, epoch=1)
+    n = RoleChangeNotified(info(2, 2, (2,), 3))
+    assert m.step(n, StoreFacts(1)) == [BecomeMaster(2, False, frozenset({2}), 3)]
+    assert m.step(SwitchDone(ok)) == []
+    assert view(m) == (Role.SLAVE, 1, 1, frozenset(), 0)
+    assert m.step(n, StoreFacts(1)) == [BecomeMaster(2, False, frozenset({2}), 3)]  # the retry
+
+
+def test_one_switch_at_a_time():
+    m = slave(me=2, of=1, epoch=1)
+    assert m.step(RoleChangeNotified(info(3, 2, (3,), 3))) == [BecomeSlave(A3, 2, 3, False)]
+    assert m.step(RoleChangeNotified(info(2, 3, (2,), 4)), StoreFacts(1)) == []  # dropped; polling retries
+    assert m.step(SwitchDone(True)) == [] and (m.master_epoch, m.master_broker_id) == (2, 3)
+    assert m.step(SwitchDone(True)) == [] and m.master_epoch == 2  # a stray result changes nothing
+
+
+def test_poll_with_no_master_at_newer_epoch_asks_for_election():
+    m = slave(me=2, of=1, epoch=1)
+    assert m.step(ReplicaInfoPolled(info(None, 2))) == [RequestElection()]
+    assert m.step(ReplicaInfoPolled(info(None, 1))) == []
+
+
+def test_poll_at_my_master_epoch_adopts_a_newer_sync_state_set_only():
+    m = master(epoch=1, sss=(1, 2, 3), sss_epoch=2)
+    assert m.step(ReplicaInfoPolled(info(1, 1, (1, 3), 3))) == [ApplySyncStateSet(frozenset({1, 3}), 3)]
+    assert m.step(ReplicaInfoPolled(info(1, 1, (1, 2), 2))) == []
+    assert m.sync_state_set == {1, 3}
+
+
+# ------------------------------------------------------------------------------ #9689 restart
+
+
+def test_restarted_before_controller_noticed_asks_for_a_new_term():
+    """The controller still names me master of epoch 1, a term in my epoch file this process does not
+    hold: never resume it; heartbeat and ask for a new term, then follow the new election."""
+    m = fresh(me=1)
+    facts = StoreFacts(last_epoch=1, max_offset=100)
+    assert m.step(Registered(info(1, 1, (1, 2, 3), 2)), facts) == [SendHeartbeat(), RequestNewTerm(1)]
+    assert m.role == Role.NONE and m.fenced and m.new_term_for == 1
+    assert m.step(Bootstrap(), facts) == [SendHeartbeat()], "no second election while the new term is asked"
+    assert m.step(ReplicaInfoPolled(info(1, 1, (1, 2, 3), 2)), facts) == []  # same old term: asked already
+    assert m.step(NewTermAnswered(1, info(2, 2, (2,), 3)), facts) == [BecomeSlave(A2, 2, 2, False)]
+    assert m.step(SwitchDone(True)) == [] and view(m)[:3] == (Role.SLAVE, 2, 2)
+
+
+def test_new_term_won_by_the_restarted_master_itself():
+    m = fresh(me=1)
+    facts = StoreFacts(last_epoch=1)
+    assert m.step(RoleChangeNotified(info(1, 1, (1,), 1)), facts) == [SendHeartbeat(), RequestNewTerm(1)]
+    assert m.step(NewTermAnswered(1, info(1, 2, (1,), 2)), facts) == [BecomeMaster(2, False, frozenset({1}), 2)]
+
+
+@pytest.mark.parametrize("answer", [None, info(1, 1, (1,), 1)])
+def test_refused_or_stale_new_term_is_asked_again_later(answer):
+    m = fresh(me=1)
+    m.step(Registered(info(1, 1, (1,), 1)), StoreFacts(1))
+    assert m.step(NewTermAnswered(1, answer), StoreFacts(1)) == [] and m.new_term_for is None
+    assert m.step(ReplicaInfoPolled(info(1, 1, (1,), 1)), StoreFacts(1)) == [SendHeartbeat(), RequestNewTerm(1)]
+
+
+def test_sitting_master_is_not_a_restart():
+    """A master re-elected while it sits (its epoch is in its file because it wrote it) just goes on."""
+    m = master(epoch=1)
+    assert m.step(RoleChangeNotified(info(1, 2, (1,), 2)), StoreFacts(last_epoch=2)) == [
+        BecomeMaster(2, True, frozenset({1}), 2), SetWritable(False)]
+
+
+# ------------------------------------------------------------------------------ SyncStateSet reports
+
+
+def test_proposal_reported_and_applied_only_when_confirmed():
+    m = master(epoch=1)
+    assert m.step(SyncStateSetProposed(frozenset({1, 2}))) == [ReportSyncStateSet(frozenset({1, 2}), 1, 1)]
+    assert m.sync_state_set == {1}
+    assert m.step(ReportAnswered(ReportOutcome.CONFIRMED, frozenset({1, 2}), 2)) == [
+        ApplySyncStateSet(frozenset({1, 2}), 2)]
+    assert m.report_in_flight is None and m.sync_state_set == {1, 2}
+
+
+def test_one_report_in_flight_latest_queued_proposal_wins():
+    m = master(epoch=1)
+    assert m.step(SyncStateSetProposed(frozenset({1, 2}))) == [ReportSyncStateSet(frozenset({1, 2}), 1, 1)]
+    assert m.step(SyncStateSetProposed(frozenset({1, 2, 3}))) == []
+    assert m.step(ShrinkChecked(frozenset({1, 3}))) == []
+    assert m.queued_proposal == {1, 3}
+    assert m.step(ReportAnswered(ReportOutcome.CONFIRMED, frozenset({1, 2}), 2)) == [
+        ApplySyncStateSet(frozenset({1, 2}), 2), ReportSyncStateSet(frozenset({1, 3}), 1, 2)]
+
+
+def test_queued_proposal_equal_to_the_confirmed_set_is_dropped():
+    m = master(epoch=1)
+    m.step(SyncStateSetProposed(frozenset({1, 2})))
+    m.step(SyncStateSetProposed(frozenset({1, 2})))
+    assert m.step(ReportAnswered(ReportOutcome.CONFIRMED, frozenset({1, 2}), 2)) == [
+        ApplySyncStateSet(frozenset({1, 2}), 2)]
+    assert m.report_in_flight is None and m.queued_proposal is None
+
+
+def test_refused_report_is_dropped_unknown_one_retried_at_next_check():
+    m = master(epoch=1)
+    m.step(SyncStateSetProposed(frozenset({1, 2})))
+    assert m.step(ReportAnswered(ReportOutcome.REFUSED)) == [] and m.sync_state_set == {1}
+    assert m.step(ShrinkChecked(frozenset({1}))) == []
+    m.step(SyncStateSetProposed(frozenset({1, 2})))
+    assert m.step(ReportAnswered(ReportOutcome.UNKNOWN)) == [] and m.retry_proposal == {1, 2}
+    assert m.step(ShrinkChecked(frozenset({1}))) == [ReportSyncStateSet(frozenset({1, 2}), 1, 1)]
+
+
+def test_shrink_check_reports_only_a_change():
+    m = master(epoch=1, sss=(1, 2, 3), sss_epoch=2)
+    assert m.step(ShrinkChecked(frozenset({1, 2, 3}))) == []
+    assert m.step(ShrinkChecked(frozenset({2}))) == [ReportSyncStateSet(frozenset({1, 2}), 1, 2)]  # me added
+
+
+def test_answer_for_an_old_term_is_not_applied():
+    """Demoted while the report was in flight: the confirmed set belongs to the old term."""
+    m = master(epoch=1)
+    m.step(SyncStateSetProposed(frozenset({1, 2})))
+    m.step(RoleChangeNotified(info(2, 2, (2,), 5)))
+    m.step(SwitchDone(True))
+    assert m.step(ReportAnswered(ReportOutcome.CONFIRMED, frozenset({1, 2}), 2)) == []
+    assert m.sync_state_set == {1} and m.role == Role.SLAVE
+
+
+def test_old_report_in_flight_holds_back_the_next_term_until_answered():
+    """Re-elected at a new epoch while a report of the old epoch is in flight: still one in flight."""
+    m = master(epoch=1)
+    m.step(SyncStateSetProposed(frozenset({1, 2})))
+    m.step(ReplicaInfoPolled(info(1, 2, (1,), 2)), StoreFacts(1))
+    m.step(SwitchDone(True))
+    assert m.step(SyncStateSetProposed(frozenset({1, 3}))) == []
+    assert m.step(ReportAnswered(ReportOutcome.CONFIRMED, frozenset({1, 2}), 3)) == [
+        ReportSyncStateSet(frozenset({1, 3}), 2, 2)]
+
+
+@pytest.mark.parametrize("make", [lambda: slave(), lambda: fresh()])
+def test_non_master_never_reports(make):
+    m = make()
+    assert m.step(SyncStateSetProposed(frozenset({1, 2}))) == [] and m.step(ShrinkChecked(frozenset({2}))) == []
+
+
+def test_stopped_master_is_fenced_and_never_reports():
+    m = master(epoch=1, sss=(1, 2, 3), sss_epoch=2)
+    assert m.step(Stopped()) == [SetWritable(False)]
+    assert m.step(SyncStateSetProposed(frozenset({1}))) == [] and m.report_in_flight is None
+    assert m.step(RoleChangeNotified(info(2, 2, (2,), 3))) == [] and m.fenced
+
+
+# ------------------------------------------------------------------------------ handshake epoch
+
+
+def test_slave_rejects_a_master_handshake_at_another_epoch():
+    m = slave(me=2, of=1, epoch=3)
+    assert m.step(HandshakeSeen(3)) == []
+    assert m.step(HandshakeSeen(2)) == [RejectMaster(2, 3), PollReplicaInfo()]
+    assert m.step(HandshakeSeen(4)) == [RejectMaster(4, 3), PollReplicaInfo()]
+    assert master().step(HandshakeSeen(9)) == []
+
+
+def test_master_info_from_controller_answers():
+    from rocketray.controller.api import Response
+
+    elect = Response(0, {"master_broker_id": 2, "master_address": A2, "master_epoch": 4, "sync_state_set_epoch": 5},
+                     {"sync_state_set": [2], "sync_state_set_epoch": 5})
+    poll = Response(0, {"master_broker_id": None, "master_address": None, "master_epoch": 3},
+                    {"sync_state_set": [1, 2], "sync_state_set_epoch": 6})
+    assert MasterInfo.from_response(elect) == MasterInfo(2, A2, 4, 5, frozenset({2}))
+    assert MasterInfo.from_response(poll) == MasterInfo(None, None, 3, 6, frozenset({1, 2}))
+    assert not MasterInfo.from_response(poll).names_master
