@@ -57,7 +57,7 @@ __all__ = [
     "HandshakeSeen", "Stopped", "Input",
     "BecomeMaster", "BecomeSlave", "ApplySyncStateSet", "ReportSyncStateSet", "SendHeartbeat",
     "RequestElection", "RequestNewTerm", "PollReplicaInfo", "RejectMaster", "SetWritable", "Action",
-    "RoleMachine",
+    "RoleMachine", "acts_on_epoch", "is_term_from_before_restart",
 ]
 
 
@@ -301,6 +301,21 @@ Action = Union[BecomeMaster, BecomeSlave, ApplySyncStateSet, ReportSyncStateSet,
 
 
 # ---------------------------------------------------------------------------------------------
+# The rules a simulator test reverts (module functions, looked up at call time)
+
+
+def acts_on_epoch(new_epoch: int, held_epoch: int) -> bool:
+    """A controller view is acted on only for a strictly newer master epoch (reference 19)."""
+    return new_epoch > held_epoch
+
+
+def is_term_from_before_restart(sitting: bool, epoch: int, last_epoch: int) -> bool:
+    """Named master of ``epoch`` while not holding it, and ``epoch`` is already in the epoch file:
+    this broker held that term before a restart (#9689)."""
+    return not sitting and epoch <= last_epoch
+
+
+# ---------------------------------------------------------------------------------------------
 # The machine
 
 
@@ -401,7 +416,7 @@ class RoleMachine:
     def _polled(self, info: MasterInfo, facts: StoreFacts) -> list[Action]:
         """Reference 10.7: a newer epoch is followed (or, with no master, an election is asked
         for); at my own master epoch a newer SyncStateSet is adopted."""
-        if info.master_epoch > self.master_epoch and not info.names_master:
+        if acts_on_epoch(info.master_epoch, self.master_epoch) and not info.names_master:
             return [] if self.switching is not None else [RequestElection()]
         if (info.master_epoch == self.master_epoch and self.is_master and self.switching is None
                 and info.master_broker_id == self.broker_id):
@@ -417,13 +432,14 @@ class RoleMachine:
 
     def _follow(self, info: MasterInfo, facts: StoreFacts) -> list[Action]:
         """Act on a controller view naming a master: only for a strictly newer epoch."""
-        if not info.names_master or info.master_epoch <= self.master_epoch or self.switching is not None:
+        if (not info.names_master or not acts_on_epoch(info.master_epoch, self.master_epoch)
+                or self.switching is not None):
             return []
         assert self.broker_id is not None, "a role needs the broker id"
         epoch = info.master_epoch
         if info.master_broker_id == self.broker_id:
             sitting = self.is_master
-            if not sitting and epoch <= facts.last_epoch:
+            if is_term_from_before_restart(sitting, epoch, facts.last_epoch):
                 # A term from before a restart (#9689): never resume it; ask for a new one.
                 if self.new_term_for is not None and self.new_term_for >= epoch:
                     return []

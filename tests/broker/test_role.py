@@ -299,3 +299,12 @@ def test_master_info_from_controller_answers():
     assert MasterInfo.from_response(elect) == MasterInfo(2, A2, 4, 5, frozenset({2}))
     assert MasterInfo.from_response(poll) == MasterInfo(None, None, 3, 6, frozenset({1, 2}))
     assert not MasterInfo.from_response(poll).names_master
+
+
+def test_reverting_the_strictly_newer_rule_is_caught(monkeypatch):
+    """The old rule (act on an equal epoch) re-switches a sitting master: this table catches it."""
+    from rocketray.broker import role
+
+    monkeypatch.setattr(role, "acts_on_epoch", lambda new, held: new >= held)
+    m = master(epoch=1)
+    assert m.step(RoleChangeNotified(info(2, 1, (2,), 5))) != []
