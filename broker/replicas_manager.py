@@ -1,47 +1,46 @@
-"""The broker's controller loop: ReplicasManager (reference §10, with §5.5 and §9.2).
+"""The broker's controller loop: ReplicasManager, a thin shell over the role machine (reference §10).
 
 Theory of operation. A broker starts *fenced* (no writes). ``start_basic_service_once`` walks the
 lifecycle ``INITIAL -> FIRST_TIME_SYNC_CONTROLLER_METADATA_DONE -> REGISTER_TO_CONTROLLER_DONE ->
-RUNNING``: find the controller leader, obtain the persistent broker id (``rocketray.broker.register``), send
-REGISTER_BROKER (which also tells the controller a changed address), heartbeat once, and then learn
-the master from the registration answer or by asking for a broker-triggered election. Only in
-RUNNING is the broker unfenced. After that, periodic steps keep it in line with the controller:
-heartbeats to every controller node, polling of the replica info (the safety net behind the
-controller's role-change notifications), and on the master the SyncStateSet shrink check.
+RUNNING``: find the controller leader, obtain the persistent broker id (``rocketray.broker.register``),
+send REGISTER_BROKER (which also tells the controller a changed address), heartbeat once, and learn
+the master from the registration answer or by asking for a broker-triggered election. After that,
+periodic steps keep it in line with the controller: heartbeats to every controller node, polling of
+the replica info (the safety net behind the controller's role-change notifications), and on the
+master the SyncStateSet shrink check.
 
-Role changes obey one rule: a change is acted on only for a master epoch *strictly* greater than
-the one the broker has (reference §19). And a broker never resumes a master term that is already in
-its own epoch file: that term began before this process started (the broker was killed and restarted
-before the controller noticed). Resuming it would continue a log the slaves may have diverged from
-(a crash can lose an unflushed tail they hold) and skip the election that picks the replica with the
-most data. Instead it heartbeats its progress and asks for a *new term* (``ElectMasterRequest.
-of_new_term``): the controller elects among the live SyncStateSet by (epoch, offset, priority) with no
-preference for the old master, and the winner, possibly this broker, starts a new epoch. SyncStateSet changes proposed by the HA service are reported
-to the controller and applied to the HA service only once the controller confirmed them, with the
-SSS epoch the controller returned (and again only if newer).
+Every decision about role, master epoch and SyncStateSet is taken by the pure
+:class:`rocketray.broker.role.RoleMachine` (strictly newer epochs only; a new term instead of
+resuming a term from before a restart; one SyncStateSet report in flight; see that module). This
+shell only turns controller answers, notifications and HA events into the machine's inputs, and
+executes the actions it returns, in order, on declared ports: :class:`ControllerClient`,
+:class:`HAPort` (built by ``ha_factory`` once the broker id is known), :class:`StorePort` and the
+registrar's :class:`rocketray.broker.register.IdentityStore`. It keeps no copy of role, epoch or
+membership; its views read the machine. Every input is applied under one lock, so actions of one
+input run before the next input is decided; a SyncStateSet report (a controller round trip) runs as
+a background task whose answer is a later input.
 
 Address convention (replaces reference §18 item 9, the nameserver detour): the address a broker
 registers with the controller *is its HA listening address* ``host:ha_port``. The controller's
 ``master_address`` is therefore directly what a slave's HA client connects to, and a broker that
 restarts on another port re-registers the new address (UpdateBrokerAddressEvent).
 
-Everything is injected: controller client, HA facade, store, identity files, clock and sleep. The
-one-shot ``*_once`` methods let tests drive the manager deterministically; ``start()`` schedules
-them on the running event loop. Step methods catch and log per step (this is a shell) except where
-a test wants to see the exception.
+The one-shot ``*_once`` methods let tests drive the manager deterministically; ``start()`` schedules
+them on the running event loop. Periodic steps catch and log per step (this is a shell).
 """
 
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import random
-from typing import Any, Awaitable, Callable, Iterable, Mapping
+from typing import Any, Awaitable, Callable, Iterable, Mapping, Protocol
 
+from rocketray.broker import role as rm
 from rocketray.broker.register import IdentityStore, Registrar, RegisterState
 from rocketray.broker.replicas_model import (ControllerCallError, ReplicasManagerConfig, Role, RoleChangeNotification,
-                                   State)
+                                             State, notification_from)
+from rocketray.broker.role import MasterInfo, RoleMachine, StoreFacts
 from rocketray.controller.api import (
     AlterSyncStateSetRequest,
     BrokerHeartbeatRequest,
@@ -52,59 +51,92 @@ from rocketray.controller.api import (
 )
 from rocketray.controller.codes import ResponseCode
 
-__all__ = ["ControllerCallError", "ReplicasManager", "ReplicasManagerConfig", "Role", "RoleChangeNotification",
-           "State"]
+__all__ = ["ControllerCallError", "ControllerClient", "EpochFileView", "HAPort", "ReplicasManager",
+           "ReplicasManagerConfig", "Role", "RoleChangeNotification", "State", "StorePort"]
 
 log = logging.getLogger(__name__)
 
 
-async def _maybe_await(value: Any) -> Any:
-    if inspect.isawaitable(value):
-        return await value
-    return value
+# ---------------------------------------------------------------------------------------------
+# Ports
 
 
-def _attr(obj: Any, name: str) -> Any:
-    """A store/epoch-file value that may be a property or a zero-argument method."""
-    v = getattr(obj, name)
-    return v() if callable(v) else v
+class ControllerClient(Protocol):
+    """How the broker reaches the controller (``rocketray.actors.controller_client.AsyncControllerClient``)."""
+
+    async def call(self, request: object, address: str | None = None) -> Response:
+        """Send to ``address`` (the believed leader); raises on transport failure."""
+
+    async def heartbeat(self, request: BrokerHeartbeatRequest) -> None:
+        """Heartbeat every controller node (liveness is per node)."""
+
+    async def metadata(self) -> list[Mapping[str, Any]]:
+        """Every reachable controller node's metadata, each with ``"leader_address"`` (None if unknown)."""
+
+
+class HAPort(Protocol):
+    """What the manager asks of the HA service (``rocketray.ha.service.HAService``)."""
+
+    async def change_to_master(self, epoch: int) -> bool:
+        """Become master of ``epoch`` (cut the torn tail, start the epoch); False if refused."""
+
+    async def change_to_master_same(self, epoch: int) -> bool:
+        """Already master: only start ``epoch``; False if refused."""
+
+    async def change_to_slave(self, master_ha_address: str, epoch: int) -> bool:
+        """Replicate from ``master_ha_address`` at the controller's ``epoch``; False if refused."""
+
+    def set_sync_state_set(self, ids: Iterable[int]) -> None:
+        """The controller confirmed this SyncStateSet."""
+
+    def add_sss_listener(self, cb: Callable[[frozenset[int]], object]) -> None:
+        """``cb(proposal)`` on an expand or a member's connection loss."""
+
+    def maybe_shrink_sync_state_set(self, now_ms: int) -> Iterable[int]:
+        """The shrink check's candidate set."""
+
+
+class EpochFileView(Protocol):
+    def last_epoch(self) -> int: ...
+
+
+class StorePort(Protocol):
+    """The store facts the manager reads (``rocketray.broker.store.MessageStore``)."""
+
+    @property
+    def max_offset(self) -> int: ...
+
+    @property
+    def confirm_offset(self) -> int: ...
+
+    @property
+    def epoch_file(self) -> EpochFileView: ...
+
+
+HAFactory = Callable[[int], Awaitable[HAPort]]
+
+
+# ---------------------------------------------------------------------------------------------
+# The shell
 
 
 class ReplicasManager:
-    """One broker replica's controller-facing loop. See the module docstring.
-
-    Collaborators:
-      * ``controller_client``: ``async call(request, address=None) -> Response`` (raises an exception
-        carrying ``retriable`` on transport failure); ``async heartbeat(request)`` (to every controller
-        node, errors swallowed or raised - both are fine); and either ``async metadata(address) -> dict``
-        (asked for each of ``controller_addresses``) or ``async metadata() -> list[dict]`` (one dict
-        per reachable node), each dict with ``"leader_address"`` (None or "" if no leader known).
-      * ``ha`` (``rocketray.ha.service.HAService``): ``change_to_master(epoch)``, ``change_to_master_same(epoch)``,
-        ``change_to_slave(master_ha_address, epoch)`` (each may return False = refused, then the epoch
-        is not recorded and the next poll retries), ``set_sync_state_set(ids)``, ``add_sss_listener(cb)``,
-        ``maybe_shrink_sync_state_set(now_ms) -> set``; each may be sync or async. The HA service
-        needs the broker id, which is known only after registration: pass ``ha_factory(broker_id)``
-        (sync or async, returns the started service) instead of ``ha`` and it is called once, before
-        REGISTER_BROKER; or pass ``ha`` with an optional ``set_broker_id(id)``.
-      * ``store``: ``max_offset``, ``confirm_offset`` and ``epoch_file.last_epoch`` (attribute or method).
-      * ``identity``: an :class:`rocketray.broker.register.IdentityStore`.
-    """
+    """One broker replica's controller-facing loop. See the module docstring."""
 
     def __init__(self, *, cluster_name: str, broker_name: str, broker_address: str,
-                 controller_client: Any, store: Any, identity: IdentityStore, now_ms: Callable[[], int],
-                 ha: Any = None, ha_factory: Callable[[int], Any] | None = None,
-                 controller_addresses: Iterable[str] = (),
+                 controller_client: ControllerClient, store: StorePort, identity: IdentityStore,
+                 now_ms: Callable[[], int], ha_factory: HAFactory,
                  config: ReplicasManagerConfig | None = None,
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None,
+                 controller_addresses: Iterable[str] = ()) -> None:
+        """``controller_addresses`` is accepted for old callers and unused (the client fans out)."""
         assert broker_address and ":" in broker_address, "broker_address must be the HA address host:port"
         self.cluster_name = cluster_name
         self.broker_name = broker_name
         self.broker_address = broker_address
-        self.controller_addresses = list(controller_addresses)  # for a per-address metadata(address)
         self.client = controller_client
-        assert (ha is None) != (ha_factory is None), "give exactly one of ha and ha_factory"
-        self.ha = ha
+        self.ha: HAPort | None = None
         self.ha_factory = ha_factory
         self.store = store
         self.now_ms = now_ms
@@ -112,22 +144,42 @@ class ReplicasManager:
         self._sleep = sleep
         self._rng = rng or random.Random()
         self.registrar = Registrar(cluster_name, broker_name, broker_address, identity, now_ms)
-
+        self.machine = RoleMachine(broker_address)
         self.state = State.INITIAL
-        self.role = Role.SLAVE
-        self.broker_id: int | None = None
-        self.master_broker_id: int | None = None
-        self.master_address = ""
-        self.master_epoch = 0
-        self.sync_state_set: frozenset[int] = frozenset()
-        self.sync_state_set_epoch = 0
         self.controller_leader_address: str | None = None
+        self._lock = asyncio.Lock()
+        self._periodic: list[asyncio.Task] = []
+        self._background: set[asyncio.Task] = set()
 
-        self._role_lock = asyncio.Lock()
-        self._tasks: list[asyncio.Task] = []
-        self._listener_added = False
+    # ---------------------------------------------------------------- views (read the machine)
 
-    # ---------------------------------------------------------------- views
+    @property
+    def broker_id(self) -> int | None:
+        return self.machine.broker_id
+
+    @property
+    def role(self) -> Role:
+        return self.machine.role
+
+    @property
+    def master_epoch(self) -> int:
+        return self.machine.master_epoch
+
+    @property
+    def master_broker_id(self) -> int | None:
+        return self.machine.master_broker_id
+
+    @property
+    def master_address(self) -> str:
+        return self.machine.master_address
+
+    @property
+    def sync_state_set(self) -> frozenset[int]:
+        return self.machine.sync_state_set
+
+    @property
+    def sync_state_set_epoch(self) -> int:
+        return self.machine.sync_state_set_epoch
 
     @property
     def register_state(self) -> RegisterState:
@@ -135,51 +187,116 @@ class ReplicasManager:
 
     @property
     def fenced(self) -> bool:
-        """True until the manager is RUNNING (registered, master known): the broker must not write."""
-        return self.state != State.RUNNING
+        """True until RUNNING (registered, master known) and after stop: the broker must not write."""
+        return self.state != State.RUNNING or self.machine.fenced
 
     @property
     def writable(self) -> bool:
-        return not self.fenced and self.role == Role.SYNC_MASTER
+        return self.state == State.RUNNING and self.machine.writable
+
+    @property
+    def _tasks(self) -> list[asyncio.Task]:
+        """Every task the manager runs (periodic and background)."""
+        return [*self._periodic, *self._background]
 
     def status(self) -> dict:
+        m = self.machine
         return {
             "state": self.state.name, "register_state": self.register_state.name, "fenced": self.fenced,
-            "broker_id": self.broker_id, "broker_address": self.broker_address, "role": self.role.name,
-            "master_broker_id": self.master_broker_id, "master_address": self.master_address,
-            "master_epoch": self.master_epoch, "sync_state_set": sorted(self.sync_state_set),
-            "sync_state_set_epoch": self.sync_state_set_epoch,
+            "broker_id": m.broker_id, "broker_address": self.broker_address, "role": m.role.name,
+            "master_broker_id": m.master_broker_id, "master_address": m.master_address,
+            "master_epoch": m.master_epoch, "sync_state_set": sorted(m.sync_state_set),
+            "sync_state_set_epoch": m.sync_state_set_epoch,
             "controller_leader_address": self.controller_leader_address,
+            "report_in_flight": sorted(m.report_in_flight.proposal) if m.report_in_flight else None,
         }
+
+    # ---------------------------------------------------------------- machine driving
+
+    def _facts(self) -> StoreFacts:
+        return StoreFacts(int(self.store.epoch_file.last_epoch()), int(self.store.max_offset))
+
+    async def _feed(self, event: rm.Input) -> None:
+        """Apply ``event`` and execute its actions (and the inputs they produce) under the lock."""
+        async with self._lock:
+            pending: list[rm.Input] = [event]
+            while pending:
+                actions = self.machine.step(pending.pop(0), self._facts())
+                for action in actions:
+                    follow_up = await self._execute(action)
+                    if follow_up is not None:
+                        pending.append(follow_up)
+
+    async def _execute(self, action: rm.Action) -> rm.Input | None:
+        """One action on the ports; returns the input it produces, if any."""
+        if isinstance(action, (rm.BecomeMaster, rm.BecomeSlave)):
+            return await self._switch(action)
+        if isinstance(action, rm.ApplySyncStateSet):
+            assert self.ha is not None
+            self.ha.set_sync_state_set(set(action.members))
+            log.info("sync state set confirmed: group=%s set=%s epoch=%s", self.broker_name,
+                     sorted(action.members), action.epoch)
+            return None
+        if isinstance(action, rm.ReportSyncStateSet):
+            self._spawn(self._report(action))
+            return None
+        if isinstance(action, rm.SendHeartbeat):
+            try:
+                await self.client.heartbeat(self.heartbeat_request())
+            except Exception as exc:  # noqa: BLE001 - the next periodic heartbeat retries
+                log.info("heartbeat failed: group=%s error=%r", self.broker_name, exc)
+            return None
+        if isinstance(action, rm.RequestElection):
+            return await self._elect()
+        if isinstance(action, rm.RequestNewTerm):
+            return await self._new_term(action.old_epoch)
+        if isinstance(action, rm.PollReplicaInfo):
+            return await self._poll()
+        if isinstance(action, rm.RejectMaster):
+            log.warning("master handshake at epoch %s, controller said %s: group=%s", action.master_epoch,
+                        action.expected_epoch, self.broker_name)
+            return None
+        if isinstance(action, rm.SetWritable):
+            log.info("writable=%s: group=%s broker_id=%s role=%s epoch=%s", action.writable, self.broker_name,
+                     self.broker_id, self.role.name, self.master_epoch)
+            return None
+        raise TypeError(f"unknown role action {action!r}")
+
+    async def _switch(self, action: rm.BecomeMaster | rm.BecomeSlave) -> rm.Input:
+        assert self.ha is not None
+        try:
+            if isinstance(action, rm.BecomeMaster):
+                ok = await (self.ha.change_to_master_same(action.epoch) if action.same
+                            else self.ha.change_to_master(action.epoch))
+            else:
+                ok = await self.ha.change_to_slave(action.master_address, action.epoch)
+        except BaseException:
+            # the switch failed: nothing is recorded, the next notification or poll retries it
+            self.machine.step(rm.SwitchDone(False), self._facts())
+            raise
+        if ok:
+            log.info("role switch done: group=%s broker_id=%s %r", self.broker_name, self.broker_id, action)
+        else:
+            log.warning("HA refused role switch: group=%s broker_id=%s %r", self.broker_name, self.broker_id,
+                        action)
+        return rm.SwitchDone(bool(ok))
+
+    def _spawn(self, coro: Awaitable[Any]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def settle(self) -> None:
+        """Wait until no background work (queued inputs, the SyncStateSet report in flight) is left."""
+        while self._background:
+            await asyncio.gather(*list(self._background), return_exceptions=True)
 
     # ---------------------------------------------------------------- controller access
 
-    async def _controller_metadata(self) -> list[Mapping]:
-        """Every reachable node's metadata: ``metadata(address)`` per node, or one ``metadata()``
-        returning a list (a client that fans out itself, like actors.controller_client)."""
-        fn = self.client.metadata
-        try:
-            per_address = bool(inspect.signature(fn).parameters)
-        except (TypeError, ValueError):
-            per_address = True
-        if not per_address:
-            got = await fn()
-            return [got] if isinstance(got, Mapping) else [md for md in (got or []) if md]
-        out = []
-        for address in self.controller_addresses:
-            try:
-                md = await fn(address)
-            except Exception as exc:
-                log.info("controller metadata failed: address=%s error=%r", address, exc)
-                continue
-            if md:
-                out.append(md)
-        return out
-
     async def sync_controller_metadata_once(self) -> bool:
         """Ask the controller nodes who leads; the first non-empty answer wins."""
-        for md in await self._controller_metadata():
-            leader = md.get("leader_address") or md.get("controller_leader_address")
+        for md in await self.client.metadata():
+            leader = md.get("leader_address")
             if leader:
                 self.controller_leader_address = leader
                 return True
@@ -189,6 +306,7 @@ class ReplicasManager:
         """Send to the leader; follow one NOT_LEADER hint; forget the leader on transport failure."""
         if not self.controller_leader_address and not await self.sync_controller_metadata_once():
             raise ControllerCallError("no controller leader known", retriable=True)
+        resp: Response | None = None
         for _ in range(2):
             try:
                 resp = await self.client.call(request, address=self.controller_leader_address)
@@ -202,7 +320,72 @@ class ReplicasManager:
                 self.controller_leader_address = None
                 return resp
             self.controller_leader_address = hint
+        assert resp is not None
         return resp
+
+    async def _elect(self) -> rm.ElectAnswered:
+        """brokerElect (§10.3): SUCCESS and MASTER_STILL_EXIST both name the master."""
+        assert self.broker_id is not None
+        try:
+            resp = await self._call(ElectMasterRequest.of_broker_trigger(self.cluster_name, self.broker_name,
+                                                                         self.broker_id))
+        except Exception as exc:  # noqa: BLE001 - the next pass or poll asks again
+            log.info("broker elect failed: group=%s error=%r", self.broker_name, exc)
+            return rm.ElectAnswered(None)
+        if resp.code not in (ResponseCode.SUCCESS, ResponseCode.CONTROLLER_MASTER_STILL_EXIST):
+            log.info("broker elect: no master: group=%s code=%s %s", self.broker_name, resp.code, resp.remark)
+            return rm.ElectAnswered(None)
+        return rm.ElectAnswered(MasterInfo.from_response(resp))
+
+    async def _new_term(self, old_epoch: int) -> rm.NewTermAnswered:
+        assert self.broker_id is not None
+        log.warning("not resuming master epoch %s from before a restart: group=%s broker_id=%s; asking for a "
+                    "new term", old_epoch, self.broker_name, self.broker_id)
+        try:
+            resp = await self._call(ElectMasterRequest.of_new_term(self.cluster_name, self.broker_name,
+                                                                   self.broker_id))
+        except Exception as exc:  # noqa: BLE001 - the next poll asks again
+            log.info("new term request failed: group=%s error=%r", self.broker_name, exc)
+            return rm.NewTermAnswered(old_epoch, None)
+        if resp.code != ResponseCode.SUCCESS:
+            log.info("new term refused: group=%s code=%s %s", self.broker_name, resp.code, resp.remark)
+            return rm.NewTermAnswered(old_epoch, None)
+        return rm.NewTermAnswered(old_epoch, MasterInfo.from_response(resp))
+
+    async def _poll(self) -> rm.Input | None:
+        """GET_REPLICA_INFO (§10.7); the controller lost the set's metadata -> register again."""
+        resp = await self._call(GetReplicaInfoRequest(self.broker_name))
+        if resp.code == ResponseCode.CONTROLLER_BROKER_METADATA_NOT_EXIST:
+            log.warning("controller lost broker-set metadata; re-registering: group=%s", self.broker_name)
+            return await self._register_call()
+        if not resp.ok:
+            log.info("get replica info failed: group=%s code=%s %s", self.broker_name, resp.code, resp.remark)
+            return None
+        return rm.ReplicaInfoPolled(MasterInfo.from_response(resp))
+
+    async def _report(self, action: rm.ReportSyncStateSet) -> None:
+        """doReportSyncStateSetChanged: ALTER_SYNC_STATE_SET; the answer goes back to the machine."""
+        assert self.broker_id is not None
+        req = AlterSyncStateSetRequest(self.broker_name, self.broker_id, action.master_epoch, action.proposal,
+                                       action.sync_state_set_epoch, invoke_time_ms=self.now_ms())
+        try:
+            resp = await self._call(req)
+        except Exception as exc:  # noqa: BLE001 - outcome unknown: the machine retries it later
+            log.info("alter sync state set failed: group=%s proposed=%s error=%r", self.broker_name,
+                     sorted(action.proposal), exc)
+            answer = rm.ReportAnswered(rm.ReportOutcome.UNKNOWN)
+        else:
+            if resp.ok:
+                body = resp.body or {}
+                answer = rm.ReportAnswered(rm.ReportOutcome.CONFIRMED,
+                                           frozenset(body.get("sync_state_set") or action.proposal),
+                                           int(body.get("sync_state_set_epoch",
+                                                        resp.header.get("new_sync_state_set_epoch", 0))))
+            else:
+                log.info("alter sync state set refused: group=%s proposed=%s code=%s %s", self.broker_name,
+                         sorted(action.proposal), resp.code, resp.remark)
+                answer = rm.ReportAnswered(rm.ReportOutcome.REFUSED)
+        await self._feed(answer)
 
     # ---------------------------------------------------------------- registration (§9.2, §10.2)
 
@@ -211,59 +394,38 @@ class ReplicasManager:
         broker_id = await self.registrar.ensure_broker_id(self._call)
         if broker_id is None:
             return False
-        if self.broker_id != broker_id:
-            assert self.broker_id is None, "a broker id never changes"
-            if self.ha is None:
-                assert self.ha_factory is not None
-                self.ha = await _maybe_await(self.ha_factory(broker_id))
-            elif hasattr(self.ha, "set_broker_id"):
-                await _maybe_await(self.ha.set_broker_id(broker_id))
-            self.broker_id = broker_id
-            self._add_sss_listener_once()
-        return await self._register_broker()
+        if self.broker_id is None:
+            self.ha = await self.ha_factory(broker_id)
+            self.ha.add_sss_listener(self._on_sss_proposed)
+            await self._feed(rm.IdAssigned(broker_id))
+        assert self.broker_id == broker_id, "a broker id never changes"
+        event = await self._register_call()
+        if event is None:
+            return False
+        await self._feed(event)
+        return True
 
-    async def _register_broker(self) -> bool:
+    async def _register_call(self) -> rm.Registered | None:
         assert self.broker_id is not None
         try:
             resp = await self._call(RegisterBrokerRequest(self.cluster_name, self.broker_name, self.broker_id,
                                                           self.broker_address))
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - the next pass retries
             log.warning("register broker failed: group=%s broker_id=%s error=%r", self.broker_name,
                         self.broker_id, exc)
-            return False
+            return None
         if not resp.ok:
             log.warning("register broker refused: group=%s broker_id=%s code=%s %s", self.broker_name,
                         self.broker_id, resp.code, resp.remark)
-            return False
-        await self._follow(resp.header, resp.body)
+            return None
         self.registrar.mark_registered()
-        return True
-
-    async def _follow(self, header: Mapping, body: Mapping | None) -> bool:
-        """Adopt the master an answer names (if any); True if the answer named one."""
-        master_id = header.get("master_broker_id")
-        address = header.get("master_address")
-        if master_id is None or not address:
-            return False
-        epoch = int(header.get("master_epoch") or 0)
-        if master_id == self.broker_id and self._is_term_from_before_restart(epoch):
-            return await self._request_new_term(epoch)
-        if master_id == self.broker_id:
-            sss = frozenset((body or {}).get("sync_state_set") or ())
-            await self.change_to_master(epoch, int(header.get("sync_state_set_epoch") or 0), sss)
-        else:
-            await self.change_to_slave(address, epoch, int(master_id))
-        return True
+        return rm.Registered(MasterInfo.from_response(resp))
 
     async def elect_once(self) -> bool:
         """brokerElect (§10.3): ask for a broker-triggered election and follow the answer."""
-        assert self.broker_id is not None
-        resp = await self._call(ElectMasterRequest.of_broker_trigger(self.cluster_name, self.broker_name,
-                                                                     self.broker_id))
-        if resp.code not in (ResponseCode.SUCCESS, ResponseCode.CONTROLLER_MASTER_STILL_EXIST):
-            log.info("broker elect: no master: group=%s code=%s %s", self.broker_name, resp.code, resp.remark)
-            return False
-        return await self._follow(resp.header, resp.body)
+        answer = await self._elect()
+        await self._feed(answer)
+        return answer.info is not None and answer.info.names_master
 
     async def start_basic_service_once(self) -> bool:
         """One pass of startBasicService (§10.2); True once RUNNING (unfenced)."""
@@ -278,38 +440,29 @@ class ReplicasManager:
                 return False
             self.state = State.REGISTER_TO_CONTROLLER_DONE
         if self.state == State.REGISTER_TO_CONTROLLER_DONE:
-            await self.heartbeat_once()
-            if self.master_broker_id is None:
-                try:
-                    await self.elect_once()
-                except Exception as exc:
-                    log.info("broker elect failed: group=%s error=%r", self.broker_name, exc)
-                if self.master_broker_id is None:  # nobody electable yet, or the HA service refused
-                    return False
+            await self._feed(rm.Bootstrap())  # heartbeat; elect if no master is known
+            if not self.machine.running:      # nobody electable yet, or the HA service refused
+                return False
             self.state = State.RUNNING
             log.info("replicas manager running: group=%s broker_id=%s role=%s epoch=%s", self.broker_name,
                      self.broker_id, self.role.name, self.master_epoch)
-        self._add_sss_listener_once()
         return self.state == State.RUNNING
 
     # ---------------------------------------------------------------- periodic steps
 
     def heartbeat_request(self) -> BrokerHeartbeatRequest:
         assert self.broker_id is not None
-        epoch_file = getattr(self.store, "epoch_file", None)
-        epoch = _attr(epoch_file, "last_epoch") if epoch_file is not None else -1
         return BrokerHeartbeatRequest(
             self.cluster_name, self.broker_name, self.broker_address, self.broker_id,
-            epoch=-1 if epoch is None else int(epoch), max_offset=int(_attr(self.store, "max_offset")),
-            confirm_offset=int(_attr(self.store, "confirm_offset")),
+            epoch=int(self.store.epoch_file.last_epoch()), max_offset=int(self.store.max_offset),
+            confirm_offset=int(self.store.confirm_offset),
             heartbeat_timeout_ms=self.config.controller_heartbeat_timeout_ms,
             election_priority=self.config.broker_election_priority)
 
     async def heartbeat_once(self) -> bool:
-        """Heartbeat every controller (§5.1); skipped while no broker id is registered (isolated)."""
-        if self.broker_id is None or self.state in (State.INITIAL, State.SHUTDOWN):
-            return False
-        if self.state == State.FIRST_TIME_SYNC_CONTROLLER_METADATA_DONE:
+        """Heartbeat every controller (§5.1); skipped until registration is done (isolated)."""
+        if self.broker_id is None or self.state in (State.INITIAL, State.SHUTDOWN,
+                                                    State.FIRST_TIME_SYNC_CONTROLLER_METADATA_DONE):
             return False
         await self.client.heartbeat(self.heartbeat_request())
         return True
@@ -318,174 +471,47 @@ class ReplicasManager:
         """Poll the replica info (§10.7) and converge on what the controller says."""
         if self.state != State.RUNNING:
             return
-        resp = await self._call(GetReplicaInfoRequest(self.broker_name))
-        if resp.code == ResponseCode.CONTROLLER_BROKER_METADATA_NOT_EXIST:
-            log.warning("controller lost broker-set metadata; re-registering: group=%s", self.broker_name)
-            await self._register_broker()
-            return
-        if not resp.ok:
-            log.info("get replica info failed: group=%s code=%s %s", self.broker_name, resp.code, resp.remark)
-            return
-        h, body = resp.header, resp.body or {}
-        epoch = int(h.get("master_epoch") or 0)
-        if epoch > self.master_epoch:
-            if h.get("master_address") and h.get("master_broker_id") is not None:
-                hdr = {**h, "sync_state_set_epoch": body.get("sync_state_set_epoch", 0)}
-                await self._follow(hdr, body)
-            else:
-                await self.elect_once()
-        elif epoch == self.master_epoch and self.role == Role.SYNC_MASTER:
-            await self._change_sync_state_set(frozenset(body.get("sync_state_set") or ()),
-                                              int(body.get("sync_state_set_epoch") or 0), epoch)
-
+        event = await self._poll()
+        if event is not None:
+            await self._feed(event)
 
     async def check_sync_state_set_once(self) -> None:
-        """The master's shrink check (§10.8): report the shrunk set if it differs from the recorded one."""
-        if self.state != State.RUNNING or self.role != Role.SYNC_MASTER:
+        """The master's shrink check (§10.8); waits for the report it may start."""
+        if self.state != State.RUNNING or not self.machine.is_master:
             return
-        shrunk = await _maybe_await(self.ha.maybe_shrink_sync_state_set(self.now_ms()))
-        assert self.broker_id is not None
-        candidate = frozenset(shrunk or ()) | {self.broker_id}
-        if candidate != self.sync_state_set:
-            await self.report_sync_state_set(candidate)
+        assert self.ha is not None
+        await self._feed(rm.ShrinkChecked(frozenset(self.ha.maybe_shrink_sync_state_set(self.now_ms()))))
+        await self.settle()
 
     async def report_sync_state_set(self, proposed: Iterable[int]) -> bool:
-        """doReportSyncStateSetChanged: ALTER_SYNC_STATE_SET; apply locally only on SUCCESS."""
-        if self.state != State.RUNNING or self.role != Role.SYNC_MASTER or self.broker_id is None:
+        """Propose a SyncStateSet as the HA service would; True once the controller confirmed it
+        and it was applied."""
+        if self.state != State.RUNNING or self.broker_id is None:
             return False
-        epoch, sss_epoch = self.master_epoch, self.sync_state_set_epoch
-        req = AlterSyncStateSetRequest(self.broker_name, self.broker_id, epoch, frozenset(proposed), sss_epoch,
-                                       invoke_time_ms=self.now_ms())
-        resp = await self._call(req)
-        if not resp.ok:
-            log.info("alter sync state set refused: group=%s proposed=%s code=%s %s", self.broker_name,
-                     sorted(req.new_sync_state_set), resp.code, resp.remark)
-            return False
-        body = resp.body or {}
-        new_epoch = int(body.get("sync_state_set_epoch", resp.header.get("new_sync_state_set_epoch", 0)))
-        return await self._change_sync_state_set(frozenset(body.get("sync_state_set") or req.new_sync_state_set),
-                                                 new_epoch, epoch)
+        wanted = frozenset(proposed) | {self.broker_id}
+        await self._feed(rm.SyncStateSetProposed(wanted))
+        await self.settle()
+        return self.machine.is_master and self.sync_state_set == wanted
 
     def _on_sss_proposed(self, proposed: Iterable[int]) -> None:
-        """HA listener (expand / connection loss): report in the background, never block the HA loop.
-
-        Ignored once stopped: closing the HA service on shutdown drops every slave connection, and
-        reporting that shrink would leave the dying master alone in its SyncStateSet, so nobody
-        could be elected after it.
-        """
+        """HA listener (expand / connection loss): a later input; never blocks the HA loop.
+        Ignored once stopped (the machine is stopped too: see ``rocketray.broker.role.Stopped``)."""
         if self.state == State.SHUTDOWN:
             return
-        task = asyncio.get_running_loop().create_task(self._guard("report_sync_state_set",
-                                                                  self.report_sync_state_set, set(proposed)))
-        self._tasks.append(task)
-        self._tasks = [t for t in self._tasks if not t.done()]
+        self._spawn(self._guard("sync_state_set_proposed", self._feed,
+                                rm.SyncStateSetProposed(frozenset(proposed))))
 
-    def _add_sss_listener_once(self) -> None:
-        if not self._listener_added and self.ha is not None:  # Java re-registers on every retry; once is enough
-            self.ha.add_sss_listener(self._on_sss_proposed)
-            self._listener_added = True
+    # ---------------------------------------------------------------- role changes (§5.5)
 
-    # ---------------------------------------------------------------- role changes (§10.4-10.6, §5.5)
-
-    async def on_role_change(self, notification: Any) -> bool:
-        """NOTIFY_BROKER_ROLE_CHANGED: act only for a known master and a strictly newer epoch."""
-        n = RoleChangeNotification.coerce(notification)
-        if n.master_broker_id is None or self.broker_id is None or n.master_epoch <= self.master_epoch:
+    async def on_role_change(self, notification: MasterInfo | Response | Mapping[str, Any]) -> bool:
+        """NOTIFY_BROKER_ROLE_CHANGED: the machine acts only for a known master and a strictly newer
+        epoch. True if the broker switched to the notified role."""
+        info = notification_from(notification)
+        if self.broker_id is None:
             return False
-        if n.master_broker_id == self.broker_id:
-            return await self.change_to_master(n.master_epoch, n.sync_state_set_epoch, n.sync_state_set)
-        if not n.master_address:
-            return False
-        return await self.change_to_slave(n.master_address, n.master_epoch, n.master_broker_id)
-
-    async def change_to_master(self, new_epoch: int, sss_epoch: int, sss: Iterable[int]) -> bool:
-        async with self._role_lock:
-            if new_epoch <= self.master_epoch:
-                return False
-            assert self.broker_id is not None
-            same = self.role == Role.SYNC_MASTER and self.master_broker_id == self.broker_id
-            if not same and new_epoch <= self._local_last_epoch():
-                log.warning("refusing master epoch %s: not newer than the local epoch file (last %s): group=%s",
-                            new_epoch, self._local_last_epoch(), self.broker_name)
-                return False
-            if same:
-                took = await _maybe_await(self.ha.change_to_master_same(new_epoch))
-            else:
-                took = await _maybe_await(self.ha.change_to_master(new_epoch))
-            if took is False:  # stale against the local epoch file: keep the old view, retry later
-                log.warning("HA refused master epoch %s: group=%s broker_id=%s", new_epoch, self.broker_name,
-                            self.broker_id)
-                return False
-            # Record the new epoch only once the HA service took it (a refusal or an error is retried).
-            self.master_epoch = new_epoch
-            self.role = Role.SYNC_MASTER
-            self.master_broker_id = self.broker_id
-            self.master_address = self.broker_address
-            await self._change_sync_state_set_locked(frozenset(sss), sss_epoch)
-        log.info("changed to master: group=%s broker_id=%s epoch=%s same=%s", self.broker_name, self.broker_id,
-                 new_epoch, same)
-        return True
-
-    def _local_last_epoch(self) -> int:
-        epoch_file = getattr(self.store, "epoch_file", None)
-        last = _attr(epoch_file, "last_epoch") if epoch_file is not None else -1
-        return -1 if last is None else int(last)
-
-    def _is_term_from_before_restart(self, epoch: int) -> bool:
-        """The controller names me master of ``epoch``, a term already in my epoch file that this
-        process does not hold: I held it before a restart (see the module docstring)."""
-        sitting = self.role == Role.SYNC_MASTER and self.master_broker_id == self.broker_id
-        return not sitting and epoch <= self._local_last_epoch()
-
-    async def _request_new_term(self, old_epoch: int) -> bool:
-        """Ask the controller for a fresh election instead of resuming ``old_epoch``; follow the answer."""
-        assert self.broker_id is not None
-        log.warning("not resuming master epoch %s from before a restart: group=%s broker_id=%s; asking for a new term",
-                    old_epoch, self.broker_name, self.broker_id)
-        try:
-            await self.client.heartbeat(self.heartbeat_request())  # the election ranks by fresh progress
-        except Exception as exc:  # noqa: BLE001 - the election may still proceed on older live info
-            log.info("heartbeat before new-term request failed: group=%s %s", self.broker_name, exc)
-        resp = await self._call(ElectMasterRequest.of_new_term(self.cluster_name, self.broker_name, self.broker_id))
-        if resp.code != ResponseCode.SUCCESS:
-            log.info("new term refused: group=%s code=%s %s", self.broker_name, resp.code, resp.remark)
-            return False
-        if int(resp.header.get("master_epoch") or 0) <= old_epoch:
-            return False
-        return await self._follow(resp.header, resp.body)
-
-    async def change_to_slave(self, master_address: str, new_epoch: int, master_id: int) -> bool:
-        async with self._role_lock:
-            if new_epoch <= self.master_epoch:
-                return False
-            same = (self.role == Role.SLAVE and master_id == self.master_broker_id
-                    and master_address == self.master_address)
-            if not same and await _maybe_await(self.ha.change_to_slave(master_address, new_epoch)) is False:
-                log.warning("HA refused slave epoch %s: group=%s broker_id=%s", new_epoch, self.broker_name,
-                            self.broker_id)
-                return False
-            self.master_epoch = new_epoch
-            self.role = Role.SLAVE
-            self.master_broker_id = master_id
-            self.master_address = master_address
-        log.info("changed to slave: group=%s broker_id=%s master=%s@%s epoch=%s", self.broker_name, self.broker_id,
-                 master_id, master_address, new_epoch)
-        return True
-
-    async def _change_sync_state_set(self, sss: frozenset[int], sss_epoch: int, master_epoch: int) -> bool:
-        """Adopt a confirmed SSS, if this broker is still the master of ``master_epoch`` (the term the
-        answer belongs to; a role change may have happened while the request was in flight)."""
-        async with self._role_lock:
-            if self.role != Role.SYNC_MASTER or self.master_epoch != master_epoch:
-                return False
-            return await self._change_sync_state_set_locked(sss, sss_epoch)
-
-    async def _change_sync_state_set_locked(self, sss: frozenset[int], sss_epoch: int) -> bool:
-        if sss_epoch <= self.sync_state_set_epoch:
-            return False
-        await _maybe_await(self.ha.set_sync_state_set(set(sss)))
-        self.sync_state_set, self.sync_state_set_epoch = sss, sss_epoch
-        return True
+        before = (self.master_epoch, self.master_broker_id)
+        await self._feed(rm.RoleChangeNotified(info))
+        return (self.master_epoch, self.master_broker_id) != before and self.master_epoch == info.master_epoch
 
     # ---------------------------------------------------------------- runner
 
@@ -494,9 +520,8 @@ class ReplicasManager:
             return await fn(*args)
         except asyncio.CancelledError:
             raise
-        except Exception as exc:
-            level = logging.INFO if getattr(exc, "retriable", False) else logging.WARNING
-            log.log(level, "%s failed: group=%s broker_id=%s error=%r", what, self.broker_name, self.broker_id, exc)
+        except Exception as exc:  # noqa: BLE001 - a shell step: log, the next period retries
+            log.info("%s failed: group=%s broker_id=%s error=%r", what, self.broker_name, self.broker_id, exc)
             return None
 
     async def _every(self, what: str, period_ms: int, fn: Callable[[], Awaitable[Any]]) -> None:
@@ -514,25 +539,27 @@ class ReplicasManager:
         for what, period, fn in (("sync_metadata", c.sync_broker_metadata_period_ms, self.sync_metadata_once),
                                  ("check_sync_state_set", c.check_sync_state_set_period_ms,
                                   self.check_sync_state_set_once)):
-            self._tasks.append(asyncio.get_running_loop().create_task(self._every(what, period, fn)))
+            self._periodic.append(asyncio.get_running_loop().create_task(self._every(what, period, fn)))
 
     def start(self) -> None:
         """Schedule the bootstrap and the periodic steps on the running loop."""
-        assert not self._tasks, "started twice"
+        assert not self._periodic, "started twice"
         loop = asyncio.get_running_loop()
         c = self.config
-        self._tasks.append(loop.create_task(self._every("heartbeat", c.broker_heartbeat_interval_ms,
-                                                        self.heartbeat_once)))
-        self._tasks.append(loop.create_task(self._every("sync_controller_metadata",
-                                                        c.sync_controller_metadata_period_ms,
-                                                        self.sync_controller_metadata_once)))
-        self._tasks.append(loop.create_task(self._bootstrap()))
+        self._periodic.append(loop.create_task(self._every("heartbeat", c.broker_heartbeat_interval_ms,
+                                                           self.heartbeat_once)))
+        self._periodic.append(loop.create_task(self._every("sync_controller_metadata",
+                                                           c.sync_controller_metadata_period_ms,
+                                                           self.sync_controller_metadata_once)))
+        self._periodic.append(loop.create_task(self._bootstrap()))
 
     async def stop(self) -> None:
-        """Shutdown (§10.10): fence, cancel every task; no deregistration."""
+        """Shutdown (§10.10): fence, stop reporting, cancel every task; no deregistration."""
         self.state = State.SHUTDOWN
+        self.machine.step(rm.Stopped())
         self.registrar.reset()
-        tasks, self._tasks = self._tasks, []
+        tasks = self._tasks
+        self._periodic, self._background = [], set()
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

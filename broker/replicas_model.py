@@ -1,7 +1,9 @@
-"""Plain data of the broker's controller loop: lifecycle, role, its settings, notifications.
+"""Plain data of the broker's controller loop: lifecycle, its settings, notifications.
 
 Split from ``rocketray.broker.replicas_manager`` (which re-exports every name) to keep that module about
-behaviour. Settings are the reference's BrokerConfig keys (§8) in snake_case with units last.
+behaviour. Settings are the reference's BrokerConfig keys (§8) in snake_case with units last. The
+role, its epoch and the SyncStateSet belong to ``rocketray.broker.role`` (the one ``Role`` enum is
+defined there and re-exported here).
 """
 
 from __future__ import annotations
@@ -10,7 +12,11 @@ import enum
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from rocketray.broker.role import MasterInfo, Role
 from rocketray.controller.api import Response
+
+__all__ = ["State", "Role", "ControllerCallError", "ReplicasManagerConfig", "RoleChangeNotification",
+           "notification_from"]
 
 
 class State(enum.IntEnum):
@@ -21,16 +27,8 @@ class State(enum.IntEnum):
     SHUTDOWN = 4
 
 
-class Role(enum.IntEnum):
-    SLAVE = 0
-    SYNC_MASTER = 1
-
-
 class ControllerCallError(Exception):
-    """What a controller client raises when a call could not be made (transport failure, timeout).
-
-    Any exception with a ``retriable`` attribute is treated the same way.
-    """
+    """What a controller client raises when a call could not be made (transport failure, timeout)."""
 
     def __init__(self, message: str, retriable: bool = True) -> None:
         super().__init__(message)
@@ -56,31 +54,17 @@ class ReplicasManagerConfig:
         return cls(**{n: getattr(section, n) for n in names if hasattr(section, n)})
 
 
-@dataclass(frozen=True, slots=True)
-class RoleChangeNotification:
-    """NOTIFY_BROKER_ROLE_CHANGED (reference §5.5) as plain data."""
+RoleChangeNotification = MasterInfo
+"""NOTIFY_BROKER_ROLE_CHANGED (reference §5.5) as typed data: the controller's view of the group."""
 
-    master_broker_id: int | None
-    master_address: str | None
-    master_epoch: int
-    sync_state_set_epoch: int
-    sync_state_set: frozenset[int]
 
-    @classmethod
-    def from_response(cls, resp: Response) -> "RoleChangeNotification":
-        """From a successful elect response (header + body), as the controller's notifier builds it."""
-        body = resp.body or {}
-        return cls(resp.header.get("master_broker_id"), resp.header.get("master_address"),
-                   int(resp.header.get("master_epoch") or 0), int(resp.header.get("sync_state_set_epoch") or 0),
-                   frozenset(body.get("sync_state_set") or ()))
-
-    @classmethod
-    def coerce(cls, n: Any) -> "RoleChangeNotification":
-        if isinstance(n, cls):
-            return n
-        if isinstance(n, Response):
-            return cls.from_response(n)
-        if isinstance(n, Mapping):
-            return cls(n.get("master_broker_id"), n.get("master_address"), int(n.get("master_epoch") or 0),
-                       int(n.get("sync_state_set_epoch") or 0), frozenset(n.get("sync_state_set") or ()))
-        raise TypeError(f"not a role-change notification: {n!r}")
+def notification_from(n: MasterInfo | Response | Mapping[str, Any]) -> MasterInfo:
+    """The typed notification from what crosses the actor boundary: the record itself, an elect
+    response (header + body), or the flat mapping the controller actor sends."""
+    if isinstance(n, MasterInfo):
+        return n
+    if isinstance(n, Response):
+        return MasterInfo.from_response(n)
+    if isinstance(n, Mapping):
+        return MasterInfo.from_parts(n, n)
+    raise TypeError(f"not a role-change notification: {n!r}")

@@ -61,7 +61,7 @@ class RealBroker:
         self.rm = ReplicasManager(cluster_name=fakes.CLUSTER, broker_name=fakes.GROUP, broker_address=self.address,
                                   controller_client=self.ctl, store=self.store,
                                   identity=FileIdentityStore(str(self.root)), now_ms=self.clock,
-                                  ha_factory=ha_factory, controller_addresses=self.ctl.addresses)
+                                  ha_factory=ha_factory)
 
     async def close(self) -> None:
         await self.rm.stop()

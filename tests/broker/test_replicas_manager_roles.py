@@ -109,8 +109,8 @@ def test_polling_no_master_triggers_a_broker_election():
         assert ctl.master() == (1, A1, 3)
         assert b1.rm.master_epoch == 3 and b1.ha.roles()[-1] == ("change_to_master_same", 3)
         await b2.rm.sync_metadata_once()
-        # same master at the same HA address: the epoch is recorded, the HA client is left connected
-        assert b2.rm.master_epoch == 3 and b2.ha.roles() == [("change_to_slave", A1, 1)]
+        # same master at the same HA address: the HA service is told the new epoch (it keeps its client)
+        assert b2.rm.master_epoch == 3 and b2.ha.roles() == [("change_to_slave", A1, 1), ("change_to_slave", A1, 3)]
     run(scenario())
 
 
@@ -126,15 +126,15 @@ def test_sss_expand_applied_only_after_controller_confirms():
         ctl.fail("AlterSyncStateSetRequest",
                  Response.error(ResponseCode.CONTROLLER_FENCED_MASTER_EPOCH, "fenced"))
         b1.ha.listeners[0]({1, 2})
-        await asyncio.gather(*b1.rm._tasks)
+        await b1.rm.settle()
         assert b1.rm.sync_state_set == {1} and b1.ha.sync_state_set == {1}
         assert ("set_sync_state_set", frozenset({1, 2})) not in b1.ha.calls
         ctl.fail("AlterSyncStateSetRequest")  # transport failure: logged, nothing applied
         b1.ha.listeners[0]({1, 2})
-        await asyncio.gather(*b1.rm._tasks)
+        await b1.rm.settle()
         assert b1.rm.sync_state_set == {1}
         b1.ha.listeners[0]({1, 2})
-        await asyncio.gather(*b1.rm._tasks)
+        await b1.rm.settle()
         assert b1.rm.sync_state_set == {1, 2} and b1.ha.sync_state_set == {1, 2}
         assert b1.rm.sync_state_set_epoch == 2 == ctl.state.sync_state[GROUP].sync_state_set_epoch
     run(scenario())
@@ -203,7 +203,7 @@ def test_ha_factory_is_called_once_with_the_registered_id():
 
         rm = ReplicasManager(cluster_name=fakes.CLUSTER, broker_name=GROUP, broker_address=A1,
                              controller_client=ctl, store=store, identity=fakes.MemIdentityStore(),
-                             now_ms=clock, ha_factory=factory, controller_addresses=ctl.addresses)
+                             now_ms=clock, ha_factory=factory)
         assert rm.ha is None
         ctl.fail("RegisterBrokerRequest")
         assert not await rm.start_basic_service_once()
@@ -279,7 +279,7 @@ def test_no_sss_report_after_stop():
         n = len(ctl.requests)
         b1.ha.listeners[0]({1})
         assert not await b1.rm.report_sync_state_set({1})
-        await asyncio.gather(*b1.rm._tasks)
+        await b1.rm.settle()
         assert len(ctl.requests) == n and ctl.state.sync_state[GROUP].sync_state_set == {1, 2, 3}
     run(scenario())
 
@@ -338,3 +338,69 @@ def test_sss_answer_for_an_old_term_is_not_applied():
         assert not await b1.rm.report_sync_state_set({1, 2})
         assert b1.rm.role == Role.SLAVE and b1.ha.sync_state_set == {1, 2, 3}
     run(scenario())
+
+
+def test_sss_reports_are_serialized_one_in_flight():
+    """HA proposals arriving while a report is in flight wait; the latest is sent after the answer
+    (SyncStateSet reports used to run as concurrent tasks)."""
+    async def scenario():
+        clock, ctl, (b1, b2, b3) = await group_of_three()
+        real_call = ctl.call
+        gate = asyncio.Event()
+        in_flight, most = [0], [0]
+
+        async def slow_alter(request, address=None):
+            if type(request).__name__ != "AlterSyncStateSetRequest":
+                return await real_call(request, address)
+            in_flight[0] += 1
+            most[0] = max(most[0], in_flight[0])
+            await gate.wait()
+            try:
+                return await real_call(request, address)
+            finally:
+                in_flight[0] -= 1
+
+        b1.rm.client = type("C", (), {"call": staticmethod(slow_alter), "heartbeat": ctl.heartbeat,
+                                      "metadata": ctl.metadata})()
+        listener = b1.ha.listeners[0]
+        listener({1, 2})          # connection of 3 closed
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert b1.rm.machine.report_in_flight is not None and in_flight[0] == 1
+        listener({1})             # then 2's: queued behind the first
+        listener({1, 3})          # 3 is back: the latest proposal wins
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert in_flight[0] == 1 and b1.rm.machine.queued_proposal == {1, 3}
+        gate.set()
+        await b1.rm.settle()
+        assert most[0] == 1
+        sent = [r.new_sync_state_set for n, r in ctl.requests if n == "AlterSyncStateSetRequest"]
+        assert sent[-2:] == [{1, 2}, {1, 3}]
+        assert b1.rm.sync_state_set == {1, 3} == ctl.state.sync_state[GROUP].sync_state_set
+        assert b1.ha.sync_state_set == {1, 3} and b1.rm.sync_state_set_epoch == 4
+    run(scenario())
+
+
+def test_equal_epoch_notification_does_not_touch_a_sitting_master():
+    """Fix 7 (master part) through the shell: the same or an older epoch never reaches the HA service."""
+    async def scenario():
+        clock, ctl, (b1, b2, b3) = await group_of_three()
+        calls = list(b1.ha.calls)
+        for epoch in (0, 1):
+            assert not await b1.rm.on_role_change({"master_broker_id": 2, "master_address": A2,
+                                                   "master_epoch": epoch, "sync_state_set_epoch": 9,
+                                                   "sync_state_set": [2]})
+        assert b1.ha.calls == calls and b1.rm.writable and b1.rm.sync_state_set == {1, 2, 3}
+    run(scenario())
+
+
+def test_shell_does_not_probe_its_ports():
+    """Ports are declared Protocols; the shell never fits itself to a collaborator."""
+    import inspect as _inspect
+
+    import rocketray.broker.replicas_manager as module
+
+    source = _inspect.getsource(module)
+    for probe in ("import inspect", "hasattr(", "_maybe_await", "callable(", "getattr("):
+        assert probe not in source, probe

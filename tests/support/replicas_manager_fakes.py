@@ -81,10 +81,11 @@ class FakeController:
         self.heartbeat_log.append(request)
         self.heartbeats.on_heartbeat(request, self.clock())
 
-    async def metadata(self, address: str) -> dict:
+    async def metadata(self) -> list[dict]:
+        """Every reachable node's metadata (the ControllerClient port)."""
         if self.down:
-            raise ControllerCallError("controller unreachable")
-        return {"leader_address": self.leader, "is_leader": address == self.leader}
+            return []
+        return [{"leader_address": self.leader, "is_leader": address == self.leader} for address in self.addresses]
 
     def names(self) -> list[str]:
         return [n for n, _ in self.requests]
@@ -111,21 +112,18 @@ class FakeStore:
 
 
 class FakeHA:
-    """Records the calls of the contract's HAService facade; may refuse a promotion."""
+    """The HAPort of ``rocketray.broker.replicas_manager``: records the calls; may refuse a promotion."""
 
-    def __init__(self, store: FakeStore) -> None:
+    def __init__(self, store: FakeStore, broker_id: int | None = None) -> None:
         self.store = store
         self.calls: list[tuple] = []
         self.listeners: list[Any] = []
         self.sync_state_set: set[int] = set()
         self.shrink_result: set[int] | None = None
-        self.refuse_master = False
-        self.broker_id: int | None = None
-
-    def set_broker_id(self, broker_id: int) -> None:
+        self.refuse_master: bool | str = False
         self.broker_id = broker_id
 
-    def change_to_master(self, epoch: int) -> bool:
+    async def change_to_master(self, epoch: int) -> bool:
         if self.refuse_master == "raise":
             raise RuntimeError("HA failed during the promotion")
         if self.refuse_master:
@@ -134,12 +132,12 @@ class FakeHA:
         self.store.epoch_file.epochs.append(epoch)
         return True
 
-    async def change_to_master_same(self, epoch: int) -> bool:  # async on purpose: both kinds must work
+    async def change_to_master_same(self, epoch: int) -> bool:
         self.calls.append(("change_to_master_same", epoch))
         self.store.epoch_file.epochs.append(epoch)
         return True
 
-    def change_to_slave(self, master_ha_address: str, epoch: int) -> bool:
+    async def change_to_slave(self, master_ha_address: str, epoch: int) -> bool:
         self.calls.append(("change_to_slave", master_ha_address, epoch))
         return True
 
@@ -209,8 +207,13 @@ class Replica:
         self.address = address or self.address
         self.group = group or self.group
         self.cluster = cluster or self.cluster
-        self.ha = FakeHA(self.store)
+        ha = self.ha = FakeHA(self.store)
+
+        async def ha_factory(broker_id: int) -> FakeHA:
+            ha.broker_id = broker_id
+            return ha
+
         self.rm = ReplicasManager(
             cluster_name=self.cluster, broker_name=self.group, broker_address=self.address,
-            controller_addresses=self.controller.addresses, controller_client=self.controller, ha=self.ha,
+            controller_client=self.controller, ha_factory=ha_factory,
             store=self.store, identity=self.identity, now_ms=self.clock, config=ReplicasManagerConfig())
