@@ -57,7 +57,7 @@ __all__ = [
     "HandshakeSeen", "Stopped", "Input",
     "BecomeMaster", "BecomeSlave", "ApplySyncStateSet", "ReportSyncStateSet", "SendHeartbeat",
     "RequestElection", "RequestNewTerm", "PollReplicaInfo", "RejectMaster", "SetWritable", "Action",
-    "RoleMachine", "acts_on_epoch", "is_term_from_before_restart",
+    "RoleMachine", "acts_on_epoch", "is_term_from_before_restart", "report_may_start",
 ]
 
 
@@ -315,6 +315,11 @@ def is_term_from_before_restart(sitting: bool, epoch: int, last_epoch: int) -> b
     return not sitting and epoch <= last_epoch
 
 
+def report_may_start(in_flight: "ReportSyncStateSet | None") -> bool:
+    """A SyncStateSet report starts only when none is in flight (the old shell ran them concurrently)."""
+    return in_flight is None
+
+
 # ---------------------------------------------------------------------------------------------
 # The machine
 
@@ -486,7 +491,7 @@ class RoleMachine:
 
     def _send(self, proposal: frozenset[int]) -> list[Action]:
         """Report ``proposal`` now, or queue it behind the report in flight (latest wins)."""
-        if self.report_in_flight is not None:
+        if not report_may_start(self.report_in_flight):
             self.queued_proposal = proposal
             return []
         self.queued_proposal = None

@@ -308,3 +308,14 @@ def test_reverting_the_strictly_newer_rule_is_caught(monkeypatch):
     monkeypatch.setattr(role, "acts_on_epoch", lambda new, held: new >= held)
     m = master(epoch=1)
     assert m.step(RoleChangeNotified(info(2, 1, (2,), 5))) != []
+
+
+def test_reverting_serialized_reports_is_caught(monkeypatch):
+    """The old rule (every proposal reported at once) starts a second report while one is in flight."""
+    from rocketray.broker import role
+
+    m = master(epoch=1)
+    m.step(SyncStateSetProposed(frozenset({1, 2})))
+    assert m.step(SyncStateSetProposed(frozenset({1, 3}))) == []
+    monkeypatch.setattr(role, "report_may_start", lambda in_flight: True)
+    assert m.step(SyncStateSetProposed(frozenset({1, 2, 3}))) == [ReportSyncStateSet(frozenset({1, 2, 3}), 1, 1)]
