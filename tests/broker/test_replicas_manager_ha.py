@@ -116,3 +116,42 @@ def test_register_replicate_expand_failover_and_rejoin(tmp_path, port_factory):
                 except Exception:  # noqa: BLE001 - already closed
                     pass
     asyncio.run(scenario())
+
+
+def test_promotion_cuts_a_torn_tail_to_the_last_whole_message(tmp_path, port_factory):
+    """Fix 7 (promotion cut): a slave whose last record is damaged is promoted through the manager;
+    the promotion cuts the log at the last whole message and starts the new epoch there."""
+    import os
+
+    async def scenario():
+        clock = fakes.FakeClock()
+        ctl = fakes.FakeController(clock)
+        b1 = RealBroker(tmp_path / "b1", port_factory(), ctl, clock)
+        b2 = RealBroker(tmp_path / "b2", port_factory(), ctl, clock)
+        b1.open()
+        b2.open()
+        try:
+            assert await b1.rm.start_basic_service_once() and await b2.rm.start_basic_service_once()
+            status, stored = await b1.rm.ha.put([Message("T", 0, b"z" * 200) for _ in range(8)], clock())
+            assert status == PutStatus.PUT_OK
+            await wait_for(lambda: b2.store.max_offset == b1.store.max_offset > 0, "slave caught up")
+            await wait_for(lambda: b1.rm.sync_state_set == {1, 2}, "expand confirmed")
+            await b1.close()
+            victim = stored[-1].physical_offset
+            seg = b2.store.commitlog.segment_for(victim)
+            os.pwrite(seg.fd, b"\xff\xff", victim - seg.base_offset + 80)   # the last record is torn
+            clock.advance(11_000)
+            await b2.rm.heartbeat_once()
+            resp = await ctl.call(ElectMasterRequest.of_controller_trigger(fakes.GROUP), address=ctl.leader)
+            assert resp.ok and resp.header["master_broker_id"] == 2
+            await b2.rm.sync_metadata_once()
+            assert b2.rm.role == Role.MASTER and b2.rm.writable
+            assert b2.store.max_offset == victim, "cut at the last whole message"
+            assert [(e.epoch, e.start_offset) for e in b2.store.epoch_file.entries()] == [(1, 0), (2, victim)]
+        finally:
+            for b in (b1, b2):
+                try:
+                    await b.close()
+                except Exception:  # noqa: BLE001 - already closed
+                    pass
+    asyncio.run(scenario())
