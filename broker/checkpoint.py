@@ -16,24 +16,24 @@ a CRC32 of the preceding bytes.  It is replaced atomically (temp file, fsync, re
 directory), so it is either the old or the new checkpoint, never a torn one; an invalid or missing
 file loads as ``None`` and the store recovers from the start of the log.
 
-``sync_fds``, ``data_end`` and ``nonzero_end`` are the file helpers of the commit log; durable
-replacement of small files is ``rocketray.durable``.
+``sync_files`` and ``nonzero_end`` are the file helpers of the commit log; durable replacement of
+small files is ``rocketray.durable``.  All IO goes through the disk port (``rocketray.broker.fs``).
 """
 
 from __future__ import annotations
 
-import errno
 import os
 import struct
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from rocketray.durable import fsync_dir, write_durably
+from rocketray.broker.fs import OS_DISK, Disk, DiskFile, read_file
+from rocketray.durable import write_durably
 
 _CHUNK = 1 << 20
 
-__all__ = ["StoreCheckpoint", "data_end", "load_checkpoint", "nonzero_end", "save_checkpoint", "sync_fds"]
+__all__ = ["StoreCheckpoint", "load_checkpoint", "nonzero_end", "save_checkpoint", "sync_files"]
 
 CHECKPOINT_FILE = "storeCheckpoint"
 _MAGIC = 0x52524350  # "RRCP"
@@ -42,35 +42,19 @@ _BODY = struct.Struct(">IIqqq")
 _CRC = struct.Struct(">I")
 
 
-def sync_fds(fds: list[int], directory: Path | None) -> None:
-    """fsync and close duplicated fds, then the directory if given."""
+def sync_files(files: list[DiskFile], disk: Disk, directory: str | os.PathLike[str] | None) -> None:
+    """fsync and close duplicated handles, then the directory if given."""
     try:
-        for fd in fds:
-            os.fsync(fd)
+        for f in files:
+            f.fsync()
     finally:
-        for fd in fds:
-            os.close(fd)
+        for f in files:
+            f.close()
     if directory is not None:
-        fsync_dir(directory)
+        disk.fsync_dir(directory)
 
 
-def data_end(fd: int, start: int, end: int) -> int:
-    """End of the last data extent of ``fd`` in ``[start, end)`` (holes of a sparse file skipped)."""
-    pos, last = start, start
-    try:
-        while pos < end:
-            data = os.lseek(fd, pos, os.SEEK_DATA)
-            if data >= end:
-                break
-            pos = os.lseek(fd, data, os.SEEK_HOLE)
-            last = min(pos, end)
-    except OSError as exc:
-        if exc.errno != errno.ENXIO:  # SEEK_DATA unsupported here: search everything
-            return end
-    return last
-
-
-def nonzero_end(view: memoryview, start: int, end: int) -> int:
+def nonzero_end(view: bytes | memoryview, start: int, end: int) -> int:
     """One past the last non-zero byte of ``view[start:end]``, or ``start`` if it is all zeros."""
     pos = end
     while pos > start:
@@ -109,15 +93,12 @@ class StoreCheckpoint:
         return cls(verified, confirm, dispatched)
 
 
-def load_checkpoint(root_dir: str | os.PathLike[str]) -> StoreCheckpoint | None:
+def load_checkpoint(root_dir: str | os.PathLike[str], disk: Disk = OS_DISK) -> StoreCheckpoint | None:
     """The checkpoint of the store at ``root_dir``, or ``None`` if missing or invalid."""
-    try:
-        data = (Path(root_dir) / CHECKPOINT_FILE).read_bytes()
-    except FileNotFoundError:
-        return None
-    return StoreCheckpoint.decode(data)
+    data = read_file(disk, Path(root_dir) / CHECKPOINT_FILE)
+    return None if data is None else StoreCheckpoint.decode(data)
 
 
-def save_checkpoint(root_dir: str | os.PathLike[str], checkpoint: StoreCheckpoint) -> None:
+def save_checkpoint(root_dir: str | os.PathLike[str], checkpoint: StoreCheckpoint, disk: Disk = OS_DISK) -> None:
     """Persist ``checkpoint`` atomically and durably."""
-    write_durably(Path(root_dir) / CHECKPOINT_FILE, checkpoint.encode())
+    write_durably(Path(root_dir) / CHECKPOINT_FILE, checkpoint.encode(), disk=disk)

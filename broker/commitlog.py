@@ -18,9 +18,21 @@ range then sees zeros instead of the process dying of SIGBUS.  Later segments ar
 directory fsynced.  A segment that becomes active again (truncation into a sealed segment) is
 re-extended to ``segment_size``.
 
-``recover(start)`` scans records from the start of the segment holding ``start`` (the checkpoint's
-verified offset) to the end of data and cuts at the first invalid or torn record: the cut bytes
-are zeroed, later segments deleted, and the number of non-zero bytes removed is returned.
+Cutting (truncation, recovery) unlinks the later segments newest first, fsyncs the directory, then
+zeroes the cut range of the segment holding the cut point and fsyncs it.  A kill between two
+unlinks so leaves a contiguous prefix of the old log; a power loss may keep any subset of the
+unsynced unlinks, which is why recovery checks contiguity.
+
+``recover(start)`` first keeps only the contiguous run of segments from the first one (a segment
+that does not start where the previous one ends, and everything after it, is deleted: a hole left
+by a crash during a truncation), then scans records from the start of the segment holding
+``start`` (the checkpoint's verified offset) to the end of data and cuts at the first invalid or
+torn record: the cut bytes are zeroed, later segments deleted, and the number of non-zero bytes
+removed is returned.  Every segment it scanned is fsynced (and the directory), so the offset the
+store then records as verified is durable: a later power loss cannot tear bytes before it.
+
+All file IO goes through the disk port (``rocketray.broker.fs.Disk``); over the real disk the
+segments are read through ``mmap`` views.
 
 This class does no locking; :class:`rocketray.broker.store.MessageStore` serialises calls.
 """
@@ -29,18 +41,17 @@ from __future__ import annotations
 
 import bisect
 import logging
-import mmap
 import os
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from rocketray.broker.checkpoint import data_end, nonzero_end, sync_fds
-from rocketray.durable import fsync_dir
+from rocketray.broker.checkpoint import nonzero_end, sync_files
+from rocketray.broker.fs import OS_DISK, Disk, DiskFile
 from rocketray.broker.message import HEADER_SIZE, IndexInfo, MessageCodecError, decode_index, verify_record
 
-__all__ = ["CommitLog", "Segment", "StoreError", "segment_name", "sync_fds"]
+__all__ = ["CommitLog", "Segment", "StoreError", "first_gap", "segment_name", "unlink_order"]
 
 log = logging.getLogger(__name__)
 
@@ -66,55 +77,51 @@ class Segment:
 
     base_offset: int
     path: Path
-    fd: int
+    file: DiskFile
     size: int = 0
     sealed: bool = False
-    mm: mmap.mmap | None = field(default=None, repr=False)
 
     @property
     def end_offset(self) -> int:
         return self.base_offset + self.size
 
-    def view(self) -> memoryview:
-        """A view of this segment's mapped bytes (whole map, not only data)."""
-        if self.mm is None:
-            length = os.fstat(self.fd).st_size
-            if length == 0:
-                return memoryview(b"")
-            self.mm = mmap.mmap(self.fd, length, access=mmap.ACCESS_READ)
-        return memoryview(self.mm)
-
-    def remap(self) -> None:
-        """Drop the current map (after the file grew); readers keep their views."""
-        if self.mm is not None:
-            try:
-                self.mm.close()
-            except BufferError:
-                pass  # a reader still holds a view; the map lives until it is released
-            self.mm = None
-
     def close(self) -> None:
-        self.remap()
-        os.close(self.fd)
+        self.file.close()
+
+
+def unlink_order(segments: Sequence[Segment]) -> list[Segment]:
+    """The order in which a cut unlinks the segments after the cut point: newest first, so a kill
+    between two unlinks leaves a contiguous log (issue 15 fix 3; the old order was oldest first)."""
+    return list(reversed(segments))
+
+
+def first_gap(segments: Sequence[Segment]) -> int | None:
+    """Index of the first segment that does not start where the previous one ends (a hole), or
+    None when the segments are contiguous (issue 15 fix 3: recovery keeps only the run before it)."""
+    for i in range(1, len(segments)):
+        if segments[i].base_offset != segments[i - 1].end_offset:
+            return i
+    return None
 
 
 class CommitLog:
     """The segment files of one store (see the module docstring)."""
 
-    def __init__(self, directory: str | os.PathLike[str], segment_size: int, initial_offset: int = 0) -> None:
+    def __init__(self, directory: str | os.PathLike[str], segment_size: int, initial_offset: int = 0,
+                 disk: Disk = OS_DISK) -> None:
         self.dir = Path(directory)
+        self.disk = disk
         self.segment_size = segment_size
-        self.dir.mkdir(parents=True, exist_ok=True)
         self.segments: list[Segment] = []
         self._dirty: set[Segment] = set()
         self._dir_dirty = False
-        for path in sorted(self.dir.iterdir()):
-            if path.name.isdigit() and len(path.name) == 20:
-                fd = os.open(path, os.O_RDWR)
-                size = os.fstat(fd).st_size
-                self.segments.append(Segment(int(path.name), path, fd, size=size, sealed=True))
-            elif path.name.endswith(".tmp"):
-                path.unlink()
+        for name in disk.listdir(self.dir):
+            path = self.dir / name
+            if name.isdigit() and len(name) == 20:
+                f = disk.open(path, map_reads=True)
+                self.segments.append(Segment(int(name), path, f, size=f.size(), sealed=True))
+            elif name.endswith(".tmp"):
+                disk.unlink(path)
         if not self.segments:
             self._create_segment(initial_offset)
 
@@ -141,24 +148,21 @@ class CommitLog:
     # ------------------------------------------------------------------ writing
     def _create_segment(self, base_offset: int) -> Segment:
         path = self.dir / segment_name(base_offset)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        seg = Segment(base_offset, path, fd, size=0)
+        seg = Segment(base_offset, path, self.disk.open(path, create=True, map_reads=True), size=0)
         self.segments.append(seg)
         self._activate(seg)
         self._dir_dirty = True
         return seg
 
     def _activate(self, seg: Segment) -> None:
-        """Make ``seg`` writable: extend to the segment size and map it read/write."""
+        """Make ``seg`` writable: extend it to the segment size (the extension reads as zeros)."""
         seg.sealed = False
-        if os.fstat(seg.fd).st_size < self.segment_size:
-            os.ftruncate(seg.fd, self.segment_size)
-        seg.remap()
-        seg.mm = mmap.mmap(seg.fd, os.fstat(seg.fd).st_size)
+        if seg.file.size() < self.segment_size:
+            seg.file.truncate(self.segment_size)
 
     def _seal(self, seg: Segment) -> None:
         """Cut the preallocated tail of ``seg``; readers never look beyond its data."""
-        os.ftruncate(seg.fd, seg.size)
+        seg.file.truncate(seg.size)
         seg.sealed = True
         self._dirty.add(seg)
 
@@ -185,30 +189,27 @@ class CommitLog:
         if not chunks:
             return
         data = b"".join(chunks) if len(chunks) > 1 else chunks[0]
-        view = memoryview(data)
-        pos = seg.size
-        while view:
-            written = os.pwrite(seg.fd, view, pos)
-            view, pos = view[written:], pos + written
+        seg.file.pwrite(data, seg.size)
         seg.size += total
         self._dirty.add(seg)
 
     # ------------------------------------------------------------------ flushing
-    def take_dirty_fds(self) -> tuple[list[int], bool]:
-        """Duplicated fds of segments written since the last call, and whether the directory changed.
+    def take_dirty_files(self) -> tuple[list[DiskFile], bool]:
+        """Duplicated handles of segments written since the last call, and whether the directory
+        changed.
 
-        The caller fsyncs and closes the fds outside the store lock (``dup`` keeps them valid even if
+        The caller fsyncs and closes them outside the store lock (``dup`` keeps them valid even if
         retention closes the segment meanwhile).
         """
-        fds = [os.dup(seg.fd) for seg in self._dirty]
+        files = [seg.file.dup() for seg in sorted(self._dirty, key=lambda s: s.base_offset)]
         dir_dirty, self._dir_dirty = self._dir_dirty, False
         self._dirty.clear()
-        return fds, dir_dirty
+        return files, dir_dirty
 
     def flush(self) -> None:
         """fsync everything written so far (and the directory if segments were created or deleted)."""
-        fds, dir_dirty = self.take_dirty_fds()
-        sync_fds(fds, self.dir if dir_dirty else None)
+        files, dir_dirty = self.take_dirty_files()
+        sync_files(files, self.disk, self.dir if dir_dirty else None)
 
     # ------------------------------------------------------------------ reading
     def read(self, offset: int, length: int) -> memoryview:
@@ -217,7 +218,7 @@ class CommitLog:
         if seg is None:
             return memoryview(b"")
         rel = offset - seg.base_offset
-        return seg.view()[rel:min(seg.size, rel + length)]
+        return memoryview(seg.file.pread(rel, min(seg.size, rel + length) - rel))
 
     def check_boundary(self, offset: int) -> memoryview:
         """The bytes from ``offset`` to its segment's end; :class:`StoreError` unless a record starts there."""
@@ -275,7 +276,8 @@ class CommitLog:
         pos = start
         while pos < end:
             n = min(len(_ZERO_CHUNK), end - pos)
-            pos += os.pwrite(seg.fd, memoryview(_ZERO_CHUNK)[:n], pos)
+            seg.file.pwrite(memoryview(_ZERO_CHUNK)[:n], pos)
+            pos += n
 
     def _garbage_end(self, seg: Segment, start: int, known: bool) -> int:
         """End of the bytes of ``seg`` from ``start`` that may be non-zero.
@@ -285,23 +287,27 @@ class CommitLog:
         """
         if known:
             return max(start, seg.size)
-        end = data_end(seg.fd, start, os.fstat(seg.fd).st_size)
-        view = seg.view()
+        end = seg.file.data_end(start, seg.file.size())
+        view = seg.file.pread(0, end)
         try:
             return nonzero_end(view, start, min(end, len(view)))
         finally:
             del view
 
     def _drop_after(self, idx: int, known: bool) -> int:
-        """Delete segments after index ``idx``; returns their non-zero byte count."""
+        """Delete segments after index ``idx`` (newest first, see :func:`unlink_order`), then fsync
+        the directory; returns their non-zero byte count."""
         removed = 0
-        for seg in self.segments[idx + 1:]:
+        doomed = self.segments[idx + 1:]
+        if not doomed:
+            return 0
+        for seg in unlink_order(doomed):
             removed += self._garbage_end(seg, 0, known)
             self._dirty.discard(seg)
             seg.close()
-            seg.path.unlink()
+            self.disk.unlink(seg.path)
         del self.segments[idx + 1:]
-        fsync_dir(self.dir)
+        self.disk.fsync_dir(self.dir)
         return removed
 
     def cut(self, offset: int, recovering: bool = False) -> int:
@@ -321,7 +327,7 @@ class CommitLog:
         removed += garbage_end - rel
         self._zero(seg, rel, garbage_end)
         seg.size = rel
-        os.fsync(seg.fd)
+        seg.file.fsync()
         self._dirty.discard(seg)
         return removed
 
@@ -332,7 +338,7 @@ class CommitLog:
         while len(self.segments) > 1 and self.segments[0].end_offset <= keep_from:
             head = self.segments[0]
             too_big = max_bytes is not None and self.max_offset - self.min_offset > max_bytes
-            age_ms = now_ms - os.fstat(head.fd).st_mtime_ns // 1_000_000
+            age_ms = now_ms - head.file.mtime_ns() // 1_000_000
             if not (too_big or (retention_ms is not None and age_ms > retention_ms)):
                 break
             self.delete_head()
@@ -345,8 +351,8 @@ class CommitLog:
         seg = self.segments.pop(0)
         self._dirty.discard(seg)
         seg.close()
-        seg.path.unlink()
-        fsync_dir(self.dir)
+        self.disk.unlink(seg.path)
+        self.disk.fsync_dir(self.dir)
         return seg
 
     def reset(self, base_offset: int) -> None:
@@ -355,10 +361,10 @@ class CommitLog:
         for seg in self.segments:
             self._dirty.discard(seg)
             seg.close()
-            seg.path.unlink()
+            self.disk.unlink(seg.path)
         self.segments = []
         self._create_segment(base_offset)
-        fsync_dir(self.dir)
+        self.disk.fsync_dir(self.dir)
 
     def close(self) -> None:
         for seg in self.segments:
@@ -367,12 +373,12 @@ class CommitLog:
     # ------------------------------------------------------------------ recovery
     def _scan(self, seg: Segment, rel: int) -> int:
         """Relative end of the last valid record of ``seg`` scanning from ``rel``."""
-        view = seg.view()
-        limit = min(len(view), os.fstat(seg.fd).st_size)
+        view = memoryview(seg.file.pread(0, seg.file.size()))
+        limit = len(view)
         try:
             while rel < limit:
                 try:
-                    size, physical = verify_record(view[:limit], rel)
+                    size, physical = verify_record(view, rel)
                 except MessageCodecError:
                     break
                 if physical != seg.base_offset + rel:
@@ -385,25 +391,39 @@ class CommitLog:
     def recover(self, start_offset: int) -> int:
         """Find the end of valid data, cut what follows; returns the number of non-zero bytes cut.
 
-        Scanning starts at the beginning of the segment holding ``start_offset`` (the checkpoint's
-        verified offset), so a torn write is found even if it lies before that offset; segments
-        before it are trusted.
+        Segments after a hole are deleted first (:func:`first_gap`).  Scanning starts at the
+        beginning of the segment holding ``start_offset`` (the checkpoint's verified offset), so a
+        torn write is found even if it lies before that offset; segments before it are trusted.
+        The scanned segments are fsynced (:meth:`_sync_scanned`).
         """
+        gap = first_gap(self.segments)  # sizes are the file sizes here
+        if gap is not None:
+            log.warning("commit log %s: hole before segment %s; recovery keeps the log before it",
+                        self.dir, self.segments[gap].path.name)
+            self._drop_after(gap - 1, known=False)
         bases = [s.base_offset for s in self.segments]
         idx = max(0, bisect.bisect_right(bases, start_offset) - 1)
-        for seg in self.segments[:idx]:
-            seg.size = os.fstat(seg.fd).st_size
-        pos = self.segments[idx].base_offset
+        pos, last = self.segments[idx].base_offset, idx - 1
         for i in range(idx, len(self.segments)):
             seg = self.segments[i]
             if seg.base_offset != pos:
                 log.warning("commit log gap: segment %s does not start at %d", seg.path.name, pos)
                 break
             seg.size = self._scan(seg, 0)
-            pos, idx = seg.end_offset, i
-            if seg.size != os.fstat(seg.fd).st_size:
+            pos, last = seg.end_offset, i
+            if seg.size != seg.file.size():
                 break
-        cut = self.cut(pos, recovering=True)
+        scanned = self.segments[idx:last + 1]
+        cut = self.cut(pos, recovering=True)  # fsyncs the segment it cuts (the last one left)
         for seg in self.segments[:-1]:
             seg.sealed = True
+        self._sync_scanned([s for s in scanned if s in self.segments[:-1]])
         return cut
+
+    def _sync_scanned(self, segments: list[Segment]) -> None:
+        """fsync the segments recovery scanned and the directory: what the store records as verified
+        after recovery must be durable, or a later power loss could tear it (issue 15 fix 5; the old
+        rule fsynced only the segment it cut)."""
+        for seg in segments:
+            seg.file.fsync()
+        self.disk.fsync_dir(self.dir)

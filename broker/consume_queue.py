@@ -15,6 +15,10 @@ entry comes from the record itself (assigned by the master's ``put_messages``); 
 offset does not continue the queue is logged and the queue is re-based or cut to accept it, so the
 commit log stays the single source of truth.
 
+Every file operation goes through the disk port (``rocketray.broker.fs.Disk``).  New directories
+are created durably (their parent fsynced at once); a queue file's entries are fsynced by the
+store before it records a dispatched offset that relies on them (``take_dirty``).
+
 No locking here: :class:`rocketray.broker.store.MessageStore` serialises calls.
 """
 
@@ -23,12 +27,11 @@ from __future__ import annotations
 import bisect
 import logging
 import os
-import shutil
 import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from rocketray.durable import fsync_dir
+from rocketray.broker.fs import OS_DISK, Disk, DiskFile, ensure_dir, remove_tree
 from rocketray.broker.message import IndexInfo, valid_topic
 
 __all__ = ["ConsumeQueue", "ConsumeQueues", "CqEntry", "ENTRY_SIZE"]
@@ -53,22 +56,25 @@ class CqEntry:
 class ConsumeQueue:
     """The index file of one (topic, queue id)."""
 
-    def __init__(self, directory: Path, topic: str, queue_id: int) -> None:
+    def __init__(self, directory: Path, topic: str, queue_id: int, disk: Disk = OS_DISK) -> None:
         self.dir = directory
+        self.disk = disk
         self.topic = topic
         self.queue_id = queue_id
-        self.dir.mkdir(parents=True, exist_ok=True)
-        files = sorted(p for p in self.dir.iterdir() if p.name.isdigit() and len(p.name) == 20)
+        ensure_dir(disk, self.dir)
+        files = [self.dir / n for n in disk.listdir(self.dir) if n.isdigit() and len(n) == 20]
         for extra in files[:-1]:
-            extra.unlink()  # a crash between creating a new base file and unlinking the old one
+            disk.unlink(extra)  # a crash between creating a new base file and unlinking the old one
         self.path = files[-1] if files else self.dir / f"{0:020d}"
         self.base = int(self.path.name)
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        size = os.fstat(self.fd).st_size
+        self.file: DiskFile = disk.open(self.path, create=True)
+        size = self.file.size()
         if size % ENTRY_SIZE:
-            os.ftruncate(self.fd, size - size % ENTRY_SIZE)  # torn last entry
-        self.count = os.fstat(self.fd).st_size // ENTRY_SIZE
+            size -= size % ENTRY_SIZE
+            self.file.truncate(size)  # torn last entry
+        self.count = size // ENTRY_SIZE
         self.dirty = False
+        self.new_name = not files  # a new file: its directory is fsynced with its first entries
 
     @property
     def min_offset(self) -> int:
@@ -81,15 +87,15 @@ class ConsumeQueue:
 
     def _rebase(self, base: int) -> None:
         """Empty the queue and make ``base`` its first queue offset."""
-        os.close(self.fd)
-        self.path.unlink()
+        self.file.close()
+        self.disk.unlink(self.path)
         self.base, self.count = base, 0
         self.path = self.dir / f"{base:020d}"
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-        fsync_dir(self.dir)
+        self.file = self.disk.open(self.path, create=True, truncate=True)
+        self.disk.fsync_dir(self.dir)
 
     def _set_count(self, count: int) -> None:
-        os.ftruncate(self.fd, count * ENTRY_SIZE)
+        self.file.truncate(count * ENTRY_SIZE)
         self.count = count
         self.dirty = True
 
@@ -119,7 +125,7 @@ class ConsumeQueue:
         if not chunk:
             return
         data = b"".join(chunk)
-        os.pwrite(self.fd, data, self.count * ENTRY_SIZE)
+        self.file.pwrite(data, self.count * ENTRY_SIZE)
         self.count += len(chunk)
         self.dirty = True
 
@@ -129,11 +135,11 @@ class ConsumeQueue:
         n = min(max_count, self.max_offset - start)
         if n <= 0:
             return []
-        data = os.pread(self.fd, n * ENTRY_SIZE, (start - self.base) * ENTRY_SIZE)
+        data = self.file.pread((start - self.base) * ENTRY_SIZE, n * ENTRY_SIZE)
         return [CqEntry(start + i, *_ENTRY.unpack_from(data, i * ENTRY_SIZE)) for i in range(len(data) // ENTRY_SIZE)]
 
     def _physical(self, index: int) -> int:
-        return _ENTRY.unpack(os.pread(self.fd, ENTRY_SIZE, index * ENTRY_SIZE))[0]
+        return _ENTRY.unpack_from(self.file.pread(index * ENTRY_SIZE, ENTRY_SIZE))[0]
 
     def first_at_or_after(self, physical_offset: int) -> int:
         """Queue offset of the first entry whose record starts at or after ``physical_offset``."""
@@ -149,30 +155,32 @@ class ConsumeQueue:
         """Commit-log end of the last entry's record (0 if empty)."""
         if self.count == 0:
             return 0
-        phys, size, _tag = _ENTRY.unpack(os.pread(self.fd, ENTRY_SIZE, (self.count - 1) * ENTRY_SIZE))
+        phys, size, _tag = _ENTRY.unpack_from(self.file.pread((self.count - 1) * ENTRY_SIZE, ENTRY_SIZE))
         return phys + size
 
     def close(self) -> None:
-        os.close(self.fd)
+        self.file.close()
 
 
 class ConsumeQueues:
     """All consume queues of a store under ``<root>/consumequeue``."""
 
-    def __init__(self, directory: str | os.PathLike[str]) -> None:
+    def __init__(self, directory: str | os.PathLike[str], disk: Disk = OS_DISK) -> None:
         self.dir = Path(directory)
-        self.dir.mkdir(parents=True, exist_ok=True)
+        self.disk = disk
+        ensure_dir(disk, self.dir)
         self.queues: dict[tuple[str, int], ConsumeQueue] = {}
-        self._new_dirs: set[Path] = set()
-        for topic_dir in self.dir.iterdir():
-            if not topic_dir.is_dir() or not valid_topic(topic_dir.name):
+        for topic in disk.listdir(self.dir):
+            topic_dir = self.dir / topic
+            if not valid_topic(topic) or not disk.is_dir(topic_dir):
                 continue
-            for qdir in topic_dir.iterdir():
+            for qname in disk.listdir(topic_dir):
                 try:
-                    qid = int(qdir.name)
+                    qid = int(qname)
                 except ValueError:
                     continue
-                self.queues[(topic_dir.name, qid)] = ConsumeQueue(qdir, topic_dir.name, qid)
+                if disk.is_dir(topic_dir / qname):
+                    self.queues[(topic, qid)] = ConsumeQueue(topic_dir / qname, topic, qid, disk)
 
     def get(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         return self.queues.get((topic, queue_id))
@@ -181,9 +189,8 @@ class ConsumeQueues:
         key = (topic, queue_id)
         cq = self.queues.get(key)
         if cq is None:
-            cq = ConsumeQueue(self.dir / topic / str(queue_id), topic, queue_id)
+            cq = ConsumeQueue(self.dir / topic / str(queue_id), topic, queue_id, self.disk)
             self.queues[key] = cq
-            self._new_dirs.update((self.dir, self.dir / topic, cq.dir))
         return cq
 
     def dispatch(self, infos: list[IndexInfo]) -> None:
@@ -199,26 +206,29 @@ class ConsumeQueues:
         for cq in self.queues.values():
             cq.truncate_physical(physical_offset)
 
-    def take_dirty(self) -> tuple[list[int], list[Path]]:
-        """Duplicated fds of queues written and directories created since the last call.
+    def take_dirty(self) -> tuple[list[DiskFile], list[Path]]:
+        """Duplicated handles of queues written since the last call, and the directories whose new
+        names (a new queue file) they need.
 
         The caller fsyncs (and closes) them before recording a dispatched offset that relies on them.
         """
-        fds = []
+        files, dirs = [], []
         for cq in self.queues.values():
             if cq.dirty:
-                fds.append(os.dup(cq.fd))
+                files.append(cq.file.dup())
                 cq.dirty = False
-        dirs, self._new_dirs = sorted(self._new_dirs, key=lambda p: len(p.parts), reverse=True), set()
-        return fds, dirs
+            if cq.new_name:
+                dirs.append(cq.dir)
+                cq.new_name = False
+        return files, dirs
 
     def clear(self) -> None:
         """Delete every queue (before a rebuild from the commit log)."""
         self.close()
         self.queues = {}
-        shutil.rmtree(self.dir, ignore_errors=True)
-        self.dir.mkdir(parents=True, exist_ok=True)
-        fsync_dir(self.dir.parent)
+        remove_tree(self.disk, self.dir)
+        self.disk.fsync_dir(self.dir.parent)
+        ensure_dir(self.disk, self.dir)
 
     def close(self) -> None:
         for cq in self.queues.values():

@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 Each master term (epoch) starts writing at some commit-log offset; the list of ``(epoch,
 start_offset)`` pairs, strictly increasing in both, is what replicas compare to find where their
-logs diverge (``find_consistent_point``).  End offsets are not stored: an entry ends where the next
+logs diverge (``rocketray.ha.truncation.find_consistent_point``).  End offsets are not stored: an entry ends where the next
 one starts and the last one ends at ``2**63 - 1`` until the owner sets it in memory.
 
 On disk the list is a ``CheckpointFile`` in the reference's exact text format::
@@ -17,7 +17,8 @@ main file is missing, zero-length or invalid.  Deliberate fix of quirk 18.8: an 
 written too (``0\\n0\\n``) and a valid empty main file is believed, so truncating every entry sticks.
 
 A cache with ``path=None`` is a scratch cache (no IO), used for the master's entries in the HA
-handshake.  The pure text codec is ``encode_entries`` / ``decode_entries``.
+handshake.  The pure text codec is ``encode_entries`` / ``decode_entries``.  File IO goes through
+the disk port (``rocketray.broker.fs.Disk``, the real disk by default).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterable
 
+from rocketray.broker.fs import OS_DISK, Disk, ensure_dir, read_file
 from rocketray.durable import write_durably
 
 __all__ = ["EpochEntry", "EpochFileCache", "EpochFileError", "MAX_END_OFFSET", "decode_entries",
@@ -93,12 +95,9 @@ def decode_entries(data: bytes) -> list[tuple[int, int]]:
     return pairs
 
 
-def _read_file(path: Path) -> list[tuple[int, int]] | None:
+def _read_file(disk: Disk, path: Path) -> list[tuple[int, int]] | None:
     """Entries of one file; ``None`` when missing, zero-length or invalid."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return None
+    data = read_file(disk, path)
     if not data:
         return None
     try:
@@ -111,8 +110,10 @@ def _read_file(path: Path) -> list[tuple[int, int]] | None:
 class EpochFileCache:
     """The ordered epoch map of reference 12.2, persisted at ``path`` (``None``: scratch, no IO)."""
 
-    def __init__(self, path: str | os.PathLike[str] | None, entries: Iterable[EpochEntry] | None = None) -> None:
+    def __init__(self, path: str | os.PathLike[str] | None, entries: Iterable[EpochEntry] | None = None,
+                 disk: Disk = OS_DISK) -> None:
         self.path = Path(path) if path is not None else None
+        self.disk = disk
         self._lock = threading.RLock()
         self._entries: list[EpochEntry] = []
         if entries is not None:
@@ -128,9 +129,9 @@ class EpochFileCache:
     # -------------------------------------------------------------- persistence
     def _init_from_file(self) -> None:
         assert self.path is not None
-        pairs = _read_file(self.path)
+        pairs = _read_file(self.disk, self.path)
         if pairs is None:
-            pairs = _read_file(self.path.with_name(self.path.name + ".bak")) or []
+            pairs = _read_file(self.disk, self.path.with_name(self.path.name + ".bak")) or []
         self._rebuild(EpochEntry(e, s) for e, s in pairs)
 
     def _rebuild(self, entries: Iterable[EpochEntry]) -> None:
@@ -145,9 +146,9 @@ class EpochFileCache:
         if self.path is None:
             return
         data = encode_entries((e.epoch, e.start_offset) for e in self._entries)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        write_durably(self.path, data)
-        write_durably(self.path.with_name(self.path.name + ".bak"), data)
+        ensure_dir(self.disk, self.path.parent)
+        write_durably(self.path, data, disk=self.disk)
+        write_durably(self.path.with_name(self.path.name + ".bak"), data, disk=self.disk)
 
     def init_from_entries(self, entries: Iterable[EpochEntry]) -> None:
         """Replace the map (ends recomputed from the next start) and persist."""
@@ -189,16 +190,6 @@ class EpochFileCache:
         """The entry with the smallest epoch greater than ``epoch``."""
         with self._lock:
             return next((e for e in self._entries if e.epoch > epoch), None)
-
-    def find_consistent_point(self, other: "EpochFileCache") -> int:
-        """Walking local entries from the highest epoch down, the first whose epoch ``other`` has with
-        the same start offset gives ``min(local end, other end)``; -1 if there is none."""
-        theirs = {e.epoch: e for e in other.entries()}
-        for local in reversed(self.entries()):
-            remote = theirs.get(local.epoch)
-            if remote is not None and remote.start_offset == local.start_offset:
-                return min(local.end_offset, remote.end_offset)
-        return -1
 
     # -------------------------------------------------------------- changes
     def append(self, entry: EpochEntry | int, start_offset: int | None = None) -> bool:

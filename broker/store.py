@@ -32,6 +32,11 @@ directory, cuts and fsyncs the consume queues, clamps the confirm offset and wri
 durably, all before returning.  A crash after it returns cannot bring cut bytes back.
 
 All public methods hold one re-entrant lock; fsyncs of the background flusher run outside it.
+
+Every file operation goes through the disk port given to the constructor (``disk``, default the
+real one, ``rocketray.broker.fs.OS_DISK``); ``rocketray.sim.disk.SimDisk`` runs the very same store
+over a simulated disk with crashes (``StoreConfig(background_thread=False)`` there: the simulator
+calls ``flush()`` itself).
 """
 
 from __future__ import annotations
@@ -43,11 +48,12 @@ import time
 from pathlib import Path
 from typing import Any, Iterable
 
-from rocketray.broker.checkpoint import StoreCheckpoint, load_checkpoint, save_checkpoint, sync_fds
+from rocketray.broker.checkpoint import StoreCheckpoint, load_checkpoint, save_checkpoint, sync_files
 from rocketray.broker.commitlog import CommitLog, StoreError
 from rocketray.broker.config import FlushMode, StoreConfig
 from rocketray.broker.consume_queue import ConsumeQueues
 from rocketray.broker.epoch_file import EPOCH_FILE_NAME, EpochFileCache
+from rocketray.broker.fs import OS_DISK, Disk, ensure_dir
 from rocketray.broker.message import (Message, MessageCodecError, decode_record, encode_record, split_records,
                             whole_records_length)
 
@@ -60,15 +66,17 @@ log = logging.getLogger(__name__)
 class MessageStore:
     """The message store of one replica (see the module docstring)."""
 
-    def __init__(self, root_dir: str | os.PathLike[str], config: StoreConfig | None = None) -> None:
+    def __init__(self, root_dir: str | os.PathLike[str], config: StoreConfig | None = None,
+                 disk: Disk = OS_DISK) -> None:
         self.root = Path(root_dir)
         self.config = config or StoreConfig()
-        self.root.mkdir(parents=True, exist_ok=True)
+        self.disk = disk
+        ensure_dir(disk, self.root / "commitlog")
         self._lock = threading.RLock()
         self._closed = False
         self._generation = 0
-        checkpoint = load_checkpoint(self.root)
-        self.commitlog = CommitLog(self.root / "commitlog", self.config.segment_size_bytes)
+        checkpoint = load_checkpoint(self.root, disk)
+        self.commitlog = CommitLog(self.root / "commitlog", self.config.segment_size_bytes, disk=disk)
         start = checkpoint.verified_offset if checkpoint else self.commitlog.min_offset
         self.recovered_cut_bytes = self.commitlog.recover(start)
         if self.recovered_cut_bytes:
@@ -76,10 +84,10 @@ class MessageStore:
                         self.root, self.recovered_cut_bytes, self.commitlog.max_offset)
         self.commitlog.flush()
         self._verified = self.commitlog.max_offset
-        self.epoch_file = EpochFileCache(self.root / EPOCH_FILE_NAME)
+        self.epoch_file = EpochFileCache(self.root / EPOCH_FILE_NAME, disk=disk)
         self._clamp_epoch_file(self.max_offset)
-        rebuild = checkpoint is None or not (self.root / "consumequeue").is_dir()
-        self.cqs = ConsumeQueues(self.root / "consumequeue")
+        rebuild = checkpoint is None or not disk.is_dir(self.root / "consumequeue")
+        self.cqs = ConsumeQueues(self.root / "consumequeue", disk)
         if rebuild:
             self.cqs.clear()
         lo, hi = self.min_offset, self.max_offset
@@ -372,11 +380,11 @@ class MessageStore:
     # ------------------------------------------------------------------ flushing
     def _write_checkpoint(self) -> None:
         """Under the lock, with the log fsynced up to ``_verified``: fsync the queues, save."""
-        fds, dirs = self.cqs.take_dirty()
+        files, dirs = self.cqs.take_dirty()
+        sync_files(files, self.disk, None)
         for directory in dirs:
-            sync_fds([], directory)
-        sync_fds(fds, None)
-        save_checkpoint(self.root, StoreCheckpoint(self._verified, self._confirm, self._dispatched))
+            self.disk.fsync_dir(directory)
+        save_checkpoint(self.root, StoreCheckpoint(self._verified, self._confirm, self._dispatched), self.disk)
 
     def flush(self) -> None:
         """fsync the log and the queues and write the checkpoint."""
@@ -391,9 +399,9 @@ class MessageStore:
             if self._closed:
                 return
             generation = self._generation
-            fds, dir_dirty = self.commitlog.take_dirty_fds()
+            files, dir_dirty = self.commitlog.take_dirty_files()
             verified = self.commitlog.max_offset
-        sync_fds(fds, self.commitlog.dir if dir_dirty else None)
+        sync_files(files, self.disk, self.commitlog.dir if dir_dirty else None)
         with self._lock:
             if self._closed or generation != self._generation:
                 return  # a truncation or retention ran meanwhile and wrote its own checkpoint

@@ -3,39 +3,41 @@
 ``write_durably`` writes a temp file beside the target, fsyncs it, renames it over the target and
 fsyncs the directory, so that after a crash (kill or power loss) the target holds either the old
 or the new bytes, never a mix, and the rename itself is on disk.
+
+Both helpers run over a disk port (``rocketray.broker.fs.Disk``, default the real one), so the
+files written through them (store checkpoint, epoch file, identity files) run over the simulated
+disk too.
 """
 
 from __future__ import annotations
 
 import os
-from pathlib import Path
+import posixpath
+
+from rocketray.broker.fs import OS_DISK, Disk
 
 __all__ = ["fsync_dir", "write_durably"]
 
 
-def fsync_dir(path: str | os.PathLike[str]) -> None:
+def fsync_dir(path: str | os.PathLike[str], disk: Disk = OS_DISK) -> None:
     """fsync a directory so that creations, renames and deletions in it survive a crash."""
-    fd = os.open(os.fspath(path), os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    disk.fsync_dir(path)
 
 
-def write_durably(path: str | os.PathLike[str], data: bytes, tmp_name: str | None = None) -> None:
+def write_durably(path: str | os.PathLike[str], data: bytes, tmp_name: str | None = None,
+                  disk: Disk = OS_DISK) -> None:
     """Replace ``path`` with ``data``: write a temp file, fsync it, rename over, fsync the directory.
 
     ``tmp_name`` names the temp file (in the target's directory); the default is ``<name>.tmp``.
     """
-    target = Path(path)
-    tmp = target.with_name(tmp_name or target.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    target = os.fspath(path)
+    parent, name = posixpath.split(target)
+    tmp = posixpath.join(parent, tmp_name or name + ".tmp")
+    f = disk.open(tmp, create=True, truncate=True)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
+        f.pwrite(data, 0)
+        f.fsync()
     finally:
-        os.close(fd)
-    os.replace(tmp, target)
-    fsync_dir(target.parent)
+        f.close()
+    disk.rename(tmp, target)
+    disk.fsync_dir(parent or ".")

@@ -8,6 +8,7 @@ import pytest
 
 from rocketray.broker.epoch_file import (MAX_END_OFFSET, EpochEntry, EpochFileCache, EpochFileError, decode_entries,
                                encode_entries, entries_crc)
+from rocketray.ha.truncation import EpochRange, find_consistent_point
 
 
 @pytest.fixture
@@ -124,10 +125,15 @@ def test_find_epoch_entry_by_offset(cache: EpochFileCache) -> None:
     assert cache.find_by_offset(99) is None
 
 
+def _ranges(cache: EpochFileCache) -> list[EpochRange]:
+    return [EpochRange(e.epoch, e.start_offset, e.end_offset) for e in cache.entries()]
+
+
+# findConsistentPoint lives once, in rocketray.ha.truncation; the reference's samples over epoch caches:
 def test_find_consistent_point_sample1(cache: EpochFileCache) -> None:
     """Sample1: other (1,100),(2,300),(3,450) -> 450."""
     other = EpochFileCache.scratch([(1, 100), (2, 300), (3, 450)])
-    assert cache.find_consistent_point(other) == 450
+    assert find_consistent_point(_ranges(cache), _ranges(other)) == 450
 
 
 def test_find_consistent_point_sample2(cache: EpochFileCache) -> None:
@@ -135,19 +141,24 @@ def test_find_consistent_point_sample2(cache: EpochFileCache) -> None:
     other = EpochFileCache.scratch([(1, 100), (2, 300), (3, 500)])
     cache.set_last_entry_end_offset(700)
     other.set_last_entry_end_offset(600)
-    assert cache.find_consistent_point(other) == 600
+    assert find_consistent_point(_ranges(cache), _ranges(other)) == 600
 
 
 def test_find_consistent_point_sample3(cache: EpochFileCache) -> None:
-    """Sample3: other (1,200),(2,500) -> -1."""
-    assert cache.find_consistent_point(EpochFileCache.scratch([(1, 200), (2, 500)])) == -1
+    """Sample3: other (1,200),(2,500) -> none."""
+    assert find_consistent_point(_ranges(cache), _ranges(EpochFileCache.scratch([(1, 200), (2, 500)]))) is None
 
 
 def test_find_consistent_point_sample4(cache: EpochFileCache) -> None:
     """Sample4: other (1,100),(2,300),(3,500),(4,800); local last end 700; from the other side -> 700."""
     other = EpochFileCache.scratch([(1, 100), (2, 300), (3, 500), (4, 800)])
     cache.set_last_entry_end_offset(700)
-    assert other.find_consistent_point(cache) == 700
+    assert find_consistent_point(_ranges(other), _ranges(cache)) == 700
+
+
+def test_epoch_file_cache_has_no_second_consistent_point() -> None:
+    """The rule exists once (ha/truncation.py); the cache no longer carries a copy."""
+    assert not hasattr(EpochFileCache, "find_consistent_point")
 
 
 # ---------------------------------------------------------------- other 12.2 operations

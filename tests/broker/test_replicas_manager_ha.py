@@ -139,7 +139,7 @@ def test_promotion_cuts_a_torn_tail_to_the_last_whole_message(tmp_path, port_fac
             await b1.close()
             victim = stored[-1].physical_offset
             seg = b2.store.commitlog.segment_for(victim)
-            os.pwrite(seg.fd, b"\xff\xff", victim - seg.base_offset + 80)   # the last record is torn
+            seg.file.pwrite(b"\xff\xff", victim - seg.base_offset + 80)   # the last record is torn
             clock.advance(11_000)
             await b2.rm.heartbeat_once()
             resp = await ctl.call(ElectMasterRequest.of_controller_trigger(fakes.GROUP), address=ctl.leader)

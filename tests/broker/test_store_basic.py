@@ -331,7 +331,7 @@ def test_truncate_invalid_tail(tmp_path: Path) -> None:
     victim = more[4]
     seg = store.commitlog.segment_for(victim.physical_offset)
     assert seg is not None
-    os.pwrite(seg.fd, b"\xff\xff", victim.physical_offset - seg.base_offset + 80)  # damage after the checkpoint
+    seg.file.pwrite(b"\xff\xff", victim.physical_offset - seg.base_offset + 80)  # damage after the checkpoint
     assert store.truncate_invalid_tail() == victim.physical_offset
     assert store.max_offset == victim.physical_offset
     assert store.truncate_invalid_tail() == -1
