@@ -392,17 +392,20 @@ class CommitLog:
         """Find the end of valid data, cut what follows; returns the number of non-zero bytes cut.
 
         Segments after a hole are deleted first (:func:`first_gap`).  Scanning starts at the
-        beginning of the segment holding ``start_offset`` (the checkpoint's verified offset), so a
-        torn write is found even if it lies before that offset; segments before it are trusted.
+        beginning of the segment holding the byte before ``start_offset`` (the checkpoint's
+        verified offset), so a torn write is found even if it lies before that offset; segments
+        before it are trusted (they, and their seal, were fsynced before that checkpoint).
         The scanned segments are fsynced (:meth:`_sync_scanned`).
         """
         gap = first_gap(self.segments)  # sizes are the file sizes here
         if gap is not None:
-            log.warning("commit log %s: hole before segment %s; recovery keeps the log before it",
-                        self.dir, self.segments[gap].path.name)
+            log.warning("commit log %s: segment %s does not start where the previous one ends (a hole or an "
+                        "unsynced seal); recovery keeps the log before it", self.dir, self.segments[gap].path.name)
             self._drop_after(gap - 1, known=False)
         bases = [s.base_offset for s in self.segments]
-        idx = max(0, bisect.bisect_right(bases, start_offset) - 1)
+        # the segment holding the last verified byte: when the verified offset is exactly a segment
+        # base, the previous segment may have been sealed (ftruncate) after that checkpoint, unsynced
+        idx = max(0, bisect.bisect_left(bases, start_offset) - 1)
         pos, last = self.segments[idx].base_offset, idx - 1
         for i in range(idx, len(self.segments)):
             seg = self.segments[i]
