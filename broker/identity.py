@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, ClassVar
 if TYPE_CHECKING:  # typing.Self is 3.11+; annotations are never evaluated at run time
     from typing_extensions import Self
 
-from rocketray.durable import fsync_dir, write_durably
+from rocketray.broker.fs import OS_DISK, Disk, ensure_dir, read_file
+from rocketray.durable import write_durably
 
 __all__ = ["BrokerIdentity", "TempBrokerIdentity", "IDENTITY_FILE", "TEMP_IDENTITY_FILE"]
 
@@ -30,10 +31,13 @@ IDENTITY_FILE = "brokerIdentity"
 TEMP_IDENTITY_FILE = "brokerIdentity-temp"
 
 
-def _read_fields(path: Path, count: int) -> list[str] | None:
+def _read_fields(path: Path, count: int, disk: Disk) -> list[str] | None:
+    data = read_file(disk, path)
     try:
-        text = path.read_text(encoding="utf-8").strip()
-    except (FileNotFoundError, UnicodeDecodeError):
+        text = data.decode("utf-8").strip() if data is not None else None
+    except UnicodeDecodeError:
+        return None
+    if text is None:
         return None
     fields = text.split("#")
     if len(fields) != count or not fields[0] or not fields[1]:
@@ -41,12 +45,12 @@ def _read_fields(path: Path, count: int) -> list[str] | None:
     return fields
 
 
-def _clear(path: Path) -> None:
+def _clear(path: Path, disk: Disk) -> None:
     try:
-        path.unlink()
+        disk.unlink(path)
     except FileNotFoundError:
         return
-    fsync_dir(path.parent)
+    disk.fsync_dir(path.parent)
 
 
 def _check_names(cluster_name: str, broker_name: str) -> None:
@@ -77,9 +81,9 @@ class _IdentityFile:
         raise NotImplementedError
 
     @classmethod
-    def load(cls, root_dir: str | os.PathLike[str]) -> Self | None:
+    def load(cls, root_dir: str | os.PathLike[str], disk: Disk = OS_DISK) -> Self | None:
         """The file stored under ``root_dir``; ``None`` if missing or malformed (not loaded)."""
-        fields = _read_fields(cls.path(root_dir), cls.FIELD_COUNT)
+        fields = _read_fields(cls.path(root_dir), cls.FIELD_COUNT, disk)
         if fields is None:
             return None
         try:
@@ -87,15 +91,15 @@ class _IdentityFile:
         except ValueError:
             return None
 
-    def save(self, root_dir: str | os.PathLike[str]) -> None:
+    def save(self, root_dir: str | os.PathLike[str], disk: Disk = OS_DISK) -> None:
         """Write durably (temp, fsync, rename, directory fsync)."""
-        Path(root_dir).mkdir(parents=True, exist_ok=True)
-        write_durably(self.path(root_dir), self.encode().encode("utf-8"))
+        ensure_dir(disk, root_dir)
+        write_durably(self.path(root_dir), self.encode().encode("utf-8"), disk=disk)
 
     @classmethod
-    def clear(cls, root_dir: str | os.PathLike[str]) -> None:
+    def clear(cls, root_dir: str | os.PathLike[str], disk: Disk = OS_DISK) -> None:
         """Delete the file (durably); a missing file is fine."""
-        _clear(cls.path(root_dir))
+        _clear(cls.path(root_dir), disk)
 
     def matches(self, cluster_name: str, broker_name: str) -> bool:
         """Whether this file belongs to the configured cluster and broker name."""

@@ -237,3 +237,37 @@ def test_same_seed_same_outcome() -> None:
 
     assert run(7) == run(7)
     assert any(run(7) != run(s) for s in range(8, 12))
+
+
+def test_identity_and_epoch_files_run_over_the_sim() -> None:
+    """The broker identity and the epoch file use the same port: a crash at any step of a save
+    leaves the old or the new content, and a finished save survives a power loss."""
+    from rocketray.broker.epoch_file import EpochFileCache
+    from rocketray.broker.identity import BrokerIdentity
+
+    old, new = BrokerIdentity("c", "b", 1), BrokerIdentity("c", "b", 2)
+    for step in range(1, 10):
+        for seed in range(4):
+            d = disk(seed)
+            old.save("/d/broker", disk=d)
+            EpochFileCache("/d/broker/epochFileCheckpoint", disk=d).append(1, 0)
+            d.crash_after(step, CrashMode.POWER_LOSS)
+            try:
+                new.save("/d/broker", disk=d)
+                EpochFileCache("/d/broker/epochFileCheckpoint", disk=d).append(2, 100)
+                finished = True
+            except SimCrash:
+                finished = False
+            d.set_hook(None)
+            d.crash(CrashMode.POWER_LOSS)
+            loaded = BrokerIdentity.load("/d/broker", disk=d)
+            epochs = [e.epoch for e in EpochFileCache("/d/broker/epochFileCheckpoint", disk=d).entries()]
+            if finished:
+                assert loaded == new and epochs == [1, 2]
+            else:
+                assert loaded in (old, new) and epochs in ([1], [1, 2])
+    d = disk()
+    new.save("/d/b2", disk=d)
+    BrokerIdentity.clear("/d/b2", disk=d)
+    d.crash(CrashMode.POWER_LOSS)
+    assert BrokerIdentity.load("/d/b2", disk=d) is None
