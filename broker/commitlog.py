@@ -51,7 +51,7 @@ from rocketray.broker.checkpoint import nonzero_end, sync_files
 from rocketray.broker.fs import OS_DISK, Disk, DiskFile
 from rocketray.broker.message import HEADER_SIZE, IndexInfo, MessageCodecError, decode_index, verify_record
 
-__all__ = ["CommitLog", "Segment", "StoreError", "first_gap", "segment_name", "unlink_order"]
+__all__ = ["CommitLog", "Segment", "StoreError", "first_gap", "first_scanned", "segment_name", "unlink_order"]
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +93,14 @@ def unlink_order(segments: Sequence[Segment]) -> list[Segment]:
     """The order in which a cut unlinks the segments after the cut point: newest first, so a kill
     between two unlinks leaves a contiguous log (issue 15 fix 3; the old order was oldest first)."""
     return list(reversed(segments))
+
+
+def first_scanned(bases: Sequence[int], verified_offset: int) -> int:
+    """Index of the first segment recovery scans: the one holding the last verified byte.  When the
+    verified offset is exactly a segment base, the previous segment may have been sealed (an
+    ftruncate) after that checkpoint and not synced, so it is scanned and fsynced too (the old
+    rule, ``bisect_right(bases, verified_offset) - 1``, trusted it)."""
+    return max(0, bisect.bisect_left(bases, verified_offset) - 1)
 
 
 def first_gap(segments: Sequence[Segment]) -> int | None:
@@ -402,10 +410,7 @@ class CommitLog:
             log.warning("commit log %s: segment %s does not start where the previous one ends (a hole or an "
                         "unsynced seal); recovery keeps the log before it", self.dir, self.segments[gap].path.name)
             self._drop_after(gap - 1, known=False)
-        bases = [s.base_offset for s in self.segments]
-        # the segment holding the last verified byte: when the verified offset is exactly a segment
-        # base, the previous segment may have been sealed (ftruncate) after that checkpoint, unsynced
-        idx = max(0, bisect.bisect_left(bases, start_offset) - 1)
+        idx = first_scanned([s.base_offset for s in self.segments], start_offset)
         pos, last = self.segments[idx].base_offset, idx - 1
         for i in range(idx, len(self.segments)):
             seg = self.segments[i]

@@ -255,3 +255,13 @@ def test_random_operations_with_crashes_keep_acknowledged_bytes(mode_name: str) 
         disk.set_hook(None)
         check_whole(store)
         check_queues(store)
+
+
+def test_old_scan_start_loses_flushed_data(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The seal test above fails against the old rule (scan from the segment holding the verified
+    offset itself, trusting the one before it)."""
+    import bisect
+
+    monkeypatch.setattr(commitlog, "first_scanned", lambda bases, v: max(0, bisect.bisect_right(bases, v) - 1))
+    with pytest.raises(AssertionError):
+        test_seal_after_a_checkpoint_at_a_segment_boundary_is_made_durable_by_recovery()
