@@ -199,10 +199,11 @@ def check_queues(store: MessageStore) -> None:
 @pytest.mark.parametrize("mode_name", ["sync", "async"])
 def test_random_operations_with_crashes_keep_acknowledged_bytes(mode_name: str) -> None:
     """Random puts, flushes, confirm moves, epoch entries and truncations, crashed (kill or power loss)
-    at random IO steps and reopened, many times per run: what a put (sync) or flush (async) returned
+    at random IO steps and reopened (the recovery crashed too, sometimes), many times per run: what a put (sync) or flush (async) returned
     for is never lost unless truncated, the log never has a hole or an invalid record, the queues
     read back their own records, the confirm offset and the epoch file never exceed the log."""
     cfg = SYNC if mode_name == "sync" else ASYNC
+    recovery_crashes = 0
     for seed in range(150):
         rng = random.Random(seed)
         disk = SimDisk(random.Random(seed + 1000))
@@ -243,7 +244,14 @@ def test_random_operations_with_crashes_keep_acknowledged_bytes(mode_name: str) 
                     raise SimCrash(None, disk.steps)
             except SimCrash:
                 disk.set_hook(None)
-                store = MessageStore(ROOT, cfg, disk=disk)
+                while True:  # recovery itself may crash, again and again
+                    if rng.random() < 0.3:
+                        disk.crash_after(rng.randint(1, 25), rng.choice(list(CrashMode)))
+                    try:
+                        store = MessageStore(ROOT, cfg, disk=disk)
+                        break
+                    except SimCrash:
+                        recovery_crashes += 1
                 data = check_whole(store)
                 assert data[:len(acked)] == acked, (seed, len(data), len(acked))
                 check_queues(store)
@@ -255,6 +263,7 @@ def test_random_operations_with_crashes_keep_acknowledged_bytes(mode_name: str) 
         disk.set_hook(None)
         check_whole(store)
         check_queues(store)
+    assert recovery_crashes > 20
 
 
 def test_old_scan_start_loses_flushed_data(monkeypatch: pytest.MonkeyPatch) -> None:
