@@ -68,3 +68,53 @@ def test_leftover_bytes_after_auth_are_kept():
     c.receive_data(s.data_to_send())
     s.receive_data(c.data_to_send() + b"HA-bytes")
     assert s.done and s.leftover == b"HA-bytes"
+
+
+def _tampered(proof: bytes, position: int) -> bytes:
+    return proof[:position] + bytes([proof[position] ^ 0x01]) + proof[position + 1:]
+
+
+@pytest.mark.parametrize("position", [4, 16, 31])
+def test_server_checks_the_client_proof_over_its_full_length(position):
+    # A proof right in its first bytes and wrong anywhere after is refused: a prefix
+    # comparison (e.g. the first 4 bytes) would accept these.
+    c = Authenticator("client", b"secret", os.urandom(32))
+    s = Authenticator("server", b"secret", os.urandom(32))
+    s.receive_data(c.data_to_send())
+    c.receive_data(s.data_to_send())
+    proof = c.data_to_send()
+    assert len(proof) == 32
+    with pytest.raises(AuthError):
+        s.receive_data(_tampered(proof, position))
+    assert not s.done and s.data_to_send() == b""
+
+
+@pytest.mark.parametrize("position", [4, 16, 31])
+def test_client_checks_the_server_proof_over_its_full_length(position):
+    c = Authenticator("client", b"secret", os.urandom(32))
+    s = Authenticator("server", b"secret", os.urandom(32))
+    s.receive_data(c.data_to_send())
+    c.receive_data(s.data_to_send())
+    s.receive_data(c.data_to_send())
+    server_proof = s.data_to_send()
+    assert s.done and len(server_proof) == 32
+    with pytest.raises(AuthError):
+        c.receive_data(_tampered(server_proof, position))
+    assert not c.done
+
+
+def test_a_peer_that_echoes_our_nonce_is_refused_before_any_proof():
+    # Echoing the nonce would let a peer bounce our own proof back at us (both proofs would be
+    # over the same pair of nonces): the echo is refused on both sides before anything keyed is sent.
+    nonce = os.urandom(32)
+    c = Authenticator("client", b"secret", nonce)
+    c.data_to_send()
+    echo_server = Authenticator("server", b"secret", nonce)
+    with pytest.raises(AuthError, match="echoed"):
+        c.receive_data(echo_server.data_to_send())
+    assert c.data_to_send() == b""          # the client sent no proof
+    s = Authenticator("server", b"secret", nonce)
+    s.data_to_send()
+    with pytest.raises(AuthError, match="echoed"):
+        s.receive_data(Authenticator("client", b"secret", nonce).data_to_send())
+    assert s.data_to_send() == b""
