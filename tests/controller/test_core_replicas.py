@@ -346,6 +346,11 @@ ALTER_ROWS = [
     pytest.param(NAME, 2, 1, {1, 2}, 2, {1, 2, 3}, C.CONTROLLER_INVALID_MASTER, id="not-master"),
     pytest.param(NAME, 1, 0, {1, 2}, 2, {1, 2, 3}, C.CONTROLLER_FENCED_MASTER_EPOCH, id="stale-master-epoch"),
     pytest.param(NAME, 1, 1, {1, 2}, 1, {1, 2, 3}, C.CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH, id="stale-sss-epoch"),
+    # a *future* epoch is fenced too: only the exact current epoch may alter the set
+    pytest.param(NAME, 1, 2, {1, 2}, 2, {1, 2, 3}, C.CONTROLLER_FENCED_MASTER_EPOCH, id="future-master-epoch"),
+    pytest.param(NAME, 1, 1, {1, 2}, 3, {1, 2, 3}, C.CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH, id="future-sss-epoch"),
+    pytest.param(NAME, 1, 1, {1, 2, 3}, 3, {1, 2, 3}, C.CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH,
+                 id="future-sss-epoch-no-change"),
     pytest.param(NAME, 1, 1, {1, 2, 3}, 2, {1, 2, 3}, C.CONTROLLER_ALTER_SYNC_STATE_SET_FAILED, id="no-change"),
     pytest.param(NAME, 1, 1, {1, 4}, 2, {1, 2, 3}, C.CONTROLLER_INVALID_REPLICAS, id="unregistered"),
     pytest.param(NAME, 1, 1, {1, 2}, 2, {1, 3}, C.CONTROLLER_BROKER_NOT_ALIVE, id="dead-replica"),
