@@ -77,7 +77,7 @@ SNAPSHOT_FILE = ("daa320a7" "0001" "00000003" "a0d3198c" "0000000000000000"
 
 
 def test_every_snapshot_section_and_the_whole_file_are_golden():
-    sections = dict(SECTIONS, **{SECTION_CONTROLLER_STATE: _state().to_snapshot()})
+    sections = {**SECTIONS, SECTION_CONTROLLER_STATE: _state().to_snapshot()}
     assert (SECTION_CONTROLLER_STATE, SECTION_RAFT_META, SECTION_SNAPSHOT_META) == (1, 2, 3)
     assert encode_snapshot(sections).hex() == SNAPSHOT_FILE
     decoded = decode_snapshot(bytes.fromhex(SNAPSHOT_FILE))
