@@ -22,7 +22,7 @@ from pysyncobj import SyncObj, SyncObjConf, replicated
 
 from rocketray.controller.api import ApplyBrokerIdRequest, ElectMasterRequest, RegisterBrokerRequest
 from rocketray.controller.config import ControllerConfig
-from rocketray.controller.local_cluster import LocalCluster
+from rocketray.controller.proc import LocalCluster
 
 
 def _ports(n: int) -> list[int]:

@@ -101,7 +101,8 @@ def encode_record(record: Record) -> bytes:
                 encode_event(record.event), record.master_broker_id, record.master_epoch, sss,
                 record.sync_state_set_epoch]
     data = msgpack.packb(body, use_bin_type=True)
-    assert len(data) <= MAX_BODY_BYTES
+    if len(data) > MAX_BODY_BYTES:
+        raise EventLogError(f"record of {len(data)} bytes exceeds the frame limit {MAX_BODY_BYTES}")
     return FRAME_HEADER.pack(len(data), zlib.crc32(data)) + data
 
 

@@ -34,17 +34,20 @@ from rocketray.controller.api import ElectMasterRequest, Response
 from rocketray.controller.codes import ResponseCode
 from rocketray.controller.config import ControllerConfig
 from rocketray.controller.decide import DecideContext, decide, is_write, scan_need_reelect_broker_sets
-from rocketray.controller.event_log import EventLog, EventLogRecord
-from rocketray.controller.events import Event, decode_events, encode_events
+from rocketray.controller.event_log import EventLog, EventLogError, EventLogRecord
+from rocketray.controller.events import Event, ReadEvent, decode_events, encode_events
 from rocketray.controller.heartbeat import HeartbeatTable
+from rocketray.broker.fs import OS_DISK, Disk, ensure_dir
 from rocketray.controller.raft import (PayloadError, RaftHost, RecoveryRefused, SnapshotHooks, decode_payload,
-                             encode_payload, plan_recovery, sync_obj_conf)
+                                       encode_payload, import_pysyncobj_journal, plan_recovery, sync_obj_conf)
 from rocketray.controller.state import ControllerState
 from rocketray.snapshot.store import SnapshotStore
 
 log = logging.getLogger(__name__)
 
 _LEADER = 2  # pysyncobj's _RAFT_STATE.LEADER
+JOURNAL_FILE = "raft.wal"             # DurableJournal (controller/journal.py), + ".meta" for term/vote
+LEGACY_JOURNAL_FILE = "raft.journal"  # pysyncobj's FileJournal, imported once into JOURNAL_FILE
 _ROLE_NAMES = {0: "follower", 1: "candidate", 2: "leader"}
 
 __all__ = ["ControllerNode", "InsecureRaftBindError", "RecoveryRefused"]
@@ -85,7 +88,11 @@ class ControllerNode:
                  store_dir: str | Path, config: ControllerConfig | None = None,
                  secret: str | None = None, *, clock_ms: Callable[[], int] = _now_ms,
                  on_role_changed: Callable[[Response], None] | None = None,
-                 alive: Callable[[str, int], bool] | None = None) -> None:
+                 alive: Callable[[str, int], bool] | None = None, disk: Disk = OS_DISK,
+                 journal_fsync: bool = True) -> None:
+        """``disk`` carries the Raft journal, its term/vote meta and the snapshots (the real disk by
+        default; the power-loss tests pass the simulated one). ``journal_fsync=False`` only for
+        the benchmark's same-run baseline: it gives up durability on power loss."""
         self.config = config or ControllerConfig()
         self.config.validate()
         if not secret and not _is_loopback(_host_of(self_address)):
@@ -97,6 +104,7 @@ class ControllerNode:
         self.members = sorted(set(peer_addresses) | {self_address})
         self.store_dir = Path(store_dir)
         self.store_dir.mkdir(parents=True, exist_ok=True)
+        ensure_dir(disk, self.store_dir)
         self._clock_ms = clock_ms
         self._on_role_changed = on_role_changed
         self._alive_override = alive
@@ -107,12 +115,15 @@ class ControllerNode:
         self.heartbeats = HeartbeatTable()
         self.applied_index = 0
         self.fenced_batches = 0
+        self.failed_batches = 0
         self._ready_term: int | None = None
         self._closed = False
 
-        self.snapshots = SnapshotStore(self.store_dir / "snapshots", keep=self.config.max_snapshot_reserved_num)
-        journal_file = self.store_dir / "raft.journal"
+        self.snapshots = SnapshotStore(self.store_dir / "snapshots", keep=self.config.max_snapshot_reserved_num,
+                                       disk=disk)
+        journal_file = self.store_dir / JOURNAL_FILE
         dump_file = self.store_dir / "raft.dump"
+        import_pysyncobj_journal(self.store_dir / LEGACY_JOURNAL_FILE, journal_file, disk)
         plan = plan_recovery(self.snapshots, journal_file, dump_file)
         if plan.snapshot is not None:
             assert plan.state_section is not None
@@ -129,7 +140,7 @@ class ControllerNode:
         conf = sync_obj_conf(self.config, secret, str(journal_file), str(dump_file), self._hooks,
                              self._on_raft_state_changed)
         others = [a for a in self.members if a != self_address]
-        self._raft = RaftHost(self_address, others, conf, self._apply)
+        self._raft = RaftHost(self_address, others, conf, self._apply, journal_file, disk, journal_fsync)
         self._hooks.host = self._raft
         self.max_tick_ms = 0.0
         self.max_snapshot_tick_ms = 0.0
@@ -175,7 +186,15 @@ class ControllerNode:
             self.applied_index = index
             return False
         with self._state_lock:  # logged under the lock: a snapshot never covers an unlogged entry
-            records = self._apply_events(index, entry_term, decided_ms, events)
+            try:
+                records = self._apply_events(index, entry_term, decided_ms, events)
+            except Exception:
+                # Deterministic on every replica: the batch is rolled back as a whole
+                # (ControllerState.apply_batch) and the index advances, so one bad entry can
+                # never wedge the tick loop (it would be re-applied forever otherwise).
+                log.exception("batch index=%d failed to apply; skipped on every replica", index)
+                self.failed_batches += 1
+                records = []
             if records and index > self.event_log.last_index:
                 self._log_events(records)
             self.applied_index = index
@@ -186,10 +205,11 @@ class ControllerNode:
     def _apply_events(self, index: int, term: int, decided_ms: int | None,
                       events: list[Event]) -> list[EventLogRecord]:
         """Apply a batch (state lock held) and describe each event with its group's state after it."""
-        records = []
-        for seq, event in enumerate(events):
-            self.state.apply(event)
-            name = getattr(event, "broker_name", None)
+        records: list[EventLogRecord] = []
+
+        def describe(event: Event) -> None:
+            seq = len(records)
+            name = None if isinstance(event, ReadEvent) else event.broker_name
             info = self.state.sync_state.get(name) if name is not None else None
             if info is None:
                 records.append(EventLogRecord(index, seq, term, decided_ms, event))
@@ -197,14 +217,22 @@ class ControllerNode:
                 records.append(EventLogRecord(index, seq, term, decided_ms, event, info.master_broker_id,
                                               info.master_epoch, tuple(sorted(info.sync_state_set)),
                                               info.sync_state_set_epoch))
+
+        self.state.apply_batch(events, describe)  # all or nothing (rolled back if an event raises)
         return records
 
     def _log_events(self, records: list[EventLogRecord]) -> None:
+        """Log an applied batch; a batch the log cannot hold (IO error, a record over the frame
+        limit) becomes a gap record, never an exception into the tick loop."""
         try:
             self.event_log.append(records)
-        except OSError:
+        except (OSError, EventLogError):
             self.event_log_errors += 1
             log.exception("event log append failed index=%d self=%s", records[0].index, self.self_address)
+            try:
+                self.event_log.note_gap(records[0].index, records[0].index)
+            except OSError:
+                log.exception("event log gap record failed self=%s", self.self_address)
 
     def events(self, after_index: int = 0, limit: int = 10_000) -> dict[str, Any]:
         """A page of this node's event log (``EventLog.read``) as JSON-ready dicts."""
@@ -422,6 +450,8 @@ class ControllerNode:
             "applied_index": self.applied_index,
             "journal_first_index": self._raft.journal_first_index(),
             "journal_len": self._raft.journal_len(),
+            "journal_syncs": self._raft.journal.syncs if self._raft.journal else 0,
+            "journal_rewrites": self._raft.journal.rewrites if self._raft.journal else 0,
             "snapshot_loaded_index": self.loaded_snapshot_index,
             "snapshot_last_index": self._hooks.last_snapshot_index,
             "snapshots_saved": self._hooks.snapshots_taken,
@@ -429,6 +459,7 @@ class ControllerNode:
             "snapshots_kept": self.snapshots.list(),
             "dumps_installed": self._hooks.dumps_installed,
             "fenced_batches": self.fenced_batches,
+            "failed_batches": self.failed_batches,
             "event_log_last_index": self.event_log.last_index,
             "event_log_errors": self.event_log_errors,
             "max_tick_ms": round(self.max_tick_ms, 3),

@@ -42,7 +42,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import msgpack
 
@@ -54,6 +54,10 @@ NOT_LEADER = 2007
 CLUSTER = "chaos"
 
 log = logging.getLogger(__name__)
+
+if TYPE_CHECKING:
+    from rocketray.controller.config import ControllerConfig
+    from rocketray.controller.node import ControllerNode
 
 
 class ProtocolError(Exception):
@@ -254,6 +258,75 @@ class _Server(socketserver.ThreadingTCPServer):
         return {"code": int(response.code), "header": response.header, "body": response.body,
                 "remark": response.remark, "precheck": False, "term_before": term_before,
                 "term_after": self.meta()["term"]}
+
+
+# -- in-process groups (tests and benchmarks) ---------------------------------------------------
+
+class LocalCluster:
+    """N in-process controller nodes on loopback."""
+
+    def __init__(self, base_dir: str | Path, ports: list[int], config: ControllerConfig,
+                 secret: str | None = "test-secret", **node_kwargs: Any) -> None:
+        self.base_dir = Path(base_dir)
+        self.addresses = [f"127.0.0.1:{p}" for p in ports]
+        self.config = config
+        self.secret = secret
+        self.node_kwargs = node_kwargs
+        self.nodes: list[ControllerNode | None] = [None] * len(ports)
+        for i in range(len(ports)):
+            self.start(i)
+
+    def store(self, i: int) -> Path:
+        return self.base_dir / f"n{i}"
+
+    def start(self, i: int) -> ControllerNode:
+        assert self.nodes[i] is None, f"node {i} is running"
+        from rocketray.controller.node import ControllerNode  # noqa: F811 - the child imports it lazily too
+
+        node = ControllerNode(self.addresses[i], self.addresses, self.store(i), self.config, self.secret,
+                              **self.node_kwargs)
+        self.nodes[i] = node
+        return node
+
+    def stop(self, i: int) -> None:
+        node = self.nodes[i]
+        if node is not None:
+            node.close()
+            self.nodes[i] = None
+
+    def running(self) -> list[ControllerNode]:
+        return [n for n in self.nodes if n is not None]
+
+    def leader(self) -> ControllerNode | None:
+        ready = [n for n in self.running() if n.is_leader()]
+        return ready[0] if len(ready) == 1 else None
+
+    def wait_leader(self, timeout_s: float = 10.0) -> ControllerNode:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            leader = self.leader()
+            if leader is not None:
+                return leader
+            time.sleep(0.005)
+        raise TimeoutError(f"no ready leader within {timeout_s}s: {[n.metadata() for n in self.running()]}")
+
+    def index_of(self, node: ControllerNode) -> int:
+        return self.nodes.index(node)
+
+    def close(self) -> None:
+        for i in range(len(self.nodes)):
+            self.stop(i)
+
+
+def wait_for(predicate: Callable[[], Any], timeout_s: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout_s
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(0.01)
+    raise TimeoutError(f"timed out after {timeout_s}s waiting for {what}; last: {last!r}")
 
 
 # -- parent side: the process handle ------------------------------------------------------------

@@ -46,6 +46,10 @@ from typing import Any, Callable
 from pysyncobj import SyncObj, SyncObjConf, replicated
 from pysyncobj.config import SERIALIZER_STATE
 from pysyncobj.journal import FileJournal
+from pysyncobj.transport import TCPTransport
+
+from rocketray.broker.fs import OS_DISK, Disk
+from rocketray.controller.journal import DurableJournal, peek_entries
 
 from rocketray.controller.config import ControllerConfig
 from rocketray.durable import write_durably
@@ -110,7 +114,7 @@ def sync_obj_conf(config: ControllerConfig, secret: str | None, journal_file: st
         connectionRetryTime=config.connection_retry_ms / 1000,
         leaderFallbackTimeout=config.leader_fallback_timeout_ms / 1000,
         commandsQueueSize=config.commands_queue_size,
-        journalFile=journal_file,
+        journalFile=None,  # RaftHost installs a DurableJournal on journal_file (see controller/journal.py)
         fullDumpFile=dump_file,
         logCompactionMinEntries=2 ** 62,
         logCompactionMinTime=10 ** 9,
@@ -124,13 +128,64 @@ def sync_obj_conf(config: ControllerConfig, secret: str | None, journal_file: st
     )
 
 
+# Messages a node may send before its journal is synced: only the leader's replication stream
+# (the leader counts itself toward a commit only after its own fsync, see RaftHost). Everything
+# else (a follower's ack `next_node_idx`, a vote, a vote request, a forwarded command) reflects
+# entries or a term that must be on disk first.
+UNSYNCED_SENDS = frozenset({"append_entries"})
+
+
+class SyncingTransport(TCPTransport):
+    """pysyncobj's TCP transport that syncs the host's journal before a message leaves, unless
+    the message is in ``UNSYNCED_SENDS``."""
+
+    def send(self, node: Any, message: Any) -> bool:
+        if not (isinstance(message, dict) and message.get("type") in UNSYNCED_SENDS):
+            journal = self._syncObj.journal  # type: ignore[attr-defined]
+            if journal is not None:
+                journal.sync()
+        return bool(super().send(node, message))
+
+
 class RaftHost(SyncObj):
-    """The pysyncobj node. `apply_fn(index, entry_term, payload)` runs on the tick thread."""
+    """The pysyncobj node. `apply_fn(index, entry_term, payload)` runs on the tick thread.
+
+    The journal is a ``DurableJournal`` on ``journal_file`` (over ``disk``) installed right after
+    pysyncobj's constructor (which builds a throwaway in-memory one because the conf names no
+    journal file), restoring term, vote and commit index from it as pysyncobj's own constructor
+    does. It is synced before every non-``append_entries`` message (``SyncingTransport``), after
+    the leader appended new commands (``_checkCommandsToApply``, i.e. after it sent them, so its
+    fsync overlaps the followers') and at the start of every tick, before the leader counts
+    itself toward a commit."""
 
     def __init__(self, self_address: str, other_addresses: list[str], conf: SyncObjConf,
-                 apply_fn: Callable[[int, int, bytes], Any]) -> None:
+                 apply_fn: Callable[[int, int, bytes], Any], journal_file: str | os.PathLike[str],
+                 disk: Disk = OS_DISK, journal_fsync: bool = True) -> None:
         self._rr_apply = apply_fn
-        super().__init__(self_address, other_addresses, conf)
+        self.journal: DurableJournal | None = None
+        assert conf.journalFile is None
+        super().__init__(self_address, other_addresses, conf, transportClass=SyncingTransport)
+        journal = DurableJournal(journal_file, disk, fsync=journal_fsync)
+        if len(journal) == 0:
+            journal.add(self._SyncObj__raftLog[0][0], 1, 0)  # type: ignore[attr-defined]  # pysyncobj's NO_OP
+            journal.sync()
+        self._SyncObj__raftLog = journal
+        self.journal = journal
+        self._SyncObj__raftCurrentTerm = max(journal.getCurrentTerm(), journal[-1][2])
+        self._SyncObj__votedForNodeId = journal.getVotedForNodeId()
+        self._SyncObj__raftCommitIndex = journal.getRaftCommitIndex()
+
+    def doTick(self, timeToWait: float = 0.0) -> None:
+        journal = self.journal
+        if journal is not None:
+            journal.sync()
+        super().doTick(timeToWait)
+
+    def _checkCommandsToApply(self) -> None:
+        super()._checkCommandsToApply()
+        journal = self.journal
+        if journal is not None:
+            journal.sync()
 
     @replicated
     def apply_batch(self, payload: bytes) -> Any:
@@ -168,18 +223,31 @@ class JournalHead:
         return None if self.first is None else self.first[1]
 
 
-def peek_journal(path: str | os.PathLike[str]) -> JournalHead:
-    if not os.path.exists(path):
-        return JournalHead(0, None, None, 0)
-    journal = FileJournal(str(path))
+def peek_journal(path: str | os.PathLike[str], disk: Disk = OS_DISK) -> JournalHead:
+    entries = peek_entries(path, disk)
+    n = len(entries)
+    return JournalHead(n, entries[0] if n > 0 else None, entries[1] if n > 1 else None,
+                       entries[-1][1] if n > 0 else 0)
+
+
+def import_pysyncobj_journal(old: Path, new: Path, disk: Disk = OS_DISK) -> bool:
+    """Copy a journal pysyncobj's own FileJournal wrote (``old``, with its ``.meta``) into a
+    ``DurableJournal`` at ``new`` once, before the first start on this format; False if there is
+    nothing to import."""
+    if not old.exists() or disk.exists(new):
+        return False
+    legacy = FileJournal(str(old))
     try:
-        n = len(journal)
-        first = _entry(journal[0]) if n > 0 else None
-        second = _entry(journal[1]) if n > 1 else None
-        last_index = journal[n - 1][1] if n > 0 else 0
-    finally:
+        journal = DurableJournal(new, disk)
+        for i in range(len(legacy)):
+            journal.add(*_entry(legacy[i]))
+        journal.setCurrentTerm(legacy.getCurrentTerm(), legacy.getVotedForNodeId())
+        journal.setRaftCommitIndex(legacy.getRaftCommitIndex())
         journal._destroy()
-    return JournalHead(n, first, second, last_index)
+    finally:
+        legacy._destroy()
+    log.info("imported %s (pysyncobj format) into %s", old, new)
+    return True
 
 
 def _entry(raw: Any) -> Entry:
@@ -198,8 +266,11 @@ class RecoveryPlan:
 
 
 def plan_recovery(store: SnapshotStore, journal_file: Path, dump_file: Path) -> RecoveryPlan:
-    """Choose the snapshot to load and prepare pysyncobj's dump file; refuse partial states."""
-    head = peek_journal(journal_file)
+    """Choose the snapshot to load and prepare pysyncobj's dump file; refuse partial states.
+
+    The journal and the snapshots are read over the store's disk port; the dump file is
+    pysyncobj's own (real disk) and is rebuilt here from a snapshot at every start."""
+    head = peek_journal(journal_file, store.disk)
     first = head.first_index or 0
     compacted = first > 1
     loaded = store.load_newest_valid()
@@ -234,7 +305,7 @@ def plan_recovery(store: SnapshotStore, journal_file: Path, dump_file: Path) -> 
         startup = (head.second, head.first, cluster)
     else:
         startup = (_entry(raft_meta["last"]), _entry(raft_meta["prev"]), cluster)
-    _write_file(dump_file, meta.path.read_bytes())
+    _write_file(dump_file, store.read_bytes(meta.index))
     log.info("recovery: snapshot index=%d, journal %d..%d (%d entries) replayed above it",
              meta.index, first, head.last_index, head.length)
     return RecoveryPlan(meta, state_section, startup, head)  # type: ignore[arg-type]

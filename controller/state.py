@@ -17,8 +17,9 @@ plain lists/dicts (msgpack-encodable, no int map keys) and back.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
-from typing import Any, NewType
+from typing import Any, Callable, NewType
 
 from rocketray.controller.events import (AlterSyncStateSetEvent, ApplyBrokerIdEvent, CleanBrokerDataEvent,
                                ElectMasterEvent, Event, ReadEvent, UpdateBrokerAddressEvent)
@@ -120,6 +121,27 @@ class ControllerState:
     def apply_all(self, events: list[Event]) -> None:
         for event in events:
             self.apply(event)
+
+    def apply_batch(self, events: list[Event], after_each: Callable[[Event], None] | None = None) -> None:
+        """Apply a committed batch all or nothing: if an event raises, the rows the batch touched
+        are put back as they were and the exception propagates. ``apply`` is deterministic, so
+        every replica fails the same batch the same way and ends in the same state."""
+        names = {e.broker_name for e in events if not isinstance(e, ReadEvent)}
+        saved = {n: (copy.deepcopy(self.replica_info.get(n)), copy.deepcopy(self.sync_state.get(n)))
+                 for n in names}
+        try:
+            for event in events:
+                self.apply(event)
+                if after_each is not None:
+                    after_each(event)
+        except Exception:
+            for name, (replica, sync) in saved.items():
+                for table, row in ((self.replica_info, replica), (self.sync_state, sync)):
+                    if row is None:
+                        table.pop(name, None)
+                    else:
+                        table[name] = row  # type: ignore[index]
+            raise
 
     def _apply_alter(self, event: AlterSyncStateSetEvent) -> None:
         if self.contains(event.broker_name):

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rocketray.broker.fs import OS_DISK, Disk, ensure_dir, read_file
 from rocketray.durable import write_durably
 from rocketray.snapshot.format import (SECTION_SNAPSHOT_META, SnapshotCorrupt, decode_snapshot,
                              encode_snapshot)
@@ -40,16 +41,18 @@ class SnapshotMeta:
 class SnapshotStore:
     """The snapshot directory of one controller node."""
 
-    def __init__(self, directory: str | os.PathLike[str], keep: int = 3) -> None:
+    def __init__(self, directory: str | os.PathLike[str], keep: int = 3, disk: Disk = OS_DISK) -> None:
         assert keep >= 1, "keep must be at least 1"
         self.dir = Path(directory)
         self.keep = keep
-        self.dir.mkdir(parents=True, exist_ok=True)
+        self.disk = disk
+        ensure_dir(disk, self.dir)
         self.saves = 0
         self.loads = 0
         self.set_aside: list[Path] = []
-        for stale in self.dir.glob(".tmp-*"):
-            stale.unlink(missing_ok=True)
+        for name in disk.listdir(self.dir):
+            if name.startswith(".tmp-"):
+                disk.unlink(self.dir / name)
 
     def path_for(self, index: int) -> Path:
         assert index >= 0
@@ -58,8 +61,8 @@ class SnapshotStore:
     def list(self) -> list[int]:
         """Indexes of the snapshot files present (not verified), oldest first."""
         found = []
-        for entry in self.dir.iterdir():
-            match = _NAME.match(entry.name)
+        for name in self.disk.listdir(self.dir):
+            match = _NAME.match(name)
             if match:
                 found.append(int(match.group(1)))
         return sorted(found)
@@ -74,7 +77,7 @@ class SnapshotStore:
         """Store already-encoded snapshot bytes (e.g. a dump received from the leader)."""
         tmp = self.dir / f".tmp-{index}.snap"
         final = self.path_for(index)
-        write_durably(final, data, tmp_name=tmp.name)
+        write_durably(final, data, tmp_name=tmp.name, disk=self.disk)
         self.saves += 1
         self._prune()
         log.info("snapshot saved index=%d term=%d bytes=%d path=%s", index, term, len(data), final)
@@ -83,17 +86,27 @@ class SnapshotStore:
     def _prune(self) -> None:
         indexes = self.list()
         for index in indexes[:-self.keep]:
-            self.path_for(index).unlink(missing_ok=True)
+            try:
+                self.disk.unlink(self.path_for(index))
+            except FileNotFoundError:
+                pass
             log.info("snapshot deleted (retention keep=%d) index=%d", self.keep, index)
 
     def read(self, index: int) -> tuple[SnapshotMeta, dict[int, dict[str, Any]]]:
         """Read and verify one snapshot; raises `SnapshotCorrupt` or `OSError`."""
         path = self.path_for(index)
-        sections = decode_snapshot(path.read_bytes())
+        sections = decode_snapshot(self.read_bytes(index))
         meta = sections.get(SECTION_SNAPSHOT_META)
         if meta is None or meta.get("index") != index:
             raise SnapshotCorrupt(f"{path.name}: meta section missing or names another index: {meta!r}")
         return SnapshotMeta(index, int(meta.get("term", 0)), path), sections
+
+    def read_bytes(self, index: int) -> bytes:
+        """The raw bytes of one snapshot file; raises ``FileNotFoundError``."""
+        data = read_file(self.disk, self.path_for(index))
+        if data is None:
+            raise FileNotFoundError(self.path_for(index))
+        return data
 
     def load_newest_valid(self, max_index: int | None = None) -> tuple[SnapshotMeta, dict[int, dict[str, Any]]] | None:
         """The newest snapshot that verifies, setting damaged ones aside; None if there is none."""
@@ -114,7 +127,7 @@ class SnapshotStore:
         target = path.with_name(path.name + ".corrupt")
         log.error("snapshot damaged, set aside index=%d path=%s reason=%s", index, path, reason)
         try:
-            os.replace(path, target)
+            self.disk.rename(path, target)
             self.set_aside.append(target)
         except OSError as exc:
             log.error("could not set aside damaged snapshot %s: %s", path, exc)

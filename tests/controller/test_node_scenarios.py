@@ -18,7 +18,7 @@ from rocketray.controller.api import (AlterSyncStateSetRequest, ApplyBrokerIdReq
 from rocketray.controller.codes import ResponseCode
 from rocketray.controller.config import ControllerConfig
 from rocketray.controller.events import ApplyBrokerIdEvent, encode_events
-from rocketray.controller.local_cluster import LocalCluster
+from rocketray.controller.proc import LocalCluster
 from rocketray.controller.node import ControllerNode, InsecureRaftBindError
 from rocketray.controller.raft import encode_payload
 

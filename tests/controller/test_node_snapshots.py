@@ -10,7 +10,7 @@ from rocketray.controller.api import (AlterSyncStateSetRequest, ApplyBrokerIdReq
                             RegisterBrokerRequest)
 from rocketray.controller.config import ControllerConfig
 from rocketray.controller.event_log import merge_logs, read_whole_log
-from rocketray.controller.local_cluster import LocalCluster
+from rocketray.controller.proc import LocalCluster
 from rocketray.controller.node import ControllerNode
 from rocketray.controller.raft import RecoveryRefused
 

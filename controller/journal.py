@@ -1,0 +1,288 @@
+"""The controller's Raft journal: durable before anything that depends on it leaves the node.
+
+Theory of operation. pysyncobj 0.3.17's ``FileJournal`` writes through mmap and never syncs, and
+compacts by clearing the file and re-adding the kept entries in place, so a power loss (not a
+process kill: the page cache survives that) could lose acknowledged entries or leave half a
+journal; its term/vote file is renamed into place without fsync. ``DurableJournal`` replaces it
+(``RaftHost`` installs it right after pysyncobj's constructor, see ``controller/raft.py``) and
+keeps Raft's persistence rules:
+
+* *Entries are on disk before they count.* ``add`` writes the record into the page cache at once;
+  ``sync()`` makes everything written so far durable with one fsync. The host calls ``sync()``
+  before every message it sends except the leader's own ``append_entries`` (so a follower's
+  acknowledgement ``next_node_idx``, a vote and a candidate's vote request never leave before the
+  entries and term they reflect are durable) and at the start of every tick (so the leader, whose
+  commit rule counts itself, has its own entries on disk before it counts them). Entries appended
+  between two syncs share one fsync: group commit. The leader sends ``append_entries`` before its
+  own fsync, so its fsync and the followers' overlap.
+* *Term and vote are synced before a vote is asked for or answered.* ``setCurrentTerm`` writes
+  ``<journal>.meta`` with ``write_durably`` (temp file, fsync, rename, fsync dir) before returning.
+* *Compaction never rewrites in place.* ``deleteEntriesTo`` and ``clear`` mark the file for a
+  rewrite; the next ``sync()`` writes the kept entries to a temp file, fsyncs it, renames it over
+  the journal and fsyncs the directory. A crash before that leaves the old (longer) journal.
+* *Conflict truncation* (``deleteEntriesFrom``, a follower dropping entries the leader does not
+  have) cuts the file at once; the new entries written after it are synced before the ack.
+
+On disk: the 8-byte magic ``RRJRNL01``, then one frame per entry: ``>II`` (payload length, CRC-32 of
+the payload) + payload ``>QQ`` (index, term) + the command bytes. Opening scans the frames and
+stops at the first short, CRC-failing, non-contiguous or term-decreasing one (a torn tail or
+pieces of a truncated older suffix a power loss left behind) and cuts the file there: those
+bytes were never synced, so nothing acknowledged is lost. The commit index is a hint (a lower
+bound of what is committed), saved with the term/vote at most once a second, and never read back
+above the last entry.
+
+All IO goes through the disk port (``rocketray.broker.fs.Disk``), so the power-loss tests run the
+journal over the simulated disk (``rocketray.sim.disk.SimDisk``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import posixpath
+import struct
+import threading
+import zlib
+from typing import Any
+
+import msgpack
+from pysyncobj.journal import Journal
+
+from rocketray.broker.fs import OS_DISK, Disk, DiskFile, read_file
+from rocketray.durable import write_durably
+
+log = logging.getLogger(__name__)
+
+MAGIC = b"RRJRNL01"
+FRAME = struct.Struct(">II")
+ENTRY = struct.Struct(">QQ")
+MAX_ENTRY_BYTES = 64 << 20
+META_VERSION = 1
+
+Entry = tuple[bytes, int, int]
+
+
+class JournalCorrupt(ValueError):
+    """A journal or meta file that is not ours at all (wrong magic, undecodable meta)."""
+
+
+def encode_entry(command: bytes, index: int, term: int) -> bytes:
+    """One journal frame (what ``add`` writes)."""
+    payload = ENTRY.pack(index, term) + command
+    return FRAME.pack(len(payload), zlib.crc32(payload)) + payload
+
+
+def scan_entries(data: bytes) -> tuple[list[Entry], list[int], int]:
+    """(entries, their frame offsets, bytes the valid frames span, magic included) of a journal
+    file; stops at the first frame that is short, damaged, non-contiguous or goes back in term."""
+    if not data:
+        return [], [], 0
+    if len(data) < len(MAGIC):
+        return [], [], 0  # a torn creation
+    if data[:len(MAGIC)] != MAGIC:
+        raise JournalCorrupt(f"not a rocketray journal (magic {data[:8]!r})")
+    entries: list[Entry] = []
+    offsets: list[int] = []
+    pos = len(MAGIC)
+    view = memoryview(data)
+    while pos + FRAME.size <= len(data):
+        length, crc = FRAME.unpack_from(data, pos)
+        start, end = pos + FRAME.size, pos + FRAME.size + length
+        if length < ENTRY.size or length > MAX_ENTRY_BYTES or end > len(data) or zlib.crc32(view[start:end]) != crc:
+            break
+        index, term = ENTRY.unpack_from(data, start)
+        if entries and (index != entries[-1][1] + 1 or term < entries[-1][2]):
+            break
+        entries.append((bytes(view[start + ENTRY.size:end]), index, term))
+        offsets.append(pos)
+        pos = end
+    return entries, offsets, pos
+
+
+class DurableJournal(Journal):
+    """pysyncobj's ``Journal`` interface over one append-only file; see the module docstring.
+
+    Thread-safety: pysyncobj calls it from the tick thread; ``sync`` and the read accessors may
+    also be called from other threads (status), so mutations hold a lock."""
+
+    def __init__(self, path: str | os.PathLike[str], disk: Disk = OS_DISK, fsync: bool = True) -> None:
+        self.path = os.fspath(path)
+        self.meta_path = self.path + ".meta"
+        self.directory = posixpath.dirname(self.path) or "."
+        self.disk = disk
+        self.fsync_enabled = fsync
+        self._lock = threading.RLock()
+        self.syncs = 0              # fsyncs of the journal file (group commits)
+        self.rewrites = 0           # compactions/clears written as a new file
+        self.truncated_bytes = 0    # torn or stale tail cut at open
+        data = read_file(disk, self.path)
+        created = data is None
+        self._entries, self._offsets, valid = scan_entries(data or b"")
+        self._file: DiskFile = disk.open(self.path, create=True)
+        if created or valid < len(MAGIC):
+            self._file.truncate(0)
+            self._file.pwrite(MAGIC, 0)
+            self._fsync_file()
+            disk.fsync_dir(self.directory)
+            valid = len(MAGIC)
+        elif data is not None and valid < len(data):
+            self.truncated_bytes = len(data) - valid
+            log.warning("journal %s: cut %d bytes of torn or stale tail after entry %s", self.path,
+                        self.truncated_bytes, self._entries[-1][1] if self._entries else None)
+            self._file.truncate(valid)
+            self._fsync_file()
+        self._end = valid
+        self._dirty = False
+        self._rewrite = False
+        self._meta = self._load_meta()
+        self._meta_saved = True
+
+    # -- pysyncobj's Journal ----------------------------------------------------------------------
+    def add(self, command: Any, idx: int, term: int) -> None:
+        entry = (bytes(command), int(idx), int(term))
+        with self._lock:
+            self._entries.append(entry)
+            if self._rewrite:
+                self._offsets.append(-1)  # written by the pending rewrite
+            else:
+                frame = encode_entry(*entry)
+                self._file.pwrite(frame, self._end)
+                self._offsets.append(self._end)
+                self._end += len(frame)
+            self._dirty = True
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries, self._offsets = [], []
+            self._rewrite = self._dirty = True
+
+    def deleteEntriesFrom(self, entryFrom: int) -> None:
+        with self._lock:
+            if entryFrom >= len(self._entries):
+                return
+            cut = self._offsets[entryFrom]
+            del self._entries[entryFrom:]
+            del self._offsets[entryFrom:]
+            if not self._rewrite:
+                self._file.truncate(cut)
+                self._end = cut
+            self._dirty = True
+
+    def deleteEntriesTo(self, entryTo: int) -> None:
+        with self._lock:
+            del self._entries[:entryTo]
+            del self._offsets[:entryTo]
+            self._rewrite = self._dirty = True
+
+    def __getitem__(self, item: Any) -> Any:
+        return self._entries[item]
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def _destroy(self) -> None:
+        with self._lock:
+            self.sync()
+            if not self._meta_saved:
+                self._save_meta()
+            self._file.close()
+
+    def flush(self) -> None:
+        self.sync()
+
+    def setRaftCommitIndex(self, raftCommitIndex: int) -> None:
+        self._meta["commit_index"] = int(raftCommitIndex)
+        self._meta_saved = False
+
+    def getRaftCommitIndex(self) -> int:
+        last = self._entries[-1][1] if self._entries else 1
+        return max(1, min(int(self._meta.get("commit_index", 1)), last))
+
+    def setCurrentTerm(self, term: int, votedForNodeId: Any) -> None:
+        """Durable before it returns: pysyncobj sends the vote request/answer right after."""
+        with self._lock:
+            self._meta["term"] = int(term)
+            self._meta["voted_for"] = votedForNodeId
+            self._save_meta()
+
+    def getCurrentTerm(self) -> int:
+        return int(self._meta.get("term", 0))
+
+    def getVotedForNodeId(self) -> Any:
+        return self._meta.get("voted_for")
+
+    def onOneSecondTimer(self) -> None:
+        if not self._meta_saved:
+            with self._lock:
+                self._save_meta()
+
+    # -- durability ---------------------------------------------------------------------------------
+    @property
+    def dirty(self) -> bool:
+        """Entries or a rewrite not yet on disk."""
+        return self._dirty
+
+    def sync(self) -> None:
+        """Make every entry added so far durable (one fsync for all of them), or write a pending
+        compaction as a new file renamed over the old one."""
+        with self._lock:
+            if not self._dirty:
+                return
+            if self._rewrite:
+                self._write_new_file()
+            else:
+                self._fsync_file()
+            self._dirty = False
+
+    def _fsync_file(self) -> None:
+        if self.fsync_enabled:
+            self._file.fsync()
+            self.syncs += 1
+
+    def _write_new_file(self) -> None:
+        tmp = self.path + ".rewrite"
+        out = self.disk.open(tmp, create=True, truncate=True)
+        parts, offsets, pos = [MAGIC], [], len(MAGIC)
+        for entry in self._entries:
+            frame = encode_entry(*entry)
+            parts.append(frame)
+            offsets.append(pos)
+            pos += len(frame)
+        try:
+            out.pwrite(b"".join(parts), 0)
+            if self.fsync_enabled:
+                out.fsync()
+        finally:
+            out.close()
+        self._file.close()
+        self.disk.rename(tmp, self.path)
+        if self.fsync_enabled:
+            self.disk.fsync_dir(self.directory)
+        self._file = self.disk.open(self.path)
+        self._offsets, self._end = offsets, pos
+        self._rewrite = False
+        self.rewrites += 1
+        self.syncs += 1
+
+    def _load_meta(self) -> dict[str, Any]:
+        data = read_file(self.disk, self.meta_path)
+        if not data:
+            return {}
+        try:
+            meta = msgpack.unpackb(data, raw=False)
+        except (ValueError, msgpack.UnpackException) as exc:
+            raise JournalCorrupt(f"{self.meta_path}: undecodable ({exc})") from exc
+        if type(meta) is not dict or meta.get("version") != META_VERSION:
+            raise JournalCorrupt(f"{self.meta_path}: not a version {META_VERSION} journal meta: {meta!r:.80}")
+        return meta
+
+    def _save_meta(self) -> None:
+        meta = dict(self._meta, version=META_VERSION)
+        write_durably(self.meta_path, msgpack.packb(meta, use_bin_type=True), disk=self.disk)
+        self._meta_saved = True
+
+
+def peek_entries(path: str | os.PathLike[str], disk: Disk = OS_DISK) -> list[Entry]:
+    """The valid entries of a journal file without opening it for writing (recovery planning)."""
+    data = read_file(disk, path)
+    return scan_entries(data or b"")[0]
