@@ -20,8 +20,16 @@ keeps Raft's persistence rules:
 * *Compaction never rewrites in place.* ``deleteEntriesTo`` and ``clear`` mark the file for a
   rewrite; the next ``sync()`` writes the kept entries to a temp file, fsyncs it, renames it over
   the journal and fsyncs the directory. A crash before that leaves the old (longer) journal.
-* *Conflict truncation* (``deleteEntriesFrom``, a follower dropping entries the leader does not
-  have) cuts the file at once; the new entries written after it are synced before the ack.
+* *Truncation only where the log really conflicts.* pysyncobj's follower drops every entry after
+  ``prevLogIdx`` whenever an ``append_entries`` starts before its last entry (a duplicate, or a
+  heartbeat after the leader moved its next index back on a late ack), then re-adds what the
+  message carries: entries it had acknowledged vanish from its log until the leader resends them.
+  ``deleteEntriesFrom`` therefore only moves the dropped entries to a *shadow* (still in the
+  file, no longer in the log pysyncobj sees); an ``add`` equal to the first shadow entry takes it
+  back without writing, and the first ``add`` that differs (a real conflict: same index, other
+  term or command) truncates the file there. So the file is always the in-memory log or an
+  earlier valid state of it that extends it, and a power loss cannot take away an acknowledged
+  entry through a duplicate delivery.
 
 On disk: the 8-byte magic ``RRJRNL01``, then one frame per entry: ``>II`` (payload length, CRC-32 of
 the payload) + payload ``>QQ`` (index, term) + the command bytes. Opening scans the frames and
@@ -132,6 +140,7 @@ class DurableJournal(Journal):
             self._file.truncate(valid)
             self._fsync_file()
         self._end = valid
+        self._shadow: list[tuple[Entry, int]] = []   # (entry, offset) in the file, beyond the log
         self._dirty = False
         self._rewrite = False
         self._meta = self._load_meta()
@@ -141,6 +150,18 @@ class DurableJournal(Journal):
     def add(self, command: Any, idx: int, term: int) -> None:
         entry = (bytes(command), int(idx), int(term))
         with self._lock:
+            if self._shadow:
+                old, offset = self._shadow[0]
+                if old == entry:               # the same entry delivered again: nothing to write
+                    self._shadow.pop(0)
+                    self._entries.append(entry)
+                    self._offsets.append(-1 if self._rewrite else offset)
+                    return
+                if not self._rewrite:
+                    self._file.truncate(offset)    # a real conflict: the old suffix goes
+                    self._end = offset
+                self._shadow = []
+                self._dirty = True
             self._entries.append(entry)
             if self._rewrite:
                 self._offsets.append(-1)  # written by the pending rewrite
@@ -153,20 +174,19 @@ class DurableJournal(Journal):
 
     def clear(self) -> None:
         with self._lock:
-            self._entries, self._offsets = [], []
+            self._entries, self._offsets, self._shadow = [], [], []
             self._rewrite = self._dirty = True
 
     def deleteEntriesFrom(self, entryFrom: int) -> None:
+        """Drop entries from position ``entryFrom`` on from the log; they stay in the file as the
+        shadow until an ``add`` conflicts with them (see the module docstring)."""
         with self._lock:
             if entryFrom >= len(self._entries):
                 return
-            cut = self._offsets[entryFrom]
+            dropped = list(zip(self._entries[entryFrom:], self._offsets[entryFrom:]))
             del self._entries[entryFrom:]
             del self._offsets[entryFrom:]
-            if not self._rewrite:
-                self._file.truncate(cut)
-                self._end = cut
-            self._dirty = True
+            self._shadow = dropped + self._shadow
 
     def deleteEntriesTo(self, entryTo: int) -> None:
         with self._lock:
@@ -243,11 +263,13 @@ class DurableJournal(Journal):
         tmp = self.path + ".rewrite"
         out = self.disk.open(tmp, create=True, truncate=True)
         parts, offsets, pos = [MAGIC], [], len(MAGIC)
-        for entry in self._entries:
+        for entry in self._entries + [e for e, _ in self._shadow]:   # the shadow is kept too
             frame = encode_entry(*entry)
             parts.append(frame)
             offsets.append(pos)
             pos += len(frame)
+        self._shadow = list(zip((e for e, _ in self._shadow), offsets[len(self._entries):]))
+        offsets = offsets[:len(self._entries)]
         try:
             out.pwrite(b"".join(parts), 0)
             if self.fsync_enabled:

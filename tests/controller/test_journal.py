@@ -126,3 +126,50 @@ def test_compaction_writes_a_new_file_and_renames_it_at_every_crash_point():
                 journal.sync()
             indexes = [e[1] for e in peek_entries(PATH, disk)]
             assert indexes in (list(range(1, 21)), list(range(13, 21))), (seed, crash_step, indexes)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_a_duplicate_delivery_never_puts_an_acknowledged_entry_at_risk(seed):
+    """pysyncobj drops every entry after prevLogIdx on a duplicate append_entries and re-adds the
+    message's entries: the file is not touched (no truncate, no write), so a power loss right after
+    keeps every entry synced before, even those the duplicate did not carry again."""
+    disk = fresh(seed)
+    journal = DurableJournal(PATH, disk)
+    fill(journal, 1, 10)
+    journal.sync()
+    steps = disk.steps
+    journal.deleteEntriesFrom(5)          # drop 6..10
+    fill(journal, 6, 8)                   # the duplicate carries 6..8 again
+    assert [e[1] for e in journal] == list(range(1, 9))
+    journal.sync()
+    assert disk.steps == steps            # nothing written, nothing to sync
+    disk.crash(CrashMode.POWER_LOSS)
+    assert [e[1] for e in DurableJournal(PATH, disk)] == list(range(1, 11))
+
+
+def test_a_real_conflict_truncates_the_file_at_the_first_differing_entry():
+    disk = fresh(0)
+    journal = DurableJournal(PATH, disk)
+    fill(journal, 1, 10, term=1)
+    journal.sync()
+    journal.deleteEntriesFrom(5)
+    fill(journal, 6, 7, term=1)           # same as before
+    journal.add(b"other", 8, 2)           # conflicts with the old 8 (term 1)
+    journal.sync()
+    disk.crash(CrashMode.POWER_LOSS)
+    entries = list(DurableJournal(PATH, disk))
+    assert [(e[1], e[2]) for e in entries] == [(i, 1) for i in range(1, 8)] + [(8, 2)]
+
+
+def test_a_compaction_keeps_the_shadow_behind_the_log():
+    disk = fresh(0)
+    journal = DurableJournal(PATH, disk)
+    fill(journal, 1, 10)
+    journal.sync()
+    journal.deleteEntriesFrom(8)          # 9, 10 in the shadow
+    journal.deleteEntriesTo(3)            # compaction: keep 4..8 (+ shadow 9, 10)
+    journal.sync()
+    assert [e[1] for e in journal] == [4, 5, 6, 7, 8]
+    fill(journal, 9, 10)                  # taken back from the shadow without a write
+    journal._destroy()
+    assert [e[1] for e in DurableJournal(PATH, disk)] == list(range(4, 11))
