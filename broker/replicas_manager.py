@@ -250,12 +250,6 @@ class ReplicasManager:
             return await self._elect()
         if isinstance(action, rm.RequestNewTerm):
             return await self._new_term(action.old_epoch)
-        if isinstance(action, rm.PollReplicaInfo):
-            return await self._poll()
-        if isinstance(action, rm.RejectMaster):
-            log.warning("master handshake at epoch %s, controller said %s: group=%s", action.master_epoch,
-                        action.expected_epoch, self.broker_name)
-            return None
         if isinstance(action, rm.SetWritable):
             log.info("writable=%s: group=%s broker_id=%s role=%s epoch=%s", action.writable, self.broker_name,
                      self.broker_id, self.role.name, self.master_epoch)

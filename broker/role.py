@@ -3,7 +3,7 @@
 Theory of operation. Everything a broker learns about its place in the group arrives as an *input*:
 the controller's answers (REGISTER_BROKER, a broker-triggered election, a new-term election, the
 periodic replica-info poll), the controller's role-change notifications, the HA service's events
-(a proposed SyncStateSet change, a master's handshake epoch, the result of a role switch) and the
+(a proposed SyncStateSet change, the result of a role switch) and the
 shell's own lifecycle steps. ``RoleMachine.step(input, facts)`` applies one input to the state and
 returns the *actions* the shell must execute, in order, the way ``ha/session.py``'s
 ``SlaveSession.next_actions`` does. The machine never does IO, never reads a clock and never
@@ -33,8 +33,9 @@ Every transition is in this file. The rules:
   (transport failure) is retried at the next shrink check; a refused one is dropped.
 * **Fencing**: the broker accepts writes (``writable``) only when registered, not stopped, master,
   and no switch is pending. ``SetWritable`` is emitted whenever that changes.
-* **Handshake epoch**: a slave that sees its master's handshake at another epoch than the one the
-  controller gave it drops the connection and polls the controller (``RejectMaster``).
+* **Handshake epoch**: every ``BecomeSlave`` carries the controller's epoch, also for the same
+  master at a new epoch (``same=True``), so the HA client always knows which master epoch the
+  controller named and refuses a master whose handshake shows another one (``rocketray.ha``).
 
 How to drive it (the shell, or the simulator)::
 
@@ -54,9 +55,9 @@ __all__ = [
     "Role", "StoreFacts", "MasterInfo", "ReportOutcome",
     "IdAssigned", "Registered", "Bootstrap", "ElectAnswered", "NewTermAnswered", "ReplicaInfoPolled",
     "RoleChangeNotified", "SwitchDone", "SyncStateSetProposed", "ShrinkChecked", "ReportAnswered",
-    "HandshakeSeen", "Stopped", "Input",
+    "Stopped", "Input",
     "BecomeMaster", "BecomeSlave", "ApplySyncStateSet", "ReportSyncStateSet", "SendHeartbeat",
-    "RequestElection", "RequestNewTerm", "PollReplicaInfo", "RejectMaster", "SetWritable", "Action",
+    "RequestElection", "RequestNewTerm", "SetWritable", "Action",
     "RoleMachine", "acts_on_epoch", "is_term_from_before_restart", "report_may_start",
 ]
 
@@ -199,13 +200,6 @@ class ReportAnswered:
 
 
 @dataclass(frozen=True, slots=True)
-class HandshakeSeen:
-    """The slave's HA client got the master's handshake, labelled with the master's epoch."""
-
-    master_epoch: int
-
-
-@dataclass(frozen=True, slots=True)
 class Stopped:
     """Shutdown: fence; no more reports (closing the HA service drops every slave, and reporting
     that shrink would leave a dying master alone in its SyncStateSet)."""
@@ -213,7 +207,7 @@ class Stopped:
 
 Input = Union[IdAssigned, Registered, Bootstrap, ElectAnswered, NewTermAnswered, ReplicaInfoPolled,
               RoleChangeNotified, SwitchDone, SyncStateSetProposed, ShrinkChecked, ReportAnswered,
-              HandshakeSeen, Stopped]
+              Stopped]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -277,19 +271,6 @@ class RequestNewTerm:
 
 
 @dataclass(frozen=True, slots=True)
-class PollReplicaInfo:
-    """Ask the controller for the replica info now; answer with ``ReplicaInfoPolled``."""
-
-
-@dataclass(frozen=True, slots=True)
-class RejectMaster:
-    """Drop the HA connection to a master whose handshake epoch is not the controller's."""
-
-    master_epoch: int
-    expected_epoch: int
-
-
-@dataclass(frozen=True, slots=True)
 class SetWritable:
     """Writes are (no longer) accepted on this broker."""
 
@@ -297,7 +278,7 @@ class SetWritable:
 
 
 Action = Union[BecomeMaster, BecomeSlave, ApplySyncStateSet, ReportSyncStateSet, SendHeartbeat,
-               RequestElection, RequestNewTerm, PollReplicaInfo, RejectMaster, SetWritable]
+               RequestElection, RequestNewTerm, SetWritable]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -405,8 +386,6 @@ class RoleMachine:
             return self._shrink_checked(event.candidate)
         if isinstance(event, ReportAnswered):
             return self._report_answered(event)
-        if isinstance(event, HandshakeSeen):
-            return self._handshake_seen(event.master_epoch)
         raise TypeError(f"not a role machine input: {event!r}")
 
     # -- controller views ------------------------------------------------------------------------
@@ -531,13 +510,6 @@ class RoleMachine:
         if queued is not None and self._may_report():
             actions += self._send(queued)
         return actions
-
-    # -- HA session facts ------------------------------------------------------------------------
-
-    def _handshake_seen(self, master_epoch: int) -> list[Action]:
-        if self.role != Role.SLAVE or master_epoch == self.master_epoch:
-            return []
-        return [RejectMaster(master_epoch, self.master_epoch), PollReplicaInfo()]
 
     # -- snapshot for status/logs ----------------------------------------------------------------
 

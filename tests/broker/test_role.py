@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 
 from rocketray.broker.role import (
-    ApplySyncStateSet, BecomeMaster, BecomeSlave, Bootstrap, ElectAnswered, HandshakeSeen, IdAssigned,
-    MasterInfo, NewTermAnswered, PollReplicaInfo, Registered, RejectMaster, ReplicaInfoPolled,
+    ApplySyncStateSet, BecomeMaster, BecomeSlave, Bootstrap, ElectAnswered, IdAssigned,
+    MasterInfo, NewTermAnswered, Registered, ReplicaInfoPolled,
     ReportAnswered, ReportOutcome, ReportSyncStateSet, RequestElection, RequestNewTerm, Role,
     RoleChangeNotified, RoleMachine, SendHeartbeat, SetWritable, ShrinkChecked, Stopped, StoreFacts,
     SwitchDone, SyncStateSetProposed,
@@ -281,12 +281,14 @@ def test_stopped_master_is_fenced_and_never_reports():
 # ------------------------------------------------------------------------------ handshake epoch
 
 
-def test_slave_rejects_a_master_handshake_at_another_epoch():
-    m = slave(me=2, of=1, epoch=3)
-    assert m.step(HandshakeSeen(3)) == []
-    assert m.step(HandshakeSeen(2)) == [RejectMaster(2, 3), PollReplicaInfo()]
-    assert m.step(HandshakeSeen(4)) == [RejectMaster(4, 3), PollReplicaInfo()]
-    assert master().step(HandshakeSeen(9)) == []
+def test_every_slave_switch_carries_the_controller_epoch():
+    """The HA client refuses a master whose handshake epoch is not the controller's: so the machine
+    hands it the controller's epoch on every switch, also for the same master at a new epoch."""
+    m = slave(me=2, of=1, epoch=1)
+    for epoch in (2, 5):
+        assert m.step(RoleChangeNotified(info(1, epoch, (1,), epoch))) == [BecomeSlave(A1, epoch, 1, True)]
+        assert m.step(SwitchDone(True)) == [] and m.master_epoch == epoch
+    assert m.step(RoleChangeNotified(info(3, 6, (3,), 6))) == [BecomeSlave(A3, 6, 3, False)]
 
 
 def test_master_info_from_controller_answers():
