@@ -27,6 +27,7 @@ from rocketray.spec import ClusterSpec
 from rocketray.controller.api import AlterSyncStateSetRequest, CleanBrokerDataRequest, ElectMasterRequest, Response
 from rocketray.controller.codes import ResponseCode
 from rocketray.controller.node import ControllerNode
+from rocketray.controller.notify import ElectionTrigger, RoleChangeNotice
 
 log = logging.getLogger("rocketray.controller")
 
@@ -50,7 +51,7 @@ class ControllerService:
         self._metrics = ControllerMetrics(self._spec.name, index, on_error=lambda name, exc: log.warning(
             "metrics disabled after error metric=%s error=%r", name, exc))
         self._node = ControllerNode(me.raft_address, peers, me.store_dir, node_config,
-                                    self._spec.secret, on_role_changed=self._on_controller_elected)
+                                    self._spec.secret, on_role_changed=self._on_role_changed)
         self._config_lock = threading.Lock()
         self._stop = threading.Event()
         self._broker_handles: dict[str, object] = {}
@@ -62,10 +63,8 @@ class ControllerService:
     def handle(self, request) -> Response:
         response = self._node.handle(request)
         if isinstance(request, ElectMasterRequest):
-            trigger = "admin" if request.designate_elect else ("controller" if request.broker_id < 0 else "broker")
-            self._log_election(request.broker_name, trigger, request.broker_id, response)
-            if response.code == ResponseCode.SUCCESS and self._node.config.notify_broker_role_changed:
-                self._notify(response)
+            # counted here under the request's trigger; the node notifies (once) via _on_role_changed
+            self._log_election(request.broker_name, ElectionTrigger.of(request).value, request.broker_id, response)
         elif isinstance(request, AlterSyncStateSetRequest) and response.code != ResponseCode.CONTROLLER_NOT_LEADER:
             log.info("sync state set change group=%s broker_id=%d epoch=%d sync_state_set=%s sss_epoch=%s code=%s",
                      request.broker_name, request.master_broker_id, request.master_epoch,
@@ -173,28 +172,17 @@ class ControllerService:
                  header.get("sync_state_set_epoch"), response.code.name)
         self._metrics.election(group, trigger, response.code.name)
 
-    def _on_controller_elected(self, response: Response) -> None:
-        """The node's callback after a successful controller-triggered election (it logged it)."""
-        group = ((response.body or {}).get("broker_member_group") or {}).get("broker_name", "")
-        self._metrics.election(group, "controller", response.code.name)
-        self._notify(response)
+    def _on_role_changed(self, notice: RoleChangeNotice) -> None:
+        """The node's callback, once per successful election. Elections requested through
+        ``handle`` (broker, admin) were counted there; the controller's own are counted here."""
+        if notice.trigger is ElectionTrigger.CONTROLLER:
+            self._metrics.election(notice.broker_name, notice.trigger.value, ResponseCode.SUCCESS.name)
+        self._notify(notice)
 
-    def _notify(self, response: Response) -> None:
-        """Push the new role to every member of the group (reference 5.5)."""
-        body = response.body or {}
-        group = body.get("broker_member_group")
-        header = response.header or {}
-        if not group or header.get("master_broker_id") is None:
-            return
-        notification = {
-            "broker_name": group.get("broker_name"),
-            "master_broker_id": header.get("master_broker_id"),
-            "master_address": header.get("master_address"),
-            "master_epoch": header.get("master_epoch"),
-            "sync_state_set_epoch": header.get("sync_state_set_epoch"),
-            "sync_state_set": list(body.get("sync_state_set") or []),
-        }
-        for address in (group.get("broker_addrs") or {}).values():
+    def _notify(self, notice: RoleChangeNotice) -> None:
+        """Push the new role to the group's live members (reference 5.5), fire-and-forget."""
+        notification = notice.to_message()
+        for _broker_id, address in notice.targets:
             b = self._spec.broker_by_ha_address(address)
             if b is None:
                 continue

@@ -37,6 +37,7 @@ from rocketray.controller.decide import DecideContext, decide, is_write, scan_ne
 from rocketray.controller.event_log import EventLog, EventLogError, EventLogRecord
 from rocketray.controller.events import Event, ReadEvent, decode_events, encode_events
 from rocketray.controller.heartbeat import HeartbeatTable
+from rocketray.controller.notify import ElectionTrigger, RoleChangeNotice, role_change_notice
 from rocketray.broker.fs import OS_DISK, Disk, ensure_dir
 from rocketray.controller.raft import (PayloadError, RaftHost, RecoveryRefused, SnapshotHooks, decode_payload,
                                        encode_payload, import_pysyncobj_journal, plan_recovery, sync_obj_conf)
@@ -87,7 +88,7 @@ class ControllerNode:
     def __init__(self, self_address: str, peer_addresses: list[str] | tuple[str, ...],
                  store_dir: str | Path, config: ControllerConfig | None = None,
                  secret: str | None = None, *, clock_ms: Callable[[], int] = _now_ms,
-                 on_role_changed: Callable[[Response], None] | None = None,
+                 on_role_changed: Callable[[RoleChangeNotice], None] | None = None,
                  alive: Callable[[str, int], bool] | None = None, disk: Disk = OS_DISK,
                  journal_fsync: bool = True) -> None:
         """``disk`` carries the Raft journal, its term/vote meta and the snapshots (the real disk by
@@ -363,7 +364,7 @@ class ControllerNode:
         finally:
             self._pipeline.release()
         if isinstance(request, ElectMasterRequest) and response.ok and not request.is_controller_trigger:
-            self._notify(response)
+            self._notify(response, ElectionTrigger.of(request))  # controller triggers: trigger_elect_master
         return response
 
     def _context(self) -> DecideContext:
@@ -419,19 +420,27 @@ class ControllerNode:
             log.info("controller-triggered election group=%s attempt=%d code=%s", broker_name, attempt + 1,
                      response.code.name)
             if response.ok:
-                self._notify(response)
+                self._notify(response, ElectionTrigger.CONTROLLER)
                 break
             if response.code == ResponseCode.CONTROLLER_NOT_LEADER:
                 break
         return response
 
-    def _notify(self, response: Response) -> None:
+    def _notify(self, response: Response, trigger: ElectionTrigger) -> None:
+        """Hand one successful election to ``on_role_changed``, once, with its live members."""
         if self._on_role_changed is None or not self.config.notify_broker_role_changed:
             return
+        notice = role_change_notice(response, trigger, self._context().alive)
+        if notice is None:
+            return
         try:
-            self._on_role_changed(response)
+            self._on_role_changed(notice)
         except Exception:
             log.exception("role-change notification failed")
+
+    def broker_alive(self, broker_name: str, broker_id: int) -> bool:
+        """This node's view of a broker's liveness (its heartbeat table, or the override)."""
+        return self._context().alive(broker_name, broker_id)
 
     def metadata(self) -> dict[str, Any]:
         """Leader identity and Raft status (RocketMQ's getControllerMetadata; never blocks)."""
