@@ -11,8 +11,13 @@ the *identity file* for the life of the store directory. Getting it is a two-pha
 The state is re-derived from disk on every attempt (identity file first, then the temp file), so
 whatever the last crash left behind drives the next step: no files -> start over; temp file only ->
 re-apply the same id with the same check code (the controller accepts that idempotently); identity
-file -> only REGISTER_BROKER remains. A failed APPLY clears the temp file and starts over; a failed
-identity-file write keeps the temp file so the next attempt re-applies. An identity file whose
+file -> only REGISTER_BROKER remains. An APPLY the controller definitely refused (a non-retriable
+code such as CONTROLLER_BROKER_ID_INVALID) clears the temp file and starts over; an APPLY whose
+outcome is unknown (the call raised or timed out, or a retriable code: the leader may have
+committed it before it answered) keeps the temp file and the next pass re-applies the same id with
+the same check code, which the controller accepts idempotently: clearing it would orphan an id the
+controller may have applied. A failed identity-file write keeps the temp file so the next attempt
+re-applies. An identity file whose
 cluster or broker name differs from the configuration is refused (the broker never registers under
 somebody else's name; reference §18 item 15 is kept on purpose: renaming needs a wiped store).
 
@@ -29,6 +34,7 @@ from typing import Awaitable, Callable, Protocol
 
 from rocketray.broker.identity import BrokerIdentity, TempBrokerIdentity
 from rocketray.controller.api import ApplyBrokerIdRequest, GetNextBrokerIdRequest, Response
+from rocketray.controller.codes import is_retriable
 
 log = logging.getLogger(__name__)
 
@@ -173,13 +179,17 @@ class Registrar:
         try:
             resp = await call(ApplyBrokerIdRequest(self.cluster_name, self.broker_name, temp.broker_id,
                                                    temp.register_check_code))
-        except Exception:
-            resp = None
-            log.exception("apply broker id failed: group=%s broker_id=%s", self.broker_name, temp.broker_id)
-        if resp is None or not resp.ok:
-            if resp is not None:
-                log.warning("apply broker id refused: group=%s broker_id=%s code=%s %s",
-                            self.broker_name, temp.broker_id, resp.code, resp.remark)
+        except Exception as exc:
+            log.warning("apply broker id outcome unknown, keeping the temp file to re-apply: group=%s "
+                        "broker_id=%s error=%r", self.broker_name, temp.broker_id, exc)
+            return False
+        if not resp.ok and is_retriable(resp.code):
+            log.warning("apply broker id outcome unknown, keeping the temp file to re-apply: group=%s "
+                        "broker_id=%s code=%s %s", self.broker_name, temp.broker_id, resp.code, resp.remark)
+            return False
+        if not resp.ok:
+            log.warning("apply broker id refused: group=%s broker_id=%s code=%s %s",
+                        self.broker_name, temp.broker_id, resp.code, resp.remark)
             self._clear_quietly(self.files.clear_temp)
             self.state = RegisterState.INITIAL
             return False
@@ -197,8 +207,9 @@ class Registrar:
     async def ensure_broker_id(self, call: Call) -> int | None:
         """One pass of steps 1-4; the broker id once it is durable in the identity file, else None.
 
-        A transport error of ``call`` is handled like a refusal: before the temp file exists nothing
-        changes; during APPLY the temp file is cleared and the next pass starts over (as the reference does).
+        A transport error of ``call`` before the temp file exists changes nothing; during APPLY it is
+        an unknown outcome: the temp file stays and the next pass re-applies the same id (the
+        reference clears it and can orphan an id the controller applied).
         """
         if not self._confirm_from_disk():
             return None

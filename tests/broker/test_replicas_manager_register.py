@@ -106,7 +106,7 @@ def test_fail_at_create_temp_file():
     assert run(b.rm.start_basic_service_once()) and b.rm.broker_id == 1
 
 
-@pytest.mark.parametrize("outcome", ["raise", "refuse"])
+@pytest.mark.parametrize("outcome", ["refuse"])  # a raise is an unknown outcome: tests/broker/test_register_unknown_outcome.py
 def test_fail_at_apply_broker_id(world, identity, outcome):
     """testRegisterFailedAtApplyBrokerIdFailed: temp cleared, INITIAL, no identity; a retry starts over."""
     clock, ctl = world
