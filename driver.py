@@ -7,6 +7,14 @@ running one), produces, kills the master broker actor and the controller
 leader, verifies nothing acknowledged was lost and replicas agree, and prints the
 same JSON contract as ``rocketray demo --json`` (last stdout line). Exit code 0
 only if every check passed. ``--keep`` leaves the cluster running afterwards.
+
+``--analytics`` then runs the offset/epoch analytics with PySpark on the same Ray
+cluster (RayDP) over what the cluster holds (epochs, offsets, samples, the
+controllers' event log), before the cluster is stopped. The JSON summary is also
+written to ``OUT/summary.json`` and the analytics next to it under
+``OUT/analytics/`` (``report.html``, Parquet/CSV tables, PNG charts); ``--out``
+defaults to ``/tmp/rocketray-out/NAME`` on the machine the driver runs on (the
+head, for ``ray job submit``).
 """
 
 from __future__ import annotations
@@ -14,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,7 +37,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data-dir", default="/tmp/rocketray-data")
     p.add_argument("--profile", default="fast", choices=["fast", "default"])
     p.add_argument("--keep", action="store_true", help="leave the cluster running")
+    p.add_argument("--analytics", action="store_true",
+                   help="after the pipeline, run the RayDP analytics on the same cluster (report in OUT/analytics)")
+    p.add_argument("--out", default=None, help="where summary.json and analytics/ go (default /tmp/rocketray-out/NAME)")
     args = p.parse_args(argv)
+    out = Path(args.out or f"/tmp/rocketray-out/{args.name}").absolute()
 
     import ray
 
@@ -49,6 +62,10 @@ def main(argv: list[str] | None = None) -> int:
             cluster = start_cluster(args.name, controllers=args.controllers, groups=args.groups,
                                     replicas=args.replicas, data_dir=args.data_dir, profile=args.profile)
         summary = pipeline.run(cluster, args.messages, say=say)
+        if args.analytics:
+            summary = {**summary, **run_analytics(cluster, out / "analytics", say)}
+            summary["checks"]["analytics_report_written"] = bool(summary["analytics"].get("report_exists"))
+            summary["ok"] = all(summary["checks"].values())
     except Exception as exc:  # noqa: BLE001
         summary = {**summary, "ok": False, "error": f"{type(exc).__name__}: {exc}"}
         say(f"FAILED: {summary['error']}")
@@ -56,9 +73,37 @@ def main(argv: list[str] | None = None) -> int:
         if cluster is not None and not args.keep and not args.connect:
             cluster.stop(delete_data=True)
     print_summary(summary, say)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.json").write_text(json.dumps(summary, sort_keys=True, indent=1, default=str))
+    say(f"summary written to {out / 'summary.json'}")
     if args.json:
         print(json.dumps(summary, sort_keys=True))
     return 0 if summary.get("ok") else 1
+
+
+def run_analytics(cluster, out_dir: Path, say) -> dict:
+    """The live analytics of ``rocketray analytics --live`` with Spark on this Ray (RayDP); returns
+    ``{"analytics": {...summary..., "report": path, "report_exists": bool}}``."""
+    import time
+
+    from rocketray.spark_on_ray import pipeline as analytics
+    from rocketray.spark_on_ray.session import SparkConfig, find_java, spark_session, start_seconds
+
+    t0 = time.monotonic()
+    find_java()
+    records = cluster.analytics_records()
+    say(f"analytics: {len(records['replicas'])} replicas, {len(records['samples'])} samples, "
+        f"{len(records['controller_events'])} controller events; starting Spark on Ray (RayDP)")
+    with spark_session(SparkConfig(), ray_address="auto"):
+        summary, _frames = analytics.analyse_live(records, out_dir)
+        started_s = start_seconds()
+    report = out_dir / "report.html"
+    say(f"analytics report: {report}")
+    return {"analytics": {**{k: v for k, v in summary.items() if k != "outputs"},
+                          "outputs": len(summary.get("outputs", [])),
+                          "spark_start_s": None if started_s is None else round(started_s, 3),
+                          "elapsed_s": round(time.monotonic() - t0, 1),
+                          "report": str(report), "report_exists": report.is_file()}}
 
 
 if __name__ == "__main__":

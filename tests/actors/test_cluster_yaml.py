@@ -62,10 +62,14 @@ def test_schema_still_rejects_garbage(raw):
 
 def test_installs_the_project_and_starts_ray_from_its_venv(raw):
     """The working tree is mounted and pip-installed; Ray starts from that environment."""
-    assert raw["file_mounts"]["~/rocketray"] == "."
+    assert raw["file_mounts"]["~/rocketray-src"] == "."  # not ~/rocketray: it would shadow the package in ~
     assert (REPO / "pyproject.toml").exists()  # `ray up` runs from the repository root
-    assert any("pip install" in c and "~/rocketray" in c for c in raw["setup_commands"])
+    assert any("pip install" in c and "~/rocketray-src" in c for c in raw["setup_commands"])
+    # a job's entrypoint and `ray exec` commands get the virtualenv first on PATH (through ~/.bashrc,
+    # which Ray's bash sources), so `python driver.py` in a job imports ray and rocketray
+    assert any("source ~/rocketray-venv/bin/activate" in c and ".bashrc" in c for c in raw["setup_commands"])
     starts = raw["head_start_ray_commands"] + raw["worker_start_ray_commands"]
+    assert all('PATH="$HOME/rocketray-venv/bin:$PATH"' in c for c in starts if " start " in c)
     assert all("~/rocketray-venv/bin/ray" in c for c in starts)
     assert any("--head" in c and "--dashboard-port=8265" in c for c in raw["head_start_ray_commands"])
     assert any("$RAY_HEAD_IP:6379" in c for c in raw["worker_start_ray_commands"])
