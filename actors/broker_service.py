@@ -16,8 +16,8 @@ unfenced master; every other case answers a status without writing anything.
 from __future__ import annotations
 
 import asyncio
-import asyncio
 import collections
+import dataclasses
 import hashlib
 import logging
 import os
@@ -31,7 +31,8 @@ from rocketray.broker.message import Message
 from rocketray.broker.register import FileIdentityStore
 from rocketray.broker.replicas_manager import ReplicasManager, Role, State
 from rocketray.broker.store import MessageStore
-from rocketray.ha.service import HAService, PutStatus
+from rocketray.ha.ack import PutResult, PutStatus, refused
+from rocketray.ha.service import HAService
 
 log = logging.getLogger("rocketray.broker")
 
@@ -83,24 +84,24 @@ class BrokerService:
         return ha
 
     # --- data path ------------------------------------------------------------------------
-    async def put(self, messages: list[dict]) -> dict:
-        """Append a batch as master and wait for the ack policy; see ``PutStatus``."""
+    async def put(self, messages: list[dict]) -> PutResult:
+        """Append a batch as master and wait for the ack policy; see ``rocketray.ha.ack.PutResult``
+        (``written`` NO/YES/UNKNOWN, ``retriable``; ``broker_id`` is this replica's)."""
         broker_id = self.manager.broker_id
         if self.ha is None or self.manager.fenced:
-            self._metrics.put(broker_id, "FENCED", len(messages), 0.0)
-            return {"status": "FENCED", "broker_id": broker_id, "offsets": []}
-        if not self.manager.writable:
-            self._metrics.put(broker_id, "NOT_MASTER", len(messages), 0.0)
-            return {"status": "NOT_MASTER", "broker_id": broker_id, "offsets": []}
-        born = now_ms()
-        msgs = [Message(m["topic"], int(m["queue_id"]), bytes(m["body"]), dict(m.get("properties") or {}),
-                        born_timestamp_ms=born) for m in messages]
-        started = time.monotonic()
-        status, stored = await self.ha.put(msgs, now_ms())
-        self._metrics.put(broker_id, PutStatus(status).name, len(msgs), (time.monotonic() - started) * 1000)
-        return {"status": PutStatus(status).name, "broker_id": broker_id,
-                "offsets": [[m.queue_offset, m.physical_offset] for m in stored] if status == PutStatus.PUT_OK
-                else []}
+            result = refused(PutStatus.FENCED)
+        elif not self.manager.writable:
+            result = refused(PutStatus.NOT_MASTER)
+        else:
+            born = now_ms()
+            msgs = [Message(m["topic"], int(m["queue_id"]), bytes(m["body"]), dict(m.get("properties") or {}),
+                            born_timestamp_ms=born) for m in messages]
+            started = time.monotonic()
+            result = await self.ha.put(msgs, now_ms())
+            self._metrics.put(broker_id, result.status.name, len(msgs), (time.monotonic() - started) * 1000)
+            return dataclasses.replace(result, broker_id=broker_id)
+        self._metrics.put(broker_id, result.status.name, len(messages), 0.0)
+        return dataclasses.replace(result, broker_id=broker_id)
 
     async def get_messages(self, topic: str, queue_id: int, queue_offset: int, max_count: int) -> list[dict]:
         """Messages of one queue from ``queue_offset``, never beyond this replica's confirm offset."""

@@ -1,15 +1,19 @@
 """Producer and consumer clients: batched, failover-aware, and recording a history.
 
 A :class:`Producer` finds a group's master (cached; refreshed from the controller
-or by asking the replicas), sends a batch in one Ray call, and retries with
-backoff when the broker is not (or no longer) the master, is fenced, or died.
-Every payload ends as one history record: ``ok`` if some attempt was acknowledged
-(``PUT_OK``), ``unknown`` if some attempt may have written it (the actor died mid
-call, the call timed out, or replicas did not ack in time) and ``failed`` only if
-every attempt was refused before anything was written. Retrying after an
-``unknown`` may duplicate a payload; consumers de-duplicate by payload id and the
-checker reports duplicates. A :class:`Consumer` reads a queue from any replica,
-which serves only up to its confirm offset.
+or by asking the replicas), sends a batch in one Ray call and branches on the
+typed answer (``rocketray.ha.ack.PutResult``): acknowledged -> done; refused
+before anything was written (``retriable``: not master, fenced, too few in-sync
+replicas) -> retry with backoff, possibly on a new master; written but not
+acknowledged (``written`` YES or UNKNOWN: replicas did not ack in time, or the
+role changed during the ack wait) -> stop: sending it again would store a second
+copy as a new batch. A call that never answered (the actor died mid call, the
+call timed out) is retried: the only case where a payload may be stored twice;
+consumers de-duplicate by payload id and the checker reports duplicates.
+Every payload ends as one history record: ``ok`` if an attempt was acknowledged,
+``unknown`` if some attempt may have written it, and ``failed`` only if every
+attempt was refused before anything was written. A :class:`Consumer` reads a
+queue from any replica, which serves only up to its confirm offset.
 """
 
 from __future__ import annotations
@@ -22,11 +26,14 @@ import ray
 
 from rocketray.actors.cluster import Cluster
 from rocketray.controller.api import GetReplicaInfoRequest
+from rocketray.ha.ack import PutResult
 
-#: Put statuses after which nothing was written: safe to retry without duplicates.
-REFUSED = {"NOT_MASTER", "FENCED", "IN_SYNC_REPLICAS_NOT_ENOUGH", "SLAVE_NOT_AVAILABLE"}
-#: Put statuses after which the batch may or may not survive.
-UNCERTAIN = {"FLUSH_SLAVE_TIMEOUT"}
+
+@dataclass(frozen=True, slots=True)
+class Unanswered:
+    """A put call that never answered (timeout, actor death): it may or may not have run."""
+
+    error: str
 
 Recorder = Callable[[dict], None]
 
@@ -75,12 +82,14 @@ class Producer:
         self._master.pop(group, None)
 
     # --- sending -----------------------------------------------------------------------
-    def _attempt(self, group: str, replica: int, messages: list[dict]) -> dict | None:
+    def _attempt(self, group: str, replica: int, messages: list[dict]) -> PutResult | Unanswered:
         actor = self.cluster.broker(group, replica)
         try:
-            return ray.get(actor.put.remote(messages), timeout=self.call_timeout_s)
+            reply = ray.get(actor.put.remote(messages), timeout=self.call_timeout_s)
         except (ray.exceptions.GetTimeoutError, ray.exceptions.RayError, ValueError) as exc:
-            return {"status": "UNREACHABLE", "remark": type(exc).__name__}
+            return Unanswered(type(exc).__name__)
+        assert isinstance(reply, PutResult), reply
+        return reply
 
     def send(self, group: str, queue_id: int, payloads: list[tuple[str, bytes]]) -> SendOutcome:
         """Send one batch (all payloads to one queue); returns the final outcome."""
@@ -103,13 +112,19 @@ class Producer:
                     continue
                 self._master[group] = replica
             reply = self._attempt(group, replica, messages)
-            status = reply.get("status") if reply else "UNREACHABLE"
-            if status == "PUT_OK":
-                result = SendOutcome("ok", [tuple(o) for o in reply["offsets"]], replica,
-                                     reply.get("broker_id"), None, result.attempts)
+            if isinstance(reply, PutResult) and reply.ok:
+                result = SendOutcome("ok", [tuple(o) for o in reply.offsets], replica,
+                                     reply.broker_id, None, result.attempts)
                 break
-            result.error = status
-            if status in UNCERTAIN or status == "UNREACHABLE":
+            if isinstance(reply, PutResult):
+                result.error = reply.status.name
+                if not reply.retriable:
+                    # Written (or maybe written) but not acknowledged: a resend would be a second
+                    # copy, so the outcome stays unknown.
+                    maybe_written = True
+                    break
+            else:
+                result.error = "UNREACHABLE"
                 maybe_written = True
             self._master.pop(group, None)
             time.sleep(backoff_s)

@@ -7,20 +7,25 @@ drives it with role switches (reference 12.5) and SyncStateSet confirmations fro
 and writes through ``put`` which applies the ack policy of reference 13.4. Expand/shrink proposals
 go up through listeners; nothing here talks to the controller.
 
-Confirm offset on the master (13.2): with ``all_ack_in_sync_state_set`` off, or a confirmed set of
-one, everything written is confirmed (max offset); otherwise the tracker's rule (min ack over the
-union set, frozen while a member is missing; quirk 13). The value is written into the store's
-``confirm_offset`` whenever it moves, which is what consumers and the transfer headers read.
+Every ack and confirm-offset decision is the pure core's (``rocketray.ha.ack``) over the tracker's
+union view (confirmed set | proposals the controller has not answered), so a joining member counts
+from the moment it is proposed (issue 15 fixes 1 and 2). The confirm offset is written into the
+store's ``confirm_offset`` whenever it moves, which is what consumers and the transfer headers read.
+``put`` answers a typed ``PutResult``: a batch written before the role changed is MASTER_CHANGED
+with ``written=UNKNOWN``, never NOT_MASTER (fix 4). The connection shells (``ha/transport.py``) call
+back only through the public ``ConnectionOwner`` methods below.
 """
 
 from __future__ import annotations
 
 import asyncio
-import enum
 import logging
 import time
 from typing import Callable, Iterable
 
+from rocketray.broker.role import Role
+from rocketray.ha.ack import (AckPolicy, PutResult, PutStatus, after_write, batch_acked,
+                              put_admitted, refused)
 from rocketray.ha.auth import AuthError
 from rocketray.ha.config import HAConfig
 from rocketray.ha.session import AckEvent, HandshakeEvent
@@ -28,24 +33,9 @@ from rocketray.ha.sync_state import SyncStateTracker
 from rocketray.ha.transport import (STREAM_LIMIT, MasterConnection, SlaveClient, StoreLogView,
                           authenticate)
 
-__all__ = ["HAService", "PutStatus", "Role"]
+__all__ = ["HAService", "PutStatus", "PutResult", "Role"]
 
 log = logging.getLogger(__name__)
-
-
-class PutStatus(enum.IntEnum):
-    PUT_OK = 0
-    FLUSH_SLAVE_TIMEOUT = 1
-    IN_SYNC_REPLICAS_NOT_ENOUGH = 2
-    SLAVE_NOT_AVAILABLE = 3
-    NOT_MASTER = 4
-    FENCED = 5
-
-
-class Role(str, enum.Enum):
-    NONE = "none"
-    MASTER = "master"
-    SLAVE = "slave"
 
 
 def _parse_address(address: str | tuple[str, int]) -> tuple[str, int]:
@@ -77,6 +67,7 @@ class HAService:
         self.now_ms = clock_ms
         self.role = Role.NONE
         self.epoch = -1
+        self.policy = AckPolicy.from_config(self.config)
         self.tracker = SyncStateTracker(broker_id, self.config.ha_max_time_slave_not_catchup_ms)
         self.log_view = StoreLogView(store, lambda: self.store.confirm_offset)
         self.connections: set[MasterConnection] = set()
@@ -96,6 +87,7 @@ class HAService:
         self.broker_id = broker_id
         self.tracker.local_broker_id = broker_id
         self.tracker.local = frozenset(broker_id if i == old else i for i in self.tracker.local)
+        assert not self.tracker.pending
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self, listen_host: str = "127.0.0.1", port: int = 0) -> int:
@@ -138,8 +130,7 @@ class HAService:
             self._start_epoch(epoch)
             self.role = Role.MASTER
             self.epoch = epoch
-            self.tracker.remote = frozenset()
-            self.tracker.synchronizing = False
+            self.tracker.pending = ()
             self._update_confirm_offset()
         finally:
             self._switching = False
@@ -180,6 +171,7 @@ class HAService:
         if self.role == Role.SLAVE and self._client is not None and address is not None \
                 and self._client.master_address == address:
             self.epoch = epoch
+            self._client.expect_epoch(epoch)     # checked at the next handshake
             return True
         self._switching = True
         try:
@@ -189,7 +181,7 @@ class HAService:
             self.epoch = epoch
             self._notify_ack_waiters()
             if address is not None:
-                self._client = SlaveClient(self, address)
+                self._client = SlaveClient(self, address, expected_epoch=epoch)
                 self._client.start()
         finally:
             self._switching = False
@@ -218,6 +210,12 @@ class HAService:
         self._update_confirm_offset()
         self._notify_ack_waiters()
 
+    def mark_in_flight(self, proposal: Iterable[int]) -> None:
+        """A SyncStateSet report carrying ``proposal`` is being sent (the role machine's
+        ``ReportSyncStateSet``): it counts in the union view until the controller answers."""
+        self.tracker.mark_in_flight(proposal)
+        self._update_confirm_offset()
+
     def add_sss_listener(self, cb: Callable[[frozenset[int]], object]) -> None:
         """``cb(proposed_set)`` is called when the master proposes an expand or a shrink."""
         self._listeners.append(cb)
@@ -225,15 +223,19 @@ class HAService:
     def maybe_shrink_sync_state_set(self, now_ms: int) -> set[int]:
         """Members not caught up within ``ha_max_time_slave_not_catchup_ms`` leave; returns the
         candidate set (the caller reports it if it differs from the confirmed one)."""
-        return set(self.tracker.maybe_shrink(now_ms))
+        candidate = set(self.tracker.maybe_shrink(now_ms))
+        self._update_confirm_offset()
+        return candidate
 
     def sync_state_set(self) -> frozenset[int]:
+        """The union view (confirmed set | pending proposals)."""
         return self.tracker.sync_state_set()
 
     def _propose(self, proposal: frozenset[int] | None) -> None:
         if proposal is None:
             return
         log.info("ha %s: proposing SyncStateSet %s", self.broker_id, sorted(proposal))
+        self._update_confirm_offset()
         for cb in list(self._listeners):
             try:
                 cb(frozenset(proposal))
@@ -241,7 +243,8 @@ class HAService:
                 log.exception("ha %s: SyncStateSet listener failed", self.broker_id)
 
     # ------------------------------------------------------------------ confirm offset
-    def _acks(self) -> dict[int, int]:
+    def acks(self) -> dict[int, int]:
+        """Each connected slave's last ack on its live connection (-1: not acked yet)."""
         acks: dict[int, int] = {}
         for conn in self.connections:
             if conn.slave_id is not None and not conn.closed:
@@ -249,11 +252,9 @@ class HAService:
         return acks
 
     def compute_confirm_offset(self) -> int:
-        max_offset = self.store.max_offset
-        if not self.config.all_ack_in_sync_state_set or len(self.tracker.local) <= 1:
-            return max_offset
-        return self.tracker.compute_confirm_offset(max_offset, self.store.confirm_offset,
-                                                   self._acks())
+        return self.tracker.compute_confirm_offset(self.store.max_offset, self.store.confirm_offset,
+                                                   self.acks(),
+                                                   self.config.all_ack_in_sync_state_set)
 
     def _update_confirm_offset(self) -> None:
         if self.role != Role.MASTER:
@@ -264,50 +265,36 @@ class HAService:
             self._notify_writers()      # slaves learn the new confirm offset at once
 
     # ------------------------------------------------------------------ put (13.4)
-    async def put(self, msgs, now_ms: int):
+    async def put(self, msgs, now_ms: int) -> PutResult:
         """Append ``msgs`` as master and wait for the replica acks the policy asks for.
 
-        Returns ``(PutStatus, stored messages)``. IN_SYNC_REPLICAS_NOT_ENOUGH, NOT_MASTER and
-        FENCED write nothing; FLUSH_SLAVE_TIMEOUT means written locally but not acked in time.
+        Refusals (NOT_MASTER, FENCED, IN_SYNC_REPLICAS_NOT_ENOUGH) write nothing; after the write
+        the answer is PUT_OK, FLUSH_SLAVE_TIMEOUT (written, not acked in time) or MASTER_CHANGED
+        (written, then the role or term changed during the wait: outcome unknown).
         """
-        cfg = self.config
         if self.role != Role.MASTER:
-            return PutStatus.NOT_MASTER, []
+            return refused(PutStatus.NOT_MASTER)
         if self._switching or self._closed:
-            return PutStatus.FENCED, []
-        if self.tracker.in_sync_replicas_nums() < cfg.min_in_sync_replicas:
-            return PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH, []
+            return refused(PutStatus.FENCED)
+        if not put_admitted(self.policy, self.tracker.in_sync_replicas_nums()):
+            return refused(PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH)
+        epoch = self.epoch
         stored = self.store.put_messages(msgs, now_ms)
         end = self.store.max_offset
+        offsets = tuple((m.queue_offset, m.physical_offset) for m in stored)
         self._notify_writers()
         self._update_confirm_offset()
-        if cfg.all_ack_in_sync_state_set:
-            check = lambda: self._all_acked(end)                                  # noqa: E731
-        elif cfg.in_sync_replicas > 1:
-            check = lambda: self._enough_acked(end, cfg.in_sync_replicas)         # noqa: E731
-        else:
-            return PutStatus.PUT_OK, stored
-        if await self._wait_for(check, cfg.slave_timeout_ms):
-            return PutStatus.PUT_OK, stored
-        if self.role != Role.MASTER:
-            return PutStatus.NOT_MASTER, stored
-        return PutStatus.FLUSH_SLAVE_TIMEOUT, stored
+        acked = await self._wait_for(lambda: batch_acked(
+            self.policy, self.broker_id, self.tracker.sync_state_set(), self.acks(), end),
+            self.config.slave_timeout_ms, epoch)
+        still_master = self.role == Role.MASTER and self.epoch == epoch and not self._closed
+        return after_write(acked and still_master, still_master, offsets, end)
 
-    def _all_acked(self, end: int) -> bool:
-        members = self.tracker.sync_state_set() - {self.broker_id}
-        if not members:
-            return True
-        acks = self._acks()
-        return all(acks.get(m, -1) >= end for m in members)
-
-    def _enough_acked(self, end: int, need: int) -> bool:
-        return 1 + sum(1 for a in self._acks().values() if a >= end) >= need
-
-    async def _wait_for(self, check: Callable[[], bool], timeout_ms: int) -> bool:
+    async def _wait_for(self, check: Callable[[], bool], timeout_ms: int, epoch: int) -> bool:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_ms / 1000
         while True:
-            if self.role != Role.MASTER or self._closed:
+            if self.role != Role.MASTER or self.epoch != epoch or self._closed:
                 return False
             if check():
                 return True
@@ -368,7 +355,9 @@ class HAService:
         finally:
             self._conn_tasks.discard(task)
 
-    def _on_session_event(self, conn: MasterConnection, event, now_ms: int) -> None:
+    # ------------------------------------------------------------------ ConnectionOwner (transport)
+    def on_session_event(self, conn: MasterConnection, event, now_ms: int) -> None:
+        """A master connection decoded a slave packet."""
         if isinstance(event, HandshakeEvent):
             for other in list(self.connections):
                 if other is not conn and other.slave_id == event.slave_id:
@@ -384,16 +373,17 @@ class HAService:
             epoch_start = last.start_offset if last is not None else 0
             self._propose(self.tracker.maybe_expand(event.slave_id, event.offset,
                                                     self.store.confirm_offset, epoch_start))
-        if event.slave_id in self.tracker.sync_state_set():
-            self._update_confirm_offset()
+        self._update_confirm_offset()
         self._notify_ack_waiters()
 
-    def _on_caught_up(self, conn: MasterConnection, now_ms: int) -> None:
+    def on_caught_up(self, conn: MasterConnection, now_ms: int) -> None:
+        """A master connection has nothing left to send: its slave is caught up."""
         if conn.slave_id is not None and not conn.session.async_learner and \
                 conn.ack_offset >= 0:
             self.tracker.update_caught_up(conn.slave_id, now_ms)
 
-    def _connection_closed(self, conn: MasterConnection) -> None:
+    def connection_closed(self, conn: MasterConnection) -> None:
+        """A master connection closed (any reason)."""
         self.connections.discard(conn)
         if conn.slave_id is not None and self.role == Role.MASTER and not any(
                 c.slave_id == conn.slave_id for c in self.connections):
@@ -412,6 +402,7 @@ class HAService:
             "epoch_entries": [[e.epoch, e.start_offset] for e in self.store.epoch_file.entries()],
             "sync_state_set": sorted(self.tracker.local),
             "sync_state_set_view": sorted(self.tracker.sync_state_set()),
+            "pending_proposals": [sorted(p) for p in self.tracker.pending],
             "synchronizing": self.tracker.synchronizing,
             "connections": [{"slave_id": c.slave_id, "peer": c.peer, "ack_offset": c.ack_offset,
                              "async_learner": c.session.async_learner,

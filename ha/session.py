@@ -37,7 +37,7 @@ from rocketray.ha.truncation import decide_truncation
 __all__ = [
     "LocalLog", "Send", "Truncate", "RecordEpoch", "Append", "SetConfirmOffset", "Close",
     "SlaveSession", "MasterLogView", "HandshakeEvent", "AckEvent", "Outgoing", "MasterSession",
-    "epoch_owning",
+    "epoch_owning", "handshake_epoch_ok", "batch_epoch_ok",
 ]
 
 
@@ -92,16 +92,31 @@ class Close:
 SlaveAction = Send | Truncate | RecordEpoch | Append | SetConfirmOffset | Close
 
 
+def handshake_epoch_ok(expected_epoch: int | None, master_last_epoch: int) -> bool:
+    """The master's handshake names the epoch the controller gave this slave (None: not known)."""
+    return expected_epoch is None or master_last_epoch == expected_epoch
+
+
+def batch_epoch_ok(batch_epoch: int, local_last_epoch: int) -> bool:
+    """A batch never belongs to an epoch older than the slave's last one (12.3: a stale master)."""
+    return batch_epoch >= local_last_epoch
+
+
 class SlaveSession:
     """The slave side of one connection (``AutoSwitchHAClient`` without the thread and socket)."""
 
-    def __init__(self, slave_id: int, *, sync_from_last_file: bool = False,
+    def __init__(self, slave_id: int, *, expected_epoch: int | None = None,
+                 sync_from_last_file: bool = False,
                  async_learner: bool = False, heartbeat_interval_ms: int = 5000,
                  housekeeping_interval_ms: int = 20000,
                  max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
         assert slave_id >= 0
         assert heartbeat_interval_ms > 0 and housekeeping_interval_ms > 0
         self.slave_id = slave_id
+        # The epoch the controller named for this master (None: not known, accept any). A master
+        # whose handshake names another last epoch is not the one the controller elected (a stale
+        # master, or one ahead of what this slave was told): refuse it (issue 15 fix 7).
+        self.expected_epoch = expected_epoch
         self.sync_from_last_file = sync_from_last_file
         self.async_learner = async_learner
         self.heartbeat_interval_ms = heartbeat_interval_ms
@@ -157,6 +172,9 @@ class SlaveSession:
 
     def _on_handshake(self, packet: MasterHandshake, local: LocalLog,
                       now_ms: int) -> list[SlaveAction]:
+        if not handshake_epoch_ok(self.expected_epoch, packet.last_epoch):
+            return [Close(f"master handshake at epoch {packet.last_epoch}, the controller named "
+                          f"epoch {self.expected_epoch}")]
         master_points = [(e.epoch, e.start_offset) for e in packet.entries]
         decision = decide_truncation(local.epochs, local.min_offset, local.max_offset,
                                      master_points, packet.max_offset)
@@ -183,7 +201,7 @@ class SlaveSession:
                 return [Close(f"offset mismatch: batch at {packet.offset}, local max "
                               f"{local.max_offset}")]
             last_epoch = local.epochs[-1][0] if local.epochs else -1
-            if packet.epoch < last_epoch:
+            if not batch_epoch_ok(packet.epoch, last_epoch):
                 return [Close(f"batch of epoch {packet.epoch} behind local epoch {last_epoch}")]
             if packet.epoch != self.received_epoch:
                 self.received_epoch = packet.epoch

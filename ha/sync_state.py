@@ -1,27 +1,33 @@
-"""The master's SyncStateSet bookkeeping and confirm offset (reference 13.1, 13.3), pure.
+"""The master's SyncStateSet bookkeeping (reference 13.1, 13.3), pure.
 
-Theory of operation. The controller owns the SyncStateSet (SSS); the master keeps the last set the
-controller confirmed (``local``) and, while a change it proposed is in flight, the proposal
-(``remote``). Every rule that decides "is this committed?" uses the union of the two
-(apache/rocketmq#5663): while an expand is pending the new member must already ack; while a shrink
-is pending the removed member still counts. A slave is proposed for the set when it acks at least
-the confirm offset and at least the start of the master's current epoch (never an async learner);
-it is proposed for removal when it has not been caught up for ``max_time_slave_not_catchup_ms`` or
-when its connection closes.
+Theory of operation. The controller owns the SyncStateSet (SSS). The master keeps the last set the
+controller confirmed (``local``) and the proposals the controller has not answered yet
+(``pending``, oldest first: expands, removals on a closed connection, shrink candidates, and every
+proposal the role machine says it sent, ``mark_in_flight``). Every rule that decides "is this
+committed?" uses the **union view** ``local | every pending proposal`` (``rocketray.ha.ack``):
+while an expand is pending the new member must already ack, while a shrink is pending the removed
+member still counts. A new proposal never replaces a pending one in the view (issue 15 fix 2: the
+shrink check used to build its candidate from ``local`` only and overwrite a pending expand, so a
+put was acknowledged without the joining member the controller was about to count). A pending
+proposal leaves the view only when the controller confirms a set: the confirmation drops the
+proposals up to the last one equal to it (all of them when none is equal: the set came from a role
+change, not from an answer).
 
-Confirm offset (quirk 13, decided): the minimum ack over the connected members of the union set
-and the master's own max offset. If a member other than the master is not connected, or is
-connected but has not acked yet, nothing proves how far it got, so the confirm offset stays where
-it was (upstream freezes in the first case but *ignores* members whose ack is 0, which lets the
-confirm offset run past a member that holds nothing; we count an ack of 0 as 0). Within a term the
-confirm offset never goes backwards and never exceeds the max offset.
+A slave is proposed for the set when it acks at least the confirm offset and at least the start of
+the master's current epoch (never an async learner); it is proposed for removal when it has not
+been caught up for ``max_time_slave_not_catchup_ms`` or when its connection closes.
 """
 
 from __future__ import annotations
 
 from typing import Iterable, Mapping
 
-__all__ = ["SyncStateTracker"]
+from rocketray.ha.ack import confirm_offset, union_view
+
+__all__ = ["SyncStateTracker", "MAX_PENDING"]
+
+#: Bound on remembered proposals; beyond it the two oldest merge (a larger view is still safe).
+MAX_PENDING = 16
 
 
 class SyncStateTracker:
@@ -29,39 +35,56 @@ class SyncStateTracker:
         self.local_broker_id = local_broker_id
         self.max_time_slave_not_catchup_ms = max_time_slave_not_catchup_ms
         self.local: frozenset[int] = frozenset({local_broker_id})
-        self.remote: frozenset[int] = frozenset()
-        self.synchronizing = False
+        self.pending: tuple[frozenset[int], ...] = ()
         self.caught_up_ms: dict[int, int] = {}
 
     # -- views -----------------------------------------------------------------------------------
 
+    @property
+    def synchronizing(self) -> bool:
+        """A proposal is waiting for the controller's answer."""
+        return bool(self.pending)
+
+    @property
+    def remote(self) -> frozenset[int]:
+        """The union of the pending proposals (empty when none)."""
+        return union_view((), self.pending)
+
+    def latest(self) -> frozenset[int]:
+        """What the set should become: the newest proposal, else the confirmed set."""
+        return self.pending[-1] if self.pending else self.local
+
     def sync_state_set(self) -> frozenset[int]:
-        """Union of confirmed and proposed while a change is in flight, else the confirmed set."""
-        return self.local | self.remote if self.synchronizing else self.local
+        """The union view: confirmed set | every pending proposal."""
+        return union_view(self.local, self.pending)
 
     def in_sync_replicas_nums(self) -> int:
-        if self.synchronizing:
-            return max(len(self.local), len(self.remote))
-        return len(self.local)
+        return max([len(self.local)] + [len(p) for p in self.pending])
 
     # -- changes ---------------------------------------------------------------------------------
 
     def set_sync_state_set(self, ids: Iterable[int]) -> None:
-        """The controller confirmed ``ids``: adopt them and end any pending proposal."""
+        """The controller confirmed ``ids``: adopt them; drop the proposals it answered."""
         self.local = frozenset(ids)
-        self.remote = frozenset()
-        self.synchronizing = False
+        answered = [i for i, p in enumerate(self.pending) if p == self.local]
+        self.pending = self.pending[answered[-1] + 1:] if answered else ()
 
-    def mark_synchronizing(self, proposal: Iterable[int]) -> frozenset[int]:
-        self.remote = frozenset(proposal)
-        self.synchronizing = True
-        return self.remote
+    def mark_in_flight(self, proposal: Iterable[int]) -> frozenset[int]:
+        """A proposal is (about to be) at the controller: it counts until the controller answers."""
+        p = frozenset(proposal)
+        if p != self.local and p not in self.pending:
+            self.pending = self.pending + (p,)
+            if len(self.pending) > MAX_PENDING:
+                self.pending = (self.pending[0] | self.pending[1],) + self.pending[2:]
+        return p
+
+    # Old name, kept for callers that mark a proposal themselves.
+    mark_synchronizing = mark_in_flight
 
     def reset(self) -> None:
         """New term: forget caught-up times and proposals; only ourselves in the set."""
         self.local = frozenset({self.local_broker_id})
-        self.remote = frozenset()
-        self.synchronizing = False
+        self.pending = ()
         self.caught_up_ms.clear()
 
     def update_caught_up(self, slave_id: int, caught_up_ms: int) -> None:
@@ -70,28 +93,26 @@ class SyncStateTracker:
     def maybe_expand(self, slave_id: int, ack: int, confirm_offset: int,
                      current_epoch_start: int) -> frozenset[int] | None:
         """Propose adding ``slave_id`` when it caught up; returns the proposal or None."""
-        if slave_id in self.local:
-            return None
+        if slave_id in self.latest():
+            return None          # already a member, or already proposed
         if ack < confirm_offset or ack < current_epoch_start:
             return None
-        if self.synchronizing and slave_id in self.remote:
-            return None          # already proposed, waiting for the controller
-        base = self.remote if self.synchronizing else self.local
-        return self.mark_synchronizing(base | {slave_id, self.local_broker_id})
+        return self.mark_in_flight(self.latest() | {slave_id, self.local_broker_id})
 
     def on_disconnect(self, slave_id: int) -> frozenset[int] | None:
-        """A slave's connection closed: propose removing it if it is in the set."""
-        if slave_id not in self.local or slave_id == self.local_broker_id:
+        """A slave's connection closed: propose removing it if it is (to be) in the set."""
+        if slave_id == self.local_broker_id or slave_id not in self.latest():
             return None
-        base = self.remote if self.synchronizing else self.local
-        return self.mark_synchronizing(base - {slave_id})
+        return self.mark_in_flight(self.latest() - {slave_id})
 
-    def maybe_shrink(self, now_ms: int, connected: Iterable[int] = ()) -> frozenset[int]:
+    def maybe_shrink(self, now_ms: int) -> frozenset[int]:
         """``maybeShrinkSyncStateSet``: members not caught up for too long, or never seen, leave.
 
-        Returns the resulting candidate set (always containing the master).
+        The candidate starts from the newest proposal (a pending expand stays in it) and never
+        replaces a pending proposal in the union view. Returns the candidate (always containing
+        the master); the caller reports it if it differs from the confirmed set.
         """
-        candidate = set(self.local)
+        candidate = set(self.latest())
         for slave_id in list(candidate):
             if slave_id == self.local_broker_id:
                 continue
@@ -100,25 +121,17 @@ class SyncStateTracker:
                 candidate.discard(slave_id)
         candidate.add(self.local_broker_id)
         result = frozenset(candidate)
-        if result != self.local:
-            self.mark_synchronizing(result)
+        if result != self.latest():
+            self.mark_in_flight(result)
         return result
 
     # -- confirm offset --------------------------------------------------------------------------
 
     def compute_confirm_offset(self, max_offset: int, current_confirm_offset: int,
-                               acks: Mapping[int, int]) -> int:
-        """The offset every member of the (union) set holds.
+                               acks: Mapping[int, int], all_ack: bool = True) -> int:
+        """The offset every member of the union view holds (``rocketray.ha.ack.confirm_offset``).
 
         ``acks`` maps each *connected* slave id to its last ack (-1 when it has not acked yet).
         """
-        floor = min(max(current_confirm_offset, 0), max_offset)
-        result = max_offset
-        for member in self.sync_state_set():
-            if member == self.local_broker_id:
-                continue
-            ack = acks.get(member, -1)
-            if ack < 0:
-                return floor       # disconnected or silent member: cannot prove progress
-            result = min(result, ack)
-        return max(result, floor)
+        return confirm_offset(self.local_broker_id, self.sync_state_set(), max_offset,
+                              current_confirm_offset, acks, all_ack)

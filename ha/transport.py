@@ -15,19 +15,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from typing import TYPE_CHECKING, Callable
+from typing import Callable, Protocol
 
 from rocketray.ha.auth import AuthError, Authenticator, NONCE_SIZE
+from rocketray.ha.config import HAConfig
 from rocketray.ha.protocol import EpochPoint, ProtocolError
 from rocketray.ha.session import (
     Append, Close, LocalLog, MasterSession, RecordEpoch, Send, SetConfirmOffset, SlaveSession,
     Truncate,
 )
 
-if TYPE_CHECKING:
-    from rocketray.ha.service import HAService
-
-__all__ = ["StoreLogView", "MasterConnection", "SlaveClient", "authenticate", "ConnectionDropped"]
+__all__ = ["StoreLogView", "MasterConnection", "SlaveClient", "authenticate", "ConnectionDropped",
+           "ConnectionOwner"]
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +65,25 @@ class StoreLogView:
 
     def last_segment_base_offset(self) -> int:
         return self._store.last_segment_base_offset()
+
+
+class ConnectionOwner(Protocol):
+    """What the connection shells need from their owner (``HAService`` implements it). The shells
+    call back only through these public members; the owner holds every decision."""
+
+    broker_id: int
+    config: HAConfig
+    secret: bytes | str
+    store: object   # rocketray.broker.store.MessageStore
+    log_view: "StoreLogView"
+
+    def now_ms(self) -> int: ...
+
+    def on_session_event(self, conn: "MasterConnection", event: object, now_ms: int) -> None: ...
+
+    def on_caught_up(self, conn: "MasterConnection", now_ms: int) -> None: ...
+
+    def connection_closed(self, conn: "MasterConnection") -> None: ...
 
 
 def local_log(store) -> LocalLog:
@@ -108,7 +126,7 @@ def _close_writer(writer: asyncio.StreamWriter | None) -> None:
 class MasterConnection:
     """One authenticated slave connection on the master."""
 
-    def __init__(self, service: "HAService", reader: asyncio.StreamReader,
+    def __init__(self, service: ConnectionOwner, reader: asyncio.StreamReader,
                  writer: asyncio.StreamWriter, peer: str, leftover: bytes) -> None:
         cfg = service.config
         self.service = service
@@ -161,7 +179,7 @@ class MasterConnection:
         _close_writer(self._writer)
         log.info("ha master: closed connection peer=%s slave_id=%s reason=%s", self.peer,
                  self.slave_id, self.close_reason)
-        self.service._connection_closed(self)
+        self.service.connection_closed(self)
 
     async def _read_loop(self) -> None:
         data = self._leftover
@@ -171,7 +189,7 @@ class MasterConnection:
                 self.session.receive_data(data, now)
                 while (event := self.session.next_event(self.service.store.max_offset, now)) \
                         is not None:
-                    self.service._on_session_event(self, event, now)
+                    self.service.on_session_event(self, event, now)
                 self.wake.set()
             data = await self._reader.read(READ_CHUNK)
             if not data:
@@ -203,7 +221,7 @@ class MasterConnection:
                 if out.body:
                     continue
                 if out.caught_up:
-                    service._on_caught_up(self, now)
+                    service.on_caught_up(self, now)
             try:
                 await asyncio.wait_for(self.wake.wait(), min(hb_s, 0.1))
             except asyncio.TimeoutError:
@@ -213,11 +231,12 @@ class MasterConnection:
 class SlaveClient:
     """The slave side: connect to the master's HA address and keep replicating."""
 
-    def __init__(self, service: "HAService", master_address: tuple[str, int]) -> None:
+    def __init__(self, service: ConnectionOwner, master_address: tuple[str, int],
+                 expected_epoch: int | None = None) -> None:
         cfg = service.config
         self.service = service
         self.master_address = master_address
-        self.session = SlaveSession(service.broker_id,
+        self.session = SlaveSession(service.broker_id, expected_epoch=expected_epoch,
                                     sync_from_last_file=cfg.sync_from_last_file,
                                     async_learner=cfg.async_learner,
                                     heartbeat_interval_ms=cfg.ha_send_heartbeat_interval_ms,
@@ -229,6 +248,10 @@ class SlaveClient:
         self.connected = False
         self.connections = 0
         self.last_error = ""
+
+    def expect_epoch(self, epoch: int) -> None:
+        """The controller named ``epoch`` for this master; the next handshake must match it."""
+        self.session.expected_epoch = epoch
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=f"ha-slave-{self.service.broker_id}")

@@ -85,8 +85,8 @@ def test_register_replicate_expand_failover_and_rejoin(tmp_path, port_factory):
             assert await b2.rm.start_basic_service_once() and b2.rm.role == Role.SLAVE
             assert b2.rm.master_address == b1.address  # the controller's answer is an HA address
 
-            status, stored = await b1.rm.ha.put([Message("T", 0, b"x" * 100) for _ in range(10)], clock())
-            assert status == PutStatus.PUT_OK and len(stored) == 10
+            result = await b1.rm.ha.put([Message("T", 0, b"x" * 100) for _ in range(10)], clock())
+            assert result.status == PutStatus.PUT_OK and len(result.offsets) == 10
             await wait_for(lambda: b2.store.max_offset == b1.store.max_offset > 0, "slave caught up")
             # the HA service proposed {1,2}; the manager reported it; the controller confirmed it
             await wait_for(lambda: b1.rm.sync_state_set == {1, 2}, "expand confirmed")
@@ -100,8 +100,8 @@ def test_register_replicate_expand_failover_and_rejoin(tmp_path, port_factory):
             assert resp.ok and resp.header["master_broker_id"] == 2 and resp.header["master_epoch"] == 2
             await b2.rm.sync_metadata_once()
             assert b2.rm.role == Role.SYNC_MASTER and b2.rm.writable
-            status, _ = await b2.rm.ha.put([Message("T", 0, b"y" * 100) for _ in range(5)], clock())
-            assert status == PutStatus.PUT_OK
+            result = await b2.rm.ha.put([Message("T", 0, b"y" * 100) for _ in range(5)], clock())
+            assert result.status == PutStatus.PUT_OK
             assert [e.epoch for e in b2.store.epoch_file.entries()] == [1, 2]
 
             b1.open()  # restart on the same store and identity files
@@ -132,12 +132,12 @@ def test_promotion_cuts_a_torn_tail_to_the_last_whole_message(tmp_path, port_fac
         b2.open()
         try:
             assert await b1.rm.start_basic_service_once() and await b2.rm.start_basic_service_once()
-            status, stored = await b1.rm.ha.put([Message("T", 0, b"z" * 200) for _ in range(8)], clock())
-            assert status == PutStatus.PUT_OK
+            result = await b1.rm.ha.put([Message("T", 0, b"z" * 200) for _ in range(8)], clock())
+            assert result.status == PutStatus.PUT_OK
             await wait_for(lambda: b2.store.max_offset == b1.store.max_offset > 0, "slave caught up")
             await wait_for(lambda: b1.rm.sync_state_set == {1, 2}, "expand confirmed")
             await b1.close()
-            victim = stored[-1].physical_offset
+            victim = result.offsets[-1][1]
             seg = b2.store.commitlog.segment_for(victim)
             seg.file.pwrite(b"\xff\xff", victim - seg.base_offset + 80)   # the last record is torn
             clock.advance(11_000)

@@ -10,6 +10,7 @@ from pathlib import Path
 from rocketray.broker.config import FlushMode, StoreConfig
 from rocketray.broker.message import Message
 from rocketray.broker.store import MessageStore
+from rocketray.ha.ack import PutResult, PutStatus
 from rocketray.ha.config import HAConfig
 from rocketray.ha.service import HAService
 
@@ -88,11 +89,10 @@ async def switch(master: Node, slaves: list[Node], epoch: int) -> None:
         assert await s.ha.change_to_slave(master.address, epoch)
 
 
-async def put_all(node: Node, msgs, expect=None) -> list:
-    from rocketray.ha.service import PutStatus
-    status, stored = await node.ha.put(msgs, int(time.time() * 1000))
-    assert status == (expect if expect is not None else PutStatus.PUT_OK), status
-    return stored
+async def put_all(node: Node, msgs, expect=None) -> PutResult:
+    result = await node.ha.put(msgs, int(time.time() * 1000))
+    assert result.status == (expect if expect is not None else PutStatus.PUT_OK), result
+    return result
 
 
 async def wait_for(predicate, timeout_s: float = 15.0, what: str = "condition",

@@ -8,7 +8,7 @@ import asyncio
 import random
 
 from rocketray.ha.protocol import encode_slave_ack, encode_slave_handshake
-from rocketray.ha.service import PutStatus
+from rocketray.ha.ack import PutStatus, Written
 from rocketray.ha.transport import authenticate
 from ha_helpers import (SECRET, commitlog_bytes, fast_config, messages, put_all, run, start_node,
                         stop_node, switch, wait_caught_up, wait_for)
@@ -102,9 +102,9 @@ def test_all_ack_never_returns_ok_before_every_union_member_acked(tmp_path):
         m.ha.set_sync_state_set({1, 2, 3})
 
         async def one(i):
-            status, stored = await m.ha.put(messages(3, f"p{i}"), 0)
-            end = stored[-1].physical_offset + 1
-            assert status == PutStatus.PUT_OK
+            result = await m.ha.put(messages(3, f"p{i}"), 0)
+            end = result.end_offset
+            assert result.status == PutStatus.PUT_OK and result.written is Written.YES
             assert s2.store.max_offset >= end and s3.store.max_offset >= end
         await asyncio.gather(*(one(i) for i in range(20)))
         m.ha.tracker.mark_synchronizing({1, 2, 3, 4})        # proposal with an absent member
@@ -122,12 +122,12 @@ def test_min_in_sync_replicas_fails_fast_and_writes_nothing(tmp_path):
         s = await start_node(tmp_path, 2)
         await switch(m, [s], 1)
         before = m.store.max_offset
-        status, stored = await m.ha.put(messages(3), 0)
-        assert (status, stored, m.store.max_offset) == \
-            (PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH, [], before)
+        result = await m.ha.put(messages(3), 0)
+        assert (result.status, result.written, result.retriable, m.store.max_offset) == \
+            (PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH, Written.NO, True, before)
         m.ha.set_sync_state_set({1, 2})
         await put_all(m, messages(3))
-        assert (await s.ha.put(messages(1), 0))[0] == PutStatus.NOT_MASTER
+        assert (await s.ha.put(messages(1), 0)).status == PutStatus.NOT_MASTER
         await stop_node(s)
         await stop_node(m)
     run(body())

@@ -33,6 +33,7 @@ def test_shrink_after_not_catching_up_and_unknown_members():
     t.set_sync_state_set({1, 2})
     assert t.maybe_shrink(16_001) == {1}        # 2 last caught up 15.001 s ago
     assert t.synchronizing and t.sync_state_set() == {1, 2}
+    assert t.maybe_shrink(16_002) == {1} and t.pending == (frozenset({1}),)   # not proposed twice
 
 
 def test_disconnect_proposes_removal():
@@ -51,7 +52,9 @@ def test_quirk13_confirm_offset_freezes_for_missing_members_and_counts_ack_zero(
     assert t.compute_confirm_offset(500, 100, {2: 400}) == 100            # 3 disconnected
     assert t.compute_confirm_offset(500, 100, {2: 400, 3: -1}) == 100     # 3 not acked yet
     assert t.compute_confirm_offset(500, 0, {2: 400, 3: 0}) == 0          # ack 0 counts
-    assert t.compute_confirm_offset(500, 350, {2: 400, 3: 300}) == 350    # never backwards
+    # No floor above a member's ack (issue 15 fix 1): a member holding 300 caps it at 300.
+    assert t.compute_confirm_offset(500, 350, {2: 400, 3: 300}) == 300
+    assert t.compute_confirm_offset(500, 350, {2: 200}) == 200            # 3 missing, 2 at 200
     t.set_sync_state_set({1})
     assert t.compute_confirm_offset(500, 100, {}) == 500
     # during a proposed expand the proposed member counts too
