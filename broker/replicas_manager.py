@@ -14,7 +14,7 @@ Every decision about role, master epoch and SyncStateSet is taken by the pure
 resuming a term from before a restart; one SyncStateSet report in flight; see that module). This
 shell only turns controller answers, notifications and HA events into the machine's inputs, and
 executes the actions it returns, in order, on declared ports: :class:`ControllerClient`,
-:class:`HAPort` (built by ``ha_factory`` once the broker id is known), :class:`StorePort` and the
+:class:`rocketray.ha.port.HAPort` (built by ``ha_factory`` once the broker id is known), :class:`StorePort` and the
 registrar's :class:`rocketray.broker.register.IdentityStore`. It keeps no copy of role, epoch or
 membership; its views read the machine. Every input is applied under one lock, so actions of one
 input run before the next input is decided; a SyncStateSet report (a controller round trip) runs as
@@ -50,6 +50,7 @@ from rocketray.controller.api import (
     Response,
 )
 from rocketray.controller.codes import ResponseCode
+from rocketray.ha.port import HAPort
 
 __all__ = ["ControllerCallError", "ControllerClient", "EpochFileView", "HAPort", "ReplicasManager",
            "ReplicasManagerConfig", "Role", "RoleChangeNotification", "State", "StorePort"]
@@ -72,28 +73,6 @@ class ControllerClient(Protocol):
 
     async def metadata(self) -> list[Mapping[str, Any]]:
         """Every reachable controller node's metadata, each with ``"leader_address"`` (None if unknown)."""
-
-
-class HAPort(Protocol):
-    """What the manager asks of the HA service (``rocketray.ha.service.HAService``)."""
-
-    async def change_to_master(self, epoch: int) -> bool:
-        """Become master of ``epoch`` (cut the torn tail, start the epoch); False if refused."""
-
-    async def change_to_master_same(self, epoch: int) -> bool:
-        """Already master: only start ``epoch``; False if refused."""
-
-    async def change_to_slave(self, master_ha_address: str, epoch: int) -> bool:
-        """Replicate from ``master_ha_address`` at the controller's ``epoch``; False if refused."""
-
-    def set_sync_state_set(self, ids: Iterable[int]) -> None:
-        """The controller confirmed this SyncStateSet."""
-
-    def add_sss_listener(self, cb: Callable[[frozenset[int]], object]) -> None:
-        """``cb(proposal)`` on an expand or a member's connection loss."""
-
-    def maybe_shrink_sync_state_set(self, now_ms: int) -> Iterable[int]:
-        """The shrink check's candidate set."""
 
 
 class EpochFileView(Protocol):
@@ -238,6 +217,8 @@ class ReplicasManager:
                      sorted(action.members), action.epoch)
             return None
         if isinstance(action, rm.ReportSyncStateSet):
+            assert self.ha is not None
+            self.ha.mark_in_flight(action.proposal)  # in the union view before the request leaves
             self._spawn(self._report(action))
             return None
         if isinstance(action, rm.SendHeartbeat):

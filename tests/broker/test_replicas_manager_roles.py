@@ -377,6 +377,8 @@ def test_sss_reports_are_serialized_one_in_flight():
         assert most[0] == 1
         sent = [r.new_sync_state_set for n, r in ctl.requests if n == "AlterSyncStateSetRequest"]
         assert sent[-2:] == [{1, 2}, {1, 3}]
+        marked = [c[1] for c in b1.ha.calls if c[0] == "mark_in_flight"]
+        assert marked[-2:] == [{1, 2}, {1, 3}], "each report enters the HA union view as it is sent"
         assert b1.rm.sync_state_set == {1, 3} == ctl.state.sync_state[GROUP].sync_state_set
         assert b1.ha.sync_state_set == {1, 3} and b1.rm.sync_state_set_epoch == 4
     run(scenario())

@@ -112,7 +112,7 @@ class FakeStore:
 
 
 class FakeHA:
-    """The HAPort of ``rocketray.broker.replicas_manager``: records the calls; may refuse a promotion."""
+    """A ``rocketray.ha.port.HAPort``: records the calls; may refuse a promotion."""
 
     def __init__(self, store: FakeStore, broker_id: int | None = None) -> None:
         self.store = store
@@ -145,6 +145,9 @@ class FakeHA:
         self.calls.append(("set_sync_state_set", frozenset(ids)))
         self.sync_state_set = set(ids)
 
+    def mark_in_flight(self, proposal) -> None:
+        self.calls.append(("mark_in_flight", frozenset(proposal)))
+
     def add_sss_listener(self, cb: Any) -> None:
         self.listeners.append(cb)
 
@@ -152,7 +155,7 @@ class FakeHA:
         return set(self.sync_state_set if self.shrink_result is None else self.shrink_result)
 
     def roles(self) -> list[tuple]:
-        return [c for c in self.calls if c[0] != "set_sync_state_set"]
+        return [c for c in self.calls if c[0] not in ("set_sync_state_set", "mark_in_flight")]
 
 
 class MemIdentityStore:
