@@ -6,6 +6,11 @@ which the cluster spec maps back to an actor; a dead, restarting or paused
 controller (actor error or timeout) makes the client try the next one. Transport
 failures surface as :class:`ControllerUnavailable` (``retriable = True``) once
 every controller was tried, never as a bare Ray exception.
+
+A call waits longer than the controller's own overall request deadline
+(``request_timeout_ms``, see ``ControllerNode.handle``) plus a margin: a client
+that gave up first would report an unknown outcome for a write the controller
+still commits and answers (the broker's registrar used to orphan broker ids so).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import time
 
 import ray
 
+from rocketray.config import load_config
 from rocketray.spec import ClusterSpec
 from rocketray.controller.api import Response
 from rocketray.controller.codes import ResponseCode
@@ -24,6 +30,15 @@ class ControllerUnavailable(RuntimeError):
     """No controller answered as leader in time; worth retrying later."""
 
     retriable = True
+
+
+CLIENT_MARGIN_S = 2.0
+
+
+def call_timeout_for(spec: ClusterSpec) -> float:
+    """The per-call timeout of a controller client: the controllers' request deadline + a margin."""
+    node_config = load_config(spec.profile, dict(spec.config_overrides)).controller_node_config()
+    return node_config.request_timeout_ms / 1000 + CLIENT_MARGIN_S
 
 
 def _next_index(spec: ClusterSpec, response: Response, current: int) -> int:
@@ -38,9 +53,9 @@ def _next_index(spec: ClusterSpec, response: Response, current: int) -> int:
 class AsyncControllerClient:
     """Used inside a broker actor's event loop."""
 
-    def __init__(self, spec: ClusterSpec, call_timeout_s: float = 3.0):
+    def __init__(self, spec: ClusterSpec, call_timeout_s: float | None = None):
         self._spec = spec
-        self._timeout_s = call_timeout_s
+        self._timeout_s = call_timeout_for(spec) if call_timeout_s is None else call_timeout_s
         self._leader = 0
         self._handles: dict[int, object] = {}
 
@@ -95,9 +110,10 @@ class AsyncControllerClient:
         return out
 
 
-def call_leader_sync(cluster, request, timeout_s: float = 10.0, call_timeout_s: float = 3.0) -> Response:
+def call_leader_sync(cluster, request, timeout_s: float = 10.0, call_timeout_s: float | None = None) -> Response:
     """Driver-side: the leader's answer to ``request``, retrying across controllers until ``timeout_s``."""
     spec: ClusterSpec = cluster.spec
+    call_timeout_s = call_timeout_for(spec) if call_timeout_s is None else call_timeout_s
     deadline = time.monotonic() + timeout_s
     index = 0
     last: Response | None = None

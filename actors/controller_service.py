@@ -32,6 +32,11 @@ from rocketray.controller.notify import ElectionTrigger, RoleChangeNotice
 log = logging.getLogger("rocketray.controller")
 
 METRICS_PERIOD_MS = 1000
+# Ray concurrency group of the calls that never block on Raft (heartbeats, status): their own
+# threads, so requests blocked on a commit (up to request_timeout_ms each) cannot starve liveness.
+# Declared with its size in actors/remote.py.
+NONBLOCKING_GROUP = "heartbeat"
+NONBLOCKING_THREADS = 4
 
 
 class ControllerService:
@@ -101,9 +106,11 @@ class ControllerService:
         return Response(ResponseCode.SUCCESS, {"address": self._node.self_address},
                         {"key": name, "value": typed, "applies": "now" if live else "after restart"})
 
+    @ray.method(concurrency_group=NONBLOCKING_GROUP)
     def heartbeat(self, request) -> Response:
         return self._node.heartbeat(request)
 
+    @ray.method(concurrency_group=NONBLOCKING_GROUP)
     def metadata(self) -> dict:
         md = dict(self._node.metadata())
         md["index"] = self._index
@@ -118,6 +125,7 @@ class ControllerService:
         time, ``ControllerNode.events``); follow ``next_index`` while ``more``."""
         return self._node.events(after_index, limit)
 
+    @ray.method(concurrency_group=NONBLOCKING_GROUP)
     def pid(self) -> int:
         return os.getpid()
 

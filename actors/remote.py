@@ -32,7 +32,11 @@ class Registry:
         return os.getpid()
 
 
-def _placement(node_id: str | None) -> dict[str, Any]:
+def _placement(node_id: str | None, node_resource: str | None = None) -> dict[str, Any]:
+    """Pin to a rocketray node by its custom resource (survives the node's restart under a new node
+    id; the actor waits, unschedulable, while the node is gone), or to one Ray node by id."""
+    if node_resource is not None:
+        return {"resources": {node_resource: 1}}
     if node_id is None:
         return {}
     return {"scheduling_strategy": NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)}
@@ -53,20 +57,27 @@ def start_registry(spec: ClusterSpec):
     return ray.remote(Registry).options(**_common(spec, "registry")).remote(spec.to_dict())
 
 
+def controller_options(spec: ClusterSpec, index: int) -> dict[str, Any]:
+    """Ray options of controller ``index``: blocking requests (``handle``) share the default
+    group's threads; heartbeats and status calls have their own concurrency group."""
+    from rocketray.actors.controller_service import NONBLOCKING_GROUP, NONBLOCKING_THREADS
+
+    c = spec.controllers[index]
+    return {**_common(spec, spec.controller_actor_name(index)), **_placement(c.node_id, c.node_resource),
+            "max_concurrency": 32, "concurrency_groups": {NONBLOCKING_GROUP: NONBLOCKING_THREADS}}
+
+
 def start_controller(spec: ClusterSpec, index: int):
     from rocketray.actors.controller_service import ControllerService
 
-    c = spec.controllers[index]
-    options = {**_common(spec, spec.controller_actor_name(index)), **_placement(c.node_id),
-               "max_concurrency": 32}
-    return ray.remote(ControllerService).options(**options).remote(spec.to_dict(), index)
+    return ray.remote(ControllerService).options(**controller_options(spec, index)).remote(spec.to_dict(), index)
 
 
 def start_broker(spec: ClusterSpec, group: str, replica: int):
     from rocketray.actors.broker_service import BrokerService
 
     b = next(x for x in spec.brokers_of(group) if x.replica == replica)
-    options = {**_common(spec, spec.broker_actor_name(group, replica)), **_placement(b.node_id),
+    options = {**_common(spec, spec.broker_actor_name(group, replica)), **_placement(b.node_id, b.node_resource),
                "max_concurrency": 64}
     return ray.remote(BrokerService).options(**options).remote(spec.to_dict(), group, replica)
 

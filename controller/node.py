@@ -47,6 +47,7 @@ from rocketray.snapshot.store import SnapshotStore
 log = logging.getLogger(__name__)
 
 _LEADER = 2  # pysyncobj's _RAFT_STATE.LEADER
+MAX_BATCH_BYTES = 256 << 10           # one request's encoded events (decide bounds each field far below)
 JOURNAL_FILE = "raft.wal"             # DurableJournal (controller/journal.py), + ".meta" for term/vote
 LEGACY_JOURNAL_FILE = "raft.journal"  # pysyncobj's FileJournal, imported once into JOURNAL_FILE
 _ROLE_NAMES = {0: "follower", 1: "candidate", 2: "leader"}
@@ -305,7 +306,7 @@ class ControllerNode:
             raise _ReplicationFailed(ResponseCode.CONTROLLER_NOT_LEADER,
                                      f"append failed (pysyncobj reason {error}, result {result}); leader changed")
 
-    def _ensure_ready(self) -> int | None:
+    def _ensure_ready(self, timeout_s: float | None = None) -> int | None:
         """Under the pipeline lock: the term in which this node is a ready leader (its barrier
         committed and applied in that term), or None. Decisions are stamped with this term, so an
         entry that ends up in a later term is fenced at apply time."""
@@ -315,7 +316,7 @@ class ControllerNode:
         if self._ready_term == term:
             return term
         try:
-            self._replicate(term, b"", self.config.request_timeout_ms / 1000)
+            self._replicate(term, b"", self.config.request_timeout_ms / 1000 if timeout_s is None else timeout_s)
         except _ReplicationFailed as exc:
             log.warning("leader barrier failed self=%s term=%d: %s", self.self_address, term, exc.remark)
             return None
@@ -338,25 +339,41 @@ class ControllerNode:
 
     # -- public API ---------------------------------------------------------------------------------
     def handle(self, request: Any, timeout_ms: int | None = None) -> Response:
-        """Serve one controller request through the leader pipeline (blocks up to the timeout)."""
+        """Serve one controller request through the leader pipeline.
+
+        One overall deadline, ``timeout_ms`` (default ``request_timeout_ms``) from now, bounds the
+        whole request: waiting for the pipeline, the leader barrier, the read barrier and the
+        commit of its events each get only what is left of it, so a caller whose own timeout is
+        longer than this one always gets the answer (``actors/controller_client.py``)."""
         if self._closed:
             return Response.error(ResponseCode.CONTROLLER_NOT_LEADER, "controller node closed")
-        timeout_s = (timeout_ms or self.config.request_timeout_ms) / 1000
-        if not self._pipeline.acquire(timeout=timeout_s):
+        deadline = time.monotonic() + (timeout_ms or self.config.request_timeout_ms) / 1000
+
+        def left() -> float:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise _ReplicationFailed(ResponseCode.SYSTEM_ERROR, "request deadline passed")
+            return remaining
+
+        if not self._pipeline.acquire(timeout=max(0.0, deadline - time.monotonic())):
             return Response.error(ResponseCode.SYSTEM_ERROR, "controller busy: request queue timeout")
         try:
-            term = self._ensure_ready()
+            term = self._ensure_ready(left())
             if term is None:
                 return self._not_leader()
             write = is_write(request)
             if not write and self.config.is_process_read_event:
-                self._replicate(term, b"", timeout_s)
+                self._replicate(term, b"", left())
             with self._state_lock:
                 response, events = decide(self.state, request, self._context())
             if events:
-                self._replicate(term, encode_events(events), timeout_s)
+                body = encode_events(events)
+                if len(body) > MAX_BATCH_BYTES:
+                    return Response.error(ResponseCode.CONTROLLER_INVALID_REQUEST,
+                                          f"the request's events encode to {len(body)} bytes, over {MAX_BATCH_BYTES}")
+                self._replicate(term, body, left())
             elif write and self.config.is_process_read_event:
-                self._replicate(term, b"", timeout_s)
+                self._replicate(term, b"", left())
         except _ReplicationFailed as exc:
             if not self._raft._isLeader():
                 return self._not_leader()
