@@ -21,6 +21,9 @@ class ControllerSpec:
     raft_port: int
     store_dir: str
     node_id: str | None = None  # Ray node the actor is pinned to (None: anywhere, single node)
+    #: Custom Ray resource only one node offers (``rocketray_node_<label>``): the actor is pinned to
+    #: whichever node carries it, so it restarts there when that node comes back (a new node id).
+    node_resource: str | None = None
 
     @property
     def raft_address(self) -> str:
@@ -38,6 +41,8 @@ class BrokerSpec:
     #: Port the HA server binds when it differs from the advertised ``ha_port`` (a chaos proxy
     #: listens on ``ha_port`` and forwards here); None: bind ``ha_port`` itself.
     listen_port: int | None = None
+    #: See ``ControllerSpec.node_resource``.
+    node_resource: str | None = None
 
     @property
     def ha_address(self) -> str:
