@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from typing import Callable, Protocol
+from typing import TYPE_CHECKING, Callable, Protocol
 
 from rocketray.ha.auth import AuthError, Authenticator, NONCE_SIZE
 from rocketray.ha.config import HAConfig
@@ -24,6 +24,9 @@ from rocketray.ha.session import (
     Append, Close, LocalLog, MasterSession, RecordEpoch, Send, SetConfirmOffset, SlaveSession,
     Truncate,
 )
+
+if TYPE_CHECKING:
+    from rocketray.broker.store import MessageStore
 
 __all__ = ["StoreLogView", "MasterConnection", "SlaveClient", "authenticate", "ConnectionDropped",
            "ConnectionOwner"]
@@ -74,7 +77,7 @@ class ConnectionOwner(Protocol):
     broker_id: int
     config: HAConfig
     secret: bytes | str
-    store: object   # rocketray.broker.store.MessageStore
+    store: "MessageStore"
     log_view: "StoreLogView"
 
     def now_ms(self) -> int: ...

@@ -193,6 +193,19 @@ def test_union_view_covers_confirmed_and_every_unanswered_proposal(script):
     """Property: after any sequence of proposals (expand, disconnect, shrink) and controller answers
     (confirming one of the unanswered proposals, the ones before it count as answered too), the
     union view contains the confirmed set and every proposal not yet answered."""
+    check_union_view(script)
+
+
+def test_union_view_property_catches_the_old_shrink_rule(monkeypatch):
+    """The property's checker fails against the old shrink rule on a short script."""
+    monkeypatch.setattr(SyncStateTracker, "maybe_shrink", old_maybe_shrink)
+    script = [("caught_up", 2), ("expand", 2), ("answer", 0), ("caught_up", 3), ("expand", 3),
+              ("shrink", 40_000)]
+    with pytest.raises(AssertionError):
+        check_union_view(script)
+
+
+def check_union_view(script) -> None:
     t = SyncStateTracker(1, max_time_slave_not_catchup_ms=15_000)
     unanswered: list[frozenset[int]] = []
     for op, arg in script:
