@@ -97,3 +97,40 @@ def test_violation_4_old_rule_is_caught_over_sockets(tmp_path, monkeypatch):
     monkeypatch.setattr(service_mod, "after_write", old_after_write)
     result, in_log = run(violation_4(tmp_path))
     assert in_log and result.status == PutStatus.NOT_MASTER and result.retriable
+
+
+async def promote_torn(tmp_path) -> tuple[int, int, list]:
+    """A replica whose last record is torn (a kill mid-append) is promoted to master of epoch 2.
+    Returns (victim offset, max offset after promotion, epoch entries)."""
+    from rocketray.broker.store import MessageStore
+    cfg = fast_config(all_ack_in_sync_state_set=True)
+    m = await start_node(tmp_path, 1, cfg)
+    s = await start_node(tmp_path, 2, cfg)
+    await switch(m, [s], 1)
+    result = await m.ha.put(messages(8, "x"), 0)
+    assert result.written is Written.YES
+    await wait_caught_up(m, s)
+    await stop_node(m)
+    victim = result.offsets[-1][1]
+    seg = s.store.commitlog.segment_for(victim)
+    seg.file.pwrite(b"\xff\xff", victim - seg.base_offset + 80)      # the last record is torn
+    assert isinstance(s.store, MessageStore)
+    assert await s.ha.change_to_master(2)
+    out = (victim, s.store.max_offset,
+           [(e.epoch, e.start_offset) for e in s.store.epoch_file.entries()])
+    await stop_node(s)
+    return out
+
+
+def test_promotion_cuts_the_torn_tail_to_the_last_whole_message(tmp_path):
+    """Issue 15 fix 7 (promotion cut): change_to_master cuts a torn last record and starts the new
+    epoch at the last whole message, so the new term never serves or replicates torn bytes."""
+    victim, max_offset, entries = run(promote_torn(tmp_path))
+    assert max_offset == victim and entries == [(1, 0), (2, victim)]
+
+
+def test_promotion_cut_old_rule_is_caught(tmp_path, monkeypatch):
+    from rocketray.broker.store import MessageStore
+    monkeypatch.setattr(MessageStore, "truncate_invalid_tail", lambda self: -1)
+    victim, max_offset, entries = run(promote_torn(tmp_path))
+    assert max_offset > victim and entries[-1][1] > victim
