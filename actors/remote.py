@@ -70,7 +70,10 @@ def controller_options(spec: ClusterSpec, index: int) -> dict[str, Any]:
 def start_controller(spec: ClusterSpec, index: int):
     from rocketray.actors.controller_service import ControllerService
 
-    return ray.remote(ControllerService).options(**controller_options(spec, index)).remote(spec.to_dict(), index)
+    options = controller_options(spec, index)
+    # Ray accepts concurrency_groups only in ray.remote(...), not in .options().
+    groups = options.pop("concurrency_groups")
+    return ray.remote(concurrency_groups=groups)(ControllerService).options(**options).remote(spec.to_dict(), index)
 
 
 def start_broker(spec: ClusterSpec, group: str, replica: int):

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from rocketray.controller.config import ControllerConfig
-from rocketray.controller.local_cluster import NodeProcess
+from rocketray.controller.proc import NodeProcess
 
 
 def _ports(n: int) -> list[int]:
@@ -45,13 +45,21 @@ def run(argv: list[str]) -> dict:
     seq = 0
     with tempfile.TemporaryDirectory(prefix="bench-cf-") as tmp:
         stores = [Path(tmp) / f"n{i}" for i in range(3)]
-        procs: list[NodeProcess | None] = [NodeProcess(a, addrs, s, "bench", timing) for a, s in zip(addrs, stores)]
+        handles = [NodeProcess(i, a, tuple(addrs), s, Path(tmp) / f"n{i}.log", "bench", timing)
+                   for i, (a, s) in enumerate(zip(addrs, stores))]
+        procs: list[NodeProcess | None] = list(handles)
+        for h in handles:
+            h.start()
+
+        def apply(p: NodeProcess, name: str, timeout_s: float = 5.0) -> dict | None:
+            return p.call("request", {"type": "apply", "broker_name": name, "broker_id": 1,
+                                      "check_code": f"{name};1"}, timeout_s=timeout_s)
         try:
             def leader(timeout_s: float) -> int:
                 deadline = time.monotonic() + timeout_s
                 while time.monotonic() < deadline:
                     for i, p in enumerate(procs):
-                        meta = p.call(op="meta", timeout_s=1) if p else None
+                        meta = p.call("status", timeout_s=1) if p else None
                         if meta and meta.get("is_leader"):
                             return i
                     time.sleep(0.002)
@@ -60,7 +68,7 @@ def run(argv: list[str]) -> dict:
             for _ in range(args.rounds):
                 li = leader(30)
                 seq += 1
-                assert procs[li].call(op="apply", name=f"pre{seq}")["code"] == 0
+                assert apply(procs[li], f"pre{seq}")["code"] == 0
                 procs[li].kill()
                 killed_at = time.perf_counter()
                 procs[li] = None
@@ -70,17 +78,18 @@ def run(argv: list[str]) -> dict:
                         if p is None:
                             continue
                         seq += 1
-                        resp = p.call(op="apply", name=f"w{seq}", timeout_s=6)
+                        resp = apply(p, f"w{seq}", timeout_s=6)
                         if resp and resp.get("code") == 0:
                             samples.append((time.perf_counter() - killed_at) * 1000)
                             done = True
                             break
                     if time.perf_counter() - killed_at > 60:
                         raise TimeoutError("no write committed within 60 s of killing the leader")
-                procs[li] = NodeProcess(addrs[li], addrs, stores[li], "bench", timing)
-                target = max(p.call(op="meta")["commit_index"] for p in procs if p)
+                handles[li].start()
+                procs[li] = handles[li]
+                target = max(p.call("status")["commit_index"] for p in procs if p)
                 deadline = time.monotonic() + 30
-                while procs[li].call(op="meta")["last_applied"] < target and time.monotonic() < deadline:
+                while (procs[li].call("status") or {}).get("last_applied", 0) < target and time.monotonic() < deadline:
                     time.sleep(0.01)
         finally:
             for p in procs:

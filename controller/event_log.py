@@ -152,20 +152,6 @@ def _frames(data: bytes) -> Iterator[tuple[int, int]]:
         pos = end
 
 
-def scan_frames(data: bytes) -> tuple[list[Record], int]:
-    """Decode the valid frames at the start of ``data``: (records, bytes they span). Stops at the
-    first short, oversized, CRC-failing or undecodable frame (a torn or damaged tail)."""
-    records: list[Record] = []
-    pos = 0
-    for start, end in _frames(data):
-        try:
-            records.append(decode_body(data[start:end]))
-        except EventLogError:
-            break
-        pos = end
-    return records, pos
-
-
 def scan_tail(data: bytes) -> tuple[Record | None, int]:
     """(the last valid record, bytes the valid frames span), decoding only that last record: what
     opening a segment needs, at CRC speed rather than decode speed."""

@@ -85,11 +85,6 @@ _SCHEMA: dict[int, tuple[type, str]] = {
 _TYPE_ID: dict[type, int] = {cls: tid for tid, (cls, _) in _SCHEMA.items()}
 
 
-def type_id_of(event: Event) -> int:
-    """The reference's short type id of an event."""
-    return _TYPE_ID[type(event)]
-
-
 def _to_wire(value: Any, kind: str) -> Any:
     if kind in "SN":
         return None if value is None else sorted(value)

@@ -389,10 +389,6 @@ class ControllerNode:
         alive = self._alive_override or self.heartbeats.alive_predicate(now_ms)
         return DecideContext(alive, self.heartbeats.live_info, self.config.enable_elect_unclean_master)
 
-    def set_alive_predicate(self, alive: Callable[[str, int], bool] | None) -> None:
-        """Override liveness (tests, admin tooling); None goes back to the heartbeat table."""
-        self._alive_override = alive
-
     def heartbeat(self, request: Any) -> Response:
         """Record a broker heartbeat in this node's local liveness table (never blocks on Raft)."""
         with self._state_lock:
@@ -454,10 +450,6 @@ class ControllerNode:
             self._on_role_changed(notice)
         except Exception:
             log.exception("role-change notification failed")
-
-    def broker_alive(self, broker_name: str, broker_id: int) -> bool:
-        """This node's view of a broker's liveness (its heartbeat table, or the override)."""
-        return self._context().alive(broker_name, broker_id)
 
     def metadata(self) -> dict[str, Any]:
         """Leader identity and Raft status (RocketMQ's getControllerMetadata; never blocks)."""

@@ -243,6 +243,8 @@ class _Server(socketserver.ThreadingTCPServer):
             return {"state": node.snapshot_state(), "meta": self.meta()}
         if op == "request":
             return self._request(args)
+        if op == "events":
+            return node.events(int(args.get("after", 0)), int(args.get("limit", 10_000)))
         raise ValueError(f"unknown op {op!r}")
 
     def _request(self, args: dict[str, Any]) -> dict[str, Any]:
@@ -352,6 +354,7 @@ class NodeProcess:
         self.client_port = 0
         self.incarnation = 0
         self.paused = False
+        self._client: NodeClient | None = None
 
     def start(self, timeout_s: float = 30.0) -> None:
         assert self.proc is None or self.proc.poll() is not None
@@ -384,6 +387,20 @@ class NodeProcess:
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    def call(self, op: str, args: dict[str, Any] | None = None, timeout_s: float = 5.0) -> Any:
+        """One authenticated call to this node (``status``, ``state``, ``request``, ``events``);
+        None if the process is gone or the call was lost or failed (tests and benchmarks)."""
+        if not self.running or not self.client_port:
+            return None
+        if self._client is None or self._client.port != self.client_port:
+            self._client = NodeClient("127.0.0.1", self.client_port, self.secret.encode())
+        try:
+            return self._client.call(op, args, timeout_s)
+        except (NotSent, Lost, RuntimeError):
+            self._client.close()
+            self._client = None
+            return None
+
     def signal(self, sig: int) -> None:
         if self.running:
             assert self.proc is not None
@@ -398,6 +415,9 @@ class NodeProcess:
         self.paused = False
 
     def kill(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
         if self.proc is None:
             return
         if self.proc.poll() is None:

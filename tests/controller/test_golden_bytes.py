@@ -9,7 +9,7 @@ import pytest
 
 from rocketray.controller.events import (AlterSyncStateSetEvent, ApplyBrokerIdEvent, CleanBrokerDataEvent,
                                          ElectMasterEvent, ReadEvent, UpdateBrokerAddressEvent, decode_events,
-                                         encode_events, type_id_of)
+                                         encode_events)
 from rocketray.controller.raft import decode_payload, encode_payload
 from rocketray.controller.state import ControllerState
 from rocketray.snapshot.format import (SECTION_CONTROLLER_STATE, SECTION_RAFT_META, SECTION_SNAPSHOT_META,
@@ -36,8 +36,8 @@ GOLDEN_EVENTS = [
 
 @pytest.mark.parametrize("event,type_id,payload_hex", GOLDEN_EVENTS, ids=lambda v: type(v).__name__)
 def test_every_event_encodes_to_its_golden_journal_payload(event, type_id, payload_hex):
-    assert type_id_of(event) == type_id
     payload = encode_payload(TERM, encode_events([event]), DECIDED_MS)
+    assert payload[len(HEADER) // 2 + 4] == type_id     # 92 01 91 9n <type id>: [1, [[type_id, ...]]]
     assert payload.hex() == payload_hex
     term, decided_ms, body = decode_payload(bytes.fromhex(payload_hex))
     assert (term, decided_ms) == (TERM, DECIDED_MS)

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from rocketray.controller.event_log import merge_logs, read_whole_log
-from rocketray.controller.local_cluster import NodeProcess
+from rocketray.controller.proc import NodeProcess
 
 CONFIG = {"snapshot_threshold": 25}
 
@@ -21,12 +21,15 @@ class Group:
     def __init__(self, tmp_path, ports):
         self.addresses = [f"127.0.0.1:{p}" for p in ports]
         self.stores = [tmp_path / f"n{i}" for i in range(len(ports))]
+        self.handles = [NodeProcess(i, self.addresses[i], tuple(self.addresses), self.stores[i],
+                                    tmp_path / f"n{i}.log", "kill-secret", CONFIG) for i in range(len(ports))]
         self.procs = [None] * len(ports)
         for i in range(len(ports)):
             self.start(i)
 
     def start(self, i):
-        self.procs[i] = NodeProcess(self.addresses[i], self.addresses, self.stores[i], "kill-secret", CONFIG)
+        self.handles[i].start()
+        self.procs[i] = self.handles[i]
 
     def kill(self, i):
         self.procs[i].kill()
@@ -36,7 +39,7 @@ class Group:
         for i, proc in enumerate(self.procs):
             if proc is None:
                 continue
-            meta = proc.call(op="meta", timeout_s=2)
+            meta = proc.call("status", timeout_s=2)
             if meta and meta["is_leader"]:
                 return i
         return None
@@ -46,11 +49,12 @@ class Group:
         i = self.leader()
         if i is None:
             return False
-        resp = self.procs[i].call(op="apply", name=name, timeout_s=5)
+        resp = self.procs[i].call("request", {"type": "apply", "broker_name": name, "broker_id": 1,
+                                              "check_code": f"{name};1"}, timeout_s=5)
         return bool(resp) and resp.get("code") == 0
 
     def names(self, i):
-        resp = self.procs[i].call(op="state", timeout_s=5)
+        resp = self.procs[i].call("state", timeout_s=5)
         return {row[0] for row in resp["state"]["replica_info"]} if resp else set()
 
     def close(self):
@@ -79,7 +83,7 @@ def wait_all_have(group, acked, wait, timeout_s=20.0):
     try:
         wait(ok, timeout_s=timeout_s, interval_s=0.1, what=f"every node to hold all {len(acked)} acked writes")
     except BaseException:
-        metas = [p.call(op="meta") if p else None for p in group.procs]
+        metas = [p.call("status") if p else None for p in group.procs]
         print("missing per node:", seen, "\nmeta:", metas)
         raise
 
@@ -117,11 +121,11 @@ def test_sigkill_minority_and_then_everyone_keeps_acknowledged_writes(group, wai
         group.start(i)
     wait(lambda: group.leader() is not None, timeout_s=15, what="leader after restarting everyone")
     wait_all_have(group, acked, wait)
-    metas = [group.procs[i].call(op="meta") for i in range(3)]
+    metas = [group.procs[i].call("status") for i in range(3)]
     assert any(m["snapshots_loaded"] >= 1 for m in metas), metas
     # The event logs came through the SIGKILLs: each holds every entry at most once, and merged
     # they name every acknowledged registration with nothing left uncovered.
-    logs = [read_whole_log(lambda after, limit, p=group.procs[i]: p.call(op="events", after=after, limit=limit))
+    logs = [read_whole_log(lambda after, limit, p=group.procs[i]: p.call("events", {"after": after, "limit": limit}))
             for i in range(3)]
     for one in logs:
         keys = [(e["index"], e["seq"]) for e in one["events"]]

@@ -40,8 +40,11 @@ def make_cluster(tmp_path, port_factory):
     made = []
 
     def make(config=None, secret="test-secret", n=3):
+        liveness = {"alive": everyone_alive}   # what set_alive changes, read by every node
         cluster = LocalCluster(tmp_path / f"c{len(made)}", [port_factory() for _ in range(n)],
-                               config or ControllerConfig.for_tests(), secret, alive=everyone_alive)
+                               config or ControllerConfig.for_tests(), secret,
+                               alive=lambda name, broker_id: liveness["alive"](name, broker_id))
+        cluster.liveness = liveness
         made.append(cluster)
         return cluster
 
@@ -51,8 +54,7 @@ def make_cluster(tmp_path, port_factory):
 
 
 def set_alive(cluster, predicate):
-    for node in cluster.running():
-        node.set_alive_predicate(predicate)
+    cluster.liveness["alive"] = predicate
 
 
 def mock_metadata(leader):
