@@ -9,6 +9,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from rocketray.schema import internal, key
+
 __all__ = ["FlushMode", "StoreConfig"]
 
 MiB = 1024 * 1024
@@ -23,16 +25,19 @@ class FlushMode(str, enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class StoreConfig:
-    """Keys of the message store (see docs/store.md)."""
+    """Keys of the message store (see docs/store.md) and the ``store`` section of ``rocketray.config``."""
 
-    segment_size_bytes: int = 64 * MiB
-    flush_mode: FlushMode = FlushMode.ASYNC
-    flush_interval_ms: int = 500
-    read_uncommitted: bool = False
-    retention_ms: int | None = 72 * 3600 * 1000
-    retention_max_bytes: int | None = None
-    retention_check_interval_ms: int = 10_000
-    background_thread: bool = True
+    segment_size_bytes: int = key(64 * MiB, "commit-log segment size in bytes (reference "
+                                  "mapped_file_size_commit_log, 1 GiB there)")
+    flush_mode: FlushMode = key(FlushMode.ASYNC, "async or sync (fsync before acking a put; reference "
+                                "flush_disk_type)")
+    flush_interval_ms: int = key(500, "async flush period (reference flush_interval_commit_log_ms)")
+    read_uncommitted: bool = key(False, "serve messages beyond the confirm offset")
+    retention_ms: int | None = key(72 * 3600 * 1000, "commit-log retention by age (none: unlimited; "
+                                   "reference file_reserved_time_ms)")
+    retention_max_bytes: int | None = key(None, "commit-log retention by size (none: unlimited)")
+    retention_check_interval_ms: int = key(10_000, "retention check period")
+    background_thread: bool = internal(True, "tests drive flush and retention by hand")
 
     def __post_init__(self) -> None:
         if isinstance(self.flush_mode, str) and not isinstance(self.flush_mode, FlushMode):

@@ -14,6 +14,7 @@ from typing import Any, Mapping
 
 from rocketray.broker.role import MasterInfo, Role
 from rocketray.controller.api import Response
+from rocketray.schema import INT_MAX, key
 
 __all__ = ["State", "Role", "ControllerCallError", "ReplicasManagerConfig", "RoleChangeNotification",
            "notification_from"]
@@ -37,21 +38,17 @@ class ControllerCallError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class ReplicasManagerConfig:
-    """The broker settings this loop reads (reference §8, snake_case, defaults of the reference)."""
+    """The broker settings this loop reads and the ``broker`` section of ``rocketray.config``
+    (reference §8, snake_case, defaults of the reference)."""
 
-    sync_broker_metadata_period_ms: int = 5000
-    check_sync_state_set_period_ms: int = 5000
-    sync_controller_metadata_period_ms: int = 10000
-    broker_heartbeat_interval_ms: int = 1000
-    controller_heartbeat_timeout_ms: int = 10000
-    broker_election_priority: int = 2**31 - 1
-    start_retry_interval_ms: int = 1000  # between passes of start_basic_service (Java: 5 s, inner retries)
-
-    @classmethod
-    def from_section(cls, section: Any) -> "ReplicasManagerConfig":
-        """Pick this loop's keys out of any object with those attributes (e.g. rocketray.config.BrokerConfig)."""
-        names = cls.__dataclass_fields__
-        return cls(**{n: getattr(section, n) for n in names if hasattr(section, n)})
+    sync_broker_metadata_period_ms: int = key(5000, "poll the controller for replica info", 500)
+    check_sync_state_set_period_ms: int = key(5000, "master's SyncStateSet shrink check", 500)
+    sync_controller_metadata_period_ms: int = key(10000, "refresh the controller leader address", 500)
+    controller_heartbeat_timeout_ms: int = key(10000, "timeout the controller applies to this broker", 1500)
+    broker_heartbeat_interval_ms: int = key(1000, "heartbeat period to every controller", 200)
+    broker_election_priority: int = key(INT_MAX, "election tie-break, lower is preferred")
+    # Java: 5 s, with inner retries
+    start_retry_interval_ms: int = key(1000, "between attempts to register and find a master", 200)
 
 
 RoleChangeNotification = MasterInfo

@@ -10,43 +10,49 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from rocketray.schema import MIB, key
+
 
 @dataclass(frozen=True, slots=True)
 class ControllerConfig:
-    """Configuration of one controller node. Frozen; derive variants with `with_(...)`."""
+    """Configuration of one controller node and the ``controller`` section of ``rocketray.config``.
+
+    Frozen; derive variants with `with_(...)`. Each key carries its meaning and fast-profile value
+    (``rocketray.schema.key``)."""
 
     # -- reference section 7 (RocketMQ ControllerConfig) --------------------------------------
-    scan_not_active_broker_interval_ms: int = 5000
-    controller_thread_pool_nums: int = 16
-    controller_request_thread_pool_queue_capacity: int = 50000
-    controller_store_path: str = ""
-    elect_master_max_retry_count: int = 3
-    enable_elect_unclean_master: bool = False
+    scan_not_active_broker_interval_ms: int = key(5000, "heartbeat-expiry scan period", 300)
+    scan_inactive_master_interval_ms: int = key(5000, "leader's scan for dead masters", 500)
+    elect_master_max_retry_count: int = key(3, "controller-triggered election attempts")
+    enable_elect_unclean_master: bool = key(False, "allow electing a master outside the SyncStateSet")
     # RocketMQ's isProcessReadEvent (default false there). Here reads are linearizable by default:
     # each read first commits an empty batch through the log (a read barrier). False relaxes it to
     # "read the leader's applied state", which may be stale during a leader change.
-    is_process_read_event: bool = True
-    notify_broker_role_changed: bool = True
-    scan_inactive_master_interval_ms: int = 5000
+    is_process_read_event: bool = key(True, "reads pass a Raft read barrier (reference default false: "
+                                            "linearizable reads chosen on purpose)")
+    notify_broker_role_changed: bool = key(True, "push role-change notifications to brokers")
     # -- RIP-59 snapshots -----------------------------------------------------------------------
-    snapshot_threshold: int = 1000
-    max_snapshot_reserved_num: int = 3
+    snapshot_threshold: int = key(1000, "committed entries between controller snapshots (RIP-59)")
+    max_snapshot_reserved_num: int = key(3, "controller snapshots kept (RIP-59)")
     # -- event log (controller/event_log.py) ------------------------------------------------------
-    event_log_segment_bytes: int = 8 << 20
-    event_log_segments_kept: int = 8
+    event_log_segment_bytes: int = key(8 * MIB, "controller event-log segment size in bytes")
+    event_log_segments_kept: int = key(8, "controller event-log segments kept (bounds its disk use)")
     # -- request pipeline -----------------------------------------------------------------------
-    request_timeout_ms: int = 5000          # RocketMQ's WAIT_TIMEOUT_OUT: commit wait per request
-    elect_master_attempt_timeout_ms: int = 3000  # per controller-triggered election attempt (5.4)
+    # RocketMQ's WAIT_TIMEOUT_OUT: commit wait per request
+    request_timeout_ms: int = key(5000, "wait for a write's commit before failing the request", 3000)
+    elect_master_attempt_timeout_ms: int = key(3000, "per controller-triggered election attempt", 2000)
     # -- Raft timing (pysyncobj) ------------------------------------------------------------------
-    raft_min_timeout_ms: int = 400          # follower waits a random [min, max) without a leader
-    raft_max_timeout_ms: int = 1000         # ... before it stands for election
-    append_entries_period_ms: int = 5       # leader heartbeat / batch period (< min timeout / 3)
-    tick_period_ms: int = 5                 # how long one tick waits for socket events
-    append_entries_use_batch: bool = False  # False: send each command at once (lowest latency)
-    connection_timeout_ms: int = 3500       # silence after which a peer connection is dropped
-    connection_retry_ms: int = 500          # reconnect attempts to a down peer
-    leader_fallback_timeout_ms: int = 3000  # leader without a majority for this long steps down
-    commands_queue_size: int = 100_000
+    # a follower waits a random [min, max) without a leader before it stands for election
+    raft_min_timeout_ms: int = key(400, "Raft election timeout, lower bound", 200)
+    raft_max_timeout_ms: int = key(1000, "Raft election timeout, upper bound", 450)
+    # leader heartbeat / batch period (< min timeout / 3)
+    append_entries_period_ms: int = key(5, "Raft leader heartbeat / batch period")
+    tick_period_ms: int = key(5, "how long one Raft tick waits for socket events")
+    append_entries_use_batch: bool = key(False, "batch commands per append (False: lowest latency)")
+    connection_timeout_ms: int = key(3500, "silence after which a Raft peer connection is dropped", 1000)
+    connection_retry_ms: int = key(500, "reconnect period to a down Raft peer", 100)
+    leader_fallback_timeout_ms: int = key(3000, "a leader without a majority this long steps down", 1500)
+    commands_queue_size: int = key(100_000, "Raft commands queue bound")
 
     def with_(self, **changes: Any) -> ControllerConfig:
         return replace(self, **changes)
