@@ -6,7 +6,7 @@ whose brokers sit behind fault-injecting HA proxies (``chaos/ha_proxy.py``), wit
 and unclean election off unless told otherwise. Producer threads write unique, verifiable payloads
 to every group, consumer threads tail every group, and a sampler polls every replica
 (``chaos/broker_workload.py``). The nemesis schedule is a pure function of the seed
-(``verify/schedule.py``); the runner resolves run-time targets (the current master, the
+(``verify/nemesis.py``); the runner resolves run-time targets (the current master, the
 controller leader), acts, and records each fault's start and end in ``nemesis.jsonl``. After
 ``--duration`` it heals everything (SIGCONT, proxies opened), stops the workload, waits for the
 cluster to settle, records the ``heal`` event, then sweeps every replica (final reads, after the last
@@ -32,7 +32,7 @@ from typing import Any, Sequence
 
 import ray
 
-from rocketray.verify import schedule as sched
+from rocketray.verify import nemesis as sched
 from rocketray.chaos.broker_workload import (
     ConsumerLoop, ProducerLoop, RunLog, Sampler, final_reads, poll_statuses, replica_snapshots)
 from rocketray.verify.checker import check_run_dir, format_verdict

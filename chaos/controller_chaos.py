@@ -41,7 +41,7 @@ from rocketray.verify.controller_model import CoreGroupModel, group_states, op_a
 from rocketray.controller.proc import NOT_LEADER, Lost, NodeClient, NodeProcess, NotSent
 from rocketray.verify.linearizability import (AlterInput, AlterOutput, ElectInput, ElectOutput, GroupState,
                                           Operation, Outcome, ReadOutput, check_history)
-from rocketray.verify.nemesis import LEADER, PROCESS_FAULTS, NemesisStep, make_schedule, swap_nodes
+from rocketray.verify.nemesis import LEADER, PROCESS_FAULTS, ControllerStep, make_controller_schedule, swap_nodes
 from rocketray.chaos.proxy import ProxyNetwork, allocate_addresses, plan_topology
 
 BROKER_IDS = (1, 2, 3)
@@ -280,7 +280,7 @@ def monitor(cluster: Cluster, stop: threading.Event, period_s: float = 0.25) -> 
                                                           "fenced_batches", "commit_index")}
 
 
-def play(cluster: Cluster, steps: list[NemesisStep], t0: float, stop: threading.Event, rng: random.Random) -> None:
+def play(cluster: Cluster, steps: list[ControllerStep], t0: float, stop: threading.Event, rng: random.Random) -> None:
     """Execute the nemesis schedule; each step logged with the wall-clock time it took effect."""
     resolved: dict[int, tuple[tuple[int, ...], tuple[tuple[int, int], ...]]] = {}
     for step in steps:
@@ -408,7 +408,7 @@ def run(cfg: RunConfig) -> dict[str, Any]:
     workdir.mkdir(parents=True, exist_ok=True)
     recorder = Recorder()
     groups = [f"group-{g}" for g in range(cfg.groups)]
-    steps = make_schedule(cfg.nemeses, cfg.nodes, cfg.duration_s, random.Random(cfg.seed))
+    steps = make_controller_schedule(cfg.nemeses, cfg.nodes, cfg.duration_s, random.Random(cfg.seed))
     cluster = Cluster(cfg, workdir, recorder)
     stop_clients, stop_monitor = threading.Event(), threading.Event()
     summary: dict[str, Any] = {"seed": cfg.seed, "nemeses": list(cfg.nemeses), "nodes": cfg.nodes,
@@ -475,7 +475,7 @@ def run(cfg: RunConfig) -> dict[str, Any]:
     return summary
 
 
-def write_outputs(workdir: Path, recorder: Recorder, steps: list[NemesisStep], summary: dict[str, Any],
+def write_outputs(workdir: Path, recorder: Recorder, steps: list[ControllerStep], summary: dict[str, Any],
                   base_state: dict[str, Any] | None) -> None:
     if base_state is not None:
         with open(workdir / INITIAL_STATE_FILE, "w") as fh:

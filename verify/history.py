@@ -29,7 +29,9 @@ VERDICT_FILE = "verdict.json"
 
 OP_FUNCTIONS = ("send", "read")
 OUTCOMES = ("ok", "failed", "unknown")
-NEMESIS_KINDS = (
+#: The broker chaos run's fault kinds, declared once (``rocketray.verify.nemesis`` schedules them,
+#: ``rocketray.chaos.broker_chaos`` executes them); ``nemesis.jsonl`` accepts these plus ``heal``.
+FAULT_KINDS = (
     "kill-master",
     "kill-broker",
     "kill-controller-leader",
@@ -37,8 +39,8 @@ NEMESIS_KINDS = (
     "pause-broker",
     "pause-controller",
     "partition-ha",
-    "heal",
 )
+NEMESIS_KINDS = (*FAULT_KINDS, "heal")
 NEMESIS_PHASES = ("start", "end")
 
 Number = int | float

@@ -1,9 +1,24 @@
-"""Seeded nemesis schedules and the partition topologies they use (pure: no clock, no IO).
+"""Seeded nemesis schedules (pure: no clock, no IO): one module for both chaos runners.
 
-Theory of operation. A *grudge* is a frozenset of directed pairs ``(src, dst)``: messages from
-``src`` to ``dst`` are dropped (the proxy network enforces it). The topology functions build the
-grudges of the classic Jepsen partitions over nodes ``0..n-1``, drawing every random choice from the
-``random.Random`` they are given:
+Every random choice is drawn from ``random.Random(seed)``, so a failing run is replayed from its seed.
+
+**Broker chaos** (``rocketray.chaos.broker_chaos``): ``make_schedule`` alternates quiet and faulty
+periods: after a warm-up, one fault at a time begins, lasts ``duration_ms`` (zero for kills: Ray
+restarts the actor by itself), and is followed by ``interval_ms`` plus a random jitter of quiet
+before the next one; nothing is scheduled to end after ``run_ms``, when the runner heals everything
+and does the final reads. Targets that only exist at run time (the current master of a group, the
+controller leader) are left for the runner to resolve; fixed targets (a replica, a controller index)
+are drawn here. The kinds are ``FAULT_KINDS``, declared once in ``rocketray.verify.history`` (the
+run-directory format accepts exactly those plus ``heal``): ``kill-master`` (group), ``kill-broker`` /
+``pause-broker`` / ``partition-ha`` (group and broker id; ``partition-ha`` cuts that replica's HA
+connections), ``kill-controller-leader``, ``kill-controller`` / ``pause-controller`` (controller
+index), and ``all``, which draws each step's kind from the others.
+
+**Controller chaos** (``rocketray.chaos.controller_chaos``, Raft nodes behind a proxy network):
+``make_controller_schedule`` plans ``CONTROLLER_NEMESES`` as start/end pairs. A *grudge* is a frozenset
+of directed pairs ``(src, dst)``: messages from ``src`` to ``dst`` are dropped (the proxy network
+enforces it). The topology functions build the grudges of the classic Jepsen partitions over nodes
+``0..n-1``:
 
 - ``isolate_node``: one node hears no one and no one hears it;
 - ``random_halves``: a random split into two halves, no traffic across;
@@ -12,10 +27,8 @@ grudges of the classic Jepsen partitions over nodes ``0..n-1``, drawing every ra
   (with 5 nodes the windows are symmetric; with 3 the grudge is necessarily one-way);
 - ``bridge``: two halves that cannot talk, and one node that talks to both.
 
-``make_schedule`` turns a seed, a list of nemesis kinds and a duration into an alternating plan of
-quiet gaps and faults, each fault a ``start`` step and an ``end`` step (the heal, the restart of a
-killed node, the SIGCONT of a paused one). The runner executes the plan and logs what it did with
-wall-clock timestamps; re-running with the same seed replays the same plan.
+Each fault is a ``start`` step and an ``end`` step (the heal, the restart of a killed node, the
+SIGCONT of a paused one); the runner logs what it did with wall-clock timestamps.
 """
 
 from __future__ import annotations
@@ -23,18 +36,126 @@ from __future__ import annotations
 import random
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
+
+from rocketray.verify.history import FAULT_KINDS, NemesisEvent, Number
+
+SCHEDULE_KINDS = (*FAULT_KINDS, "all")
+KILL_KINDS = frozenset({"kill-master", "kill-broker", "kill-controller-leader", "kill-controller"})
+BROKER_KINDS = frozenset({"kill-broker", "pause-broker", "partition-ha"})
+CONTROLLER_KINDS = frozenset({"kill-controller", "pause-controller"})
+
+#: Bound on the number of steps of one schedule (TigerStyle: every loop bounded).
+MAX_STEPS = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class NemesisStep:
+    """One planned fault: what, on whom, when (ms from run start) and for how long."""
+
+    at_ms: int
+    kind: str
+    group: str | None = None
+    broker_id: int | None = None
+    controller: int | None = None
+    duration_ms: int = 0
+
+    @property
+    def end_ms(self) -> int:
+        return self.at_ms + self.duration_ms
+
+    @property
+    def target(self) -> str:
+        """The planned target: ``master:<group>``, ``broker:<group>/<id>``, ``controller-leader``,
+        ``controller:<index>``. Runners resolve ``master:`` and ``controller-leader`` when they act."""
+        if self.kind == "kill-master":
+            return f"master:{self.group}"
+        if self.kind in BROKER_KINDS:
+            return f"broker:{self.group}/{self.broker_id}"
+        if self.kind == "kill-controller-leader":
+            return "controller-leader"
+        return f"controller:{self.controller}"
+
+    def event(self, phase: str, time_ms: Number, target: str | None = None) -> NemesisEvent:
+        """The ``nemesis.jsonl`` record of this step's start or end, at the time it really happened;
+        ``target`` overrides the planned one with the resolved actor (e.g. the killed master)."""
+        assert phase in ("start", "end"), phase
+        return NemesisEvent(time_ms, self.kind, phase, self.target if target is None else target, self.group)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"at_ms": self.at_ms, "kind": self.kind, "group": self.group, "broker_id": self.broker_id,
+                "controller": self.controller, "duration_ms": self.duration_ms, "target": self.target}
+
+
+def make_schedule(kind: str, seed: int, *, groups: Mapping[str, Sequence[int]], controllers: int, run_ms: int,
+                  interval_ms: int = 10_000, fault_ms: int = 5_000, jitter_ms: int = 2_000,
+                  warmup_ms: int | None = None) -> tuple[NemesisStep, ...]:
+    """The fault steps of one run, in time order, never overlapping, all ending by ``run_ms``.
+
+    ``groups`` maps broker-group name to its replicas' broker ids; ``controllers`` is the number of
+    controller actors. Pauses and partitions last between ``fault_ms // 2`` and ``fault_ms``; the gap
+    after each step is ``interval_ms`` plus up to ``jitter_ms``; the first step starts after
+    ``warmup_ms`` (default ``interval_ms``) plus up to ``jitter_ms``.
+    """
+    if kind not in SCHEDULE_KINDS:
+        raise ValueError(f"unknown nemesis kind {kind!r}; expected one of {', '.join(SCHEDULE_KINDS)}")
+    if not groups or any(len(ids) == 0 for ids in groups.values()):
+        raise ValueError("groups must name at least one group, each with at least one broker id")
+    if controllers < 1:
+        raise ValueError(f"controllers must be >= 1, got {controllers}")
+    if run_ms <= 0 or interval_ms <= 0 or fault_ms < 0 or jitter_ms < 0:
+        raise ValueError("run_ms and interval_ms must be > 0; fault_ms and jitter_ms >= 0")
+    rng = random.Random(seed)
+    group_names = sorted(groups)
+    replicas = {g: sorted(groups[g]) for g in group_names}
+    t = (interval_ms if warmup_ms is None else warmup_ms) + rng.randint(0, jitter_ms)
+    steps: list[NemesisStep] = []
+    for _ in range(MAX_STEPS):
+        step_kind = rng.choice(FAULT_KINDS) if kind == "all" else kind
+        step = _draw_step(rng, step_kind, t, group_names, replicas, controllers, fault_ms)
+        if step.end_ms > run_ms:
+            break
+        steps.append(step)
+        t = step.end_ms + interval_ms + rng.randint(0, jitter_ms)
+    _assert_well_formed(steps, run_ms)
+    return tuple(steps)
+
+
+def _draw_step(rng: random.Random, kind: str, at_ms: int, group_names: Sequence[str],
+               replicas: Mapping[str, Sequence[int]], controllers: int, fault_ms: int) -> NemesisStep:
+    duration_ms = 0 if kind in KILL_KINDS else rng.randint(fault_ms // 2, fault_ms)
+    if kind == "kill-master":
+        return NemesisStep(at_ms, kind, group=rng.choice(group_names))
+    if kind in BROKER_KINDS:
+        group = rng.choice(group_names)
+        return NemesisStep(at_ms, kind, group=group, broker_id=rng.choice(replicas[group]),
+                           duration_ms=duration_ms)
+    if kind in CONTROLLER_KINDS:
+        return NemesisStep(at_ms, kind, controller=rng.randrange(controllers), duration_ms=duration_ms)
+    assert kind == "kill-controller-leader", kind
+    return NemesisStep(at_ms, kind)
+
+
+def _assert_well_formed(steps: Sequence[NemesisStep], run_ms: int) -> None:
+    for a, b in zip(steps, steps[1:]):
+        assert a.end_ms < b.at_ms, (a, b)
+    for s in steps:
+        assert 0 <= s.at_ms <= s.end_ms <= run_ms, s
+
+
+# -- controller chaos: Jepsen partitions and process faults of Raft nodes ---------------------------
 
 Grudge = frozenset[tuple[int, int]]
 
 PARTITIONS = ("partition-random-node", "partition-random-halves", "partition-majorities-ring", "bridge")
 PROCESS_FAULTS = ("kill", "pause")
-NEMESES = PARTITIONS + PROCESS_FAULTS
+CONTROLLER_NEMESES = PARTITIONS + PROCESS_FAULTS
 LEADER = -1  # a kill/pause target resolved to the current Raft leader when the step runs
 LEADER_SWAPPABLE = ("partition-random-node", "partition-random-halves")
 
 
 class NemesisSpecError(ValueError):
-    """An unknown nemesis name on the command line."""
+    """An unknown controller-chaos nemesis name on the command line."""
 
 
 def parse_nemeses(spec: str | Sequence[str]) -> tuple[str, ...]:
@@ -42,10 +163,10 @@ def parse_nemeses(spec: str | Sequence[str]) -> tuple[str, ...]:
     names = [s.strip() for s in (spec.split(",") if isinstance(spec, str) else spec) if s.strip()]
     out: list[str] = []
     for name in names:
-        expanded = NEMESES if name == "all" else () if name == "none" else (name,)
+        expanded = CONTROLLER_NEMESES if name == "all" else () if name == "none" else (name,)
         for kind in expanded:
-            if kind not in NEMESES:
-                raise NemesisSpecError(f"unknown nemesis {kind!r}; choose from {', '.join(NEMESES + ('all',))}")
+            if kind not in CONTROLLER_NEMESES:
+                raise NemesisSpecError(f"unknown nemesis {kind!r}; choose from {', '.join(CONTROLLER_NEMESES + ('all',))}")
             if kind not in out:
                 out.append(kind)
     return tuple(out)
@@ -117,8 +238,8 @@ TOPOLOGIES = {
 
 
 @dataclass(frozen=True, slots=True)
-class NemesisStep:
-    """One planned action. ``targets`` are node indexes (``LEADER`` = resolve at run time)."""
+class ControllerStep:
+    """One planned action of the controller chaos run. ``targets`` are node indexes (``LEADER`` = resolve at run time)."""
 
     at_s: float
     kind: str
@@ -154,15 +275,15 @@ def plan_fault(kind: str, n: int, rng: random.Random) -> tuple[tuple[int, ...], 
     raise NemesisSpecError(kind)
 
 
-def make_schedule(kinds: Sequence[str], n: int, duration_s: float, rng: random.Random,
+def make_controller_schedule(kinds: Sequence[str], n: int, duration_s: float, rng: random.Random,
                   quiet_s: tuple[float, float] = (1.0, 3.0), fault_s: tuple[float, float] = (2.0, 5.0),
-                  settle_s: float = 1.0) -> list[NemesisStep]:
+                  settle_s: float = 1.0) -> list[ControllerStep]:
     """Quiet gap, fault start, fault end, quiet gap, ... all within ``duration_s - settle_s``.
 
     Each fault's ``end`` step heals exactly that fault; faults never overlap.
     """
     assert n >= 1 and duration_s >= 0 and quiet_s[0] <= quiet_s[1] and fault_s[0] <= fault_s[1]
-    steps: list[NemesisStep] = []
+    steps: list[ControllerStep] = []
     if not kinds:
         return steps
     t = rng.uniform(*quiet_s)
@@ -176,7 +297,7 @@ def make_schedule(kinds: Sequence[str], n: int, duration_s: float, rng: random.R
         leader_swap = kind in LEADER_SWAPPABLE and rng.random() < 0.5
         fault_id += 1
         ordered = tuple(sorted(grudge))
-        steps.append(NemesisStep(t, kind, "start", targets, ordered, fault_id, leader_swap))
-        steps.append(NemesisStep(t + length, kind, "end", targets, ordered, fault_id, leader_swap))
+        steps.append(ControllerStep(t, kind, "start", targets, ordered, fault_id, leader_swap))
+        steps.append(ControllerStep(t + length, kind, "end", targets, ordered, fault_id, leader_swap))
         t += length + rng.uniform(*quiet_s)
     return steps

@@ -13,7 +13,7 @@ import threading
 
 import pytest
 
-from rocketray.verify import schedule as sched
+from rocketray.verify import nemesis as sched
 from rocketray.chaos.broker_chaos import NemesisListError, parse_kinds, plan_steps
 from rocketray.chaos.ha_proxy import HaProxies
 from rocketray.spec import BrokerSpec, ClusterSpec

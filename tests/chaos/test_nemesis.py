@@ -8,13 +8,13 @@ import pytest
 
 from rocketray.verify.nemesis import (
     LEADER,
-    NEMESES,
+    CONTROLLER_NEMESES as NEMESES,
     NemesisSpecError,
     bridge,
     isolate_node,
     majority,
     majorities_ring,
-    make_schedule,
+    make_controller_schedule as make_schedule,
     parse_nemeses,
     random_halves,
     views_of,

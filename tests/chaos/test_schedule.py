@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rocketray.verify.history import NEMESIS_KINDS
-from rocketray.verify.schedule import FAULT_KINDS, KILL_KINDS, SCHEDULE_KINDS, NemesisStep, make_schedule
+from rocketray.verify.nemesis import FAULT_KINDS, KILL_KINDS, SCHEDULE_KINDS, NemesisStep, make_schedule
 
 GROUPS = {"broker-b": [1, 2, 3], "broker-a": [1, 2, 3]}
 
@@ -105,3 +105,12 @@ def test_schedule_invariants(kind, seed, run_ms, interval_ms, fault_ms, jitter_m
         assert a.end_ms < b.at_ms
     assert all(0 <= s.at_ms <= s.end_ms <= run_ms for s in steps)
     assert all(s.controller is None or 0 <= s.controller < controllers for s in steps)
+
+
+def test_fault_kinds_are_declared_once():
+    """The schedule draws exactly the kinds the run-directory format accepts (plus its 'heal')."""
+    from rocketray.verify import history
+
+    assert FAULT_KINDS is history.FAULT_KINDS
+    assert set(NEMESIS_KINDS) == set(FAULT_KINDS) | {"heal"}
+    assert set(SCHEDULE_KINDS) == set(FAULT_KINDS) | {"all"}
