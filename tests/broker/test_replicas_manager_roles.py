@@ -406,3 +406,32 @@ def test_shell_does_not_probe_its_ports():
     source = _inspect.getsource(module)
     for probe in ("import inspect", "hasattr(", "_maybe_await", "callable(", "getattr("):
         assert probe not in source, probe
+
+
+@pytest.mark.parametrize("rule", ["last_report", "old_max_seen"])
+def test_restarted_master_with_a_lost_tail_is_ranked_by_what_it_has_now(monkeypatch, rule):
+    """Fix 6 through the shell: the master heartbeated 500 bytes, was killed and restarted with 100
+    (power loss). It asks for a new term with a fresh heartbeat; the controller must rank it by 100,
+    so b2 (300) wins. Under the old heartbeat rule (best progress seen in the epoch) the old master
+    wins the new term with data it no longer has."""
+    from rocketray.controller import heartbeat as hb
+
+    if rule == "old_max_seen":
+        monkeypatch.setattr(hb, "_takes_report", lambda old, req: req.epoch > old.epoch or (
+            req.epoch == old.epoch and req.max_offset > old.max_offset))
+
+    async def scenario():
+        clock, ctl, (b1, b2, b3) = await group_of_three()
+        b1.store.max_offset = 500
+        assert await b1.rm.heartbeat_once()
+        for b, offset in ((b2, 300), (b3, 200)):
+            b.store.epoch_file.epochs = [1]
+            b.store.max_offset = offset
+            assert await b.rm.heartbeat_once()
+        b1.restart()
+        b1.store.max_offset = 100
+        assert await b1.rm.start_basic_service_once()
+        return ctl.master()[0]
+
+    winner = run(scenario())
+    assert winner == (2 if rule == "last_report" else 1)
