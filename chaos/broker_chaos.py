@@ -53,24 +53,6 @@ class NemesisListError(ValueError):
     """``--nemesis`` named a kind the broker target does not know."""
 
 
-def add_arguments(group: argparse._ArgumentGroup) -> None:
-    """Flags of ``--target brokers`` (``--duration``, ``--seed``, ``--nemesis``, ``--groups``, ``--out``
-    and ``--json`` are shared with the controller target)."""
-    group.add_argument("--replicas", type=int, default=3, help="replicas per group (default 3)")
-    group.add_argument("--controllers", type=int, default=3, help="controller actors (default 3)")
-    group.add_argument("--profile", choices=("fast", "default"), default="fast", help="timing profile (default fast)")
-    group.add_argument("--address", default=None, help="Ray address to join (default: an embedded local Ray)")
-    group.add_argument("--producers", type=int, default=3, help="producer threads (default 3)")
-    group.add_argument("--batch", type=int, default=10, help="payloads per send (default 10)")
-    group.add_argument("--rate", type=float, default=100.0,
-                       help="payloads per second per producer (default 100; 0: unthrottled)")
-    group.add_argument("--no-all-ack", dest="all_ack", action="store_false",
-                       help="do not wait for every SyncStateSet member (losses become possible)")
-    group.add_argument("--unclean", action="store_true", help="allow unclean master election")
-    group.add_argument("--data-dir", default=None, help="broker/controller stores (default: a temp dir, deleted)")
-    group.add_argument("--settle-timeout", type=float, default=120.0, help="seconds to wait for the settle")
-
-
 def parse_kinds(text: str) -> tuple[str, ...]:
     """``--nemesis`` for the broker target: a comma list of schedule kinds, ``all`` or ``none``."""
     kinds = tuple(k.strip() for k in text.split(",") if k.strip())

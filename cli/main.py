@@ -2,8 +2,7 @@
 
 Each subcommand lives in its own module under ``cli/commands/`` and exposes
 ``add_parser(subparsers)`` (which registers its arguments and sets ``func``)
-so that independent features never edit the same file. A module that is not
-there yet is reported as not available rather than crashing the CLI.
+so that independent features never edit the same file.
 """
 
 from __future__ import annotations
@@ -11,7 +10,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from importlib import metadata
+
+from rocketray import __version__
 
 #: Subcommand modules, in the order ``rocketray --help`` lists them.
 COMMAND_MODULES = (
@@ -25,28 +25,15 @@ COMMAND_MODULES = (
 EXIT_USAGE = 2
 
 
-def version() -> str:
-    try:
-        return metadata.version("rocketray")
-    except metadata.PackageNotFoundError:  # running from a source tree without install
-        return "0+unknown"
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rocketray",
         description="RocketMQ controller-mode high availability on Ray actors.",
     )
-    parser.add_argument("--version", action="version", version=f"rocketray {version()}")
+    parser.add_argument("--version", action="version", version=f"rocketray {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(f"rocketray.cli.commands.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"rocketray.cli.commands.{name}":
-                raise
-            continue
-        module.add_parser(subparsers)
+        importlib.import_module(f"rocketray.cli.commands.{name}").add_parser(subparsers)
     return parser
 
 

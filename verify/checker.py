@@ -6,9 +6,10 @@ replica samples and the replicas' state after the final heal. ``check(run)`` red
 ``Verdict`` without IO, clock or Ray; ``check_run_dir(path)`` reads then checks. Each property is
 one small function so a failing run points at one rule:
 
-- **final reads**: the heal time ``heal_ms`` is the largest ``time_ms`` in ``nemesis.jsonl`` (the
+- **final reads**: the heal time ``heal_at_ms`` is the largest ``time_ms`` in ``nemesis.jsonl`` (the
   runner's final ``heal``); ok reads that started at or after it are the *final reads*. With no
-  nemesis events every read is final.
+  nemesis events every read is final. The JSON's ``heal_ms`` is a duration: from the run's first
+  record to that heal.
 - **lost**: payloads of ok sends (acknowledged) that no final read returned. Must be 0 with
   all-ack on and unclean election off; a payload read mid-run but absent after heal is lost too.
 - **unseen**: payloads whose sends were all failed/unknown and that no read ever returned
@@ -98,13 +99,21 @@ class Verdict:
     replicas_converged: bool
     replicas_checked: int
     failover_ms: FailoverStats
-    heal_ms: Number | None
+    heal_at_ms: Number | None  #: the final heal, on the history's clock
+    start_ms: Number | None  #: the run's first record (op start or nemesis event), same clock
     examples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
     @property
     def valid(self) -> bool:
         return (self.lost == 0 and self.inconsistent_offsets == 0 and self.masters_per_epoch_max <= 1
                 and self.epochs_monotonic and self.replicas_converged)
+
+    @property
+    def heal_duration_ms(self) -> Number | None:
+        """How long after the run's first record the final heal came (a duration, not a timestamp)."""
+        if self.heal_at_ms is None or self.start_ms is None:
+            return None
+        return self.heal_at_ms - self.start_ms
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -114,7 +123,8 @@ class Verdict:
             "inconsistent_offsets": self.inconsistent_offsets, "nonmonotonic": self.nonmonotonic,
             "masters_per_epoch_max": self.masters_per_epoch_max, "epochs_monotonic": self.epochs_monotonic,
             "replicas_converged": self.replicas_converged, "replicas_checked": self.replicas_checked,
-            "failover_ms": self.failover_ms.to_json(), "heal_ms": self.heal_ms,
+            "failover_ms": self.failover_ms.to_json(), "heal_ms": self.heal_duration_ms,
+            "heal_at_ms": self.heal_at_ms,
             "examples": {k: list(v) for k, v in self.examples.items()},
         }
 
@@ -354,7 +364,8 @@ def check(run: RunData) -> Verdict:
         replicas_converged=not divergent,
         replicas_checked=compared,
         failover_ms=failover,
-        heal_ms=heal_ms,
+        heal_at_ms=heal_ms,
+        start_ms=min([*(op.start_ms for op in ops), *(e.time_ms for e in run.nemesis)], default=None),
         examples={k: v for k, v in examples.items() if v},
     )
 

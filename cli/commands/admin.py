@@ -1,7 +1,7 @@
 """``rocketray admin ...``: mqadmin's controller commands against a running cluster (reference 15).
 
 Every command connects to the Ray given by ``--address`` (or uses the Ray this process is already
-connected to), finds the cluster ``--cluster NAME`` through its registry actor, and talks to the
+connected to), finds the cluster ``--name NAME`` through its registry actor, and talks to the
 controller actors: requests that RocketMQ sends to the leader go through
 ``Cluster.call_controller`` (which follows NOT_LEADER), the per-node ones (metadata, config) go to
 every controller. Text output is ``rocketray.cli.admin_format`` (mqadmin's ``#Key\\tvalue`` lines);
@@ -23,6 +23,7 @@ import time
 from typing import Any, Callable
 
 from rocketray.cli import admin_format as fmt
+from rocketray.cli.options import add_cluster_flags
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -58,8 +59,7 @@ def _code_name(code: int) -> str:
 # --- argument parsing ------------------------------------------------------------------------------
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--address", default="auto", help="Ray address (default: auto, the running Ray)")
-    p.add_argument("--cluster", default="default", help="rocketray cluster name (default: default)")
+    add_cluster_flags(p)
     p.add_argument("--json", action="store_true", help="print machine-readable JSON instead of mqadmin lines")
 
 
@@ -177,7 +177,7 @@ def _response_json(response) -> dict:
 def _run(args: argparse.Namespace, once: Callable[[Any], tuple[str, Any]]) -> int:
     """Connect, run ``once(cluster) -> (text, json_obj)`` (repeatedly with -i), print, map errors."""
     try:
-        cluster = connect_cluster(args.address, args.cluster)
+        cluster = connect_cluster(args.address, args.name)
         interval = getattr(args, "interval", None)
         count = getattr(args, "count", None)
         rounds = 0

@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from rocketray.cli.options import add_cluster_flags
+
 EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -23,12 +25,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--run", metavar="DIR", help="a chaos run directory (history.jsonl, replicas.json, ...)")
     src.add_argument("--live", action="store_true", help="gather the records from a running rocketray cluster")
-    p.add_argument("--cluster", default=None, help="cluster name for --live (default: the cluster module's)")
+    add_cluster_flags(p, name_default=None)  # --live: which cluster, on which Ray
     p.add_argument("--out", metavar="DIR", default=None,
                    help="where to write tables, charts and report.html (default: DIR/analytics or ./analytics)")
     p.add_argument("--json", action="store_true", help="print one JSON summary as the last stdout line")
-    p.add_argument("--ray-address", default="auto",
-                   help="Ray to connect to ('auto' finds a running one, else a local Ray is started)")
     p.add_argument("--executor-memory", default=None, help="Spark executor memory (default 1g)")
     p.add_argument("--executors", type=int, default=None, help="Spark executors (default 1)")
     p.add_argument("--start-timeout", type=float, default=None, help="seconds for one Spark start attempt")
@@ -63,21 +63,10 @@ def _join_running_ray(address: str | None) -> None:
 
 
 def _live_records(args: argparse.Namespace) -> dict[str, list[dict[str, Any]]]:
-    """Records of a running cluster, through ``rocketray.actors.cluster`` (imported lazily: it may not exist yet)."""
-    try:
-        from rocketray.actors import cluster as cluster_module
-    except ImportError as exc:
-        raise RuntimeError(f"--live needs the cluster module (actors.cluster), which is not available: {exc}") \
-            from exc
-    connect = getattr(cluster_module, "connect", None)
-    if connect is None:
-        raise RuntimeError("--live needs actors.cluster.connect(), which this build does not have yet")
-    handle = connect(args.cluster) if args.cluster else connect()
-    gather = getattr(handle, "analytics_records", None)
-    if gather is None:
-        raise RuntimeError("the running cluster does not expose analytics_records() yet; "
-                           "analyse a chaos run directory with --run DIR instead")
-    return gather()
+    """Records of a running cluster (``rocketray.actors.cluster``, imported here: it needs Ray)."""
+    from rocketray.actors.cluster import connect
+
+    return (connect(args.name) if args.name else connect()).analytics_records()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -94,9 +83,9 @@ def run(args: argparse.Namespace) -> int:
         records = None
         find_java()
         if args.live:  # gather first: no Spark start-up for a cluster that is not there
-            _join_running_ray(args.ray_address)
+            _join_running_ray(args.address)
             records = _live_records(args)
-        with spark_session(config, ray_address=args.ray_address) as spark:
+        with spark_session(config, ray_address=args.address) as spark:
             if records is not None:
                 summary, frames = pipeline.analyse_live(records, out, spark)
             else:

@@ -1,69 +1,66 @@
-"""``rocketray chaos``: Jepsen-style fault injection against the controllers or the brokers.
+"""``rocketray chaos``: Jepsen-style fault injection against the brokers or the controllers.
 
+``--target brokers`` (the default) runs ``rocketray.chaos.broker_chaos``: a real cluster of Ray
+actors, a recorded workload, killed/paused/partitioned masters, replicas and controllers, and the
+checker's verdict (no acknowledged write lost, one master per epoch, replicas converged).
 ``--target controller`` runs ``rocketray.chaos.controller_chaos`` (controller nodes as local processes
-behind fault-injecting proxies; linearizability of the controller API). ``--target brokers`` hands
-the parsed arguments to ``rocketray.chaos.broker_chaos.run(args)`` when that module exists; it may add
-its own flags through an optional ``add_arguments(parser)``.
+behind fault-injecting proxies; linearizability of the controller API). The runners (and Ray) are
+imported only when a run starts, so ``rocketray --help`` stays fast.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.util
 import json
 import logging
 import sys
 
-BROKER_MODULE = "rocketray.chaos.broker_chaos"
-EXIT_NOT_AVAILABLE = 3
-
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("chaos", help="inject faults (partitions, kills, pauses) and check the histories")
-    p.add_argument("--target", choices=("controller", "brokers"), default="controller",
-                   help="what to torture (default: controller)")
+    p = subparsers.add_parser("chaos", help="inject faults (kills, pauses, partitions) and check the histories")
+    p.add_argument("--target", choices=("brokers", "controller"), default="brokers",
+                   help="what to torture (default: brokers)")
     p.add_argument("--duration", type=float, default=60.0, help="seconds of workload under faults (default 60)")
     p.add_argument("--seed", type=int, default=0, help="seed of the nemesis schedule and the workload")
     p.add_argument("--nemesis", default="all",
-                   help="comma list: partition-random-node, partition-random-halves, partition-majorities-ring, "
-                        "bridge, kill, pause, all, none (default all)")
+                   help="comma list, all or none (default all). brokers: kill-master, kill-broker, "
+                        "kill-controller-leader, kill-controller, pause-broker, pause-controller, partition-ha; "
+                        "controller: partition-random-node, partition-random-halves, partition-majorities-ring, "
+                        "bridge, kill, pause")
     p.add_argument("--json", action="store_true", help="print one JSON summary as the last stdout line")
     p.add_argument("--out", default=None, help="directory for the history, nemesis log and verdict")
+    p.add_argument("--groups", type=int, default=None,
+                   help="broker groups (brokers target: default 2; controller target: checker keys, default 3)")
+    brokers = p.add_argument_group("brokers target")
+    brokers.add_argument("--replicas", type=int, default=3, help="replicas per group (default 3)")
+    brokers.add_argument("--controllers", type=int, default=3, help="controller actors (default 3)")
+    brokers.add_argument("--profile", choices=("fast", "default"), default="fast",
+                         help="timing profile (default fast)")
+    brokers.add_argument("--address", default=None, help="Ray address to join (default: an embedded local Ray)")
+    brokers.add_argument("--producers", type=int, default=3, help="producer threads (default 3)")
+    brokers.add_argument("--batch", type=int, default=10, help="payloads per send (default 10)")
+    brokers.add_argument("--rate", type=float, default=100.0,
+                         help="payloads per second per producer (default 100; 0: unthrottled)")
+    brokers.add_argument("--no-all-ack", dest="all_ack", action="store_false",
+                         help="do not wait for every SyncStateSet member (losses become possible)")
+    brokers.add_argument("--unclean", action="store_true", help="allow unclean master election")
+    brokers.add_argument("--data-dir", default=None, help="broker/controller stores (default: a temp dir, deleted)")
+    brokers.add_argument("--settle-timeout", type=float, default=120.0, help="seconds to wait for the settle")
     ctl = p.add_argument_group("controller target")
     ctl.add_argument("--nodes", type=int, default=5, help="controller nodes (default 5)")
-    ctl.add_argument("--groups", type=int, default=None,
-                     help="broker groups (controller target: checker keys, default 3; brokers target: default 2)")
     ctl.add_argument("--clients", type=int, default=5, help="concurrent client threads (default 5)")
     ctl.add_argument("--snapshot-threshold", type=int, default=10, help="entries between snapshots (default 10)")
     ctl.add_argument("--check-budget", type=float, default=60.0,
                      help="seconds the linearizability checker may spend before answering 'unknown'")
-    if importlib.util.find_spec(BROKER_MODULE) is not None:
-        try:
-            hook = getattr(importlib.import_module(BROKER_MODULE), "add_arguments", None)
-            if hook is not None:
-                hook(p.add_argument_group("brokers target"))
-        except Exception as exc:  # noqa: BLE001 - a broken broker module must not break --target controller
-            logging.getLogger(__name__).warning("broker chaos flags unavailable: %s", exc)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     if args.target == "brokers":
-        return _run_brokers(args)
+        from rocketray.chaos.broker_chaos import run as run_brokers
+
+        return int(run_brokers(args) or 0)
     return _run_controller(args)
-
-
-def _run_brokers(args: argparse.Namespace) -> int:
-    try:
-        module = importlib.import_module(BROKER_MODULE)
-    except ModuleNotFoundError as exc:
-        if exc.name != BROKER_MODULE:
-            raise
-        print("rocketray chaos --target brokers is not available in this build "
-              f"({BROKER_MODULE} is missing); try --target controller", file=sys.stderr)
-        return EXIT_NOT_AVAILABLE
-    return int(module.run(args) or 0)
 
 
 def _run_controller(args: argparse.Namespace) -> int:

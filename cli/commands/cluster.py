@@ -6,15 +6,12 @@ import argparse
 import json
 import sys
 
-
-def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--address", default="auto", help="Ray address (default: auto, the running Ray)")
-    p.add_argument("--name", default="default", help="cluster name (Ray namespace rocketray-NAME)")
+from rocketray.cli.options import add_cluster_flags
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("start", help="start controllers and brokers as detached actors on a running Ray")
-    _common(p)
+    add_cluster_flags(p)
     p.add_argument("--controllers", type=int, default=3)
     p.add_argument("--groups", type=int, default=1)
     p.add_argument("--replicas", type=int, default=3)
@@ -25,12 +22,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run_start)
 
     p = subparsers.add_parser("status", help="one screen: controller leader, masters, SyncStateSets, offsets, lag")
-    _common(p)
+    add_cluster_flags(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run_status)
 
     p = subparsers.add_parser("stop", help="kill a cluster's actors (and optionally delete its data)")
-    _common(p)
+    add_cluster_flags(p)
     p.add_argument("--delete-data", action="store_true")
     p.set_defaults(func=run_stop)
 

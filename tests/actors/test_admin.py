@@ -110,7 +110,7 @@ def cli(capsys, *argv):
 
 
 def admin(capsys, cluster, command, *argv):
-    return cli(capsys, "admin", command, "--cluster", cluster.spec.name, *argv)
+    return cli(capsys, "admin", command, "--name", cluster.spec.name, *argv)
 
 
 def lines_of(text):
@@ -275,7 +275,7 @@ def test_elect_master_error_paths_exit_non_zero_with_the_code_name(cluster, caps
     assert data["code_name"] == "CONTROLLER_MASTER_STILL_EXIST"
     code, _, err = admin(capsys, cluster, "elect-master", "-b", "broker-zz", "--broker-id", "1")
     assert code == 1 and "CONTROLLER_BROKER_NEED_TO_BE_REGISTERED (2010)" in err
-    code, _, err = cli(capsys, "admin", "get-controller-metadata", "--cluster", "no-such-cluster")
+    code, _, err = cli(capsys, "admin", "get-controller-metadata", "--name", "no-such-cluster")
     assert code == 1 and "no rocketray cluster named 'no-such-cluster'" in err
 
 

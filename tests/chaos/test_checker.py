@@ -83,7 +83,7 @@ def test_clean_run_is_valid():
     assert (v.ops, v.sends, v.acked, v.lost, v.unseen) == (23, 11, 10, 0, 1)
     assert (v.duplicates, v.inconsistent_offsets, v.nonmonotonic, v.masters_per_epoch_max) == (0, 0, 0, 1)
     assert v.epochs_monotonic and v.replicas_converged and v.replicas_checked == 1
-    assert v.final_reads == 10 and v.reads == 12 and v.heal_ms == 300
+    assert v.final_reads == 10 and v.reads == 12 and v.heal_at_ms == 300
     assert v.failover_ms.to_json() == {"p50": 105, "max": 105, "count": 1, "unrecovered": 0}
 
 
@@ -409,3 +409,19 @@ def test_removing_any_acked_payload_from_reads_reports_exactly_one_lost(actions,
     v = check(replace(run, ops=ops))
     assert v.lost == 1 and not v.valid
     assert v.examples["lost"][0]["payload_id"] == victim
+
+
+def test_json_heal_ms_is_a_duration_from_the_runs_first_record():
+    """Histories carry wall-clock ms; the summary's heal_ms must not be that timestamp."""
+    import dataclasses
+
+    epoch = 1_763_800_000_000
+    run = clean_run().data()
+    shifted = dataclasses.replace(
+        run, ops=[dataclasses.replace(op, start_ms=op.start_ms + epoch, end_ms=op.end_ms + epoch) for op in run.ops],
+        nemesis=[dataclasses.replace(e, time_ms=e.time_ms + epoch) for e in run.nemesis])
+    for data, offset in ((run, 0), (shifted, epoch)):
+        out = check(data).to_json()
+        assert out["heal_ms"] == 300  # first record at 0 (+offset), final heal at 300 (+offset)
+        assert out["heal_at_ms"] == 300 + offset
+    assert check(dataclasses.replace(run, nemesis=[])).to_json()["heal_ms"] is None

@@ -150,15 +150,6 @@ def test_core_model_agrees_with_the_hand_written_spec(state, op):
 
 # -- CLI -------------------------------------------------------------------------------------------
 
-def test_cli_brokers_target_reports_not_available(monkeypatch, capsys):
-    from rocketray.cli import main as cli
-    from rocketray.cli.commands import chaos
-
-    monkeypatch.setattr(chaos, "BROKER_MODULE", "rocketray.chaos.no_such_broker_chaos")
-    assert cli.main(["chaos", "--target", "brokers", "--duration", "1"]) == chaos.EXIT_NOT_AVAILABLE
-    assert "not available" in capsys.readouterr().err
-
-
 def test_cli_rejects_unknown_nemesis(capsys):
     from rocketray.cli import main as cli
 

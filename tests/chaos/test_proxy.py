@@ -166,7 +166,7 @@ def test_block_with_reset_closes_the_connection(two_nodes):
 
 @pytest.fixture
 def raft_cluster():
-    pysyncobj = pytest.importorskip("pysyncobj")
+    import pysyncobj
     from pysyncobj import SyncObj, SyncObjConf, replicated
 
     class Counter(SyncObj):

@@ -40,7 +40,7 @@ def test_live_analytics_reads_a_running_cluster(spark, tmp_path, capsys):
         assert len(visible) == 2 and visible[0] == visible[1] and sum(visible[0].values()) >= 200
         out = tmp_path / "out"
         capsys.readouterr()
-        assert cli.main(["analytics", "--live", "--cluster", "analytics-live", "--out", str(out), "--json"]) == 0
+        assert cli.main(["analytics", "--live", "--name", "analytics-live", "--out", str(out), "--json"]) == 0
         summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
         assert summary["ok"] and summary["epochs"] == len(epochs) >= 1
         assert summary["split_brain_epochs"] == 0 and summary["controller_elections"] == len(elected)
