@@ -12,16 +12,17 @@ no_restart=False)``; Ray restarts the actor and it recovers from its store.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import signal
 import socket
-import time
 from pathlib import Path
 from typing import Any, Callable
 
 import ray
 
+from rocketray import waiting
 from rocketray.actors import remote
 from rocketray.spec import BrokerSpec, ClusterSpec, ControllerSpec
 
@@ -86,18 +87,7 @@ def plan_cluster(name: str, *, controllers: int, groups: int, replicas: int, dat
                        config_overrides=tuple(sorted((overrides or {}).items())))
 
 
-def wait_for(predicate: Callable[[], Any], timeout_s: float, what: str, interval_s: float = 0.1) -> Any:
-    deadline = time.monotonic() + timeout_s
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = predicate()
-            if last:
-                return last
-        except Exception as exc:  # noqa: BLE001 - reported on timeout
-            last = exc
-        time.sleep(interval_s)
-    raise ClusterError(f"timed out after {timeout_s:.0f}s waiting for {what}; last: {last!r}")
+wait_for = functools.partial(waiting.wait_for, error=ClusterError)  # rocketray.waiting, raising ClusterError
 
 
 class Cluster:

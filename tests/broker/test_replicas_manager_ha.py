@@ -20,6 +20,7 @@ from rocketray.broker.store import MessageStore
 from rocketray.controller.api import ElectMasterRequest
 from rocketray.ha.config import HAConfig
 from rocketray.ha.service import HAService, PutStatus
+from rocketray.waiting import wait_for_async
 import replicas_manager_fakes as fakes
 
 SECRET = b"replicas-manager-test-secret"
@@ -29,15 +30,7 @@ HA_CONFIG = HAConfig(ha_send_heartbeat_interval_ms=100, ha_housekeeping_interval
 
 
 async def wait_for(predicate, what: str, timeout_s: float = 10.0):
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}; last value {value!r}")
-        await asyncio.sleep(0.02)
+    return await wait_for_async(predicate, timeout_s, what, error=AssertionError)
 
 
 class RealBroker:

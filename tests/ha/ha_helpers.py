@@ -13,6 +13,7 @@ from rocketray.broker.store import MessageStore
 from rocketray.ha.ack import PutResult, PutStatus
 from rocketray.ha.config import HAConfig
 from rocketray.ha.service import HAService
+from rocketray.waiting import wait_for_async
 
 SECRET = b"test-cluster-secret"
 TOPIC = "FooBar"
@@ -95,21 +96,8 @@ async def put_all(node: Node, msgs, expect=None) -> PutResult:
     return result
 
 
-async def wait_for(predicate, timeout_s: float = 15.0, what: str = "condition",
-                   interval_s: float = 0.02):
-    """Poll ``predicate`` on the loop until truthy or the deadline; fail naming what we awaited."""
-    deadline = time.monotonic() + timeout_s
-    last: object = None
-    while True:
-        try:
-            last = predicate()
-            if last:
-                return last
-        except Exception as exc:  # noqa: BLE001 - reported on timeout
-            last = exc
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}; last: {last!r}")
-        await asyncio.sleep(interval_s)
+async def wait_for(predicate, timeout_s: float = 15.0, what: str = "condition", interval_s: float = 0.02):
+    return await wait_for_async(predicate, timeout_s, what, interval_s, error=AssertionError)
 
 
 def acked_by(master: Node, slave_id: int) -> int:
