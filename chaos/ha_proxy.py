@@ -27,10 +27,10 @@ import asyncio
 import logging
 import os
 import socket
-import threading
 from dataclasses import dataclass
 from typing import Iterable
 
+from rocketray.chaos.loop import ProxyLoop
 from rocketray.spec import BrokerSpec, ClusterSpec
 
 log = logging.getLogger("rocketray.chaos.ha_proxy")
@@ -124,10 +124,11 @@ class _Conn:
                 pass
 
 
-class HaProxies:
+class HaProxies(ProxyLoop):
     """One forwarding listener per broker of ``spec`` (which must have been planned with ``ha_proxy``)."""
 
     def __init__(self, spec: ClusterSpec) -> None:
+        super().__init__("ha-proxies")
         self._brokers: dict[BrokerKey, BrokerSpec] = {(b.group, b.replica): b for b in spec.brokers}
         for b in spec.brokers:
             if b.listen_port is None or b.listen_port == b.ha_port:
@@ -135,46 +136,22 @@ class HaProxies:
                                  "start the cluster with ha_proxy=True")
         self._faults: dict[BrokerKey, LinkFault] = {}
         self._conns: set[_Conn] = set()
-        self._servers: list[asyncio.AbstractServer] = []
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="ha-proxies", daemon=True)
         self.accepted = 0
         self.aborted = 0
 
     # --- lifecycle ------------------------------------------------------------------------
     def start(self) -> "HaProxies":
-        self._thread.start()
-        self._call(self._start_servers())
+        self._start_loop(self._start_servers())
         return self
-
-    def close(self) -> None:
-        if not self._thread.is_alive():
-            return
-        try:
-            self._call(self._close_all())
-        finally:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(timeout=5)
-
-    def _call(self, coro, timeout_s: float = 30.0):
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout_s)
 
     async def _start_servers(self) -> None:
         for key, b in self._brokers.items():
-            server = await asyncio.start_server(
-                lambda r, w, key=key: self._accept(key, r, w), host=b.host, port=b.ha_port, reuse_address=True)
-            self._servers.append(server)
+            await self._listen(lambda r, w, key=key: self._accept(key, r, w), host=b.host, port=b.ha_port)
 
-    async def _close_all(self) -> None:
-        for s in self._servers:
-            s.close()
+    def _abort_connections(self) -> None:
         for c in list(self._conns):
             c.close()
         self._conns.clear()
-        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
 
     # --- faults ---------------------------------------------------------------------------
     def fault(self, broker: BrokerKey, mode: str, peer_pids: Iterable[int] | None = None) -> int:

@@ -37,9 +37,10 @@ import asyncio
 import logging
 import random
 import socket
-import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+
+from rocketray.chaos.loop import ProxyLoop
 
 log = logging.getLogger(__name__)
 
@@ -181,33 +182,27 @@ class _Connection:
             writer.transport.abort()
 
 
-class ProxyNetwork:
+class ProxyNetwork(ProxyLoop):
     """The pair proxies of one topology, run on an asyncio loop in a daemon thread.
 
     ``block(pairs)`` / ``heal()`` are thread-safe and take effect before they return.
     """
 
     def __init__(self, topology: Topology) -> None:
+        super().__init__("chaos-proxy")
         self.topology = topology
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="chaos-proxy", daemon=True)
         self._open: dict[tuple[int, int], asyncio.Event] = {}
         self._blocked: frozenset[tuple[int, int]] = frozenset()
-        self._servers: list[asyncio.base_events.Server] = []
         self._connections: set[_Connection] = set()
         self.bytes_forwarded: dict[tuple[int, int], int] = {}
         self.connections_accepted = 0
         self.connections_reset = 0
-        self._started = False
 
     # -- lifecycle --------------------------------------------------------------------------------
 
     def start(self, sockets: dict[str, socket.socket] | None = None) -> None:
         """Listen on every link's address (using a pre-bound socket from ``sockets`` if given)."""
-        assert not self._started
-        self._started = True
-        self._thread.start()
-        self._call(self._start(sockets or {}))
+        self._start_loop(self._start(sockets or {}))
 
     async def _start(self, sockets: dict[str, socket.socket]) -> None:
         n = self.topology.size
@@ -218,36 +213,13 @@ class ProxyNetwork:
                     self._open[(a, b)].set()
                     self.bytes_forwarded[(a, b)] = 0
         for link in self.topology.links:
-            sock = sockets.get(link.listen)
             handler = lambda r, w, link=link: self._serve(link, r, w)  # noqa: E731
-            if sock is not None:
-                sock.setblocking(False)
-                server = await asyncio.start_server(handler, sock=sock)
-            else:
-                host, port = link.listen.rsplit(":", 1)
-                server = await asyncio.start_server(handler, host, int(port), reuse_address=True)
-            self._servers.append(server)
+            host, port = link.listen.rsplit(":", 1)
+            await self._listen(handler, sock=sockets.get(link.listen), host=host, port=int(port))
 
-    def close(self) -> None:
-        if not self._started:
-            return
-        try:
-            self._call(self._close())
-        finally:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(timeout=5)
-            self._started = False
-
-    async def _close(self) -> None:
-        for server in self._servers:
-            server.close()
+    def _abort_connections(self) -> None:
         for conn in list(self._connections):
             conn.close()
-        for server in self._servers:
-            await server.wait_closed()
-
-    def _call(self, coro, timeout_s: float = 10.0):
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout_s)
 
     # -- faults -----------------------------------------------------------------------------------
 

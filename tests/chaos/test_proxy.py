@@ -147,6 +147,25 @@ def test_one_way_block_stalls_one_direction_and_heal_delivers_in_order(two_nodes
     recv_exactly(server, b"held-1;held-2;", "stalled bytes after heal, in order")
 
 
+def test_close_aborts_connections_stops_listening_and_the_loop(two_nodes):
+    """The shared loop scaffolding (chaos/loop.py): close ends live connections, the listener and the
+    thread; a second close and a close of a proxy never started are no-ops."""
+    net, client, server = two_nodes
+    host, port = net.topology.links[0].listen.rsplit(":", 1)
+    assert net.running
+    net.close()
+    assert not net.running
+    client.settimeout(5)
+    try:
+        assert client.recv(1) == b""
+    except ConnectionError:
+        pass
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection((host, int(port)), timeout=2)
+    net.close()
+    ProxyNetwork(net.topology).close()
+
+
 def test_block_with_reset_closes_the_connection(two_nodes):
     net, client, server = two_nodes
     net.block({(0, 1), (1, 0)}, reset=True)
