@@ -45,10 +45,39 @@ def _alive_nodes() -> list[dict]:
     return [n for n in ray.nodes() if n.get("Alive")]
 
 
+#: A node offering the custom resource ``rocketray_node_<label>`` (e.g. ``ray start --resources
+#: '{"rocketray_node_n1": 1000}'``, or ``actors/nodes.py`` for several nodes on one machine) is a
+#: rocketray node called ``<label>``: actors are pinned to it by that resource, so when the node dies
+#: they cannot restart anywhere else, and when a node with the same label comes back they restart
+#: there, on their store directories.
+NODE_RESOURCE_PREFIX = "rocketray_node_"
+
+
+def node_resource(label: str) -> str:
+    return NODE_RESOURCE_PREFIX + label
+
+
+def labelled_nodes(nodes: list[dict]) -> list[tuple[str, dict]]:
+    """``(label, node)`` for every alive node that offers a ``rocketray_node_<label>`` resource, by label."""
+    out = []
+    for n in nodes:
+        for key in n.get("Resources", {}):
+            if key.startswith(NODE_RESOURCE_PREFIX):
+                out.append((key[len(NODE_RESOURCE_PREFIX):], n))
+    return sorted(out, key=lambda pair: pair[0])
+
+
 def plan_cluster(name: str, *, controllers: int, groups: int, replicas: int, data_dir: str,
                  profile: str = "fast", overrides: dict[str, str] | None = None,
                  cluster_name: str = "rocketray-cluster", ha_proxy: bool = False) -> ClusterSpec:
     """Choose ports, hosts, nodes and directories for a new cluster (no actor is started).
+
+    Placement: on labelled rocketray nodes (see ``NODE_RESOURCE_PREFIX``) controller ``i`` goes to
+    node ``i mod n`` and replica ``r`` of group ``g`` to node ``(g + r) mod n``, so the replicas of a
+    group sit on different nodes (``replicas <= n`` is required) and so do the controllers (when
+    ``controllers <= n``); each actor's store directory is ``DATA/NAME/<label>/<actor>``. Without
+    labels, several Ray nodes are used round robin with node-id affinity; one node: anywhere.
+    Ports are probed free when every node has the same address (one machine), fixed otherwise.
 
     ``ha_proxy``: each broker's HA server binds a separate ``listen_port`` while it advertises
     ``ha_port``, where a fault-injecting proxy (``chaos/ha_proxy.py``) is expected to listen.
@@ -56,31 +85,43 @@ def plan_cluster(name: str, *, controllers: int, groups: int, replicas: int, dat
     if controllers < 1 or groups < 1 or replicas < 1:
         raise ClusterError("controllers, groups and replicas must each be at least 1")
     nodes = _alive_nodes()
-    multi = len(nodes) > 1
+    labelled = labelled_nodes(nodes)
+    if labelled and replicas > len(labelled):
+        raise ClusterError(f"{replicas} replicas per group cannot sit on different nodes: only "
+                           f"{len(labelled)} rocketray nodes ({', '.join(label for label, _ in labelled)})")
+    multi = len(nodes) > 1 and not labelled
+    one_machine = len({n["NodeManagerAddress"] for n in nodes}) <= 1
     root = Path(data_dir).absolute() / name
 
-    def host_and_node(i: int) -> tuple[str, str | None]:
+    def place(slot: int, actor: str) -> tuple[str, str | None, str | None, Path]:
+        """(host, node_id, node_resource, store_dir) of the actor in placement slot ``slot``."""
+        if labelled:
+            label, node = labelled[slot % len(labelled)]
+            return node["NodeManagerAddress"], None, node_resource(label), root / label / actor
         if not multi:
-            return "127.0.0.1", None
-        node = nodes[i % len(nodes)]
-        return node["NodeManagerAddress"], node["NodeID"]
+            return "127.0.0.1", None, None, root / actor
+        node = nodes[slot % len(nodes)]
+        return node["NodeManagerAddress"], node["NodeID"], None, root / actor
+
+    def port(host: str, fixed: int) -> int:
+        return _free_port(host) if one_machine else fixed
 
     ctrl = []
     for i in range(controllers):
-        host, node_id = host_and_node(i)
-        ctrl.append(ControllerSpec(index=i, host=host, raft_port=_free_port("127.0.0.1") if not multi else 9878 + i,
-                                   store_dir=str(root / f"controller-{i}"), node_id=node_id))
+        host, node_id, resource, store = place(i, f"controller-{i}")
+        ctrl.append(ControllerSpec(index=i, host=host, raft_port=port(host, 9878 + i), store_dir=str(store),
+                                   node_id=node_id, node_resource=resource))
     brokers = []
     k = 0
     for g in range(groups):
         group = f"broker-{chr(ord('a') + g)}" if g < 26 else f"broker-{g}"
         for r in range(replicas):
-            host, node_id = host_and_node(controllers + k)
-            port = _free_port("127.0.0.1") if not multi else 10912 + k
-            listen = (_free_port("127.0.0.1") if not multi else 20912 + k) if ha_proxy else None
-            brokers.append(BrokerSpec(group=group, replica=r, host=host, ha_port=port,
-                                      store_dir=str(root / f"{group}-{r}"), node_id=node_id,
-                                      listen_port=listen))
+            slot = g + r if labelled else controllers + k
+            host, node_id, resource, store = place(slot, f"{group}-{r}")
+            listen = port(host, 20912 + k) if ha_proxy else None
+            brokers.append(BrokerSpec(group=group, replica=r, host=host, ha_port=port(host, 10912 + k),
+                                      store_dir=str(store), node_id=node_id, listen_port=listen,
+                                      node_resource=resource))
             k += 1
     return ClusterSpec(name=name, cluster_name=cluster_name, data_dir=str(root), profile=profile,
                        controllers=tuple(ctrl), brokers=tuple(brokers),
@@ -108,11 +149,16 @@ class Cluster:
 
     # --- inspection ---------------------------------------------------------------------
     def controller_metadata(self, timeout_s: float = 3.0) -> list[dict | None]:
-        refs = [c.metadata.remote() for c in self.controllers()]
+        refs = []
+        for c in self.spec.controllers:
+            try:
+                refs.append(self.controller(c.index).metadata.remote())
+            except ValueError:  # killed for good (ray.kill without restart): no such actor any more
+                refs.append(None)
         out: list[dict | None] = []
         for ref in refs:
             try:
-                out.append(ray.get(ref, timeout=timeout_s))
+                out.append(None if ref is None else ray.get(ref, timeout=timeout_s))
             except Exception:  # noqa: BLE001 - a dead or paused controller has no metadata
                 out.append(None)
         return out

@@ -11,7 +11,7 @@ must be true for success; ``summary_json`` keys are the demo's JSON contract.
 from __future__ import annotations
 
 import time
-from typing import Callable
+from typing import Callable, Protocol
 
 import ray
 
@@ -90,6 +90,89 @@ def kill_controller_leader_and_time(cluster: Cluster) -> float:
     return (time.monotonic() - t0) * 1000.0
 
 
+class NodeControl(Protocol):
+    """Whole rocketray nodes that can be killed and brought back (``actors/nodes.py``)."""
+
+    def remove(self, label: str) -> None: ...
+
+    def restore(self, label: str) -> None: ...
+
+    def wait_dead(self, label: str, timeout_s: float = 60) -> None: ...
+
+
+def node_label(resource: str | None) -> str | None:
+    from rocketray.actors.cluster import NODE_RESOURCE_PREFIX
+
+    return None if resource is None else resource[len(NODE_RESOURCE_PREFIX):]
+
+
+def actors_on(cluster: Cluster, label: str) -> tuple[list[int], list[tuple[str, int]]]:
+    """(controller indexes, (group, replica) brokers) pinned to rocketray node ``label``."""
+    ctrls = [c.index for c in cluster.spec.controllers if node_label(c.node_resource) == label]
+    brokers = [(b.group, b.replica) for b in cluster.spec.brokers if node_label(b.node_resource) == label]
+    return ctrls, brokers
+
+
+def lose_node_and_time(cluster: Cluster, workload: Workload, nodes: NodeControl, group: str,
+                       produce_while_down: int = 300, say: Callable[[str], None] = print) -> dict:
+    """Kill the whole node that holds ``group``'s master (every actor on it dies, none can restart
+    elsewhere), time until a write is acknowledged again (failover by heartbeat expiry), keep
+    producing, bring the node back and time until its brokers run again as slaves and its
+    controllers answer. Returns the figures and what moved."""
+    old = cluster.wait_for_master(group, 60)
+    spec = next(b for b in cluster.spec.brokers_of(group) if b.replica == old)
+    label = node_label(spec.node_resource)
+    if label is None:
+        raise ClusterError("the node-loss step needs actors pinned to labelled rocketray nodes (actors/nodes.py)")
+    ctrls, brokers = actors_on(cluster, label)
+    say(f"killing node {label}: controllers {ctrls}, brokers {[f'{g}-{r}' for g, r in brokers]} "
+        f"(the master of {group} among them)")
+    t0 = time.monotonic()
+    nodes.remove(label)
+    workload.producer.forget_master(group)
+    while True:
+        result = workload.send_batch(group)
+        if result.outcome == "ok":
+            failover_ms = (time.monotonic() - t0) * 1000.0
+            new_master = result.replica
+            break
+        if time.monotonic() - t0 > 120:
+            raise ClusterError(f"writes to {group} did not resume within 120 s after losing node {label}")
+    say(f"writes resumed {failover_ms:.0f} ms after the node died (replica {new_master} is master)")
+    nodes.wait_dead(label)
+    down_statuses = {f"{g}-{r}": cluster.broker_status(g, r, timeout_s=1.0) for g, r in brokers}
+    workload.produce(produce_while_down)
+    say(f"bringing node {label} back")
+    t1 = time.monotonic()
+    nodes.restore(label)
+
+    def rejoined():
+        for g, r in brokers:
+            st = cluster.broker_status(g, r, timeout_s=2.0)
+            if not st or not st.get("running") or st.get("role") != "slave":
+                return False
+        md = cluster.controller_metadata(timeout_s=2.0)
+        return all(md[i] is not None for i in ctrls)
+
+    wait_for(rejoined, 180, f"node {label}'s actors to restart and rejoin as slaves", interval_s=0.2)
+    rejoin_ms = (time.monotonic() - t1) * 1000.0
+    say(f"node {label}'s actors rejoined as slaves {rejoin_ms:.0f} ms after it came back")
+    return {"node": label, "node_failover_ms": failover_ms, "node_rejoin_ms": rejoin_ms, "old_master": old,
+            "new_master": new_master, "lost_controllers": ctrls, "lost_brokers": [f"{g}-{r}" for g, r in brokers],
+            "lost_broker_keys": brokers,
+            "unreachable_while_down": all(st is None for st in down_statuses.values()),
+            "new_master_off_lost_node": new_master is not None and (group, new_master) not in brokers}
+
+
+def replicas_on_distinct_nodes(cluster: Cluster) -> bool:
+    """Every group's replicas are pinned to pairwise different nodes (and each to some node)."""
+    for group in cluster.spec.groups:
+        labels = [b.node_resource for b in cluster.spec.brokers_of(group)]
+        if None in labels or len(set(labels)) != len(labels):
+            return False
+    return True
+
+
 def settle(cluster: Cluster, timeout_s: float = 120) -> None:
     """Wait until every replica runs and each group's slaves confirmed the master's whole log."""
 
@@ -132,8 +215,13 @@ def verify(cluster: Cluster, workload: Workload, recorder=None) -> dict:
     return {"lost": lost, "consistent": consistent, "digests": digests}
 
 
-def run(cluster: Cluster, messages: int, progress_factory=None, say: Callable[[str], None] = print) -> dict:
-    """The whole pipeline against a running cluster; returns the summary (see module doc)."""
+def run(cluster: Cluster, messages: int, progress_factory=None, say: Callable[[str], None] = print,
+        nodes: NodeControl | None = None) -> dict:
+    """The whole pipeline against a running cluster; returns the summary (see module doc).
+
+    With ``nodes`` (a multi-node cluster on labelled rocketray nodes) a node-loss step follows the
+    controller kill: the node holding the first group's master dies and comes back
+    (``lose_node_and_time``); its figures and checks join the summary."""
     started = now_ms()
     workload = Workload(cluster)
     group = cluster.spec.groups[0]
@@ -148,12 +236,21 @@ def run(cluster: Cluster, messages: int, progress_factory=None, say: Callable[[s
     say("killing the controller leader")
     controller_failover_ms = kill_controller_leader_and_time(cluster)
     say(f"a controller leader served again after {controller_failover_ms:.0f} ms")
+    node_step = None
+    old_status = None
+    if nodes is not None:
+        # the node step starts from a settled cluster; the killed master's rejoin is judged here, as
+        # the node loss may legitimately make it master again
+        settle(cluster)
+        old_status = cluster.broker_status(group, old_master) or {}
+        node_step = lose_node_and_time(cluster, workload, nodes, group, produce_while_down=third // 2, say=say)
     workload.produce(max(BATCH, messages - 2 * third), bar)
     if bar is not None:
         bar.close()
     say("waiting for the cluster to settle")
     settle(cluster)
-    old_status = cluster.broker_status(group, old_master) or {}
+    if old_status is None:
+        old_status = cluster.broker_status(group, old_master) or {}
     result = verify(cluster, workload)
     checks = {
         "writes_resumed_after_master_kill": broker_failover_ms > 0,
@@ -164,7 +261,22 @@ def run(cluster: Cluster, messages: int, progress_factory=None, say: Callable[[s
         "replicas_consistent": result["consistent"],
         "some_messages_acked": workload.acked_count > 0,
     }
-    return {
+    extra: dict = {}
+    if node_step is not None:
+        lost = node_step["lost_brokers"]
+        rejoined = [cluster.broker_status(g, r) or {} for g, r in node_step["lost_broker_keys"]]
+        checks.update({
+            "replicas_on_distinct_nodes": replicas_on_distinct_nodes(cluster),
+            "node_loss_killed_its_actors": node_step["unreachable_while_down"],
+            "writes_resumed_after_node_loss": node_step["node_failover_ms"] > 0,
+            "master_moved_off_lost_node": node_step["new_master_off_lost_node"],
+            "lost_node_brokers_rejoined_as_slaves": all(st.get("role") == "slave" and st.get("running")
+                                                        for st in rejoined),
+        })
+        extra = {"node_failover_ms": round(node_step["node_failover_ms"], 1),
+                 "node_rejoin_ms": round(node_step["node_rejoin_ms"], 1), "node_lost": node_step["node"],
+                 "node_lost_actors": [f"controller-{i}" for i in node_step["lost_controllers"]] + lost}
+    return {**extra,
         "messages_sent": workload.sent,
         "messages_acked": workload.acked_count,
         "messages_lost": result["lost"],
