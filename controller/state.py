@@ -140,7 +140,7 @@ class ControllerState:
                     if row is None:
                         table.pop(name, None)
                     else:
-                        table[name] = row  # type: ignore[index]
+                        table[name] = row  # type: ignore[index,assignment]  # the pair is (table, its own row type)
             raise
 
     def _apply_alter(self, event: AlterSyncStateSetEvent) -> None:

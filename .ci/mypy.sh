@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# mypy on the pure cores, with imports resolved as installed (rocketray.<package>).
+# setuptools' editable finder is invisible to mypy, so this builds the installed layout from symlinks
+# in a temporary directory and checks the modules by their real names. Other modules are followed
+# for their types but only the listed ones must be clean. Usage: .ci/mypy.sh  (exit code = mypy's)
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+tree="$(mktemp -d)"
+trap 'rm -rf "$tree"' EXIT
+mkdir "$tree/rocketray"
+ln -s "$root"/rocketray/*.py "$tree/rocketray/"
+for package in actors broker chaos cli controller ha sim snapshot spark_on_ray verify; do
+    if [ -d "$root/$package" ]; then ln -s "$root/$package" "$tree/rocketray/$package"; fi
+done
+MODULES=(
+    rocketray.controller.api rocketray.controller.codes rocketray.controller.config rocketray.controller.decide
+    rocketray.controller.election rocketray.controller.events rocketray.controller.heartbeat
+    rocketray.controller.state
+    rocketray.ha.protocol rocketray.ha.session rocketray.ha.truncation rocketray.ha.sync_state
+    rocketray.snapshot.format
+    rocketray.broker.message
+)
+args=()
+for m in "${MODULES[@]}"; do args+=(-m "$m"); done
+cd "$tree"
+python -m mypy --config-file "$root/pyproject.toml" --follow-imports=silent --cache-dir=/dev/null "${args[@]}"
