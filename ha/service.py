@@ -24,11 +24,11 @@ import time
 from typing import Callable, Iterable
 
 from rocketray.broker.role import Role
-from rocketray.ha.ack import (AckPolicy, PutResult, PutStatus, after_write, batch_acked,
-                              put_admitted, refused)
+from rocketray.ha.ack import AckPolicy, PutResult, PutStatus, after_write, refused
 from rocketray.ha.auth import AuthError
 from rocketray.ha.config import HAConfig
 from rocketray.ha.session import AckEvent, HandshakeEvent
+from rocketray.ha.master import MasterReplication
 from rocketray.ha.sync_state import SyncStateTracker
 from rocketray.ha.transport import (STREAM_LIMIT, MasterConnection, SlaveClient, StoreLogView,
                           authenticate)
@@ -67,8 +67,9 @@ class HAService:
         self.now_ms = clock_ms
         self.role = Role.NONE
         self.epoch = -1
-        self.policy = AckPolicy.from_config(self.config)
-        self.tracker = SyncStateTracker(broker_id, self.config.ha_max_time_slave_not_catchup_ms)
+        # Every replication decision (acks, SyncStateSet, confirm offset) is this pure core's.
+        self.replication = MasterReplication(broker_id, AckPolicy.from_config(self.config),
+                                             self.config.ha_max_time_slave_not_catchup_ms)
         self.log_view = StoreLogView(store, lambda: self.store.confirm_offset)
         self.connections: set[MasterConnection] = set()
         self._conn_tasks: set[asyncio.Task] = set()
@@ -79,6 +80,11 @@ class HAService:
         self._switching = False
         self._closed = False
         self.rejected_connections = 0
+
+    @property
+    def tracker(self) -> SyncStateTracker:
+        """The SyncStateSet bookkeeping (read it; change it through the service)."""
+        return self.replication.tracker
 
     def set_broker_id(self, broker_id: int) -> None:
         """The controller assigned this replica's id (before any role change)."""
@@ -130,7 +136,7 @@ class HAService:
             self._start_epoch(epoch)
             self.role = Role.MASTER
             self.epoch = epoch
-            self.tracker.pending = ()
+            self.replication.new_term()
             self._update_confirm_offset()
         finally:
             self._switching = False
@@ -206,14 +212,14 @@ class HAService:
     # ------------------------------------------------------------------ SyncStateSet
     def set_sync_state_set(self, ids: Iterable[int]) -> None:
         """The controller confirmed this SyncStateSet."""
-        self.tracker.set_sync_state_set(ids)
+        self.replication.confirmed(ids)
         self._update_confirm_offset()
         self._notify_ack_waiters()
 
     def mark_in_flight(self, proposal: Iterable[int]) -> None:
         """A SyncStateSet report carrying ``proposal`` is being sent (the role machine's
         ``ReportSyncStateSet``): it counts in the union view until the controller answers."""
-        self.tracker.mark_in_flight(proposal)
+        self.replication.in_flight(proposal)
         self._update_confirm_offset()
 
     def add_sss_listener(self, cb: Callable[[frozenset[int]], object]) -> None:
@@ -223,13 +229,13 @@ class HAService:
     def maybe_shrink_sync_state_set(self, now_ms: int) -> set[int]:
         """Members not caught up within ``ha_max_time_slave_not_catchup_ms`` leave; returns the
         candidate set (the caller reports it if it differs from the confirmed one)."""
-        candidate = set(self.tracker.maybe_shrink(now_ms))
+        candidate = set(self.replication.shrink(now_ms))
         self._update_confirm_offset()
         return candidate
 
     def sync_state_set(self) -> frozenset[int]:
         """The union view (confirmed set | pending proposals)."""
-        return self.tracker.sync_state_set()
+        return self.replication.view()
 
     def _propose(self, proposal: frozenset[int] | None) -> None:
         if proposal is None:
@@ -245,16 +251,10 @@ class HAService:
     # ------------------------------------------------------------------ confirm offset
     def acks(self) -> dict[int, int]:
         """Each connected slave's last ack on its live connection (-1: not acked yet)."""
-        acks: dict[int, int] = {}
-        for conn in self.connections:
-            if conn.slave_id is not None and not conn.closed:
-                acks[conn.slave_id] = max(acks.get(conn.slave_id, -1), conn.ack_offset)
-        return acks
+        return self.replication.acks()
 
     def compute_confirm_offset(self) -> int:
-        return self.tracker.compute_confirm_offset(self.store.max_offset, self.store.confirm_offset,
-                                                   self.acks(),
-                                                   self.config.all_ack_in_sync_state_set)
+        return self.replication.confirm_offset(self.store.max_offset, self.store.confirm_offset)
 
     def _update_confirm_offset(self) -> None:
         if self.role != Role.MASTER:
@@ -276,7 +276,7 @@ class HAService:
             return refused(PutStatus.NOT_MASTER)
         if self._switching or self._closed:
             return refused(PutStatus.FENCED)
-        if not put_admitted(self.policy, self.tracker.in_sync_replicas_nums()):
+        if not self.replication.put_admitted():
             return refused(PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH)
         epoch = self.epoch
         stored = self.store.put_messages(msgs, now_ms)
@@ -284,9 +284,8 @@ class HAService:
         offsets = tuple((m.queue_offset, m.physical_offset) for m in stored)
         self._notify_writers()
         self._update_confirm_offset()
-        acked = await self._wait_for(lambda: batch_acked(
-            self.policy, self.broker_id, self.tracker.sync_state_set(), self.acks(), end),
-            self.config.slave_timeout_ms, epoch)
+        acked = await self._wait_for(lambda: self.replication.batch_acked(end),
+                                     self.config.slave_timeout_ms, epoch)
         still_master = self.role == Role.MASTER and self.epoch == epoch and not self._closed
         return after_write(acked and still_master, still_master, offsets, end)
 
@@ -349,6 +348,7 @@ class HAService:
                 return
             conn = MasterConnection(self, reader, writer, peer, leftover)
             self.connections.add(conn)
+            self.replication.opened(conn)
             await conn.run()
         except asyncio.CancelledError:
             pass    # closing the service; the streams callback would log a cancelled task
@@ -358,36 +358,32 @@ class HAService:
     # ------------------------------------------------------------------ ConnectionOwner (transport)
     def on_session_event(self, conn: MasterConnection, event, now_ms: int) -> None:
         """A master connection decoded a slave packet."""
+        if conn.closed:
+            return
         if isinstance(event, HandshakeEvent):
-            for other in list(self.connections):
-                if other is not conn and other.slave_id == event.slave_id:
-                    other.close(f"slave {event.slave_id} reconnected")
+            for key in self.replication.handshake(conn, event.slave_id):
+                assert isinstance(key, MasterConnection)
+                key.close(f"slave {event.slave_id} reconnected")
             log.info("ha %s: slave %d handshake from %s (learner=%s, from_last_file=%s)",
                      self.broker_id, event.slave_id, conn.peer, event.async_learner,
                      event.sync_from_last_file)
             return
         assert isinstance(event, AckEvent)
-        if event.caught_up_ms is not None:
-            self.tracker.update_caught_up(event.slave_id, event.caught_up_ms)
-            last = self.store.epoch_file.last_entry()
-            epoch_start = last.start_offset if last is not None else 0
-            self._propose(self.tracker.maybe_expand(event.slave_id, event.offset,
-                                                    self.store.confirm_offset, epoch_start))
+        last = self.store.epoch_file.last_entry()
+        epoch_start = last.start_offset if last is not None else 0
+        self._propose(self.replication.acked(conn, event, self.store.confirm_offset, epoch_start))
         self._update_confirm_offset()
         self._notify_ack_waiters()
 
     def on_caught_up(self, conn: MasterConnection, now_ms: int) -> None:
         """A master connection has nothing left to send: its slave is caught up."""
-        if conn.slave_id is not None and not conn.session.async_learner and \
-                conn.ack_offset >= 0:
-            self.tracker.update_caught_up(conn.slave_id, now_ms)
+        self.replication.caught_up(conn, now_ms, conn.session.async_learner)
 
     def connection_closed(self, conn: MasterConnection) -> None:
         """A master connection closed (any reason)."""
         self.connections.discard(conn)
-        if conn.slave_id is not None and self.role == Role.MASTER and not any(
-                c.slave_id == conn.slave_id for c in self.connections):
-            self._propose(self.tracker.on_disconnect(conn.slave_id))
+        self._propose(self.replication.closed(conn, self.role == Role.MASTER))
+        self._update_confirm_offset()
         self._notify_ack_waiters()
 
     # ------------------------------------------------------------------ status
