@@ -520,9 +520,3 @@ def load_run(out_dir: str | Path) -> tuple[list[Operation], dict[str, Any]]:
         ops = [operation_from_json(json.loads(line)) for line in fh if line.strip()]
     with open(d / INITIAL_STATE_FILE) as fh:
         return ops, json.load(fh)
-
-
-def recheck(out_dir: str | Path, budget_s: float = 60.0) -> Any:
-    """Re-run the linearizability check on a saved run directory."""
-    ops, base = load_run(out_dir)
-    return check_history(ops, CoreGroupModel(base), budget_s=budget_s)

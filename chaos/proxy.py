@@ -151,11 +151,6 @@ def allocate_addresses(n: int, rng: random.Random, node_host: str = "127.0.0.2",
     return nodes, sockets
 
 
-def pysyncobj_dialer(self_address: str, peer_entry: str) -> bool:
-    """pysyncobj's ``TCPTransport._shouldConnect`` rule for a non-readonly node."""
-    return self_address > peer_entry
-
-
 def reserve_ports(count: int, host: str = "127.0.0.1") -> list[socket.socket]:
     """Bind ``count`` listening-ready sockets on ephemeral ports (kept open: no one can take them)."""
     socks = []

@@ -44,13 +44,6 @@ def format_error(code: int, remark: str = "") -> str:
     return f"{head}: {remark}" if remark else head
 
 
-def format_response_error(response: Any) -> str:
-    """``format_error`` of a ``rocketray.controller.api.Response`` or a ``{"code", "remark"}`` mapping."""
-    if isinstance(response, Mapping):
-        return format_error(response["code"], response.get("remark", ""))
-    return format_error(response.code, response.remark)
-
-
 def _lines(*lines: str) -> str:
     return "\n".join(lines)
 

@@ -309,32 +309,6 @@ def check_history(ops: Iterable[Operation], model: Model, budget_s: float = 60.0
 # Models
 
 
-class RegisterModel:
-    """A read/write/compare-and-set register, initially ``initial``. For the checker's own tests.
-
-    ``write`` input v, output None; ``read`` output v; ``cas`` input (expected, new), output bool.
-    """
-
-    def __init__(self, initial: Hashable = None) -> None:
-        self.initial = initial
-
-    def init(self, key: str) -> Hashable:
-        return self.initial
-
-    def step(self, state: Hashable, op: Operation) -> tuple[bool, Hashable]:
-        unknown = op.outcome == Outcome.UNKNOWN
-        if op.f == "write":
-            return True, op.input
-        if op.f == "read":
-            return unknown or op.output == state, state
-        if op.f == "cas":
-            assert isinstance(op.input, tuple)
-            expected, new_value = op.input
-            swapped = state == expected
-            return unknown or op.output == swapped, new_value if swapped else state
-        raise ValueError(f"register model has no op {op.f!r}")
-
-
 # Response codes of reference §6.2 that the group model produces.
 SUCCESS = 0
 FENCED_MASTER_EPOCH = 2000
@@ -342,8 +316,6 @@ FENCED_SYNC_STATE_SET_EPOCH = 2001
 INVALID_MASTER = 2002
 INVALID_REPLICAS = 2003
 MASTER_NOT_AVAILABLE = 2004
-BROKER_NOT_ALIVE = 2006
-METADATA_NOT_EXIST = 2008
 MASTER_STILL_EXIST = 2011
 ELECT_MASTER_FAILED = 2012
 ALTER_SYNC_STATE_SET_FAILED = 2013

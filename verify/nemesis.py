@@ -193,11 +193,6 @@ def grudge_from_views(views: Mapping[int, Iterable[int]], n: int) -> Grudge:
                      if src != dst and src not in set(views[dst]))
 
 
-def views_of(grudge: Grudge, n: int) -> dict[int, frozenset[int]]:
-    """Which nodes each node hears (itself included) under ``grudge``."""
-    return {dst: frozenset(src for src in range(n) if src == dst or (src, dst) not in grudge) for dst in range(n)}
-
-
 def isolate_node(n: int, rng: random.Random) -> tuple[Grudge, tuple[int, ...]]:
     target = rng.randrange(n)
     return grudge_between([[target], [i for i in range(n) if i != target]]), (target,)

@@ -13,12 +13,10 @@ from rocketray.cli.admin_format import (
     format_controller_metadata,
     format_elect_master,
     format_error,
-    format_response_error,
     format_sync_state_set,
     format_update_controller_config,
     java_str,
 )
-from rocketray.controller.api import Response
 from rocketray.controller.codes import ResponseCode
 
 
@@ -161,12 +159,6 @@ def test_update_controller_config():
 def test_error_line(code, remark, expected):
     """Errors: '<CODE_NAME> (<code>): <remark>'."""
     assert format_error(code, remark) == expected
-
-
-def test_error_line_of_a_response_or_mapping():
-    resp = Response.error(ResponseCode.CONTROLLER_BROKER_METADATA_NOT_EXIST, "Broker metadata is not existed")
-    assert format_response_error(resp) == "CONTROLLER_BROKER_METADATA_NOT_EXIST (2008): Broker metadata is not existed"
-    assert format_response_error({"code": 1, "remark": "boom"}) == "SYSTEM_ERROR (1): boom"
 
 
 def test_java_str():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import random
 import time
+from collections.abc import Hashable
 
 import pytest
 from hypothesis import given, settings
@@ -29,11 +30,38 @@ from rocketray.verify.linearizability import (
     Operation,
     Outcome,
     ReadOutput,
-    RegisterModel,
     check_history,
     check_key,
     combine,
 )
+
+
+class RegisterModel:
+    """A read/write/compare-and-set register, initially ``initial``. The checker's test model.
+
+    ``write`` input v, output None; ``read`` output v; ``cas`` input (expected, new), output bool.
+    """
+
+    def __init__(self, initial: Hashable = None) -> None:
+        self.initial = initial
+
+    def init(self, key: str) -> Hashable:
+        return self.initial
+
+    def step(self, state: Hashable, op: Operation) -> tuple[bool, Hashable]:
+        unknown = op.outcome == Outcome.UNKNOWN
+        if op.f == "write":
+            return True, op.input
+        if op.f == "read":
+            return unknown or op.output == state, state
+        if op.f == "cas":
+            assert isinstance(op.input, tuple)
+            expected, new_value = op.input
+            swapped = state == expected
+            return unknown or op.output == swapped, new_value if swapped else state
+        raise ValueError(f"register model has no op {op.f!r}")
+
+
 
 OK, FAILED, UNK = Outcome.OK, Outcome.FAILED, Outcome.UNKNOWN
 

@@ -17,8 +17,14 @@ from rocketray.verify.nemesis import (
     make_controller_schedule as make_schedule,
     parse_nemeses,
     random_halves,
-    views_of,
 )
+
+
+def views_of(grudge, n: int) -> dict[int, frozenset[int]]:
+    """Which nodes each node hears (itself included) under ``grudge``."""
+    return {dst: frozenset(src for src in range(n) if src == dst or (src, dst) not in grudge) for dst in range(n)}
+
+
 
 SIZES = [3, 4, 5, 7]
 SEEDS = range(25)

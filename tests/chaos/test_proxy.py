@@ -9,10 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from rocketray.chaos.proxy import (LinkPlan, ProxyNetwork, Topology, allocate_addresses, plan_topology, pysyncobj_dialer,
+from rocketray.chaos.proxy import (LinkPlan, ProxyNetwork, Topology, allocate_addresses, plan_topology,
                                 reserve_ports)
 
 from rr_testing import wait_until
+
+
+def pysyncobj_dialer(self_address: str, peer_entry: str) -> bool:
+    """pysyncobj's ``TCPTransport._shouldConnect`` rule for a non-readonly node."""
+    return self_address > peer_entry
 
 
 def pair_count(n: int) -> int:
@@ -185,7 +190,7 @@ def test_block_with_reset_closes_the_connection(two_nodes):
 
 @pytest.fixture
 def raft_cluster():
-    import pysyncobj
+    import pysyncobj  # noqa: F401 - a missing dependency fails here, by name
     from pysyncobj import SyncObj, SyncObjConf, replicated
 
     class Counter(SyncObj):
