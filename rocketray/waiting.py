@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Generator
 
 __all__ = ["WaitTimeout", "wait_for", "wait_for_async"]
 
@@ -24,35 +24,39 @@ def _message(timeout_s: float, what: str, last: Any) -> str:
     return f"timed out after {timeout_s:g}s waiting for {what}; last: {last!r}"
 
 
-def _poll(predicate: Callable[[], Any]) -> tuple[bool, Any]:
-    try:
-        value = predicate()
-    except Exception as exc:  # noqa: BLE001 - "not yet"; reported on timeout
-        return False, exc
-    return bool(value), value
+def _polls(predicate: Callable[[], Any], timeout_s: float, what: str, interval_s: float,
+           error: Callable[[str], BaseException]) -> Generator[float, None, Any]:
+    """The polling loop without its sleep: yields how long to sleep, returns the truthy value."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            last = predicate()
+            if last:
+                return last
+        except Exception as exc:  # noqa: BLE001 - "not yet"; reported on timeout
+            last = exc
+        if time.monotonic() >= deadline:
+            raise error(_message(timeout_s, what, last))
+        yield interval_s
 
 
 def wait_for(predicate: Callable[[], Any], timeout_s: float, what: str, interval_s: float = 0.1, *,
              error: Callable[[str], BaseException] = WaitTimeout) -> Any:
     """Poll ``predicate`` every ``interval_s`` until truthy (returned) or ``timeout_s`` passes."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        done, last = _poll(predicate)
-        if done:
-            return last
-        if time.monotonic() >= deadline:
-            raise error(_message(timeout_s, what, last))
-        time.sleep(interval_s)
+    polls = _polls(predicate, timeout_s, what, interval_s, error)
+    try:
+        while True:
+            time.sleep(next(polls))
+    except StopIteration as done:
+        return done.value
 
 
 async def wait_for_async(predicate: Callable[[], Any], timeout_s: float, what: str, interval_s: float = 0.02, *,
                          error: Callable[[str], BaseException] = WaitTimeout) -> Any:
     """``wait_for`` on the running asyncio loop: sleeps with ``asyncio.sleep``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        done, last = _poll(predicate)
-        if done:
-            return last
-        if time.monotonic() >= deadline:
-            raise error(_message(timeout_s, what, last))
-        await asyncio.sleep(interval_s)
+    polls = _polls(predicate, timeout_s, what, interval_s, error)
+    try:
+        while True:
+            await asyncio.sleep(next(polls))
+    except StopIteration as done:
+        return done.value
