@@ -43,7 +43,7 @@ from rocketray.verify.history import (
 from rocketray.actors.client import now_ms
 from rocketray.actors.cluster import Cluster, ClusterError, start_cluster
 from rocketray.config import load_config
-from rocketray.actors.pipeline import settle
+from rocketray.actors.pipeline import NodeControl, node_label, settle
 from rocketray.controller.api import GetReplicaInfoRequest
 
 log = logging.getLogger("rocketray.chaos.brokers")
@@ -99,6 +99,10 @@ class Nemesis:
     paused: dict[str, int] = field(default_factory=dict)  # target -> pid stopped and not yet resumed
     acted: int = 0
     _partition_target: str = ""
+    #: whole rocketray nodes (``--ray-nodes N``): ``kill-node`` needs them
+    nodes: NodeControl | None = None
+    #: (label, target, group) of the node ``kill-node`` took down and has not restored yet
+    down_node: tuple[str, str, str | None] | None = None
 
     # --- resolving targets ------------------------------------------------------------------
     def replica_of(self, group: str, broker_id: int) -> int | None:
@@ -157,9 +161,38 @@ class Nemesis:
                 self.paused[target] = self.cluster.pause(self.cluster.controller(step.controller))
         elif kind == "partition-ha":
             self._partition(step)
+        elif kind == "kill-node":
+            if not self._kill_node(step):
+                return
         else:
             raise AssertionError(kind)
         self.acted += 1
+
+    def _kill_node(self, step: sched.NemesisStep) -> bool:
+        """Take down the whole node holding ``step.group``'s master (every actor on it dies and none
+        can restart elsewhere until ``end`` brings the node back)."""
+        if self.nodes is None:
+            log.warning("kill-node needs a cluster on several rocketray nodes (--ray-nodes N); skipped")
+            return False
+        replica = self.master_of(step.group)
+        spec = next((b for b in self.cluster.spec.brokers_of(step.group) if b.replica == replica), None)
+        label = None if spec is None else node_label(spec.node_resource)
+        if label is None:
+            log.warning("kill-node: no master of %s on a labelled node right now; skipped", step.group)
+            return False
+        target = f"node:{label}"
+        self.runlog.event("kill-node", "start", target, step.group)
+        self.nodes.remove(label)
+        self.down_node = (label, target, step.group)
+        return True
+
+    def _restore_node(self) -> None:
+        if self.down_node is None or self.nodes is None:
+            return
+        label, target, group = self.down_node
+        self.down_node = None
+        self.nodes.restore(label)
+        self.runlog.event("kill-node", "end", target, group)
 
     def _partition(self, step: sched.NemesisStep) -> None:
         group = step.group
@@ -187,7 +220,10 @@ class Nemesis:
         self._partition_target = target
 
     def end(self, step: sched.NemesisStep) -> None:
-        """Undo a pause or partition (kills need nothing: Ray restarts the actor)."""
+        """Undo a pause, partition or node loss (kills need nothing: Ray restarts the actor)."""
+        if step.kind == "kill-node":
+            self._restore_node()
+            return
         if step.kind == "partition-ha":
             if self.paused.pop("partition-ha", None) is not None and self.proxies is not None:
                 self.proxies.heal()
@@ -201,6 +237,7 @@ class Nemesis:
             self.runlog.event(step.kind, "end", target, step.group)
 
     def heal_all(self) -> None:
+        self._restore_node()
         for target, pid in list(self.paused.items()):
             if pid > 0:
                 self.cluster.resume_pid(pid)
@@ -235,7 +272,7 @@ def timing(profile: str, overrides: dict[str, str]) -> tuple[int, int]:
 
 
 def execute(cluster: Cluster, args: argparse.Namespace, out: Path, proxies: HaProxies | None,
-            say=print) -> dict[str, Any]:
+            say=print, nodes: NodeControl | None = None) -> dict[str, Any]:
     """Workload + nemeses + heal + settle + final reads + checker against a running cluster."""
     kinds = parse_kinds(args.nemesis)
     runlog = RunLog()
@@ -254,7 +291,7 @@ def execute(cluster: Cluster, args: argparse.Namespace, out: Path, proxies: HaPr
                               rate_per_s=args.rate)
                  for i in range(args.producers)]
     consumers = [ConsumerLoop(cluster, g, runlog, stop_workload, args.seed) for g in cluster.spec.groups]
-    nemesis = Nemesis(cluster, runlog, proxies, args.seed)
+    nemesis = Nemesis(cluster, runlog, proxies, args.seed, nodes=nodes)
     for t in (sampler, *producers, *consumers):
         t.start()
     started = time.monotonic()
@@ -343,6 +380,10 @@ def run(args: argparse.Namespace) -> int:
     except NemesisListError as exc:
         print(f"rocketray chaos: {exc}", file=sys.stderr)
         return 2
+    ray_nodes = getattr(args, "ray_nodes", 1)
+    if "kill-node" in parse_kinds(args.nemesis) and ray_nodes < 2:
+        print("rocketray chaos: the kill-node nemesis needs --ray-nodes N (N >= 2, N >= --replicas)", file=sys.stderr)
+        return 2
     args.groups = 2 if getattr(args, "groups", None) is None else args.groups
     if args.groups < 1 or args.replicas < 1 or args.controllers < 1 or args.duration < 0 or args.producers < 1:
         print("rocketray chaos: --groups, --replicas, --controllers, --producers must be >= 1", file=sys.stderr)
@@ -351,7 +392,13 @@ def run(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     tmp = None if args.data_dir else tempfile.TemporaryDirectory(prefix="rocketray-chaos-data-")
     data_dir = args.data_dir or tmp.name
-    if args.address:
+    nodes = None
+    if ray_nodes > 1:
+        from rocketray.actors.nodes import LocalNodes
+
+        say(f"starting a local Ray of {ray_nodes} rocketray nodes (plus a head for the workload)")
+        nodes = LocalNodes(ray_nodes, namespace="rocketray-chaos-driver")
+    elif args.address:
         ray.init(address=args.address, namespace="rocketray-chaos-driver", log_to_driver=False)
     else:
         ray.init(address="local", include_dashboard=False, logging_level="ERROR", log_to_driver=False,
@@ -370,7 +417,7 @@ def run(args: argparse.Namespace) -> int:
         cluster = start_cluster(f"chaos-{os.getpid()}", controllers=args.controllers, groups=args.groups,
                                 replicas=args.replicas, data_dir=data_dir, profile=args.profile,
                                 overrides=cluster_overrides(args), ha_proxy=True, before_brokers=start_proxies)
-        summary = execute(cluster, args, out, proxies, say=say)
+        summary = execute(cluster, args, out, proxies, say=say, nodes=nodes)
     except Exception as exc:  # noqa: BLE001 - still end with one JSON line saying the run is invalid
         log.exception("broker chaos run failed")
         summary = {"valid": False, "error": f"{type(exc).__name__}: {exc}", "ops": 0, "acked": 0, "lost": None,
@@ -381,7 +428,10 @@ def run(args: argparse.Namespace) -> int:
             cluster.stop(delete_data=tmp is not None)
         if proxies is not None:
             proxies.close()
-        ray.shutdown()
+        if nodes is not None:
+            nodes.shutdown()
+        else:
+            ray.shutdown()
         if tmp is not None:
             tmp.cleanup()
     if args.json:

@@ -39,6 +39,7 @@ FAULT_KINDS = (
     "pause-broker",
     "pause-controller",
     "partition-ha",
+    "kill-node",
 )
 NEMESIS_KINDS = (*FAULT_KINDS, "heal")
 NEMESIS_PHASES = ("start", "end")

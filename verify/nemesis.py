@@ -44,6 +44,11 @@ SCHEDULE_KINDS = (*FAULT_KINDS, "all")
 KILL_KINDS = frozenset({"kill-master", "kill-broker", "kill-controller-leader", "kill-controller"})
 BROKER_KINDS = frozenset({"kill-broker", "pause-broker", "partition-ha"})
 CONTROLLER_KINDS = frozenset({"kill-controller", "pause-controller"})
+#: Whole-node faults: the node holding a group's master dies for the step's duration, then comes back.
+#: They need a cluster on several labelled nodes (``rocketray chaos --ray-nodes N``), so ``all`` does
+#: not draw them.
+NODE_KINDS = frozenset({"kill-node"})
+ALL_DRAWS = tuple(k for k in FAULT_KINDS if k not in NODE_KINDS)
 
 #: Bound on the number of steps of one schedule (TigerStyle: every loop bounded).
 MAX_STEPS = 100_000
@@ -74,6 +79,8 @@ class NemesisStep:
             return f"broker:{self.group}/{self.broker_id}"
         if self.kind == "kill-controller-leader":
             return "controller-leader"
+        if self.kind in NODE_KINDS:
+            return f"node-of-master:{self.group}"
         return f"controller:{self.controller}"
 
     def event(self, phase: str, time_ms: Number, target: str | None = None) -> NemesisEvent:
@@ -111,7 +118,7 @@ def make_schedule(kind: str, seed: int, *, groups: Mapping[str, Sequence[int]], 
     t = (interval_ms if warmup_ms is None else warmup_ms) + rng.randint(0, jitter_ms)
     steps: list[NemesisStep] = []
     for _ in range(MAX_STEPS):
-        step_kind = rng.choice(FAULT_KINDS) if kind == "all" else kind
+        step_kind = rng.choice(ALL_DRAWS) if kind == "all" else kind
         step = _draw_step(rng, step_kind, t, group_names, replicas, controllers, fault_ms)
         if step.end_ms > run_ms:
             break
@@ -132,6 +139,8 @@ def _draw_step(rng: random.Random, kind: str, at_ms: int, group_names: Sequence[
                            duration_ms=duration_ms)
     if kind in CONTROLLER_KINDS:
         return NemesisStep(at_ms, kind, controller=rng.randrange(controllers), duration_ms=duration_ms)
+    if kind in NODE_KINDS:
+        return NemesisStep(at_ms, kind, group=rng.choice(group_names), duration_ms=duration_ms)
     assert kind == "kill-controller-leader", kind
     return NemesisStep(at_ms, kind)
 

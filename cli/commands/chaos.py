@@ -37,6 +37,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     brokers.add_argument("--profile", choices=("fast", "default"), default="fast",
                          help="timing profile (default fast)")
     brokers.add_argument("--address", default=None, help="Ray address to join (default: an embedded local Ray)")
+    brokers.add_argument("--ray-nodes", type=int, default=1,
+                         help="Ray nodes on this machine (default 1); N >= 2 spreads replicas and enables kill-node")
     brokers.add_argument("--producers", type=int, default=3, help="producer threads (default 3)")
     brokers.add_argument("--batch", type=int, default=10, help="payloads per send (default 10)")
     brokers.add_argument("--rate", type=float, default=100.0,
