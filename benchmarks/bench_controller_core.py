@@ -80,6 +80,10 @@ def run_baseline(table: dict[str, dict[str, Any]], names: list[str]) -> float:
     return elapsed
 
 
+#: ``benchmarks/run.py controller-core --smoke``: a size that finishes in seconds (CI runs it).
+SMOKE_ARGS = ["--groups", "200", "--repeat", "1"]
+
+
 def run(argv: list[str]) -> dict[str, Any]:
     parser = argparse.ArgumentParser(prog="controller-core")
     parser.add_argument("--groups", type=int, default=10_000)

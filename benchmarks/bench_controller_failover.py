@@ -32,6 +32,10 @@ def _ports(n: int) -> list[int]:
     return out
 
 
+#: ``benchmarks/run.py controller-failover --smoke``: a size that finishes in seconds (CI runs it).
+SMOKE_ARGS = ["--rounds", "1"]
+
+
 def run(argv: list[str]) -> dict:
     parser = argparse.ArgumentParser(prog="controller-failover")
     parser.add_argument("--rounds", type=int, default=10)

@@ -93,6 +93,10 @@ def _measure(store: Path, n: int, threshold: int) -> dict:
             "max_snapshot_ms": max_snapshot_ms, "max_snapshot_tick_ms": max_snapshot_tick_ms}
 
 
+#: ``benchmarks/run.py controller-recovery --smoke``: a size that finishes in seconds (CI runs it).
+SMOKE_ARGS = ["--sizes", "1000"]
+
+
 def run(argv: list[str]) -> dict:
     parser = argparse.ArgumentParser(prog="controller-recovery")
     parser.add_argument("--sizes", default="10000,100000")

@@ -138,6 +138,10 @@ def _controller_latencies(config: ControllerConfig, n: int, directory: str,
             cluster.close()
 
 
+#: ``benchmarks/run.py controller-write --smoke``: a size that finishes in seconds (CI runs it).
+SMOKE_ARGS = ["--n", "20"]
+
+
 def run(argv: list[str]) -> dict:
     parser = argparse.ArgumentParser(prog="controller-write")
     parser.add_argument("--n", type=int, default=300)

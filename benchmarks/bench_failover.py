@@ -57,6 +57,10 @@ def measure(profile: str, kills: int, data_dir: str) -> dict:
             "samples_ms": [round(x, 1) for x in samples]}
 
 
+#: ``benchmarks/run.py failover --smoke``: a size that finishes in seconds (CI runs it).
+SMOKE_ARGS = ["--kills", "1", "--profiles", "fast"]
+
+
 def run(argv: list[str]) -> dict:
     import ray
 

@@ -82,9 +82,9 @@ async def ha_side(work: Path, args) -> dict:
             await asyncio.sleep(0.01)
 
         async def put_one() -> int:
-            status, stored = await ha.put(batch, 0)
-            assert status == PutStatus.PUT_OK, status
-            return len(stored)
+            result = await ha.put(batch, 0)
+            assert result.status == PutStatus.PUT_OK, result
+            return len(result.offsets)
 
         await measure(put_one, 0.5, args.producers)        # warm-up
         count, lat, elapsed = await measure(put_one, args.seconds, args.producers)
@@ -194,6 +194,10 @@ async def raw_side(work: Path, args) -> dict:
         log.close()
     return {"msgs_per_s": count / elapsed, "p50_ms": percentile(lat, 0.5) * 1000,
             "p99_ms": percentile(lat, 0.99) * 1000}
+
+
+#: ``benchmarks/run.py produce-allack --smoke``: a size that finishes in seconds (CI runs it).
+SMOKE_ARGS = ["--seconds", "1", "--producers", "1"]
 
 
 def run(argv: list[str]) -> dict:

@@ -132,6 +132,10 @@ def raw_run(master_store: MessageStore, work: Path) -> float:
     return elapsed
 
 
+#: ``benchmarks/run.py replication --smoke``: a size that finishes in seconds (CI runs it).
+SMOKE_ARGS = ["--size-mb", "4"]
+
+
 def run(argv: list[str]) -> dict:
     ap = argparse.ArgumentParser(prog="replication")
     ap.add_argument("--size-mb", type=int, default=256)

@@ -76,6 +76,10 @@ def _rechunk(blobs: list[bytes], batches: list[list[Message]]) -> list[bytes]:
     return out
 
 
+#: ``benchmarks/run.py store-append --smoke``: a size that finishes in seconds (CI runs it).
+SMOKE_ARGS = ["--messages", "2000", "--sync-batches", "10"]
+
+
 def run(argv: list[str]) -> dict:
     ap = argparse.ArgumentParser(prog="store-append")
     ap.add_argument("--messages", type=int, default=100_000)

@@ -6,6 +6,11 @@ the dict holds the benchmark's figures and ``ratio``, the figure of interest div
 by a baseline measured in the same run (its module docstring says which way is
 better). With ``--json`` the runner prints exactly one JSON line; without it, a
 readable summary. ``python benchmarks/run.py --list`` names the benchmarks.
+
+``--smoke`` runs a benchmark at its smoke size: the module's ``SMOKE_ARGS`` (every benchmark must
+define them: arguments that make it finish in seconds) come before the other arguments, so a
+benchmark cannot rot unseen (tests/test_benchmarks.py runs each one this way). Smoke figures are
+not measurements.
 """
 
 from __future__ import annotations
@@ -43,8 +48,14 @@ def main(argv: list[str]) -> int:
         return 0
     name, rest = argv[0], argv[1:]
     as_json = "--json" in rest
-    rest = [a for a in rest if a != "--json"]
-    result = load(name).run(rest)
+    smoke = "--smoke" in rest
+    rest = [a for a in rest if a not in ("--json", "--smoke")]
+    module = load(name)
+    if smoke:
+        rest = [*module.SMOKE_ARGS, *rest]
+    result = module.run(rest)
+    if smoke:
+        result["smoke"] = True
     assert "ratio" in result, f"benchmark {name} must report a ratio"
     result = {"benchmark": name, **result}
     if as_json:

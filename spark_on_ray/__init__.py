@@ -2,7 +2,7 @@
 
 - ``session``: ``spark_session(SparkConfig())`` context manager (one RayDP session per process,
   sized for the Ray cluster found, JDK 17 flags, bounded start with one retry), ``JavaNotFoundError``.
-- ``collect``: ``collect_run_dir(path, spark)`` and ``collect_live(records, spark)`` -> ``Tables``
+- ``collect``: ``collect_run_dir(path, spark)`` and ``collect_records(records, spark)`` -> ``Tables``
   of Spark DataFrames, through Ray Datasets.
 - ``analyses``: the pure DataFrame -> DataFrame analyses; ``analyse(tables)`` runs them all.
 - ``report`` / ``pipeline``: Parquet, CSV, PNG charts, HTML report and the JSON summary.

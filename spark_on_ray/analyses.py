@@ -16,8 +16,10 @@ domain rules come from the reference (sections 1, 12, 13, 19):
 - Replication lag is the master's max offset minus the replica's, as of the same moment (the
   latest master sample at or before the replica's sample); confirm lag is the master's max offset
   minus the replica's confirm offset (what consumers cannot see yet).
-- A failover lasts from a nemesis kill to the first acknowledged send that completes after it in
-  the group it hit (every group, for controller kills).
+- A failover is what the checker calls one: a master lost (``kill-master``), lasting until the
+  earliest acknowledgement of a send of that group started at or after the kill. Other faults
+  (slave kills, controller kills, pauses, partitions) are measured the same way and reported under
+  their own kind (``other_faults``; a fault without a group counts against every group).
 - An acknowledged send that no read returned is *lost*; a payload returned at two different queue
   positions (or read twice when positions are unknown) is *duplicated*.
 """
@@ -235,37 +237,52 @@ def lag_summary(lag: DataFrame) -> DataFrame:
 
 # -- failovers -------------------------------------------------------------------------------------
 
-def failovers(nemesis: DataFrame, history: DataFrame) -> DataFrame:
-    """One row per (kill fault, group it hit): the kill time, first ack after it, and the gap in ms.
+def fault_recovery(nemesis: DataFrame, history: DataFrame) -> DataFrame:
+    """One row per (fault start, group it hit): the fault time, the next acknowledged write, the gap.
 
-    Kills are nemesis ``kill-*`` events in phase ``start``; one without a group (a controller kill)
-    counts against every group of the history. ``failover_ms`` is null when no send was
-    acknowledged after the kill (the group never recovered within the run).
+    The checker's rule (``verify/checker.py`` ``failover_times``): the answer is the earliest end
+    among the group's acknowledged sends that *started* at or after the fault (a send already in
+    flight at the fault does not count). A fault without a group (a controller kill) counts against
+    every group of the history. ``recovery_ms`` is null when no send started after the fault was
+    acknowledged (the group never recovered within the run). ``heal`` events are not faults.
     """
-    kills = nemesis.where(F.col("kind").startswith("kill") & F.coalesce(F.col("phase") == "start", F.lit(True)))
-    kills = kills.withColumn("fault_id", F.row_number().over(Window.orderBy("time_ms", "kind", "target")))
+    faults = nemesis.where((F.col("kind") != "heal") & F.coalesce(F.col("phase") == "start", F.lit(True)))
+    faults = faults.withColumn("fault_id", F.row_number().over(Window.orderBy("time_ms", "kind", "target")))
     groups = history.select(F.col("group").alias("_g")).distinct()
-    targeted = kills.join(groups, F.col("group").isNull() | (F.col("group") == F.col("_g")))
-    targeted = targeted.select("fault_id", F.col("time_ms").alias("kill_ms"), "kind", "target",
+    targeted = faults.join(groups, F.col("group").isNull() | (F.col("group") == F.col("_g")))
+    targeted = targeted.select("fault_id", F.col("time_ms").alias("fault_ms"), "kind", "target",
                                F.col("_g").alias("group"))
     acks = history.where((F.col("f") == "send") & (F.col("outcome") == "ok")).select(
-        F.lit(None).cast("long").alias("fault_id"), "group", F.col("end_ms").alias("t_ms"),
+        F.lit(None).cast("long").alias("fault_id"), "group", F.col("start_ms").alias("t_ms"),
         F.col("end_ms").alias("ack_ms"))
-    # One stream per group of acks and kills in *descending* time; a kill's answer is the last ack
-    # before it in that order (the first after it in time). A running frame (unbounded preceding)
-    # is computed incrementally; "first over unbounded following" would be quadratic in Spark. At
-    # equal times kills sort first, so an ack at the kill's own millisecond does not count.
-    stream = targeted.select("fault_id", "group", F.col("kill_ms").alias("t_ms"),
+    # One stream per group of sends (at their start) and faults in *descending* time; a fault's
+    # answer is the smallest ack time among the rows before it in that order (the sends started at
+    # or after it). A running frame (unbounded preceding) is computed incrementally. At equal times
+    # sends sort first, so a send started at the fault's own millisecond counts, as in the checker.
+    stream = targeted.select("fault_id", "group", F.col("fault_ms").alias("t_ms"),
                              F.lit(None).cast("long").alias("ack_ms")).unionByName(acks)
     w = (Window.partitionBy("group")
-         .orderBy(F.col("t_ms").desc(), F.col("fault_id").isNotNull().desc(), F.col("fault_id"))
+         .orderBy(F.col("t_ms").desc(), F.col("fault_id").isNotNull().asc(), F.col("fault_id"))
          .rowsBetween(Window.unboundedPreceding, -1))
-    first = (stream.withColumn("first_ack_ms", F.last("ack_ms", ignorenulls=True).over(w))
+    first = (stream.withColumn("first_ack_ms", F.min("ack_ms").over(w))
              .where(F.col("fault_id").isNotNull()).select("fault_id", "group", "first_ack_ms"))
     out = targeted.join(first, ["fault_id", "group"], "left")
-    return out.select("fault_id", "kill_ms", "kind", "target", "group", "first_ack_ms",
-                      (F.col("first_ack_ms") - F.col("kill_ms")).alias("failover_ms"),
+    return out.select("fault_id", "fault_ms", "kind", "target", "group", "first_ack_ms",
+                      (F.col("first_ack_ms") - F.col("fault_ms")).alias("recovery_ms"),
                       F.col("first_ack_ms").isNotNull().alias("recovered")).orderBy("fault_id", "group")
+
+
+def failovers(nemesis: DataFrame, history: DataFrame) -> DataFrame:
+    """What the checker calls a failover: a master lost (``kill-master``) -> the next acknowledged
+    write in its group. Columns ``kill_ms`` and ``failover_ms``; see ``fault_recovery``."""
+    fo = fault_recovery(nemesis.where(F.col("kind") == "kill-master"), history)
+    return fo.withColumnRenamed("fault_ms", "kill_ms").withColumnRenamed("recovery_ms", "failover_ms")
+
+
+def other_faults(nemesis: DataFrame, history: DataFrame) -> DataFrame:
+    """Every other fault (slave and controller kills, pauses, HA partitions) under its own ``kind``,
+    with the same recovery measure as ``failovers``."""
+    return fault_recovery(nemesis.where(F.col("kind") != "kill-master"), history)
 
 
 # -- acknowledged versus consumed -----------------------------------------------------------------
@@ -349,6 +366,7 @@ def analyse(tables: Any, persist: bool = False) -> dict[str, DataFrame]:
         "replication_lag": lag,
         "lag_summary": lag_summary(lag),
         "failovers": failovers(tables.nemesis, tables.history),
+        "other_faults": other_faults(tables.nemesis, tables.history),
         "delivery": delivery_summary(fate),
         "lost_messages": lost_messages(fate),
     }

@@ -1,15 +1,16 @@
 """Collection: chaos run directories and live record lists -> Ray Datasets -> Spark DataFrames.
 
-Theory of operation. Every record kind of the chaos run directory (docs/contracts.md) has one
-fixed Arrow schema here (``SCHEMAS``) and one normaliser that turns a decoded JSON object into a row
-of that schema: identifiers that may be ints or strings become strings, wall-clock times become
-int64 milliseconds, missing "null if unknown" keys become nulls, epoch entries become structs, and
-controller events keep the columns the analyses use plus the rest as a JSON string. Files are read
-by Ray Data (``read_text`` / ``read_binary_files``) and parsed in Ray tasks, so a directory on shared
-storage is read where Ray schedules the work; live records arrive as lists gathered through Ray by
-the caller and become Ray Datasets with ``from_arrow``. Either way, RayDP's ``Dataset.to_spark``
-hands the blocks to Spark through the Ray object store: no intermediate files. This module does not
-import ``actors`` (DESIGN.md: dependencies point from actors to spark_on_ray).
+Theory of operation. A chaos run directory (docs/contracts.md) is read by the one reader the
+checker uses, ``rocketray.verify.history.read_run_dir`` (strict: a malformed line is a
+``CollectError`` naming the file and the line), and its typed records become record lists like the
+ones a live cluster hands over. Every record kind has one fixed Arrow schema here (``SCHEMAS``) and
+one normaliser that turns a record (a dict shaped like a run-directory line) into a row of that
+schema: identifiers that may be ints or strings become strings, wall-clock times become int64
+milliseconds, missing "null if unknown" keys become nulls, epoch entries become structs, and
+controller events keep the columns the analyses use plus the rest as a JSON string. The rows
+become a Ray Dataset (``from_arrow``) and RayDP's ``Dataset.to_spark`` hands the blocks to Spark
+through the Ray object store: no intermediate files. This module does not import ``actors``
+(DESIGN.md: dependencies point from actors to spark_on_ray).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from typing import Any, Callable, Iterable, Mapping
 
 import pyarrow as pa
 
+from rocketray.verify import history as run_format
+
 HISTORY = "history"
 NEMESIS = "nemesis"
 REPLICAS = "replicas"
@@ -30,11 +33,11 @@ CONTROLLER_EVENTS = "controller_events"
 
 #: record kind -> file name in a run directory
 FILES = {
-    HISTORY: "history.jsonl",
-    NEMESIS: "nemesis.jsonl",
-    REPLICAS: "replicas.json",
-    SAMPLES: "samples.jsonl",
-    CONTROLLER_EVENTS: "controller_events.jsonl",
+    HISTORY: run_format.HISTORY_FILE,
+    NEMESIS: run_format.NEMESIS_FILE,
+    REPLICAS: run_format.REPLICAS_FILE,
+    SAMPLES: run_format.SAMPLES_FILE,
+    CONTROLLER_EVENTS: run_format.CONTROLLER_EVENTS_FILE,
 }
 
 EPOCH_ENTRY_TYPE = pa.struct([("epoch", pa.int64()), ("start_offset", pa.int64()), ("end_offset", pa.int64())])
@@ -68,10 +71,6 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("fields_json", pa.string()),
     ]),
 }
-
-#: Ray CPU reserved by each Ray Data read/parse task: a fraction, so collection still runs when a live
-#: cluster's actors hold every whole core.
-TASK_CPU = 0.25
 
 #: Rows per Ray block made from live record lists (each block is fetched by Spark on its own).
 ROWS_PER_BLOCK = 500_000
@@ -213,18 +212,6 @@ def records_to_arrow(kind: str, records: Iterable[Mapping[str, Any]]) -> pa.Tabl
     return pa.Table.from_pylist(rows, schema=SCHEMAS[kind])
 
 
-def parse_jsonl_lines(kind: str, lines: Iterable[str]) -> pa.Table:
-    """Parse JSONL text lines (blank lines skipped) of one kind into its Arrow table."""
-    objs = []
-    for line in lines:
-        if line and line.strip():
-            try:
-                objs.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise CollectError(f"{kind}: not a JSON line: {line[:200]!r}") from exc
-    return records_to_arrow(kind, objs)
-
-
 # -- Ray Data -> Spark -----------------------------------------------------------------------------
 #
 # PySpark 3.5's Arrow conversion inside RayDP's reader (mapInPandas) fails on array<struct> columns
@@ -244,10 +231,6 @@ def to_transport(kind: str, table: pa.Table) -> pa.Table:
     return table
 
 
-def transport_schema(kind: str) -> pa.Schema:
-    return to_transport(kind, SCHEMAS[kind].empty_table()).schema
-
-
 def _from_transport(kind: str, df: Any) -> Any:
     from pyspark.sql import functions as F
 
@@ -257,41 +240,6 @@ def _from_transport(kind: str, df: Any) -> Any:
     fields_by_name = {f.name: f for f in spark_schema(kind).fields}
     return df.select(*[F.from_json(F.col(n), fields_by_name[n].dataType).alias(n) if n in names else F.col(n)
                        for n in SCHEMAS[kind].names])
-
-
-def _task_cpu() -> float:
-    """``TASK_CPU``, or 0 when not even that is free (a 0-CPU task is still scheduled; a hung read is not)."""
-    import ray
-
-    return TASK_CPU if ray.available_resources().get("CPU", 0.0) >= TASK_CPU else 0.0
-
-
-def _jsonl_dataset(kind: str, path: Path) -> Any:
-    import ray.data
-
-    ds = ray.data.read_text(str(path), ray_remote_args={"num_cpus": _task_cpu()})
-
-    def parse(batch: pa.Table) -> pa.Table:
-        return to_transport(kind, parse_jsonl_lines(kind, batch.column("text").to_pylist()))
-
-    return ds.map_batches(parse, batch_format="pyarrow", batch_size=100_000, num_cpus=_task_cpu())
-
-
-def _json_list_dataset(kind: str, path: Path) -> Any:
-    import ray.data
-
-    ds = ray.data.read_binary_files(str(path), ray_remote_args={"num_cpus": _task_cpu()})
-
-    def parse(batch: pa.Table) -> pa.Table:
-        objs: list[Any] = []
-        for blob in batch.column("bytes").to_pylist():
-            doc = json.loads(blob)
-            if not isinstance(doc, list):
-                raise CollectError(f"{kind}: expected a JSON list, got {type(doc).__name__}")
-            objs.extend(doc)
-        return to_transport(kind, records_to_arrow(kind, objs))
-
-    return ds.map_batches(parse, batch_format="pyarrow", num_cpus=_task_cpu())
 
 
 def dataset_to_spark(spark: Any, kind: str, ds: Any) -> Any:
@@ -358,40 +306,38 @@ def _spark(spark: Any) -> Any:
     return active_spark()
 
 
-def collect_run_dir(path: str | Path, spark: Any = None) -> Tables:
-    """Read a chaos run directory with Ray Data and return its records as Spark DataFrames.
+def run_dir_records(path: str | Path) -> dict[str, list[dict[str, Any]]]:
+    """A chaos run directory as record lists, read by the checker's reader (``verify/history.py``).
 
-    ``history.jsonl`` and ``replicas.json`` are required; the other files may be absent (empty
-    tables). ``spark`` defaults to the session of ``rocketray.spark_on_ray.session.spark_session``.
+    ``history.jsonl`` and ``replicas.json`` are required; the other files may be absent (empty).
     """
-    import ray.data
-
-    spark = _spark(spark)
     root = Path(path)
     if not root.is_dir():
         raise CollectError(f"{root} is not a directory")
-    frames: dict[str, Any] = {}
-    for kind, name in FILES.items():
-        file = root / name
-        if not file.exists() or file.stat().st_size == 0:
-            if kind in (HISTORY, REPLICAS):
-                raise CollectError(f"{file} is missing: a chaos run directory needs {name}")
-            ds = ray.data.from_arrow(transport_schema(kind).empty_table())
-        elif kind == REPLICAS:
-            ds = _json_list_dataset(kind, file.resolve())
-        else:
-            ds = _jsonl_dataset(kind, file.resolve())
-        frames[kind] = dataset_to_spark(spark, kind, ds)
-    return Tables(**frames)
+    if not (root / FILES[REPLICAS]).is_file():
+        raise CollectError(f"{root / FILES[REPLICAS]} is missing: a chaos run directory needs {FILES[REPLICAS]}")
+    try:
+        run = run_format.read_run_dir(root)
+    except run_format.RunDirError as exc:
+        raise CollectError(f"{root}: {exc}") from exc
+    parts = {HISTORY: run.ops, NEMESIS: run.nemesis, REPLICAS: run.replicas, SAMPLES: run.samples,
+             CONTROLLER_EVENTS: run.controller_events}
+    return {kind: [record.to_json() for record in records] for kind, records in parts.items()}
 
 
-def collect_live(records: Mapping[str, list[dict[str, Any]]], spark: Any = None) -> Tables:
-    """The same DataFrames as ``collect_run_dir`` from record lists gathered through Ray.
+def collect_run_dir(path: str | Path, spark: Any = None) -> Tables:
+    """A chaos run directory's records as Spark DataFrames (``run_dir_records`` then ``collect_records``)."""
+    return collect_records(run_dir_records(path), spark)
+
+
+def collect_records(records: Mapping[str, list[dict[str, Any]]], spark: Any = None) -> Tables:
+    """Record lists (a run directory's, or gathered through Ray from a live cluster) as DataFrames.
 
     ``records`` maps each kind (``history``, ``nemesis``, ``replicas``, ``samples``,
     ``controller_events``) to a list of dicts shaped like the run directory's lines; missing kinds
     are empty. Rows are normalised in this process and become a Ray Dataset (``from_arrow``) before
-    Spark reads them from the object store.
+    Spark reads them from the object store. ``spark`` defaults to the session of
+    ``rocketray.spark_on_ray.session.spark_session``.
     """
     import ray.data
 

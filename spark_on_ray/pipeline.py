@@ -14,10 +14,10 @@ from typing import Any, Mapping, TextIO
 import pandas as pd
 
 from rocketray.spark_on_ray import analyses, report
-from rocketray.spark_on_ray.collect import Tables, collect_live, collect_run_dir
+from rocketray.spark_on_ray.collect import Tables, collect_records, collect_run_dir
 
 #: Tables printed to the terminal, in this order (the rest are only written to files).
-PRINTED = ("delivery", "failovers", "epoch_timeline", "elections", "split_brain", "truncation_summary", "lag_summary",
+PRINTED = ("delivery", "failovers", "other_faults", "epoch_timeline", "elections", "split_brain", "truncation_summary", "lag_summary",
            "lost_messages")
 PRINT_MAX_ROWS = 30
 
@@ -49,6 +49,7 @@ def summarize(frames: Mapping[str, pd.DataFrame]) -> dict[str, Any]:
         "failovers_recovered": int(fo["recovered"].sum()) if len(fo) else 0,
         "failover_ms_p50": float(durations.median()) if len(durations) else None,
         "failover_ms_max": float(durations.max()) if len(durations) else None,
+        "other_faults": fault_summary(frames["other_faults"]),
         "split_brain_epochs": int(len(frames["split_brain"])),
         "controller_elections": int(len(frames["elections"])),
         "acknowledged": total(delivery, "acknowledged"),
@@ -63,6 +64,18 @@ def summarize(frames: Mapping[str, pd.DataFrame]) -> dict[str, Any]:
         "queues": int(len(queues[["group", "topic", "queue_id"]].drop_duplicates())) if len(queues) else 0,
         "max_queue_entries_behind": _int_or_none(queues["behind_reference"].max()) if len(queues) else None,
     }
+
+
+def fault_summary(faults: pd.DataFrame) -> dict[str, dict[str, Any]]:
+    """Per fault kind: rows (fault x group hit), how many recovered, and the median recovery in ms."""
+    out: dict[str, dict[str, Any]] = {}
+    if not len(faults):
+        return out
+    for kind, rows in faults.groupby("kind"):
+        durations = rows["recovery_ms"].dropna()
+        out[str(kind)] = {"count": int(len(rows)), "recovered": int(rows["recovered"].sum()),
+                          "recovery_ms_p50": float(durations.median()) if len(durations) else None}
+    return out
 
 
 def analyse_tables(tables: Tables, out_dir: str | Path, title: str = "rocketray analytics") -> tuple[
@@ -96,8 +109,8 @@ def analyse_run_dir(run_dir: str | Path, out_dir: str | Path, spark: Any = None)
 
 def analyse_live(records: Mapping[str, list[dict[str, Any]]], out_dir: str | Path, spark: Any = None) -> tuple[
         dict[str, Any], dict[str, pd.DataFrame]]:
-    """``collect_live`` then ``analyse_tables``."""
-    return analyse_tables(collect_live(records, spark), out_dir, title="rocketray analytics: live cluster")
+    """``collect_records`` then ``analyse_tables``."""
+    return analyse_tables(collect_records(records, spark), out_dir, title="rocketray analytics: live cluster")
 
 
 def print_tables(frames: Mapping[str, pd.DataFrame], stream: TextIO) -> None:

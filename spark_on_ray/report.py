@@ -178,7 +178,7 @@ def draw_charts(frames: Mapping[str, pd.DataFrame], out_dir: Path) -> dict[str, 
 # -- HTML ------------------------------------------------------------------------------------------
 
 #: Tables shown in full in the HTML report (long ones are truncated to HTML_MAX_ROWS).
-HTML_TABLES = ("delivery", "failovers", "epoch_timeline", "elections", "split_brain", "replica_agreement",
+HTML_TABLES = ("delivery", "failovers", "other_faults", "epoch_timeline", "elections", "split_brain", "replica_agreement",
                "truncation_summary", "lag_summary", "queue_positions", "lost_messages")
 HTML_MAX_ROWS = 200
 

@@ -115,28 +115,52 @@ def test_replication_lag_is_measured_against_the_masters_latest_sample(frame):
     assert summary == [("g", 1, 2, 0), ("g", 2, 2, 50)]
 
 
-def test_failovers_measure_kill_to_first_acknowledged_send_per_group(tiny, TINY_TRUTH):
-    # Group kills count for their group; the controller kill (no group) counts for every group.
+def test_failovers_are_master_kills_and_other_faults_keep_their_kind(tiny, TINY_TRUTH):
+    # Master kills are the failovers (the checker's meaning); the controller kill (no group) is
+    # reported under its own kind, for every group.
     fo = analyses.failovers(tiny["nemesis"], tiny["history"])
-    got = {(r["group"], r["kill_ms"]): r["failover_ms"] for r in fo.collect()}
-    assert got == TINY_TRUTH["failover_ms"]
+    assert {(r["group"], r["kill_ms"]): r["failover_ms"] for r in fo.collect()} == TINY_TRUTH["failover_ms"]
+    other = analyses.other_faults(tiny["nemesis"], tiny["history"])
+    got = {(r["kind"], r["group"], r["fault_ms"]): r["recovery_ms"] for r in other.collect()}
+    assert got == TINY_TRUTH["other_faults_ms"]
 
 
-def test_failover_ignores_acks_before_or_at_the_kill_millisecond(frame):
-    # Acks at 100 (same ms as the kill) and 90 do not end the failover; the one at 130 does, for the right group.
+def test_failover_counts_only_sends_started_at_or_after_the_kill(frame):
+    # The checker's rule: sends started before the kill (even if acknowledged after it) do not end the
+    # failover; a send started at the kill's own millisecond does; another group's ack does not.
     nem = frame("nemesis", [{"time_ms": 100, "kind": "kill-master", "phase": "start", "target": "g/1", "group": "g"}])
 
-    def ack(i, group, end_ms):
+    def ack(i, group, start_ms, end_ms):
         return {"op_id": i, "process": "p", "f": "send", "group": group, "queue_id": 0, "payload_id": f"m{i}",
-                "start_ms": end_ms - 1, "end_ms": end_ms, "outcome": "ok"}
+                "start_ms": start_ms, "end_ms": end_ms, "outcome": "ok"}
 
-    hist = frame("history", [ack(1, "g", 90), ack(2, "g", 100), ack(3, "h", 110), ack(4, "g", 130), ack(5, "g", 170)])
+    hist = frame("history", [ack(1, "g", 89, 90), ack(2, "g", 95, 120), ack(3, "h", 100, 110),
+                             ack(4, "g", 100, 150), ack(5, "g", 129, 130), ack(6, "g", 169, 170)])
     assert rows(analyses.failovers(nem, hist), "group", "first_ack_ms", "failover_ms") == [("g", 130, 30)]
 
 
+def test_failover_agrees_with_the_checker_on_constructed_runs(frame):
+    # Same ops and nemesis through verify/checker.py failover_times and the Spark analysis.
+    from rocketray.verify.checker import failover_times
+    from rocketray.verify.history import NemesisEvent, OpRecord
+
+    sends = [(1, "g", 10, 40), (2, "g", 55, 300), (3, "g", 60, 90), (4, "h", 70, 75), (5, "g", 200, 210),
+             (6, "h", 205, 260), (7, "h", 400, 401)]
+    kills = [(50, "g"), (50, "h"), (199, "g"), (300, "h"), (500, "g")]
+    ops = [OpRecord(i, "p", "send", g, 0, f"m{i}", None, None, s, e, "ok") for i, g, s, e in sends]
+    nemesis = [NemesisEvent(t, "kill-master", "start", f"{g}/1", g) for t, g in kills]
+    stats, details = failover_times(ops, nemesis)
+    checker = {(d["group"], d["kill_ms"]): d["failover_ms"] for d in details}
+    hist = frame("history", [o.to_json() for o in ops])
+    nem = frame("nemesis", [e.to_json() for e in nemesis])
+    spark = {(r["group"], r["kill_ms"]): r["failover_ms"] for r in analyses.failovers(nem, hist).collect()}
+    assert spark == checker == {("g", 50): 40, ("h", 50): 25, ("g", 199): 11, ("h", 300): 101, ("g", 500): None}
+    assert stats.unrecovered == 1
+
+
 def test_failover_without_a_later_ack_is_unrecovered(frame):
-    # A kill after the last acknowledged send has no end: failover_ms is null and recovered false.
-    nem = frame("nemesis", [{"time_ms": 50, "kind": "kill-broker", "phase": "start", "target": "g/2", "group": "g"}])
+    # A master kill after the last acknowledged send has no end: failover_ms is null and recovered false.
+    nem = frame("nemesis", [{"time_ms": 50, "kind": "kill-master", "phase": "start", "target": "g/2", "group": "g"}])
     hist = frame("history", [{"op_id": 1, "process": "p", "f": "send", "group": "g", "queue_id": 0,
                               "payload_id": "x", "start_ms": 1, "end_ms": 10, "outcome": "ok"}])
     assert rows(analyses.failovers(nem, hist), "group", "failover_ms", "recovered") == [("g", None, False)]

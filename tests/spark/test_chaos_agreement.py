@@ -36,6 +36,14 @@ def test_analytics_agree_with_the_checker_on_a_real_chaos_run(spark, tmp_path):
     fo = frames["failovers"]
     assert len(fo[fo["kind"] == "kill-master"]) == len(kills)
     assert verdict["failover_ms"]["count"] + verdict["failover_ms"].get("unrecovered", 0) == len(kills)
+    # the analytics' failovers are the checker's: the same duration for every master kill
+    from rocketray.verify.checker import failover_times
+    from rocketray.verify.history import read_run_dir
+
+    data = read_run_dir(run)
+    _, details = failover_times(data.ops, data.nemesis)
+    assert sorted(int(x) for x in fo["failover_ms"].dropna()) == sorted(
+        int(d["failover_ms"]) for d in details if d["failover_ms"] is not None)
     epochs = {(r.group, e[0]) for r in read_replicas(run / "replicas.json") for e in r.epoch_entries}
     assert summary["epochs"] == len(epochs)
     # The run saved the controllers' event log: each epoch on disk was an election logged there.

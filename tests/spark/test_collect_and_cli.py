@@ -54,11 +54,11 @@ def _plain(nested):
 
 @pytest.mark.slow
 def test_run_dir_and_live_records_give_the_same_dataframes(spark, tiny_run, tiny_records):
-    # Reading the run directory with Ray Data and handing live lists to collect_live yield equal tables.
-    from rocketray.spark_on_ray.collect import collect_live, collect_run_dir
+    # Reading the run directory (the checker's reader) and handing live lists over yield equal tables.
+    from rocketray.spark_on_ray.collect import collect_records, collect_run_dir
 
     from_dir = collect_run_dir(tiny_run, spark)
-    live = collect_live(tiny_records, spark)
+    live = collect_records(tiny_records, spark)
     for kind in FILES:
         a = from_dir.as_dict()[kind].toPandas()
         b = live.as_dict()[kind].toPandas()
@@ -149,3 +149,23 @@ def test_the_constructed_run_follows_the_contract_of_the_chaos_reader(tiny_run, 
     from rocketray.verify import history
     run = history.read_run_dir(tiny_run)
     assert len(run.ops) == len(tiny_records["history"]) and len(run.replicas) == len(tiny_records["replicas"])
+
+
+def test_run_dir_is_read_by_the_checkers_reader(tiny_run, tiny_records, tmp_path):
+    # No Spark: the run directory's records come from verify/history.py, so a line the checker would
+    # refuse is refused here too, naming the file and the line.
+    import shutil
+
+    from rocketray.spark_on_ray.collect import run_dir_records
+
+    got = run_dir_records(tiny_run)
+    assert {k: len(v) for k, v in got.items()} == {k: len(tiny_records.get(k, [])) for k in FILES}
+    bad = tmp_path / "bad"
+    shutil.copytree(tiny_run, bad)
+    with open(bad / "history.jsonl", "a") as fh:
+        fh.write(json.dumps({**tiny_records["history"][0], "outcome": "maybe"}) + "\n")
+    with pytest.raises(CollectError, match=r"history\.jsonl:\d+: key 'outcome' must be one of"):
+        run_dir_records(bad)
+    (bad / "replicas.json").unlink()
+    with pytest.raises(CollectError, match="replicas.json is missing"):
+        run_dir_records(bad)

@@ -29,6 +29,12 @@ def result_frames(empty: bool = False) -> dict[str, pd.DataFrame]:
                                    "group": ["a"] * 3, "first_ack_ms": pd.array([2000, 2900, None], "Int64"),
                                    "failover_ms": pd.array([500, 400, None], "Int64"),
                                    "recovered": [True, True, False]}),
+        "other_faults": pd.DataFrame({"fault_id": [1, 2, 3], "fault_ms": [1800, 3000, 3000],
+                                      "kind": ["kill-broker", "kill-controller-leader", "kill-controller-leader"],
+                                      "target": ["a/2", "c0", "c0"], "group": ["a", "a", "b"],
+                                      "first_ack_ms": pd.array([2000, 3100, None], "Int64"),
+                                      "recovery_ms": pd.array([200, 100, None], "Int64"),
+                                      "recovered": [True, True, False]}),
         "delivery": pd.DataFrame({"group": ["a"], "acknowledged": [10], "consumed": [9], "lost": [1],
                                   "duplicated": [0]}),
         "lost_messages": pd.DataFrame({"group": ["a"], "payload_id": ["a7"]}),
@@ -51,6 +57,9 @@ def test_summary_counts_epochs_faults_split_brain_and_losses():
     assert (s["split_brain_epochs"], s["lost_messages"], s["diverged_epoch_entries"], s["bytes_truncated"]) == (1, 1, 1,
                                                                                                               20)
     assert s["controller_elections"] == 2 and (s["queues"], s["max_queue_entries_behind"]) == (1, 3)
+    # other faults are reported under their own kind, never mixed into the failover figures
+    assert s["other_faults"] == {"kill-broker": {"count": 1, "recovered": 1, "recovery_ms_p50": 200.0},
+                                 "kill-controller-leader": {"count": 2, "recovered": 1, "recovery_ms_p50": 100.0}}
     json.dumps(s)  # JSON-ready
 
 
