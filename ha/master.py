@@ -39,6 +39,13 @@ class MasterReplication:
     def self_id(self) -> int:
         return self.tracker.local_broker_id
 
+    def rename_self(self, self_id: int) -> None:
+        """The controller assigned this replica's id (before any connection or proposal)."""
+        t = self.tracker
+        assert not t.pending and not self._slave_of, "the id changes only before replicating"
+        t.local = frozenset(self_id if i == t.local_broker_id else i for i in t.local)
+        t.local_broker_id = self_id
+
     # -- connections -------------------------------------------------------------------------
 
     def opened(self, key: Hashable) -> None:

@@ -21,17 +21,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from rocketray.broker.role import Role
 from rocketray.ha.ack import AckPolicy, PutResult, PutStatus, after_write, refused
 from rocketray.ha.auth import AuthError
 from rocketray.ha.config import HAConfig
-from rocketray.ha.session import AckEvent, HandshakeEvent
 from rocketray.ha.master import MasterReplication
+from rocketray.ha.port import HAPort, WritePort
+from rocketray.ha.session import AckEvent, HandshakeEvent
 from rocketray.ha.sync_state import SyncStateTracker
-from rocketray.ha.transport import (STREAM_LIMIT, MasterConnection, SlaveClient, StoreLogView,
-                          authenticate)
+from rocketray.ha.transport import (STREAM_LIMIT, ConnectionOwner, MasterConnection, SlaveClient,
+                                    StoreLogView, authenticate)
 
 __all__ = ["HAService", "PutStatus", "PutResult", "Role"]
 
@@ -89,11 +90,8 @@ class HAService:
     def set_broker_id(self, broker_id: int) -> None:
         """The controller assigned this replica's id (before any role change)."""
         assert self.role == Role.NONE, "broker id changes only before the first role change"
-        old = self.broker_id
         self.broker_id = broker_id
-        self.tracker.local_broker_id = broker_id
-        self.tracker.local = frozenset(broker_id if i == old else i for i in self.tracker.local)
-        assert not self.tracker.pending
+        self.replication.rename_self(broker_id)
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self, listen_host: str = "127.0.0.1", port: int = 0) -> int:
@@ -409,3 +407,9 @@ class HAService:
             "slave_last_error": client.last_error if client else "",
             "rejected_connections": self.rejected_connections,
         }
+
+
+if TYPE_CHECKING:
+    def _implements_the_ports(ha: HAService) -> tuple[HAPort, WritePort, ConnectionOwner]:
+        """mypy checks here that HAService implements the ports it is used through."""
+        return ha, ha, ha
