@@ -20,6 +20,7 @@ COMMAND_MODULES = (
     "admin",
     "chaos",
     "analytics",
+    "simulate",
 )
 
 EXIT_USAGE = 2

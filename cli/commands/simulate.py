@@ -1,0 +1,71 @@
+"""``rocketray simulate``: run the deterministic simulator over many seeds, or replay one.
+
+    rocketray simulate --seeds 500             # seeds 1..500, stop at the first violation
+    rocketray simulate --seed 14               # replay one seed; prints its trace if it fails
+    rocketray simulate --seeds 200 --json      # one JSON object: seeds, violations, seeds_per_s, ...
+
+Exit status 0 when no invariant was violated, 1 when one was (the failing seed, the violated
+invariant and the last events before it are printed, with the smallest failing configuration when
+``--shrink`` is given).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+EXIT_VIOLATION = 1
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("simulate", help="run the deterministic simulator (seeded faults, invariants)",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--seeds", type=int, default=100, help="how many seeds to run, from --first (default 100)")
+    p.add_argument("--first", type=int, default=1, help="first seed of the range (default 1)")
+    p.add_argument("--seed", type=int, default=None, help="run (replay) this one seed only")
+    p.add_argument("--groups", type=int, default=1, help="broker groups (default 1)")
+    p.add_argument("--replicas", type=int, default=3, help="replicas per group (default 3)")
+    p.add_argument("--duration-ms", type=int, default=12_000, help="simulated time with faults (default 12000)")
+    p.add_argument("--faults", type=int, default=12, help="at most this many faults per seed (default 12)")
+    p.add_argument("--keep-going", action="store_true", help="do not stop at the first violation")
+    p.add_argument("--shrink", action="store_true", help="for a failing seed, find the smallest failing config")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from rocketray.sim.run import SimConfig, run_seed, run_seeds, shrink
+
+    config = SimConfig(groups=args.groups, replicas=args.replicas, duration_ms=args.duration_ms,
+                       max_faults=args.faults)
+    seeds = [args.seed] if args.seed is not None else range(args.first, args.first + args.seeds)
+    bar = None if args.json or args.seed is not None else tqdm(total=len(seeds), unit="seed", file=sys.stderr)
+    summary = run_seeds(seeds, config, stop_at_first=not args.keep_going,
+                        progress=(lambda r: bar.update(1)) if bar is not None else None)
+    if bar is not None:
+        bar.close()
+    failing = summary["first_failing_seed"]
+    if failing is not None and args.shrink:
+        smallest = shrink(failing, config)
+        summary["shrunk"] = {"max_faults": smallest.max_faults, "duration_ms": smallest.duration_ms,
+                             "violation": run_seed(failing, smallest).violation}
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        print(f"seeds {summary['seeds']}, violations {summary['violations']}, {summary['seeds_per_s']} seeds/s, "
+              f"{summary['steps']} steps, {summary['acked']} acknowledged, {summary['faults']} faults, "
+              f"{summary['elections']} elections")
+        if failing is not None:
+            print(f"FIRST FAILING SEED {failing}: {summary['violation']}")
+            print("last events:")
+            for line in summary["trace"]:
+                print("  " + line)
+            if "shrunk" in summary:
+                print(f"smallest failing config: {summary['shrunk']}")
+            print(f"replay: rocketray simulate --seed {failing}"
+                  + (f" --groups {args.groups}" if args.groups != 1 else "")
+                  + (f" --replicas {args.replicas}" if args.replicas != 3 else ""))
+    return EXIT_VIOLATION if summary["violations"] else 0

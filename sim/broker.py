@@ -1,0 +1,554 @@
+"""One broker replica in the simulated world: the real cores, a simulated shell.
+
+Theory of operation. A ``SimBroker`` is one broker process: the real ``MessageStore`` over its own
+``SimDisk``, the real ``RoleMachine`` (role, epoch, SyncStateSet), the real HA sessions
+(``SlaveSession`` / ``MasterSession``) and the real master-side core (``MasterReplication``: acks,
+union view, confirm offset, put verdicts). What this module adds is what ``ReplicasManager``,
+``HAService`` and the HA transport do in production, written for virtual time: execute the role
+machine's actions, move HA bytes over simulated connections, answer puts with ``after_write``. Every
+decision that decides whether data survives is made by the cores, so a rule reverted in a core is
+seen here. A crash (kill or power loss, or a crash the disk raises between two IO steps) ends the
+process: timers die with its generation, connections break, pending puts are never answered, and
+a new process recovers from the disk after a restart delay.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Callable
+
+from rocketray.broker import role as rm
+from rocketray.broker.config import FlushMode, StoreConfig
+from rocketray.broker.message import Message
+from rocketray.broker.role import MasterInfo, Role, RoleMachine, StoreFacts
+from rocketray.broker.store import MessageStore
+from rocketray.controller.api import (AlterSyncStateSetRequest, BrokerHeartbeatRequest, ElectMasterRequest,
+                                      GetReplicaInfoRequest, RegisterBrokerRequest, Response)
+from rocketray.controller.codes import ResponseCode
+from rocketray.ha.ack import AckPolicy, PutResult, PutStatus, after_write, refused
+from rocketray.ha.master import MasterReplication
+from rocketray.ha.protocol import ProtocolError
+from rocketray.ha.session import (AckEvent, Append, Close, HandshakeEvent, MasterSession, RecordEpoch, Send,
+                                  SetConfirmOffset, SlaveSession, Truncate)
+from rocketray.ha.transport import StoreLogView, local_log
+from rocketray.sim.controller import CONTROLLER, SimController
+from rocketray.sim.disk import CrashMode, SimCrash, SimDisk
+from rocketray.sim.net import Connection, Network
+from rocketray.sim.world import World
+
+__all__ = ["SimBroker", "BrokerTimings", "TOPIC"]
+
+TOPIC = "sim"
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerTimings:
+    heartbeat_ms: int = 200
+    heartbeat_timeout_ms: int = 1500
+    poll_ms: int = 500
+    shrink_ms: int = 500
+    not_catchup_ms: int = 3000
+    slave_timeout_ms: int = 1000
+    ha_tick_ms: int = 20
+    ha_heartbeat_ms: int = 500
+    ha_housekeeping_ms: int = 3000
+    rpc_timeout_ms: int = 600
+    restart_min_ms: int = 300
+    restart_max_ms: int = 2500
+    segment_bytes: int = 4096
+
+
+@dataclass(slots=True)
+class _Put:
+    end: int
+    epoch: int
+    offsets: tuple
+    deadline_ms: int
+    reply: Callable[[PutResult | None], None]
+
+
+class SimBroker:
+    def __init__(self, world: World, net: Network, controller: SimController, *, cluster: str, group: str,
+                 broker_id: int, timings: BrokerTimings, disk_seed: int) -> None:
+        self.world, self.net, self.controller = world, net, controller
+        self.cluster, self.group, self.id = cluster, group, broker_id
+        self.name = f"{group}-{broker_id}"
+        self.t = timings
+        self.disk = SimDisk(random.Random(disk_seed), clock_ms=lambda: world.now_ms)
+        self.store_config = StoreConfig(segment_size_bytes=timings.segment_bytes, flush_mode=FlushMode.SYNC,
+                                        retention_ms=None, background_thread=False)
+        self.up = False
+        self.restarts = 0
+        self.epochs_seen: list[int] = []      # the role machine's master epochs, this process
+        self.store: MessageStore | None = None
+        self.peers: dict[str, SimBroker] = {}   # every broker of the group by name (set by the world)
+
+    # ================================================================== process lifecycle
+    def boot(self) -> None:
+        """A new process: recover the store from the disk and start the controller loop."""
+        self.world.bump(self)
+        self.net.set_down(self.name, False)
+        self.up = True
+        self.machine = RoleMachine(broker_address=self.name)
+        self.master = MasterReplication(self.id, AckPolicy(all_ack_in_sync_state_set=True),
+                                        self.t.not_catchup_ms)
+        self.ha_role = Role.NONE
+        self.ha_epoch = -1
+        self.sessions: dict[int, tuple[Connection, MasterSession]] = {}
+        self.slave: _SlaveLink | None = None
+        self.puts: list[_Put] = []
+        self.registered = False
+        self.epochs_seen = []
+        self.world.note(f"{self.name} boots (restart {self.restarts})")
+        self._guard(self._open_store)
+        if not self.up:
+            return
+        self.feed(rm.IdAssigned(self.id))
+        self._register()
+        self._every(self.t.heartbeat_ms, self._heartbeat)
+        self._every(self.t.poll_ms, self._poll)
+        self._every(self.t.shrink_ms, self._shrink_check)
+        self._every(self.t.ha_tick_ms, self._ha_tick)
+
+    def _open_store(self) -> None:
+        self.store = MessageStore(f"/{self.name}/store", self.store_config, disk=self.disk)
+        self.log_view = StoreLogView(self.store, lambda: self.store.confirm_offset)
+
+    def crash(self, mode: CrashMode) -> None:
+        """Kill (page cache kept) or power loss (unsynced bytes dropped) now."""
+        if not self.up:
+            return
+        self.disk.set_hook(None)
+        self.disk.crash(mode)
+        self._down(mode)
+
+    def _down(self, mode: CrashMode) -> None:
+        self.disk.set_hook(None)
+        self.world.note(f"{self.name} crashed ({mode.name})")
+        self.up = False
+        self.world.bump(self)
+        self.net.set_down(self.name, True)
+        self.puts = []                      # never answered: the clients time out (unknown)
+        self.store = None
+        self.restarts += 1
+        delay = self.world.rng.randint(self.t.restart_min_ms, self.t.restart_max_ms)
+        self.world.at(delay, self.boot, what=f"{self.name} restart")
+
+    def _guard(self, fn: Callable[[], None]) -> None:
+        """Run one step of this process; a crash the disk raises mid-step ends the process."""
+        if not self.up:
+            return
+        try:
+            fn()
+        except SimCrash as crash:
+            self._down(crash.mode)
+
+    def _every(self, period_ms: int, fn: Callable[[], None]) -> None:
+        def tick() -> None:
+            self._guard(fn)
+            self.world.at(period_ms, tick, owner=self)
+        self.world.at(self.world.rng.randint(1, period_ms), tick, owner=self)
+
+    def _later(self, delay_ms: int, fn: Callable[[], None], what: str = "") -> None:
+        self.world.at(delay_ms, lambda: self._guard(fn), owner=self, what=what)
+
+    # ================================================================== role machine
+    def facts(self) -> StoreFacts:
+        assert self.store is not None
+        return StoreFacts(int(self.store.epoch_file.last_epoch()), int(self.store.max_offset))
+
+    def feed(self, event: rm.Input) -> None:
+        pending: list[rm.Input] = [event]
+        while pending and self.up:
+            for action in self.machine.step(pending.pop(0), self.facts()):
+                follow = self._execute(action)
+                if follow is not None:
+                    pending.append(follow)
+            if self.machine.is_master and (not self.epochs_seen or
+                                            self.epochs_seen[-1] != self.machine.master_epoch):
+                self.epochs_seen.append(self.machine.master_epoch)
+
+    def _execute(self, action: rm.Action) -> rm.Input | None:
+        if isinstance(action, rm.BecomeMaster):
+            ok = self._ha_master_same(action.epoch) if action.same else self._ha_master(action.epoch)
+            return rm.SwitchDone(ok)
+        if isinstance(action, rm.BecomeSlave):
+            return rm.SwitchDone(self._ha_slave(action.master_address, action.epoch))
+        if isinstance(action, rm.ApplySyncStateSet):
+            self.master.confirmed(action.members)
+            self._update_confirm()
+            return None
+        if isinstance(action, rm.ReportSyncStateSet):
+            self.master.in_flight(action.proposal)
+            self._report(action)
+            return None
+        if isinstance(action, rm.SendHeartbeat):
+            self._heartbeat()
+            return None
+        if isinstance(action, rm.RequestElection):
+            self._call(ElectMasterRequest.of_broker_trigger(self.cluster, self.group, self.id),
+                       lambda r: self.feed(rm.ElectAnswered(
+                           MasterInfo.from_response(r) if r is not None and r.code in (
+                               ResponseCode.SUCCESS, ResponseCode.CONTROLLER_MASTER_STILL_EXIST) else None)))
+            return None
+        if isinstance(action, rm.RequestNewTerm):
+            old = action.old_epoch
+            self._call(ElectMasterRequest.of_new_term(self.cluster, self.group, self.id),
+                       lambda r: self.feed(rm.NewTermAnswered(
+                           old, MasterInfo.from_response(r) if r is not None and r.ok else None)))
+            return None
+        if isinstance(action, rm.SetWritable):
+            return None
+        raise TypeError(f"unknown action {action!r}")
+
+    # ================================================================== controller calls
+    def _call(self, request: object, on_answer: Callable[[Response | None], None]) -> None:
+        self.net.call(self.name, CONTROLLER, lambda: self.controller.handle(request),
+                      lambda resp: self._guard(lambda: on_answer(resp)), owner=self,
+                      timeout_ms=self.t.rpc_timeout_ms)
+
+    def _register(self) -> None:
+        def answered(resp: Response | None) -> None:
+            if resp is None or not resp.ok:
+                self._later(self.t.poll_ms, self._register)
+                return
+            self.registered = True
+            self.feed(rm.Registered(MasterInfo.from_response(resp)))
+            self.feed(rm.Bootstrap())
+        self._call(RegisterBrokerRequest(self.cluster, self.group, self.id, self.name), answered)
+
+    def _heartbeat(self) -> None:
+        if not self.registered or self.store is None:
+            return
+        req = BrokerHeartbeatRequest(self.cluster, self.group, self.name, self.id,
+                                     epoch=int(self.store.epoch_file.last_epoch()),
+                                     max_offset=int(self.store.max_offset),
+                                     confirm_offset=int(self.store.confirm_offset),
+                                     heartbeat_timeout_ms=self.t.heartbeat_timeout_ms)
+        self.net.call(self.name, CONTROLLER, lambda: self.controller.handle(req), lambda _r: None,
+                      owner=self, timeout_ms=self.t.rpc_timeout_ms)
+
+    def _poll(self) -> None:
+        if not self.registered:
+            return
+        if not self.machine.running:
+            self.feed(rm.Bootstrap())
+            return
+
+        def answered(resp: Response | None) -> None:
+            if resp is not None and resp.ok:
+                self.feed(rm.ReplicaInfoPolled(MasterInfo.from_response(resp)))
+        self._call(GetReplicaInfoRequest(self.group), answered)
+
+    def notified(self, info: MasterInfo) -> None:
+        """A role-change notification from the controller arrived."""
+        self._guard(lambda: self.feed(rm.RoleChangeNotified(info)) if self.registered else None)
+
+    def _report(self, action: rm.ReportSyncStateSet) -> None:
+        req = AlterSyncStateSetRequest(self.group, self.id, action.master_epoch, action.proposal,
+                                       action.sync_state_set_epoch, invoke_time_ms=self.world.now_ms)
+
+        def answered(resp: Response | None) -> None:
+            if resp is None:
+                self.feed(rm.ReportAnswered(rm.ReportOutcome.UNKNOWN))
+            elif resp.ok:
+                body = resp.body or {}
+                self.feed(rm.ReportAnswered(rm.ReportOutcome.CONFIRMED,
+                                            frozenset(body.get("sync_state_set") or action.proposal),
+                                            int(body.get("sync_state_set_epoch",
+                                                         resp.header.get("new_sync_state_set_epoch", 0)))))
+            else:
+                self.feed(rm.ReportAnswered(rm.ReportOutcome.REFUSED))
+        self._call(req, answered)
+
+    def _shrink_check(self) -> None:
+        if self.machine.running and self.machine.is_master and self.ha_role == Role.MASTER:
+            candidate = self.master.shrink(self.world.now_ms)
+            self._update_confirm()
+            self.feed(rm.ShrinkChecked(frozenset(candidate)))
+
+    def _propose(self, proposal: frozenset[int] | None) -> None:
+        if proposal is not None:
+            self._update_confirm()
+            self.feed(rm.SyncStateSetProposed(frozenset(proposal)))
+
+    # ================================================================== HA: role switches
+    def _ha_master(self, epoch: int) -> bool:
+        store = self.store
+        assert store is not None
+        ef = store.epoch_file
+        if epoch < ef.last_epoch():
+            return False
+        self._stop_slave()
+        self._close_sessions("role change to master")
+        cut = store.truncate_invalid_tail()
+        if cut >= 0:
+            ef.truncate_suffix_by_offset(cut)
+        self._start_epoch(epoch)
+        self.ha_role, self.ha_epoch = Role.MASTER, epoch
+        self.master.new_term()
+        self._update_confirm()
+        return True
+
+    def _ha_master_same(self, epoch: int) -> bool:
+        assert self.store is not None
+        if epoch < self.store.epoch_file.last_epoch():
+            return False
+        self._start_epoch(epoch)
+        self.ha_role, self.ha_epoch = Role.MASTER, epoch
+        self._check_puts()
+        return True
+
+    def _start_epoch(self, epoch: int) -> None:
+        assert self.store is not None
+        ef, max_offset = self.store.epoch_file, self.store.max_offset
+        if ef.last_epoch() == epoch:
+            return
+        last = ef.last_entry()
+        if last is not None and last.start_offset >= max_offset:
+            ef.truncate_suffix_by_offset(max_offset)
+        assert ef.append(epoch, max_offset), (epoch, max_offset, ef.entries())
+
+    def _ha_slave(self, master_address: str, epoch: int) -> bool:
+        assert self.store is not None
+        if epoch < self.store.epoch_file.last_epoch():
+            return False
+        if self.ha_role == Role.SLAVE and self.slave is not None and self.slave.master == master_address:
+            self.ha_epoch = epoch
+            self.slave.expected_epoch = epoch
+            if self.slave.session is not None:
+                self.slave.session.expected_epoch = epoch
+            return True
+        self._stop_slave()
+        self._close_sessions("role change to slave")
+        self.ha_role, self.ha_epoch = Role.SLAVE, epoch
+        self._check_puts()
+        self.slave = _SlaveLink(master_address, epoch)
+        self._slave_connect()
+        return True
+
+    def _close_sessions(self, reason: str) -> None:
+        for conn, _session in list(self.sessions.values()):
+            conn.reset(reason)
+        for key in list(self.sessions):
+            self._session_closed(key)
+
+    def _stop_slave(self) -> None:
+        if self.slave is not None and self.slave.conn is not None:
+            self.slave.conn.reset("slave stopped")
+        self.slave = None
+
+    # ================================================================== HA: master side
+    def accept(self, conn: Connection) -> bool:
+        """A slave connects to this broker's HA port."""
+        if not self.up or self.ha_role != Role.MASTER:
+            return False
+        session = MasterSession(self.world.now_ms, heartbeat_interval_ms=self.t.ha_heartbeat_ms,
+                                housekeeping_interval_ms=self.t.ha_housekeeping_ms, batch_size=1024)
+        self.sessions[conn.id] = (conn, session)
+        self.master.opened(conn.id)
+        conn.bind(self.name, lambda c, d: self._guard(lambda: self._master_data(c, d)),
+                  lambda c: self._guard(lambda: self._session_closed(c.id)), owner=self)
+        return True
+
+    def _master_data(self, conn: Connection, data: bytes) -> None:
+        entry = self.sessions.get(conn.id)
+        if entry is None or self.store is None:
+            return
+        session = entry[1]
+        now = self.world.now_ms
+        try:
+            session.receive_data(data, now)
+            while True:
+                event = session.next_event(self.store.max_offset, now)
+                if event is None:
+                    break
+                if isinstance(event, HandshakeEvent):
+                    for old in self.master.handshake(conn.id, event.slave_id):
+                        self.sessions[old][0].reset("slave reconnected")
+                        self._session_closed(old)
+                    conn.send(self.name, session.handshake_reply(self.log_view, now))
+                elif isinstance(event, AckEvent):
+                    last = self.store.epoch_file.last_entry()
+                    proposal = self.master.acked(conn.id, event, self.store.confirm_offset,
+                                                 last.start_offset if last is not None else 0)
+                    self._propose(proposal)
+                    self._update_confirm()
+                    self._check_puts()
+        except ProtocolError as exc:
+            conn.reset(f"protocol error: {exc}")
+            self._session_closed(conn.id)
+            return
+        self._pump(conn.id)
+
+    def _session_closed(self, key: int) -> None:
+        if self.sessions.pop(key, None) is None:
+            return
+        proposal = self.master.closed(key, still_master=self.ha_role == Role.MASTER)
+        if self.ha_role == Role.MASTER:
+            self._propose(proposal)
+        self._check_puts()
+
+    def _pump(self, key: int) -> None:
+        """Send what the master session has for its slave (a few batches at most)."""
+        entry = self.sessions.get(key)
+        if entry is None or self.store is None:
+            return
+        conn, session = entry
+        now = self.world.now_ms
+        for _ in range(4):
+            out = session.next_send(self.log_view, now)
+            if out is None:
+                return
+            if out.header:
+                conn.send(self.name, bytes(out.header) + bytes(out.body))
+            if out.caught_up:
+                self.master.caught_up(key, now, session.async_learner)
+                return
+
+    def _update_confirm(self) -> None:
+        if self.ha_role != Role.MASTER or self.store is None:
+            return
+        value = self.master.confirm_offset(self.store.max_offset, self.store.confirm_offset)
+        if value != self.store.confirm_offset:
+            self.store.confirm_offset = value
+
+    # ================================================================== HA: puts
+    def put(self, bodies: list[bytes], reply: Callable[[PutResult | None], None]) -> None:
+        """A producer's batch: write as master, answer once the policy's acks arrive."""
+        def run() -> None:
+            if self.ha_role != Role.MASTER:
+                reply(refused(PutStatus.NOT_MASTER))
+                return
+            if not self.machine.writable:
+                reply(refused(PutStatus.FENCED))
+                return
+            if not self.master.put_admitted():
+                reply(refused(PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH))
+                return
+            assert self.store is not None
+            msgs = [Message(TOPIC, 0, body) for body in bodies]
+            stored = self.store.put_messages(msgs, self.world.now_ms)
+            offsets = tuple((m.queue_offset, m.physical_offset) for m in stored)
+            self.puts.append(_Put(self.store.max_offset, self.ha_epoch, offsets,
+                                  self.world.now_ms + self.t.slave_timeout_ms, reply))
+            self._update_confirm()
+            for key in list(self.sessions):
+                self._pump(key)
+            self._later(self.t.slave_timeout_ms, self._check_puts)
+            self._check_puts()
+        self._guard(run)
+
+    def _check_puts(self) -> None:
+        now = self.world.now_ms
+        keep = []
+        for p in self.puts:
+            still = self.up and self.ha_role == Role.MASTER and self.ha_epoch == p.epoch
+            acked = still and self.master.batch_acked(p.end)
+            if acked or not still or now >= p.deadline_ms:
+                p.reply(after_write(acked, still, p.offsets, p.end))
+            else:
+                keep.append(p)
+        self.puts = keep
+
+    # ================================================================== HA: slave side
+    def _slave_connect(self) -> None:
+        link = self.slave
+        if link is None or not self.up or link.conn is not None:
+            return
+        conn = self.net.connect(self.name, link.master)
+        peer = self.peers.get(link.master)
+        if conn is None or peer is None or not peer.accept(conn):
+            if conn is not None:
+                conn.reset("refused")
+            self._later(self.world.rng.randint(50, 300), self._slave_connect)
+            return
+        assert self.store is not None
+        session = SlaveSession(self.id, expected_epoch=link.expected_epoch,
+                               heartbeat_interval_ms=self.t.ha_heartbeat_ms,
+                               housekeeping_interval_ms=self.t.ha_housekeeping_ms)
+        link.conn, link.session = conn, session
+        conn.bind(self.name, lambda c, d: self._guard(lambda: self._slave_data(c, d)),
+                  lambda c: self._guard(lambda: self._slave_closed(c)), owner=self)
+        conn.send(self.name, session.connect(local_log(self.store), self.world.now_ms))
+
+    def _slave_data(self, conn: Connection, data: bytes) -> None:
+        link = self.slave
+        if link is None or link.conn is not conn or link.session is None or self.store is None:
+            return
+        session = link.session
+        now = self.world.now_ms
+        try:
+            session.receive_data(data, now)
+            while True:
+                actions = session.next_actions(local_log(self.store), now)
+                if actions is None:
+                    break
+                if not self._slave_apply(conn, actions):
+                    return
+        except ProtocolError as exc:
+            self._slave_drop(conn, f"protocol error: {exc}")
+
+    def _slave_apply(self, conn: Connection, actions: list) -> bool:
+        store = self.store
+        assert store is not None
+        for action in actions:
+            if isinstance(action, Send):
+                conn.send(self.name, action.data)
+            elif isinstance(action, Append):
+                store.append_raw(action.offset, action.data)
+            elif isinstance(action, SetConfirmOffset):
+                if action.offset != store.confirm_offset:
+                    store.confirm_offset = action.offset
+            elif isinstance(action, RecordEpoch):
+                store.epoch_file.append(action.epoch, action.start_offset)
+            elif isinstance(action, Truncate):
+                if action.offset < store.max_offset:
+                    store.truncate(action.offset)
+                store.epoch_file.truncate_suffix_by_offset(action.offset)
+            elif isinstance(action, Close):
+                self._slave_drop(conn, action.reason)
+                return False
+        return True
+
+    def _slave_drop(self, conn: Connection, reason: str) -> None:
+        conn.reset(reason)
+        self._slave_closed(conn)
+
+    def _slave_closed(self, conn: Connection) -> None:
+        link = self.slave
+        if link is None or link.conn is not conn:
+            return
+        link.conn, link.session = None, None
+        self._later(self.world.rng.randint(50, 300), self._slave_connect)
+
+    def _ha_tick(self) -> None:
+        now = self.world.now_ms
+        for key, (conn, session) in list(self.sessions.items()):
+            if session.expired(now):
+                conn.reset("slave silent")
+                self._session_closed(key)
+            else:
+                self._pump(key)
+        link = self.slave
+        if link is not None and link.session is not None and link.conn is not None:
+            self._slave_apply(link.conn, link.session.tick(now))
+        self._check_puts()
+
+    # ================================================================== reads
+    def read(self, queue_offset: int, max_count: int) -> list[Message]:
+        """A consumer's pull: what the store serves (never beyond its confirm offset)."""
+        if not self.up or self.store is None:
+            return []
+        out: list[Message] = []
+        self._guard(lambda: out.extend(self.store.get_messages(TOPIC, 0, queue_offset, max_count)))
+        return out
+
+
+@dataclass(slots=True)
+class _SlaveLink:
+    master: str
+    expected_epoch: int
+    conn: Connection | None = None
+    session: SlaveSession | None = None

@@ -1,0 +1,129 @@
+"""The controller in the simulated world: the real core behind a model of a replicated log.
+
+Theory of operation. The controller's own Raft is proven by its Jepsen-style test; here it is a
+linearizable log with unknown outcomes (SIMULATION.md section 4). A write request is decided by the
+real ``decide`` on the current state with liveness from the real ``HeartbeatTable``; its events are
+applied (committed) at once, or, when the seed says the leader died at that moment, either never
+(lost before commit) or without an answer (committed, caller sees a timeout: unknown). A leader
+change is a seeded event; the new leader waits one heartbeat timeout before its dead-master scan,
+like the real node. Elections triggered by the scan or by a broker notify the live members of the
+group; a notification can be lost, so brokers converge by polling.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from rocketray.broker.role import MasterInfo
+from rocketray.controller.api import (ApplyBrokerIdRequest, BrokerHeartbeatRequest, ElectMasterRequest,
+                                      GetReplicaInfoRequest, Response)
+from rocketray.controller.decide import (DecideContext, decide, decide_elect_master, is_write,
+                                         scan_need_reelect_broker_sets)
+from rocketray.controller.events import ElectMasterEvent
+from rocketray.controller.heartbeat import HeartbeatTable
+from rocketray.controller.state import ControllerState
+from rocketray.sim.net import Network
+from rocketray.sim.world import World
+
+__all__ = ["SimController", "CONTROLLER"]
+
+CONTROLLER = "controller"
+
+
+class SimController:
+    def __init__(self, world: World, net: Network, *, cluster: str, heartbeat_timeout_ms: int,
+                 scan_interval_ms: int, commit_fault_p: float = 0.0) -> None:
+        self.world, self.net = world, net
+        self.cluster = cluster
+        self.heartbeat_timeout_ms = heartbeat_timeout_ms
+        self.scan_interval_ms = scan_interval_ms
+        self.commit_fault_p = commit_fault_p
+        self.state = ControllerState()
+        self.heartbeats = HeartbeatTable()
+        self.leader_since_ms = 0
+        self.notify_to: Callable[[str, int, MasterInfo], None] | None = None
+        self.elections: list[tuple[str, int, int | None]] = []   # (group, epoch, master)
+
+    # -- setup --------------------------------------------------------------------------------------
+    def assign_ids(self, group: str, ids: list[int]) -> None:
+        """What the registrars' GetNextBrokerId/ApplyBrokerId achieve, done before the run."""
+        for bid in ids:
+            resp, events = decide(self.state, ApplyBrokerIdRequest(self.cluster, group, bid, f"{group}-{bid}"),
+                                  DecideContext())
+            assert resp.ok, resp
+            self.state.apply_all(events)
+
+    def start(self) -> None:
+        self.world.at(self.scan_interval_ms, self._scan, owner=self, what="controller scan")
+
+    # -- faults ---------------------------------------------------------------------------------------
+    def change_leader(self) -> None:
+        """A new Raft leader (brokers heartbeat every controller, so its heartbeat table is warm);
+        its dead-master scan waits one heartbeat timeout, like the real node."""
+        self.leader_since_ms = self.world.now_ms
+        self.world.note("controller leader changed")
+
+    # -- requests -------------------------------------------------------------------------------------
+    def handle(self, request: object) -> Response | None:
+        """One request at the leader; None when the answer is lost with a dying leader."""
+        now = self.world.now_ms
+        if isinstance(request, BrokerHeartbeatRequest):
+            return self.heartbeats.on_heartbeat(request, now)
+        ctx = DecideContext.from_heartbeats(self.heartbeats, now)
+        resp, events = decide(self.state, request, ctx)
+        if not is_write(request) or not events:
+            return resp
+        fault = self.world.rng.random() < self.commit_fault_p
+        if fault and self.world.rng.random() < 0.5:
+            self.world.note(f"controller lost {type(request).__name__} before commit")
+            self.change_leader()
+            return None
+        self._apply(events)
+        if fault:
+            self.world.note(f"controller committed {type(request).__name__}, answer lost")
+            self.change_leader()
+            return None
+        return resp
+
+    def _apply(self, events: list) -> None:
+        self.state.apply_all(events)
+        for ev in events:
+            if isinstance(ev, ElectMasterEvent) and ev.new_master_elected:
+                group = ev.broker_name
+                sync = self.state.sync_state[group]
+                self.elections.append((group, sync.master_epoch, sync.master_broker_id))
+                self.world.note(f"elected {group} master={sync.master_broker_id} epoch={sync.master_epoch}")
+                self._notify(group)
+
+    def master_info(self, group: str) -> MasterInfo:
+        resp, _ = decide(self.state, GetReplicaInfoRequest(group), DecideContext())
+        return MasterInfo.from_response(resp)
+
+    def _notify(self, group: str) -> None:
+        if self.notify_to is None:
+            return
+        info = self.master_info(group)
+        now = self.world.now_ms
+        for bid in sorted(self.state.replica_info[group].broker_id_info):
+            if self.heartbeats.is_alive(group, bid, now):
+                self.notify_to(group, bid, info)
+
+    def _scan(self) -> None:
+        now = self.world.now_ms
+        self.heartbeats.expire(now)
+        if now - self.leader_since_ms >= self.heartbeat_timeout_ms:
+            alive = self.heartbeats.alive_predicate(now)
+            for group in scan_need_reelect_broker_sets(self.state, alive):
+                ctx = DecideContext.from_heartbeats(self.heartbeats, now)
+                resp, events = decide_elect_master(self.state, ElectMasterRequest.of_controller_trigger(group), ctx)
+                if events:
+                    self._apply(events)
+        self.world.at(self.scan_interval_ms, self._scan, owner=self)
+
+    # -- views for the invariants ---------------------------------------------------------------------
+    def sync_state_set(self, group: str) -> frozenset[int]:
+        return frozenset(self.state.sync_state[group].sync_state_set)
+
+    def master_of(self, group: str) -> tuple[int | None, int]:
+        sync = self.state.sync_state[group]
+        return sync.master_broker_id, sync.master_epoch

@@ -1,0 +1,192 @@
+"""The invariants the simulator checks after every step (SIMULATION.md section 6).
+
+``check_step`` runs after every event and is cheap; ``check_logs`` reads the replicas' logs (every
+acknowledged and every read message where it must be) and runs every ``full_every`` steps and at
+the end; ``check_settled`` runs once faults are healed and the cluster settled.
+
+1. every acknowledged message is in the log of every live member of the group's current
+   SyncStateSet, at the offset it was acknowledged with (so it survives every election, which
+   picks among those members);
+2. every message a consumer read is there too (what was visible never disappears);
+3. at most one master per (group, epoch); a broker process's master epochs never go back;
+4. the current master's confirm offset never exceeds the end of any live replica its union view
+   counts (confirmed set or a proposal in flight);
+5. after healing: replicas byte-identical up to the confirm offset, epoch files agree below it;
+6. liveness: after healing, every group acknowledges writes again;
+7. a batch the broker answered "not written" (``Written.NO``: the client may resend it as new) is in
+   no log (else the resend duplicates it and the history calls an existing message failed).
+"""
+
+from __future__ import annotations
+
+from rocketray.broker.message import MessageCodecError, decode_record
+from rocketray.broker.commitlog import StoreError
+from rocketray.broker.role import Role
+from rocketray.sim.broker import SimBroker
+from rocketray.sim.clients import SimConsumer, SimProducer
+from rocketray.sim.controller import SimController
+from rocketray.sim.world import Violation
+
+__all__ = ["Invariants"]
+
+
+class Invariants:
+    def __init__(self, controller: SimController, groups: dict[str, list[SimBroker]],
+                 producers: list[SimProducer], consumers: list[SimConsumer], full_every: int = 2000) -> None:
+        self.controller, self.groups = controller, groups
+        self.producers, self.consumers = producers, consumers
+        self.full_every = full_every
+        self._masters: dict[tuple[str, int], int] = {}
+        self._epochs: dict[tuple[str, int], tuple[int, int]] = {}   # (name, restart) -> last epoch
+        self._steps = 0
+        self._elections = 0
+
+    # -- after every step ---------------------------------------------------------------------------
+    def check_step(self) -> None:
+        self._steps += 1
+        for group, brokers in self.groups.items():
+            for b in brokers:
+                if not b.up:
+                    continue
+                m = b.machine
+                if m.is_master:
+                    key = (group, m.master_epoch)
+                    holder = self._masters.setdefault(key, b.id)
+                    if holder != b.id:
+                        raise Violation("one master per epoch", f"{group} epoch {m.master_epoch}: "
+                                        f"brokers {holder} and {b.id}")
+                pkey = (b.name, b.restarts)
+                if m.master_epoch < self._epochs.get(pkey, (m.master_epoch,))[0]:
+                    raise Violation("epochs never go back", f"{b.name}: {m.master_epoch} after "
+                                    f"{self._epochs[pkey][0]}")
+                self._epochs[pkey] = (m.master_epoch, 0)
+            self._check_confirm(group, brokers)
+            self._check_ends(group, brokers)
+        elections = len(self.controller.elections)
+        if self._steps % self.full_every == 0 or elections != self._elections:
+            self._elections = elections
+            self.check_logs()
+
+    def _check_ends(self, group: str, brokers: list[SimBroker]) -> None:
+        """Cheap form of 1 and 2 for every step: each live SyncStateSet member's log reaches past
+        the last acknowledged or read message (``check_logs`` compares the bytes)."""
+        end = max([p.acked_end for p in self.producers if p.group == group] +
+                  [c.read_end for c in self.consumers if c.group == group] + [0])
+        members = self.controller.sync_state_set(group)
+        for b in brokers:
+            if b.id in members and b.up and b.store is not None and b.store.max_offset < end:
+                raise Violation("acknowledged or read message lost",
+                                f"{b.name} (in the SyncStateSet {sorted(members)}) ends at "
+                                f"{b.store.max_offset} < {end}, the end of what was acknowledged or read")
+
+    def _current_master(self, group: str, brokers: list[SimBroker]) -> SimBroker | None:
+        master_id, epoch = self.controller.master_of(group)
+        for b in brokers:
+            if b.up and b.id == master_id and b.ha_role == Role.MASTER and b.ha_epoch == epoch:
+                return b
+        return None
+
+    def _check_confirm(self, group: str, brokers: list[SimBroker]) -> None:
+        m = self._current_master(group, brokers)
+        if m is None or m.store is None:
+            return
+        confirm = m.store.confirm_offset
+        by_id = {b.id: b for b in brokers}
+        for member in m.master.view():
+            peer = by_id.get(member)
+            if peer is None or peer is m or not peer.up or peer.store is None:
+                continue
+            if confirm > peer.store.max_offset and peer.slave is not None and peer.slave.master == m.name:
+                raise Violation("confirm offset within every counted member",
+                                f"{group}: master {m.id} confirm {confirm} > member {member} end "
+                                f"{peer.store.max_offset} (view {sorted(m.master.view())})")
+
+    # -- logs ------------------------------------------------------------------------------------------
+    def check_logs(self) -> None:
+        acked: dict[str, list] = {}
+        for p in self.producers:
+            acked.setdefault(p.group, []).extend(p.acked)
+        read: dict[str, list] = {}
+        for c in self.consumers:
+            read.setdefault(c.group, []).extend(c.by_queue_offset.values())
+        for group, brokers in self.groups.items():
+            members = self.controller.sync_state_set(group)
+            for b in brokers:
+                if b.id not in members or not b.up or b.store is None:
+                    continue
+                for a in acked.get(group, ()):
+                    self._expect(b, a.physical_offset, a.body, "acknowledged message lost")
+                for r in read.get(group, ()):
+                    self._expect(b, r.physical_offset, r.body, "read message disappeared")
+
+    @staticmethod
+    def _expect(b: SimBroker, offset: int, body: bytes, invariant: str) -> None:
+        store = b.store
+        assert store is not None
+        if offset < store.min_offset or offset >= store.max_offset:
+            raise Violation(invariant, f"{b.name} (in the SyncStateSet) ends at {store.max_offset}, "
+                            f"message {body!r} at {offset}")
+        try:
+            msg, _ = decode_record(store.read_raw(offset, min(65536, store.max_offset - offset)))
+        except (MessageCodecError, StoreError, ValueError) as exc:
+            raise Violation(invariant, f"{b.name}: no whole record at {offset} ({exc}); expected {body!r}")
+        if bytes(msg.body) != body:
+            raise Violation(invariant, f"{b.name}: at {offset} holds {bytes(msg.body)!r}, expected {body!r}")
+
+    # -- after healing ---------------------------------------------------------------------------------
+    def check_settled(self, heal_ms: int) -> None:
+        self.check_logs()
+        self._check_not_written()
+        for group, brokers in self.groups.items():
+            m = self._current_master(group, brokers)
+            if m is None or m.store is None:
+                raise Violation("liveness", f"{group}: no serving master after healing")
+            if not any(p.group == group and p.last_ok_ms > heal_ms for p in self.producers):
+                raise Violation("liveness", f"{group}: no write acknowledged after healing at {heal_ms}")
+            confirm = m.store.confirm_offset
+            ref = _log_bytes(m.store, m.store.min_offset, confirm)
+            for b in brokers:
+                if b is m or not b.up or b.store is None or b.id not in m.master.view():
+                    continue
+                if b.store.max_offset < confirm:
+                    raise Violation("replicas identical after healing",
+                                    f"{b.name} ends at {b.store.max_offset} < confirm {confirm}")
+                if _log_bytes(b.store, m.store.min_offset, confirm) != ref:
+                    raise Violation("replicas identical after healing", f"{b.name} differs below {confirm}")
+                mine = [(e.epoch, e.start_offset) for e in m.store.epoch_file.entries() if e.start_offset < confirm]
+                theirs = [(e.epoch, e.start_offset) for e in b.store.epoch_file.entries()
+                          if e.start_offset < confirm]
+                if mine != theirs:
+                    raise Violation("epoch files agree", f"{b.name} {theirs} vs master {mine}")
+
+
+    def _check_not_written(self) -> None:
+        for group, brokers in self.groups.items():
+            failed = set().union(*[p.failed_bodies for p in self.producers if p.group == group])
+            if not failed:
+                continue
+            for b in brokers:
+                if not b.up or b.store is None:
+                    continue
+                data = _log_bytes(b.store, b.store.min_offset, b.store.max_offset)
+                pos = 0
+                while pos < len(data):
+                    msg, size = decode_record(data, pos)
+                    if bytes(msg.body) in failed:
+                        raise Violation("not-written batches are not in the log",
+                                        f"{b.name} holds {bytes(msg.body)!r} at {b.store.min_offset + pos}, "
+                                        f"answered as not written")
+                    pos += size
+
+
+def _log_bytes(store, start: int, end: int) -> bytes:
+    """The log's bytes in [start, end), read whole records at a time across segments."""
+    out = bytearray()
+    offset = start
+    while offset < end:
+        chunk = store.read_raw(offset, end - offset)
+        if not chunk:
+            break
+        out += chunk
+        offset += len(chunk)
+    return bytes(out)

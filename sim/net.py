@@ -1,0 +1,166 @@
+"""The simulated network: TCP-like connections and request/response calls, with faults.
+
+Theory of operation. Nodes are named by strings. A *connection* delivers bytes in order, once,
+with a delay drawn per message (mostly a few ms, sometimes hundreds: a long tail, so a late ack can
+arrive after the master changed). A connection breaks when either end crashes, when a message meets
+a cut link (the sender sees a reset a little later, as a TCP timeout would), or when a fault resets
+it; both ends learn of it through their close handler, unless they crashed meanwhile. A *call* is
+one request and one answer (the controller's RPCs): either may be lost, and the caller then sees
+``None`` at its timeout, which means "outcome unknown" (the request may have been applied).
+Links are cut one way at a time, so partitions can be symmetric, one-way or isolate one node.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from rocketray.sim.world import World
+
+__all__ = ["Network", "Connection"]
+
+DataHandler = Callable[["Connection", bytes], None]
+CloseHandler = Callable[["Connection"], None]
+
+
+class Connection:
+    """One TCP-like connection from ``client`` to ``server``."""
+
+    _ids = 0
+
+    def __init__(self, net: "Network", client: str, server: str) -> None:
+        Connection._ids += 1
+        self.id = Connection._ids
+        self.net = net
+        self.ends = (client, server)
+        self.alive = True
+        self._last_at = {client: 0, server: 0}
+        self._handlers: dict[str, tuple[DataHandler, CloseHandler, object]] = {}
+
+    def bind(self, node: str, on_data: DataHandler, on_close: CloseHandler, owner: object) -> None:
+        self._handlers[node] = (on_data, on_close, owner)
+
+    def peer(self, node: str) -> str:
+        return self.ends[1] if node == self.ends[0] else self.ends[0]
+
+    def send(self, src: str, data: bytes) -> None:
+        if not self.alive or not data:
+            return
+        dst = self.peer(src)
+        world = self.net.world
+        if not self.net.reachable(src, dst):
+            world.at(self.net.reset_delay_ms(), lambda: self.reset("link cut"), what="")
+            return
+        at = max(world.now_ms + self.net.delay_ms(), self._last_at[src])
+        self._last_at[src] = at
+
+        def deliver() -> None:
+            if not self.alive:
+                return
+            handler = self._handlers.get(dst)
+            if handler is None:
+                return
+            on_data, _close, owner = handler
+            if owner is not None and self.net.down(dst):
+                return
+            on_data(self, data)
+
+        owner = self._handlers.get(dst, (None, None, None))[2]
+        world.at(at - world.now_ms, deliver, owner=owner)
+
+    def reset(self, reason: str) -> None:
+        """Break the connection; each live end hears of it after a network delay."""
+        if not self.alive:
+            return
+        self.alive = False
+        self.net.world.note(f"conn {self.id} {self.ends[0]}->{self.ends[1]} reset: {reason}")
+        for node, (_data, on_close, owner) in list(self._handlers.items()):
+            self.net.world.at(self.net.delay_ms(), lambda c=on_close: c(self), owner=owner)
+
+
+class Network:
+    """Links, partitions, delays and loss, all drawn from the world's seeded random source."""
+
+    def __init__(self, world: World, *, loss: float = 0.0, tail: float = 0.02) -> None:
+        self.world = world
+        self.loss = loss
+        self.tail = tail
+        self._cut: set[tuple[str, str]] = set()
+        self._down: set[str] = set()
+        self.connections: list[Connection] = []
+
+    # -- faults -----------------------------------------------------------------------------------
+    def delay_ms(self) -> int:
+        rng = self.world.rng
+        if rng.random() < self.tail:
+            return rng.randint(50, 400)
+        return rng.randint(1, 6)
+
+    def reset_delay_ms(self) -> int:
+        return self.world.rng.randint(20, 200)
+
+    def cut(self, src: str, dst: str) -> None:
+        self._cut.add((src, dst))
+
+    def heal(self) -> None:
+        self._cut.clear()
+
+    def cuts(self) -> set[tuple[str, str]]:
+        return set(self._cut)
+
+    def set_down(self, node: str, down: bool) -> None:
+        """A crashed node: its connections break; nothing reaches it until it is up again."""
+        if down:
+            self._down.add(node)
+            for conn in self.connections:
+                if conn.alive and node in conn.ends:
+                    conn.reset(f"{node} crashed")
+            self.connections = [c for c in self.connections if c.alive]
+        else:
+            self._down.discard(node)
+
+    def down(self, node: str) -> bool:
+        return node in self._down
+
+    def reachable(self, src: str, dst: str) -> bool:
+        return src not in self._down and dst not in self._down and (src, dst) not in self._cut
+
+    # -- connections --------------------------------------------------------------------------------
+    def connect(self, client: str, server: str) -> Connection | None:
+        """A new connection, or None (refused: the server is down or the link is cut)."""
+        if not (self.reachable(client, server) and self.reachable(server, client)):
+            return None
+        conn = Connection(self, client, server)
+        self.connections = [c for c in self.connections if c.alive]
+        self.connections.append(conn)
+        return conn
+
+    # -- calls ----------------------------------------------------------------------------------------
+    def call(self, src: str, dst: str, handle: Callable[[], Any], on_answer: Callable[[Any], None],
+             owner: object, timeout_ms: int) -> None:
+        """Deliver a request (``handle`` runs at ``dst`` and returns the answer, or None for no
+        answer), then the answer to ``on_answer``; a lost request or answer gives None at the
+        timeout. ``on_answer`` runs once, and not at all if ``owner`` crashed meanwhile."""
+        world, rng = self.world, self.world.rng
+        done = [False]
+
+        def answer(value: Any) -> None:
+            if not done[0]:
+                done[0] = True
+                on_answer(value)
+
+        def arrive() -> None:
+            if self.down(dst):
+                return
+            value = handle()
+            if value is None or not self.reachable(dst, src) or rng.random() < self.loss:
+                return
+            world.at(self.delay_ms(), lambda: answer(value), owner=owner)
+
+        if self.reachable(src, dst) and rng.random() >= self.loss:
+            world.at(self.delay_ms(), arrive)
+        world.at(timeout_ms, lambda: answer(None), owner=owner)
+
+    def notify(self, src: str, dst: str, deliver: Callable[[], None], owner: object) -> None:
+        """A one-way message (a role-change notification); may be lost."""
+        if self.reachable(src, dst) and self.world.rng.random() >= self.loss:
+            self.world.at(self.delay_ms(), deliver, owner=owner)

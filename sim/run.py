@@ -1,0 +1,234 @@
+"""Build a simulated cluster for one seed, inject faults, check invariants, report.
+
+``run_seed(seed, config)`` builds the world (the controller core, ``config.groups`` groups of
+``config.replicas`` brokers, a producer and a consumer per group), schedules seeded faults for
+``config.duration_ms`` (kills, power losses, crashes between two IO steps, partitions of every
+shape, controller leader changes with lost commits, connection resets), then heals everything and
+lets the cluster settle for ``config.settle_ms`` before the final checks. A violation stops the run
+and comes back with the seed and the last events (``SimResult.trace``); ``--seed S`` replays it
+exactly. ``shrink`` re-runs a failing seed with fewer faults and a shorter run and returns the
+smallest configuration that still fails.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from rocketray.sim.broker import BrokerTimings, SimBroker
+from rocketray.sim.clients import SimConsumer, SimProducer
+from rocketray.sim.controller import CONTROLLER, SimController
+from rocketray.sim.disk import CrashMode
+from rocketray.sim.invariants import Invariants
+from rocketray.sim.net import Network
+from rocketray.sim.world import Violation, World
+
+__all__ = ["SimConfig", "SimResult", "Sim", "run_seed", "run_seeds", "shrink", "FAULTS"]
+
+FAULTS = ("kill", "power-loss", "io-crash", "isolate", "one-way", "split", "controller-cut",
+          "leader-change", "reset", "heal")
+
+
+@dataclass(frozen=True, slots=True)
+class SimConfig:
+    groups: int = 1
+    replicas: int = 3
+    duration_ms: int = 12_000
+    settle_ms: int = 10_000
+    fault_gap_ms: tuple[int, int] = (300, 1500)
+    max_faults: int = 12
+    faults: tuple[str, ...] = FAULTS
+    loss: float = 0.01
+    commit_fault_p: float = 0.02
+    batch: int = 3
+    produce_interval_ms: int = 30
+    consume_interval_ms: int = 50
+    timings: BrokerTimings = field(default_factory=BrokerTimings)
+
+
+@dataclass(slots=True)
+class SimResult:
+    seed: int
+    ok: bool
+    violation: str | None
+    trace: list[str]
+    steps: int
+    sim_ms: int
+    acked: int
+    read: int
+    faults: int
+    elections: int
+
+
+class Sim:
+    """One simulated cluster; ``schedule`` adds scripted steps (the named scenarios use it)."""
+
+    def __init__(self, seed: int, config: SimConfig) -> None:
+        self.seed, self.config = seed, config
+        self.world = World(seed)
+        self.net = Network(self.world, loss=config.loss)
+        t = config.timings
+        self.controller = SimController(self.world, self.net, cluster="sim",
+                                        heartbeat_timeout_ms=t.heartbeat_timeout_ms,
+                                        scan_interval_ms=t.poll_ms, commit_fault_p=config.commit_fault_p)
+        self.groups: dict[str, list[SimBroker]] = {}
+        self.brokers: dict[str, SimBroker] = {}
+        for g in range(config.groups):
+            group = f"g{g}"
+            self.controller.assign_ids(group, list(range(1, config.replicas + 1)))
+            members = [SimBroker(self.world, self.net, self.controller, cluster="sim", group=group, broker_id=i,
+                                 timings=t, disk_seed=seed * 1000 + g * 10 + i)
+                       for i in range(1, config.replicas + 1)]
+            self.groups[group] = members
+            for b in members:
+                self.brokers[b.name] = b
+        for b in self.brokers.values():
+            b.peers = self.brokers
+        self.controller.notify_to = self._notify
+        self.producers = [SimProducer(self.world, self.net, self.controller, self.brokers, name=f"producer-{g}",
+                                      group=g, batch=config.batch, interval_ms=config.produce_interval_ms,
+                                      timeout_ms=t.slave_timeout_ms + 500) for g in self.groups]
+        self.consumers = [SimConsumer(self.world, self.groups[g], name=f"consumer-{g}", group=g,
+                                      interval_ms=config.consume_interval_ms) for g in self.groups]
+        self.invariants = Invariants(self.controller, self.groups, self.producers, self.consumers)
+        self.faults = 0
+
+    def _notify(self, group: str, broker_id: int, info) -> None:
+        b = self.brokers[f"{group}-{broker_id}"]
+        self.net.notify(CONTROLLER, b.name, lambda: b.notified(info), owner=b)
+
+    # -- faults ------------------------------------------------------------------------------------
+    def inject(self, kind: str, target: SimBroker | None = None) -> None:
+        """Apply one fault now (``target``: the broker, else one drawn by the seed)."""
+        rng = self.world.rng
+        b = target or rng.choice(list(self.brokers.values()))
+        self.faults += 1
+        self.world.note(f"FAULT {kind} {b.name if kind not in ('heal', 'leader-change') else ''}")
+        names = list(self.brokers)
+        if kind == "kill":
+            b.crash(CrashMode.KILL)
+        elif kind == "power-loss":
+            b.crash(CrashMode.POWER_LOSS)
+        elif kind == "io-crash":
+            if b.up:
+                b.disk.crash_after(rng.randint(1, 30), rng.choice((CrashMode.KILL, CrashMode.POWER_LOSS)))
+        elif kind == "isolate":
+            for other in names + [CONTROLLER]:
+                if other != b.name:
+                    self.net.cut(b.name, other)
+                    self.net.cut(other, b.name)
+        elif kind == "one-way":
+            other = rng.choice([n for n in names + [CONTROLLER] if n != b.name])
+            self.net.cut(b.name, other) if rng.random() < 0.5 else self.net.cut(other, b.name)
+        elif kind == "split":
+            rng.shuffle(names)
+            half = set(names[: len(names) // 2])
+            for x in names + [CONTROLLER]:
+                for y in names + [CONTROLLER]:
+                    if (x in half) != (y in half):
+                        self.net.cut(x, y)
+        elif kind == "controller-cut":
+            self.net.cut(b.name, CONTROLLER)
+            self.net.cut(CONTROLLER, b.name)
+        elif kind == "leader-change":
+            self.controller.change_leader()
+        elif kind == "reset":
+            live = [c for c in self.net.connections if c.alive]
+            if live:
+                rng.choice(live).reset("nemesis reset")
+        elif kind == "heal":
+            self.net.heal()
+        else:
+            raise ValueError(f"unknown fault {kind!r}")
+
+    def _nemesis(self) -> None:
+        if self.world.now_ms >= self.config.duration_ms or self.faults >= self.config.max_faults:
+            return
+        self.inject(self.world.rng.choice(self.config.faults))
+        self.world.at(self.world.rng.randint(*self.config.fault_gap_ms), self._nemesis, what="")
+
+    def _heal_all(self) -> None:
+        self.world.note("HEAL everything")
+        self.net.heal()
+        for b in self.brokers.values():
+            b.disk.set_hook(None)
+
+    # -- run ------------------------------------------------------------------------------------------
+    def run(self, scripted: Callable[["Sim"], None] | None = None) -> SimResult:
+        w, cfg = self.world, self.config
+        for b in self.brokers.values():
+            b.boot()
+        self.controller.start()
+        for p in self.producers:
+            p.start()
+        for c in self.consumers:
+            c.start()
+        if scripted is not None:
+            scripted(self)
+        elif cfg.max_faults > 0:
+            w.at(w.rng.randint(*cfg.fault_gap_ms), self._nemesis)
+        violation = None
+        try:
+            w.run(cfg.duration_ms, self.invariants.check_step)
+            self._heal_all()
+            heal_ms = w.now_ms
+            w.run(cfg.duration_ms + cfg.settle_ms, self.invariants.check_step)
+            self.invariants.check_settled(heal_ms)
+        except Violation as exc:
+            violation = str(exc)
+            w.note(f"VIOLATION {violation}")
+        return SimResult(self.seed, violation is None, violation, list(w.trace), w.steps, w.now_ms,
+                         sum(len(p.acked) for p in self.producers), sum(len(c.read) for c in self.consumers),
+                         self.faults, len(self.controller.elections))
+
+
+def run_seed(seed: int, config: SimConfig = SimConfig(),
+             scripted: Callable[[Sim], None] | None = None) -> SimResult:
+    return Sim(seed, config).run(scripted)
+
+
+def run_seeds(seeds: range | list[int], config: SimConfig = SimConfig(), *,
+              stop_at_first: bool = True, progress: Callable[[SimResult], None] | None = None) -> dict:
+    """Run many seeds; the summary has ``seeds``, ``violations``, ``seeds_per_s``, ``steps`` and the
+    first failing seed with its trace."""
+    started = time.perf_counter()
+    results = []
+    first = None
+    for seed in seeds:
+        r = run_seed(seed, config)
+        results.append(r)
+        if progress is not None:
+            progress(r)
+        if not r.ok and first is None:
+            first = r
+            if stop_at_first:
+                break
+    wall = max(time.perf_counter() - started, 1e-9)
+    sim_ms = sum(r.sim_ms for r in results)
+    return {
+        "seeds": len(results),
+        "violations": sum(not r.ok for r in results),
+        "seeds_per_s": round(len(results) / wall, 2),
+        "sim_s_per_wall_s": round(sim_ms / 1000 / wall, 1),
+        "steps": sum(r.steps for r in results),
+        "acked": sum(r.acked for r in results),
+        "read": sum(r.read for r in results),
+        "faults": sum(r.faults for r in results),
+        "elections": sum(r.elections for r in results),
+        "first_failing_seed": None if first is None else first.seed,
+        "violation": None if first is None else first.violation,
+        "trace": None if first is None else first.trace,
+    }
+
+
+def shrink(seed: int, config: SimConfig) -> SimConfig:
+    """The smallest configuration (fewer faults, shorter run) under which ``seed`` still fails."""
+    best = config
+    for faults in range(0, config.max_faults):
+        for duration in sorted({config.duration_ms // 4, config.duration_ms // 2, config.duration_ms}):
+            candidate = dataclasses.replace(config, max_faults=faults, duration_ms=duration)
+            if not run_seed(seed, candidate).ok:
+                return candidate
+    return best
