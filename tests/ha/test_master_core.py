@@ -84,3 +84,62 @@ def test_min_in_sync_replicas_and_quorum_acks():
     r.acked("c", AckEvent(2, 40, None), 0, 0)
     assert r.batch_acked(40) and not r.batch_acked(41)
     assert r.confirm_offset(100, 0) == 100          # quorum mode: the max offset
+
+
+# -- property: nothing is acknowledged or confirmed beyond what the controller may count ------------
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+steps = st.lists(st.one_of(
+    st.tuples(st.just("connect"), st.integers(2, 4), st.just(0)),
+    st.tuples(st.just("ack"), st.integers(2, 4), st.integers(0, 50)),
+    st.tuples(st.just("close"), st.integers(2, 4), st.just(0)),
+    st.tuples(st.just("shrink"), st.just(0), st.integers(0, 5000)),
+    st.tuples(st.just("answer"), st.integers(0, 8), st.just(0)),
+    st.tuples(st.just("write"), st.just(0), st.integers(1, 20)),
+), max_size=60)
+
+
+@settings(max_examples=300, deadline=None)
+@given(steps)
+def test_acks_and_confirm_offset_never_run_ahead_of_a_member_the_controller_may_count(script):
+    """Property: whatever the controller ends up confirming (the confirmed set or any proposal not
+    answered yet), every member of it other than the master holds the confirm offset and every
+    acknowledged batch (acks only grow on a live connection; a lost connection forgets them)."""
+    r = core()
+    max_offset, confirm, now = 0, 0, 0
+    keys: dict[int, int] = {}               # slave -> live connection number
+    acks: dict[int, int] = {}               # slave -> its log end (what it holds)
+    serial = 0
+    unanswered: list[frozenset[int]] = []
+    for op, slave, arg in script:
+        before = r.tracker.pending
+        now += 100
+        if op == "connect" and slave not in keys:
+            serial += 1
+            keys[slave] = serial
+            r.opened(serial)
+            r.handshake(serial, slave)
+        elif op == "ack" and slave in keys:
+            held = min(max(acks.get(slave, 0), arg), max_offset)
+            acks[slave] = held
+            caught = now if held == max_offset else None
+            r.acked(keys[slave], AckEvent(slave, held, caught), confirm, 0)
+        elif op == "close" and slave in keys:
+            r.closed(keys.pop(slave), still_master=True)
+        elif op == "shrink":
+            r.shrink(now + arg)
+        elif op == "answer" and unanswered:
+            i = slave % len(unanswered)
+            r.confirmed(unanswered[i])
+            del unanswered[:i + 1]
+        elif op == "write":
+            max_offset += arg
+        unanswered += [p for p in r.tracker.pending if p not in before]
+        confirm = r.confirm_offset(max_offset, confirm)
+        may_count = set(r.tracker.local).union(*unanswered)
+        for member in may_count - {1}:
+            held = acks.get(member, 0)
+            assert confirm <= held, (member, held, confirm, may_count)
+            for end in range(held + 1, max_offset + 1):
+                assert not r.batch_acked(end), (member, held, end)
