@@ -32,6 +32,7 @@ them on the running event loop. Periodic steps catch and log per step (this is a
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import random
 from typing import Any, Awaitable, Callable, Iterable, Mapping, Protocol
@@ -218,8 +219,10 @@ class ReplicasManager:
             return None
         if isinstance(action, rm.ReportSyncStateSet):
             assert self.ha is not None
-            self.ha.mark_in_flight(action.proposal)  # in the union view before the request leaves
-            self._spawn(self._report(action))
+            vetted = self.ha.mark_in_flight(action.proposal)  # in the union view before it leaves
+            if vetted is None:  # every member it would add lags the confirm offset: nothing to send
+                return rm.ReportAnswered(rm.ReportOutcome.REFUSED)
+            self._spawn(self._report(dataclasses.replace(action, proposal=vetted)))
             return None
         if isinstance(action, rm.SendHeartbeat):
             try:

@@ -102,8 +102,28 @@ class MasterReplication:
     def confirmed(self, ids: Iterable[int]) -> None:
         self.tracker.set_sync_state_set(ids)
 
-    def in_flight(self, proposal: Iterable[int]) -> None:
-        self.tracker.mark_in_flight(proposal)
+    def in_flight(self, proposal: Iterable[int], confirm_offset: int,
+                  epoch_start: int) -> frozenset[int] | None:
+        """A SyncStateSet report is about to leave: vet ``proposal`` and count it in the union view.
+
+        A member may *enter* the union view only if its live ack holds the confirm offset and the
+        current epoch's start, the expand rule checked again now: a proposal that waited behind
+        another report was made when the confirm offset was lower, and the confirm offset moved on
+        without that member (found by the simulator, seed 14: member 1 re-entered the view 258
+        bytes short of the confirm offset consumers had read up to, and the controller could have
+        made it electable). Such members are dropped from the proposal. Returns the proposal to
+        send, or None when nothing is left to change (send nothing).
+        """
+        view, acks = self.view(), self.acks()
+        vetted = {self.self_id}
+        for member in proposal:
+            ack = acks.get(member, -1)
+            if member in view or (ack >= confirm_offset and ack >= epoch_start):
+                vetted.add(member)
+        result = frozenset(vetted)
+        if result == self.tracker.local:
+            return None
+        return self.tracker.mark_in_flight(result)
 
     def shrink(self, now_ms: int) -> frozenset[int]:
         return self.tracker.maybe_shrink(now_ms)

@@ -35,9 +35,11 @@ class HAPort(Protocol):
     def set_sync_state_set(self, ids: Iterable[int]) -> None:
         """The controller confirmed this SyncStateSet (drops the proposals it answered)."""
 
-    def mark_in_flight(self, proposal: Iterable[int]) -> None:
-        """A SyncStateSet report carrying ``proposal`` is being sent: it counts in the union
-        view (acks, confirm offset) until the controller confirms a set."""
+    def mark_in_flight(self, proposal: Iterable[int]) -> frozenset[int] | None:
+        """A SyncStateSet report carrying ``proposal`` is about to be sent: returns the vetted
+        proposal to send (members whose ack does not hold the confirm offset are dropped), which
+        counts in the union view (acks, confirm offset) until the controller confirms a set, or
+        None when nothing is left to report."""
 
     def add_sss_listener(self, cb: Callable[[frozenset[int]], object]) -> None:
         """``cb(proposal)`` on an expand or a member's connection loss."""

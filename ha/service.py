@@ -214,11 +214,15 @@ class HAService:
         self._update_confirm_offset()
         self._notify_ack_waiters()
 
-    def mark_in_flight(self, proposal: Iterable[int]) -> None:
-        """A SyncStateSet report carrying ``proposal`` is being sent (the role machine's
-        ``ReportSyncStateSet``): it counts in the union view until the controller answers."""
-        self.replication.in_flight(proposal)
+    def mark_in_flight(self, proposal: Iterable[int]) -> frozenset[int] | None:
+        """A SyncStateSet report carrying ``proposal`` is about to be sent (the role machine's
+        ``ReportSyncStateSet``): returns the vetted proposal (``MasterReplication.in_flight``), which
+        counts in the union view until the controller answers, or None (send nothing)."""
+        last = self.store.epoch_file.last_entry()
+        vetted = self.replication.in_flight(proposal, self.store.confirm_offset,
+                                            last.start_offset if last is not None else 0)
         self._update_confirm_offset()
+        return vetted
 
     def add_sss_listener(self, cb: Callable[[frozenset[int]], object]) -> None:
         """``cb(proposed_set)`` is called when the master proposes an expand or a shrink."""

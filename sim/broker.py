@@ -14,6 +14,7 @@ a new process recovers from the disk after a restart delay.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import dataclass
 from typing import Callable
@@ -180,8 +181,14 @@ class SimBroker:
             self._update_confirm()
             return None
         if isinstance(action, rm.ReportSyncStateSet):
-            self.master.in_flight(action.proposal)
-            self._report(action)
+            assert self.store is not None
+            last = self.store.epoch_file.last_entry()
+            vetted = self.master.in_flight(action.proposal, self.store.confirm_offset,
+                                           last.start_offset if last is not None else 0)
+            self._update_confirm()
+            if vetted is None:
+                return rm.ReportAnswered(rm.ReportOutcome.REFUSED)
+            self._report(dataclasses.replace(action, proposal=vetted))
             return None
         if isinstance(action, rm.SendHeartbeat):
             self._heartbeat()

@@ -11,7 +11,7 @@ offset, so whatever it returns counts as *read* and must never disappear.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from rocketray.controller.api import GetReplicaInfoRequest
 from rocketray.ha.ack import PutResult, Written

@@ -145,8 +145,9 @@ class FakeHA:
         self.calls.append(("set_sync_state_set", frozenset(ids)))
         self.sync_state_set = set(ids)
 
-    def mark_in_flight(self, proposal) -> None:
+    def mark_in_flight(self, proposal) -> frozenset[int]:
         self.calls.append(("mark_in_flight", frozenset(proposal)))
+        return frozenset(proposal)
 
     def add_sss_listener(self, cb: Any) -> None:
         self.listeners.append(cb)
