@@ -14,7 +14,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from rocketray.controller import proc
-from rocketray.chaos.controller_chaos import classify, load_run
+from rocketray.chaos.controller_workload import classify, load_run
 from rocketray.verify.controller_model import CoreGroupModel
 from rocketray.verify.linearizability import (AlterInput, ControllerGroupModel, ElectInput, GroupState, Operation,
                                           Outcome, ReadOutput, check_history)
