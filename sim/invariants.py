@@ -10,7 +10,8 @@ the end; ``check_settled`` runs once faults are healed and the cluster settled.
 2. every message a consumer read is there too (what was visible never disappears);
 3. at most one master per (group, epoch); a broker process's master epochs never go back;
 4. the current master's confirm offset never exceeds the end of any live replica its union view
-   counts (confirmed set or a proposal in flight);
+   counts (confirmed set or a proposal in flight), and a master's confirm offset never goes back
+   within its term (consumers may already have read up to it);
 5. after healing: replicas byte-identical up to the confirm offset, epoch files agree below it;
 6. liveness: after healing, every group acknowledges writes again;
 7. a batch the broker answered "not written" (``Written.NO``: the client may resend it as new) is in
@@ -40,6 +41,7 @@ class Invariants:
         self._epochs: dict[tuple[str, int], tuple[int, int]] = {}   # (name, restart) -> last epoch
         self._steps = 0
         self._elections = 0
+        self._confirms: dict[tuple[str, int, int], int] = {}   # (name, restart, epoch) -> confirm
 
     # -- after every step ---------------------------------------------------------------------------
     def check_step(self) -> None:
@@ -87,6 +89,14 @@ class Invariants:
         return None
 
     def _check_confirm(self, group: str, brokers: list[SimBroker]) -> None:
+        for b in brokers:
+            if b.up and b.ha_role == Role.MASTER and b.store is not None:
+                key = (b.name, b.restarts, b.ha_epoch)
+                confirm = b.store.confirm_offset
+                if confirm < self._confirms.get(key, confirm):
+                    raise Violation("confirm offset never goes back in a term",
+                                    f"{b.name} epoch {b.ha_epoch}: {confirm} after {self._confirms[key]}")
+                self._confirms[key] = confirm
         m = self._current_master(group, brokers)
         if m is None or m.store is None:
             return

@@ -25,11 +25,9 @@ CloseHandler = Callable[["Connection"], None]
 class Connection:
     """One TCP-like connection from ``client`` to ``server``."""
 
-    _ids = 0
-
     def __init__(self, net: "Network", client: str, server: str) -> None:
-        Connection._ids += 1
-        self.id = Connection._ids
+        net.connection_ids += 1
+        self.id = net.connection_ids
         self.net = net
         self.ends = (client, server)
         self.alive = True
@@ -87,6 +85,7 @@ class Network:
         self._cut: set[tuple[str, str]] = set()
         self._down: set[str] = set()
         self.connections: list[Connection] = []
+        self.connection_ids = 0
 
     # -- faults -----------------------------------------------------------------------------------
     def delay_ms(self) -> int:
