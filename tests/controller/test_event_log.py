@@ -146,7 +146,7 @@ def test_gaps_are_recorded_once_and_reported(tmp_path):
        st.integers(1, 7))
 def test_paging_matches_filtering(tmp_path_factory, batch_sizes, after, limit):
     """Property: the concatenated pages after any cursor are exactly the records with a larger index."""
-    ev = EventLog(tmp_path_factory.mktemp("ev"), segment_bytes=256)
+    ev = EventLog(tmp_path_factory.mktemp("ev"), segment_bytes=256, segments_kept=1000)  # retention: its own test
     allrec = []
     for index, size in enumerate(batch_sizes, start=1):
         batch = [elect(index, seq) for seq in range(size)]
