@@ -18,7 +18,9 @@ MODULES=(
     rocketray.controller.state
     rocketray.ha.protocol rocketray.ha.session rocketray.ha.truncation rocketray.ha.sync_state
     rocketray.snapshot.format
-    rocketray.broker.message
+    rocketray.broker.message rocketray.broker.role
+    rocketray.ha.ack rocketray.ha.master
+    rocketray.sim.world rocketray.sim.net rocketray.sim.disk
 )
 args=()
 for m in "${MODULES[@]}"; do args+=(-m "$m"); done

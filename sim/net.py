@@ -12,6 +12,7 @@ Links are cut one way at a time, so partitions can be symmetric, one-way or isol
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable
 
 from rocketray.sim.world import World
@@ -71,8 +72,8 @@ class Connection:
             return
         self.alive = False
         self.net.world.note(f"conn {self.id} {self.ends[0]}->{self.ends[1]} reset: {reason}")
-        for node, (_data, on_close, owner) in list(self._handlers.items()):
-            self.net.world.at(self.net.delay_ms(), lambda c=on_close: c(self), owner=owner)
+        for _node, (_data, on_close, owner) in list(self._handlers.items()):
+            self.net.world.at(self.net.delay_ms(), functools.partial(on_close, self), owner=owner)
 
 
 class Network:
