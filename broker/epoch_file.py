@@ -227,6 +227,18 @@ class EpochFileCache:
         """Remove entries with ``epoch >= epoch``."""
         self._truncate_suffix(lambda e: e.epoch < epoch)
 
+    def start_epoch(self, epoch: int, max_offset: int) -> None:
+        """A new master term begins at ``max_offset`` (idempotent for the term already started).
+
+        Entries starting at or after ``max_offset`` hold no data (a promotion with no writes); the
+        new epoch replaces them, since start offsets must strictly increase."""
+        if self.last_epoch() == epoch:
+            return
+        last = self.last_entry()
+        if last is not None and last.start_offset >= max_offset:
+            self.truncate_suffix_by_offset(max_offset)
+        assert self.append(epoch, max_offset), (epoch, max_offset, self.entries())
+
     def truncate_suffix_by_offset(self, offset: int) -> None:
         """Remove entries that start at or after ``offset``."""
         self._truncate_suffix(lambda e: e.start_offset < offset)

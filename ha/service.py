@@ -131,7 +131,7 @@ class HAService:
             cut = self.store.truncate_invalid_tail()
             if cut >= 0:
                 ef.truncate_suffix_by_offset(cut)
-            self._start_epoch(epoch)
+            self.store.epoch_file.start_epoch(epoch, self.store.max_offset)
             self.role = Role.MASTER
             self.epoch = epoch
             self.replication.new_term()
@@ -146,23 +146,11 @@ class HAService:
         """Same master, new epoch: only the epoch entry (``changeToMasterWhenLastRoleIsMaster``)."""
         if epoch < self.store.epoch_file.last_epoch():
             return False
-        self._start_epoch(epoch)
+        self.store.epoch_file.start_epoch(epoch, self.store.max_offset)
         self.role = Role.MASTER
         self.epoch = epoch
         self._notify_writers()
         return True
-
-    def _start_epoch(self, epoch: int) -> None:
-        ef = self.store.epoch_file
-        max_offset = self.store.max_offset
-        if ef.last_epoch() == epoch:
-            return                                   # idempotent: this term already started
-        # Entries starting at the max offset hold no data (a promotion with no writes); the new
-        # epoch replaces them, since the file needs strictly increasing start offsets.
-        last = ef.last_entry()
-        if last is not None and last.start_offset >= max_offset:
-            ef.truncate_suffix_by_offset(max_offset)
-        assert ef.append(epoch, max_offset), (epoch, max_offset, ef.entries())
 
     async def change_to_slave(self, master_ha_address: str | tuple[str, int] | None,
                               epoch: int) -> bool:

@@ -94,6 +94,24 @@ def local_log(store) -> LocalLog:
                     tuple((e.epoch, e.start_offset) for e in store.epoch_file.entries()))
 
 
+def apply_to_store(store, action: "Append | SetConfirmOffset | RecordEpoch | Truncate") -> bool:
+    """Execute one of a slave session's store actions; False when the epoch file refused an entry."""
+    if isinstance(action, Append):
+        store.append_raw(action.offset, action.data)
+    elif isinstance(action, SetConfirmOffset):
+        if action.offset != store.confirm_offset:
+            store.confirm_offset = action.offset
+    elif isinstance(action, RecordEpoch):
+        return bool(store.epoch_file.append(action.epoch, action.start_offset))
+    elif isinstance(action, Truncate):
+        if action.offset < store.max_offset:
+            store.truncate(action.offset)
+        store.epoch_file.truncate_suffix_by_offset(action.offset)
+    else:
+        raise TypeError(f"not a store action: {action!r}")
+    return True
+
+
 async def authenticate(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, role: str,
                        secret: bytes | str, timeout_ms: int) -> bytes:
     """Run the mutual challenge/response; returns bytes that arrived after it (HA packets)."""
@@ -354,20 +372,12 @@ class SlaveClient:
         for action in actions:
             if isinstance(action, Send):
                 writer.write(action.data)
-            elif isinstance(action, Append):
-                store.append_raw(action.offset, action.data)
-            elif isinstance(action, SetConfirmOffset):
-                if action.offset != store.confirm_offset:
-                    store.confirm_offset = action.offset
-            elif isinstance(action, RecordEpoch):
-                if not store.epoch_file.append(action.epoch, action.start_offset):
-                    log.warning("ha slave %s: epoch entry (%d, %d) refused by the epoch file",
-                                self.service.broker_id, action.epoch, action.start_offset)
-            elif isinstance(action, Truncate):
-                log.info("ha slave %s: truncating at %d (max %d)", self.service.broker_id,
-                         action.offset, store.max_offset)
-                if action.offset < store.max_offset:
-                    store.truncate(action.offset)
-                store.epoch_file.truncate_suffix_by_offset(action.offset)
             elif isinstance(action, Close):
                 raise ConnectionDropped(action.reason)
+            else:
+                if isinstance(action, Truncate):
+                    log.info("ha slave %s: truncating at %d (max %d)", self.service.broker_id,
+                             action.offset, store.max_offset)
+                if not apply_to_store(store, action):
+                    log.warning("ha slave %s: epoch entry (%d, %d) refused by the epoch file",
+                                self.service.broker_id, action.epoch, action.start_offset)

@@ -30,9 +30,8 @@ from rocketray.controller.codes import ResponseCode
 from rocketray.ha.ack import AckPolicy, PutResult, PutStatus, after_write, refused
 from rocketray.ha.master import MasterReplication
 from rocketray.ha.protocol import ProtocolError
-from rocketray.ha.session import (AckEvent, Append, Close, HandshakeEvent, MasterSession, RecordEpoch, Send,
-                                  SetConfirmOffset, SlaveSession, Truncate)
-from rocketray.ha.transport import StoreLogView, local_log
+from rocketray.ha.session import AckEvent, Close, HandshakeEvent, MasterSession, Send, SlaveSession
+from rocketray.ha.transport import StoreLogView, apply_to_store, local_log
 from rocketray.sim.controller import CONTROLLER, SimController
 from rocketray.sim.disk import CrashMode, SimCrash, SimDisk
 from rocketray.sim.net import Connection, Network
@@ -292,7 +291,7 @@ class SimBroker:
         cut = store.truncate_invalid_tail()
         if cut >= 0:
             ef.truncate_suffix_by_offset(cut)
-        self._start_epoch(epoch)
+        self.store.epoch_file.start_epoch(epoch, self.store.max_offset)
         self.ha_role, self.ha_epoch = Role.MASTER, epoch
         self.master.new_term()
         self._update_confirm()
@@ -302,20 +301,10 @@ class SimBroker:
         assert self.store is not None
         if epoch < self.store.epoch_file.last_epoch():
             return False
-        self._start_epoch(epoch)
+        self.store.epoch_file.start_epoch(epoch, self.store.max_offset)
         self.ha_role, self.ha_epoch = Role.MASTER, epoch
         self._check_puts()
         return True
-
-    def _start_epoch(self, epoch: int) -> None:
-        assert self.store is not None
-        ef, max_offset = self.store.epoch_file, self.store.max_offset
-        if ef.last_epoch() == epoch:
-            return
-        last = ef.last_entry()
-        if last is not None and last.start_offset >= max_offset:
-            ef.truncate_suffix_by_offset(max_offset)
-        assert ef.append(epoch, max_offset), (epoch, max_offset, ef.entries())
 
     def _ha_slave(self, master_address: str, epoch: int) -> bool:
         assert self.store is not None
@@ -503,20 +492,11 @@ class SimBroker:
         for action in actions:
             if isinstance(action, Send):
                 conn.send(self.name, action.data)
-            elif isinstance(action, Append):
-                store.append_raw(action.offset, action.data)
-            elif isinstance(action, SetConfirmOffset):
-                if action.offset != store.confirm_offset:
-                    store.confirm_offset = action.offset
-            elif isinstance(action, RecordEpoch):
-                store.epoch_file.append(action.epoch, action.start_offset)
-            elif isinstance(action, Truncate):
-                if action.offset < store.max_offset:
-                    store.truncate(action.offset)
-                store.epoch_file.truncate_suffix_by_offset(action.offset)
             elif isinstance(action, Close):
                 self._slave_drop(conn, action.reason)
                 return False
+            else:
+                apply_to_store(store, action)
         return True
 
     def _slave_drop(self, conn: Connection, reason: str) -> None:

@@ -147,14 +147,21 @@ def format_status(status: dict) -> str:
     return "\n".join(lines)
 
 
-def run_status(args: argparse.Namespace) -> int:
+def _connect(args: argparse.Namespace):
+    """The named cluster on the Ray at ``--address``, or None after printing why not."""
     from rocketray.actors.cluster import ClusterError, connect
 
     _ray(args.address)
     try:
-        cluster = connect(args.name)
+        return connect(args.name)
     except ClusterError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return None
+
+
+def run_status(args: argparse.Namespace) -> int:
+    cluster = _connect(args)
+    if cluster is None:
         return 1
     status = collect_status(cluster)
     print(json.dumps(status, sort_keys=True, default=str) if args.json else format_status(status))
@@ -162,13 +169,8 @@ def run_status(args: argparse.Namespace) -> int:
 
 
 def run_stop(args: argparse.Namespace) -> int:
-    from rocketray.actors.cluster import ClusterError, connect
-
-    _ray(args.address)
-    try:
-        cluster = connect(args.name)
-    except ClusterError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    cluster = _connect(args)
+    if cluster is None:
         return 1
     cluster.stop(delete_data=args.delete_data)
     print(f"cluster {args.name!r} stopped")
