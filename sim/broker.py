@@ -27,10 +27,11 @@ from rocketray.broker.store import MessageStore
 from rocketray.controller.api import (AlterSyncStateSetRequest, BrokerHeartbeatRequest, ElectMasterRequest,
                                       GetReplicaInfoRequest, RegisterBrokerRequest, Response)
 from rocketray.controller.codes import ResponseCode
-from rocketray.ha.ack import AckPolicy, PutResult, PutStatus, after_write, refused
+from rocketray.ha import ack
+from rocketray.ha.ack import AckPolicy, PutResult, PutStatus, refused
 from rocketray.ha.master import MasterReplication
 from rocketray.ha.protocol import ProtocolError
-from rocketray.ha.session import AckEvent, Close, HandshakeEvent, MasterSession, Send, SlaveSession
+from rocketray.ha.session import AckEvent, Close, HandshakeEvent, MasterSession, Send, SlaveSession, Truncate
 from rocketray.ha.transport import StoreLogView, apply_to_store, local_log
 from rocketray.sim.controller import CONTROLLER, SimController
 from rocketray.sim.disk import CrashMode, SimCrash, SimDisk
@@ -80,6 +81,7 @@ class SimBroker:
                                         retention_ms=None, background_thread=False)
         self.up = False
         self.restarts = 0
+        self.rewrites = 0           # truncations of this process's log (the checker's cache key)
         self.epochs_seen: list[int] = []      # the role machine's master epochs, this process
         self.store: MessageStore | None = None
         self.peers: dict[str, SimBroker] = {}   # every broker of the group by name (set by the world)
@@ -290,6 +292,7 @@ class SimBroker:
         self._close_sessions("role change to master")
         cut = store.truncate_invalid_tail()
         if cut >= 0:
+            self.rewrites += 1
             ef.truncate_suffix_by_offset(cut)
         self.store.epoch_file.start_epoch(epoch, self.store.max_offset)
         self.ha_role, self.ha_epoch = Role.MASTER, epoch
@@ -443,7 +446,7 @@ class SimBroker:
             still = self.up and self.ha_role == Role.MASTER and self.ha_epoch == p.epoch
             acked = still and self.master.batch_acked(p.end)
             if acked or not still or now >= p.deadline_ms:
-                p.reply(after_write(acked, still, p.offsets, p.end))
+                p.reply(ack.after_write(acked, still, p.offsets, p.end))
             else:
                 keep.append(p)
         self.puts = keep
@@ -496,6 +499,8 @@ class SimBroker:
                 self._slave_drop(conn, action.reason)
                 return False
             else:
+                if isinstance(action, Truncate):
+                    self.rewrites += 1
                 apply_to_store(store, action)
         return True
 

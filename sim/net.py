@@ -104,6 +104,10 @@ class Network:
     def heal(self) -> None:
         self._cut.clear()
 
+    def mend(self, src: str, dst: str) -> None:
+        """Restore one direction of one link."""
+        self._cut.discard((src, dst))
+
     def cuts(self) -> set[tuple[str, str]]:
         return set(self._cut)
 

@@ -13,10 +13,13 @@ smallest configuration that still fails.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import multiprocessing
 import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from rocketray.broker.role import Role
 from rocketray.sim.broker import BrokerTimings, SimBroker
 from rocketray.sim.clients import SimConsumer, SimProducer
 from rocketray.sim.controller import CONTROLLER, SimController
@@ -25,7 +28,7 @@ from rocketray.sim.invariants import Invariants
 from rocketray.sim.net import Network
 from rocketray.sim.world import Violation, World
 
-__all__ = ["SimConfig", "SimResult", "Sim", "run_seed", "run_seeds", "shrink", "FAULTS"]
+__all__ = ["SimConfig", "SimResult", "Sim", "run_seed", "run_seeds", "shrink", "FAULTS", "PROFILES"]
 
 FAULTS = ("kill", "power-loss", "io-crash", "isolate", "one-way", "split", "controller-cut",
           "leader-change", "reset", "heal")
@@ -46,6 +49,21 @@ class SimConfig:
     produce_interval_ms: int = 30
     consume_interval_ms: int = 50
     timings: BrokerTimings = field(default_factory=BrokerTimings)
+
+
+#: Fault mixes (``rocketray simulate --profile``). ``default`` draws every fault kind; the others
+#: concentrate on one family, which is where random search finds most old rules (sim/scenarios.py).
+PROFILES: dict[str, SimConfig] = {
+    "default": SimConfig(),
+    "crashes": SimConfig(faults=("kill", "power-loss", "io-crash", "heal", "isolate"), fault_gap_ms=(150, 700),
+                         max_faults=40),
+    "network": SimConfig(faults=("reset", "one-way", "isolate", "controller-cut", "split", "heal",
+                                 "leader-change"), fault_gap_ms=(100, 600), max_faults=40),
+    "load": SimConfig(batch=8, produce_interval_ms=10, fault_gap_ms=(150, 700), max_faults=40,
+                      timings=BrokerTimings(segment_bytes=1024, not_catchup_ms=1000)),
+    "controller": SimConfig(commit_fault_p=0.2, loss=0.05, fault_gap_ms=(150, 700), max_faults=40,
+                            timings=BrokerTimings(not_catchup_ms=800, shrink_ms=100)),
+}
 
 
 @dataclass(slots=True)
@@ -98,6 +116,25 @@ class Sim:
     def _notify(self, group: str, broker_id: int, info) -> None:
         b = self.brokers[f"{group}-{broker_id}"]
         self.net.notify(CONTROLLER, b.name, lambda: b.notified(info), owner=b)
+
+    # -- scripts -----------------------------------------------------------------------------------
+    def when(self, predicate: Callable[[], bool], action: Callable[[], None], every_ms: int = 5) -> None:
+        """Run ``action`` once, at the first poll (every ``every_ms`` of virtual time) where
+        ``predicate`` holds: how a scripted scenario waits for a state instead of a fixed time."""
+        def poll() -> None:
+            if predicate():
+                action()
+            else:
+                self.world.at(every_ms, poll)
+        self.world.at(every_ms, poll)
+
+    def serving_master(self, group: str) -> SimBroker | None:
+        """The broker the controller names master of ``group``, if it is up and serving that term."""
+        master_id, epoch = self.controller.master_of(group)
+        for b in self.groups[group]:
+            if b.up and b.id == master_id and b.ha_role == Role.MASTER and b.ha_epoch == epoch:
+                return b
+        return None
 
     # -- faults ------------------------------------------------------------------------------------
     def inject(self, kind: str, target: SimBroker | None = None) -> None:
@@ -190,21 +227,30 @@ def run_seed(seed: int, config: SimConfig = SimConfig(),
 
 
 def run_seeds(seeds: range | list[int], config: SimConfig = SimConfig(), *,
-              stop_at_first: bool = True, progress: Callable[[SimResult], None] | None = None) -> dict:
-    """Run many seeds; the summary has ``seeds``, ``violations``, ``seeds_per_s``, ``steps`` and the
-    first failing seed with its trace."""
+              stop_at_first: bool = True, progress: Callable[[SimResult], None] | None = None,
+              workers: int = 1) -> dict:
+    """Run many seeds (in ``workers`` forked processes when > 1; results are taken in seed order,
+    so the first failing seed is the same either way); the summary has ``seeds``, ``violations``,
+    ``seeds_per_s``, ``steps`` and the first failing seed with its trace."""
     started = time.perf_counter()
     results = []
     first = None
-    for seed in seeds:
-        r = run_seed(seed, config)
-        results.append(r)
-        if progress is not None:
-            progress(r)
-        if not r.ok and first is None:
-            first = r
-            if stop_at_first:
-                break
+    one = functools.partial(run_seed, config=config)
+    pool = multiprocessing.get_context("fork").Pool(workers) if workers > 1 else None
+    try:
+        outcomes = pool.imap(one, seeds, chunksize=2) if pool is not None else map(one, seeds)
+        for r in outcomes:
+            results.append(r)
+            if progress is not None:
+                progress(r)
+            if not r.ok and first is None:
+                first = r
+                if stop_at_first:
+                    break
+    finally:
+        if pool is not None:
+            pool.terminate()
+            pool.join()
     wall = max(time.perf_counter() - started, 1e-9)
     sim_ms = sum(r.sim_ms for r in results)
     return {
@@ -212,6 +258,7 @@ def run_seeds(seeds: range | list[int], config: SimConfig = SimConfig(), *,
         "violations": sum(not r.ok for r in results),
         "seeds_per_s": round(len(results) / wall, 2),
         "sim_s_per_wall_s": round(sim_ms / 1000 / wall, 1),
+        "workers": workers,
         "steps": sum(r.steps for r in results),
         "acked": sum(r.acked for r in results),
         "read": sum(r.read for r in results),

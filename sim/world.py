@@ -28,10 +28,8 @@ class Violation(AssertionError):
         self.detail = detail
 
 
-@dataclass(order=True, slots=True)
+@dataclass(slots=True)
 class _Event:
-    at_ms: int
-    seq: int
     fn: Callable[[], None]
     owner: object
     generation: int
@@ -46,7 +44,7 @@ class World:
         self.rng = random.Random(seed)
         self.now_ms = 0
         self.steps = 0
-        self._queue: list[_Event] = []
+        self._queue: list[tuple[int, int, _Event]] = []   # (virtual ms, sequence, event)
         self._seq = 0
         self._generations: dict[int, int] = {}
         self.trace: deque[str] = deque(maxlen=trace_len)
@@ -63,19 +61,19 @@ class World:
         """Run ``fn`` ``delay_ms`` from now (unless ``owner`` crashed in between)."""
         assert delay_ms >= 0, delay_ms
         self._seq += 1
-        heapq.heappush(self._queue, _Event(self.now_ms + int(delay_ms), self._seq, fn, owner,
-                                           self.generation(owner), what))
+        heapq.heappush(self._queue, (self.now_ms + int(delay_ms), self._seq,
+                                     _Event(fn, owner, self.generation(owner), what)))
 
     def note(self, text: str) -> None:
         self.trace.append(f"{self.now_ms:>8} {text}")
 
     def run(self, until_ms: int, after_step: Callable[[], None] | None = None) -> None:
         """Process events up to ``until_ms``; ``after_step`` (the invariant checks) after each."""
-        while self._queue and self._queue[0].at_ms <= until_ms:
-            ev = heapq.heappop(self._queue)
+        while self._queue and self._queue[0][0] <= until_ms:
+            at_ms, _seq, ev = heapq.heappop(self._queue)
             if ev.owner is not None and ev.generation != self.generation(ev.owner):
                 continue
-            self.now_ms = ev.at_ms
+            self.now_ms = at_ms
             self.steps += 1
             if ev.what:
                 self.note(ev.what)

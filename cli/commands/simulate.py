@@ -3,6 +3,8 @@
     rocketray simulate --seeds 500             # seeds 1..500, stop at the first violation
     rocketray simulate --seed 14               # replay one seed; prints its trace if it fails
     rocketray simulate --seeds 200 --json      # one JSON object: seeds, violations, seeds_per_s, ...
+    rocketray simulate --profile crashes       # a fault mix: default, crashes, network, load, controller
+    rocketray simulate --scenario list         # the named scenarios; --scenario NAME runs one
 
 Exit status 0 when no invariant was violated, 1 when one was (the failing seed, the violated
 invariant and the last events before it are printed, with the smallest failing configuration when
@@ -26,8 +28,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=None, help="run (replay) this one seed only")
     p.add_argument("--groups", type=int, default=1, help="broker groups (default 1)")
     p.add_argument("--replicas", type=int, default=3, help="replicas per group (default 3)")
-    p.add_argument("--duration-ms", type=int, default=12_000, help="simulated time with faults (default 12000)")
-    p.add_argument("--faults", type=int, default=12, help="at most this many faults per seed (default 12)")
+    p.add_argument("--duration-ms", type=int, default=None,
+                   help="simulated time with faults (default: the profile's, 12000)")
+    p.add_argument("--faults", type=int, default=None,
+                   help="at most this many faults per seed (default: the profile's, 12 for default, 40 for the others)")
+    p.add_argument("--profile", default="default",
+                   help="fault mix: default (every kind), crashes, network, load, controller (default: default)")
+    p.add_argument("--scenario", default=None,
+                   help="run one named scenario (a scripted or pinned-seed failure schedule); 'list' lists them")
+    p.add_argument("--workers", type=int, default=1, help="processes running seeds side by side (default 1)")
     p.add_argument("--keep-going", action="store_true", help="do not stop at the first violation")
     p.add_argument("--shrink", action="store_true", help="for a failing seed, find the smallest failing config")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -37,14 +46,24 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from rocketray.sim.run import SimConfig, run_seed, run_seeds, shrink
+    import dataclasses
 
-    config = SimConfig(groups=args.groups, replicas=args.replicas, duration_ms=args.duration_ms,
-                       max_faults=args.faults)
+    from rocketray.sim.run import PROFILES, run_seed, run_seeds, shrink
+
+    if args.scenario is not None:
+        return _scenario(args)
+    if args.profile not in PROFILES:
+        print(f"rocketray simulate: unknown profile {args.profile!r} (one of {', '.join(PROFILES)})", file=sys.stderr)
+        return 2
+    base = PROFILES[args.profile]
+    config = dataclasses.replace(base, groups=args.groups, replicas=args.replicas,
+                                 duration_ms=base.duration_ms if args.duration_ms is None else args.duration_ms,
+                                 max_faults=base.max_faults if args.faults is None else args.faults)
     seeds = [args.seed] if args.seed is not None else range(args.first, args.first + args.seeds)
     bar = None if args.json or args.seed is not None else tqdm(total=len(seeds), unit="seed", file=sys.stderr)
-    summary = run_seeds(seeds, config, stop_at_first=not args.keep_going,
+    summary = run_seeds(seeds, config, stop_at_first=not args.keep_going, workers=max(1, args.workers),
                         progress=(lambda r: bar.update(1)) if bar is not None else None)
+    summary["profile"] = args.profile
     if bar is not None:
         bar.close()
     failing = summary["first_failing_seed"]
@@ -66,6 +85,32 @@ def run(args: argparse.Namespace) -> int:
             if "shrunk" in summary:
                 print(f"smallest failing config: {summary['shrunk']}")
             print(f"replay: rocketray simulate --seed {failing}"
+                  + (f" --profile {args.profile}" if args.profile != "default" else "")
                   + (f" --groups {args.groups}" if args.groups != 1 else "")
                   + (f" --replicas {args.replicas}" if args.replicas != 3 else ""))
     return EXIT_VIOLATION if summary["violations"] else 0
+
+
+def _scenario(args: argparse.Namespace) -> int:
+    import json as _json
+
+    from rocketray.sim.scenarios import SCENARIOS, run_scenario
+
+    if args.scenario == "list":
+        for s in SCENARIOS.values():
+            print(f"{s.name}: {s.what}")
+        return 0
+    if args.scenario not in SCENARIOS:
+        print(f"rocketray simulate: unknown scenario {args.scenario!r} (see --scenario list)", file=sys.stderr)
+        return 2
+    r = run_scenario(args.scenario)
+    if args.json:
+        print(_json.dumps({"scenario": args.scenario, "ok": r.ok, "violation": r.violation, "steps": r.steps,
+                           "acked": r.acked, "elections": r.elections, "trace": None if r.ok else r.trace}))
+    else:
+        print(f"scenario {args.scenario}: {'no violation' if r.ok else 'VIOLATION ' + str(r.violation)}; "
+              f"{r.steps} steps, {r.acked} acknowledged, {r.elections} elections")
+        if not r.ok:
+            for line in r.trace:
+                print("  " + line)
+    return 0 if r.ok else EXIT_VIOLATION

@@ -6,8 +6,8 @@ disk) under seeded kills, power losses, crashes between IO steps, partitions, lo
 commits and connection resets, and checks its invariants after every step. These tests pin:
 - a seed replays exactly (same trace, same counts);
 - a budget of seeds finds no violation with the rules as they are;
-- each rule issue 15 fixed, monkeypatched back to its old form, is caught within a fixed budget
-  (a simulator that never fails proves nothing: SIMULATION.md section 7).
+- runs in parallel give the same first failing seed as one process.
+The named scenarios (each rule issue 15 fixed, patched back, is caught) are in test_scenarios.py.
 """
 
 from __future__ import annotations
@@ -18,10 +18,7 @@ import sys
 
 import pytest
 
-import ha_old_rules as old
-import rocketray.broker.role as role
-import rocketray.ha.sync_state as sync_state
-from rocketray.sim.run import SimConfig, run_seed, run_seeds
+from rocketray.sim.run import PROFILES, SimConfig, run_seed, run_seeds
 
 
 def test_a_seed_replays_exactly():
@@ -44,64 +41,28 @@ def test_quiet_run_acknowledges_and_reads_everything():
     assert r.acked > 100 and r.read >= r.acked
 
 
-# -- named scenarios: a rule issue 15 fixed (or the simulator found), reverted, is caught ---------------
-
-def _old_restart_rule(sitting, epoch, last_epoch):
-    """Before issue 15's role machine (#9689): a restarted broker named master of a term it held
-    before the restart resumes it, instead of asking for a new term."""
-    return False
-
-
-#: name -> (the old rule as (owner, attribute, value) patches, the seed that shows it, the invariant)
-SCENARIOS = {
-    # issue 15 violation 1: confirm offset = the master's max while the confirmed set has one
-    # member, and a never-backwards floor above the members' acks
-    "violation-1-confirm-offset-covers-a-joining-member": (
-        [(sync_state.SyncStateTracker, "compute_confirm_offset", old.old_compute_confirm_offset)], 3,
-        "confirm offset within every counted member"),
-    # #9689 / issue 15 role machine: a master restarted before the controller noticed resumes its term
-    "restarted-master-resumes-its-old-term": (
-        [(role, "is_term_from_before_restart", _old_restart_rule)], 4,
-        "confirm offset within every counted member"),
-}
+def test_workers_find_the_same_seeds_as_one_process():
+    """Seeds run in forked workers give the same results, in seed order, as one process."""
+    one = run_seeds(range(1, 7), SimConfig(), stop_at_first=False)
+    two = run_seeds(range(1, 7), SimConfig(), stop_at_first=False, workers=2)
+    assert {k: one[k] for k in ("steps", "acked", "faults", "elections")} == \
+           {k: two[k] for k in ("steps", "acked", "faults", "elections")}
 
 
-@pytest.mark.parametrize("name", sorted(SCENARIOS))
-def test_named_scenario_passes_with_the_new_rule(name):
-    """The scenario's seed finds no violation with the rules as they are."""
-    _patches, seed, _invariant = SCENARIOS[name]
-    r = run_seed(seed, SimConfig())
-    assert r.ok, (r.violation, "\n".join(r.trace))
-
-
-@pytest.mark.parametrize("name", sorted(SCENARIOS))
-def test_named_scenario_fails_with_the_old_rule(monkeypatch, name):
-    """With the old rule patched back, the scenario's seed violates the named invariant."""
-    patches, seed, invariant = SCENARIOS[name]
-    for owner, attr, value in patches:
-        monkeypatch.setattr(owner, attr, value)
-    r = run_seed(seed, SimConfig())
-    assert not r.ok and r.violation.startswith(invariant), r.violation
-    assert any("VIOLATION" in line for line in r.trace), "the trace ends at the violation"
-
-
-@pytest.mark.parametrize("name", sorted(SCENARIOS))
-def test_old_rule_caught_within_the_seed_budget(monkeypatch, name):
-    """The random search finds each old rule within 40 seeds (not only at the pinned seed)."""
-    patches, _seed, _invariant = SCENARIOS[name]
-    for owner, attr, value in patches:
-        monkeypatch.setattr(owner, attr, value)
-    summary = run_seeds(range(1, 41), SimConfig())
-    assert summary["violations"] == 1, f"{name}: no violation in {summary['seeds']} seeds"
+#: The CI budget: seeds per fault mix (2,000 in all), run on 2 processes.
+CI_BUDGET = {"default": 1000, "crashes": 250, "network": 250, "load": 250, "controller": 250}
 
 
 @pytest.mark.slow
-def test_ci_budget_of_seeds_finds_no_violation():
-    """The CI budget: many seeds of the full fault model, zero violations."""
-    summary = run_seeds(range(1, 301), SimConfig())
-    assert summary["violations"] == 0, (summary["first_failing_seed"], summary["violation"],
+@pytest.mark.parametrize("profile", sorted(CI_BUDGET))
+def test_ci_budget_of_seeds_finds_no_violation(profile):
+    """Thousands of seeds over every fault mix, zero violations (a failure prints the replay command)."""
+    n = CI_BUDGET[profile]
+    summary = run_seeds(range(1, n + 1), PROFILES[profile], workers=2)
+    assert summary["violations"] == 0, (f"rocketray simulate --seed {summary['first_failing_seed']} "
+                                        f"--profile {profile}", summary["violation"],
                                         "\n".join(summary["trace"] or []))
-    assert summary["faults"] > 300 * 5 and summary["elections"] > 300
+    assert summary["seeds"] == n and summary["faults"] > n * 5 and summary["elections"] > n
 
 
 def test_cli_json_and_replay():

@@ -1,0 +1,97 @@
+"""Named scenarios: a fault schedule, scripted or drawn by a pinned seed, that drives the simulator
+into one of the failures issue 15 fixed (or the simulator found).
+
+Theory of operation. A random search finds most old rules within a few dozen seeds of the right
+fault mix (``PROFILES``), so most scenarios are simply a profile and the seed that shows it. A
+few failures need an exact interleaving that random faults almost never produce; their scenario
+is a *script*: predicates polled on virtual time (``Sim.when``) that wait for a state (a put
+waiting for its acks, a truncation about to unlink segments) and then cut links or arm a crash
+at one IO step. Either way the run uses the real cores and the invariants of every run; a
+scenario passes with the rules as they are, and ``tests/sim/test_scenarios.py`` shows that each
+fails, on the invariant it names, when its old rule is patched back.
+
+    rocketray simulate --scenario list
+    rocketray simulate --scenario violation-4-not-master-after-write
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Callable
+
+from rocketray.sim.broker import SimBroker
+from rocketray.sim.controller import CONTROLLER
+from rocketray.sim.run import PROFILES, Sim, SimConfig, SimResult
+
+__all__ = ["Scenario", "SCENARIOS", "run_scenario"]
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    name: str
+    what: str                                   # the failure it reaches, one sentence
+    config: SimConfig
+    seed: int
+    script: Callable[[Sim], None] | None = None
+
+
+def run_scenario(name: str) -> SimResult:
+    s = SCENARIOS[name]
+    return Sim(s.seed, s.config).run(s.script)
+
+
+# -- scripts --------------------------------------------------------------------------------------
+
+def _serving(sim: Sim, group: str = "g0") -> SimBroker | None:
+    return sim.serving_master(group)
+
+
+def _cut_acks_and_heartbeats_while_a_put_waits(sim: Sim) -> None:
+    """Violation 4. Once a put is written and waiting for its acks on a settled group, the slaves'
+    acks stop reaching the master and the master's link to the controller is cut. The batch
+    reached the slaves; the controller elects one of them; the link comes back and the master's
+    next poll turns it into a slave while the put still waits. The answer must not say "not
+    written": the batch is in the new master's log."""
+    def ready() -> bool:
+        m = _serving(sim)
+        return (m is not None and len(sim.controller.sync_state_set("g0")) == sim.config.replicas
+                and sum(len(p.acked) for p in sim.producers) >= 20 and bool(m.puts))
+
+    def cut() -> None:
+        m = _serving(sim)
+        assert m is not None
+        sim.world.note(f"SCRIPT {m.name}: slaves' acks and its heartbeats cut while a put waits")
+        for b in sim.groups["g0"]:
+            if b is not m:
+                sim.net.cut(b.name, m.name)
+        sim.net.cut(m.name, CONTROLLER)
+        sim.when(lambda: sim.controller.master_of("g0")[0] not in (None, m.id),
+                 lambda: sim.net.mend(m.name, CONTROLLER))
+    sim.when(ready, cut, every_ms=1)
+
+
+def _quiet(**timings: int) -> SimConfig:
+    base = SimConfig(max_faults=0, loss=0.0, commit_fault_p=0.0, duration_ms=8_000, settle_ms=8_000)
+    return dataclasses.replace(base, timings=dataclasses.replace(base.timings, **timings))
+
+
+SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
+    Scenario("violation-1-confirm-offset-covers-a-joining-member",
+             "the confirm offset covers a message a joining member lacks; consumers read it",
+             PROFILES["default"], 3),
+    Scenario("restarted-master-resumes-its-old-term",
+             "a master restarted before the controller noticed resumes its term (#9689)",
+             PROFILES["default"], 4),
+    Scenario("violation-3-kill-between-two-unlinks",
+             "a truncation killed between two segment unlinks reopens with a hole and an old end",
+             PROFILES["crashes"], 42),
+    Scenario("violation-5-recovery-trusts-unsynced-bytes",
+             "recovery after a kill trusts a tail it never synced; a later power loss tears what "
+             "was replicated and read",
+             PROFILES["crashes"], 36),
+    Scenario("violation-4-not-master-after-write",
+             "a put written and replicated, then the role changed during the ack wait: answered as "
+             "not written while the new master holds the batch",
+             _quiet(slave_timeout_ms=4_000), 1, _cut_acks_and_heartbeats_while_a_put_waits),
+]}
