@@ -397,6 +397,8 @@ class SimBroker:
         conn, session = entry
         now = self.world.now_ms
         for _ in range(4):
+            if not conn.writable(self.name):
+                return                      # the socket buffer is full: not caught up, wait
             out = session.next_send(self.log_view, now)
             if out is None:
                 return

@@ -43,6 +43,9 @@ class SimController:
         self.leader_since_ms = 0
         self.notify_to: Callable[[str, int, MasterInfo], None] | None = None
         self.elections: list[tuple[str, int, int | None]] = []   # (group, epoch, master)
+        # a scripted scenario's fault: a write request this returns True for is committed and its
+        # answer lost (the caller sees a timeout), as a dying leader would
+        self.answer_lost: Callable[[object], bool] | None = None
 
     # -- setup --------------------------------------------------------------------------------------
     def assign_ids(self, group: str, ids: list[int]) -> None:
@@ -73,6 +76,10 @@ class SimController:
         resp, events = decide(self.state, request, ctx)
         if not is_write(request) or not events:
             return resp
+        if self.answer_lost is not None and self.answer_lost(request):
+            self._apply(events)
+            self.world.note(f"controller committed {type(request).__name__}, answer lost (scripted)")
+            return None
         fault = self.world.rng.random() < self.commit_fault_p
         if fault and self.world.rng.random() < 0.5:
             self.world.note(f"controller lost {type(request).__name__} before commit")

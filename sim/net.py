@@ -33,6 +33,7 @@ class Connection:
         self.ends = (client, server)
         self.alive = True
         self._last_at = {client: 0, server: 0}
+        self._in_flight = {client: 0, server: 0}     # bytes sent and not yet delivered, per sender
         self._handlers: dict[str, tuple[DataHandler, CloseHandler, object]] = {}
 
     def bind(self, node: str, on_data: DataHandler, on_close: CloseHandler, owner: object) -> None:
@@ -40,6 +41,11 @@ class Connection:
 
     def peer(self, node: str) -> str:
         return self.ends[1] if node == self.ends[0] else self.ends[0]
+
+    def writable(self, src: str) -> bool:
+        """Room in ``src``'s send buffer: what it sent and the peer has not received yet is below
+        the network's window (a full socket buffer makes a sender wait, as TCP does)."""
+        return self._in_flight[src] < self.net.window_bytes
 
     def send(self, src: str, data: bytes) -> None:
         if not self.alive or not data:
@@ -50,9 +56,14 @@ class Connection:
             world.at(self.net.reset_delay_ms(), lambda: self.reset("link cut"), what="")
             return
         at = max(world.now_ms + self.net.delay_ms(), self._last_at[src])
+        rate = self.net.rate(src, dst)
+        if rate is not None:
+            at += -(-len(data) // rate)            # a slow link: bytes leave at its rate, in order
         self._last_at[src] = at
+        self._in_flight[src] += len(data)
 
         def deliver() -> None:
+            self._in_flight[src] -= len(data)
             if not self.alive:
                 return
             handler = self._handlers.get(dst)
@@ -79,11 +90,14 @@ class Connection:
 class Network:
     """Links, partitions, delays and loss, all drawn from the world's seeded random source."""
 
-    def __init__(self, world: World, *, loss: float = 0.0, tail: float = 0.02) -> None:
+    def __init__(self, world: World, *, loss: float = 0.0, tail: float = 0.02,
+                 window_bytes: int = 64 * 1024) -> None:
         self.world = world
         self.loss = loss
         self.tail = tail
+        self.window_bytes = window_bytes
         self._cut: set[tuple[str, str]] = set()
+        self._slow: dict[tuple[str, str], int] = {}   # (src, dst) -> bytes per ms
         self._down: set[str] = set()
         self.connections: list[Connection] = []
         self.connection_ids = 0
@@ -103,6 +117,14 @@ class Network:
 
     def heal(self) -> None:
         self._cut.clear()
+        self._slow.clear()
+
+    def slow(self, src: str, dst: str, bytes_per_ms: int) -> None:
+        """Congest one direction of one link: its bytes leave at ``bytes_per_ms``."""
+        self._slow[(src, dst)] = max(1, bytes_per_ms)
+
+    def rate(self, src: str, dst: str) -> int | None:
+        return self._slow.get((src, dst))
 
     def mend(self, src: str, dst: str) -> None:
         """Restore one direction of one link."""

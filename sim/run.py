@@ -32,6 +32,9 @@ __all__ = ["SimConfig", "SimResult", "Sim", "run_seed", "run_seeds", "shrink", "
 
 FAULTS = ("kill", "power-loss", "io-crash", "isolate", "one-way", "split", "controller-cut",
           "leader-change", "reset", "heal")
+#: Fault kinds beyond the default mix (a profile lists them): ``slow`` congests one direction of
+#: one link between two brokers (2-30 bytes/ms) until the next heal.
+EXTRA_FAULTS = ("slow",)
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,8 +47,10 @@ class SimConfig:
     max_faults: int = 12
     faults: tuple[str, ...] = FAULTS
     loss: float = 0.01
+    window_bytes: int = 64 * 1024
     commit_fault_p: float = 0.02
     batch: int = 3
+    producers: int = 1                  # per group, each with one batch in flight at a time
     produce_interval_ms: int = 30
     consume_interval_ms: int = 50
     timings: BrokerTimings = field(default_factory=BrokerTimings)
@@ -58,7 +63,8 @@ PROFILES: dict[str, SimConfig] = {
     "crashes": SimConfig(faults=("kill", "power-loss", "io-crash", "heal", "isolate"), fault_gap_ms=(150, 700),
                          max_faults=40),
     "network": SimConfig(faults=("reset", "one-way", "isolate", "controller-cut", "split", "heal",
-                                 "leader-change"), fault_gap_ms=(100, 600), max_faults=40),
+                                 "leader-change", "slow"), fault_gap_ms=(100, 600), max_faults=40,
+                         window_bytes=8 * 1024),
     "load": SimConfig(batch=8, produce_interval_ms=10, fault_gap_ms=(150, 700), max_faults=40,
                       timings=BrokerTimings(segment_bytes=1024, not_catchup_ms=1000)),
     "controller": SimConfig(commit_fault_p=0.2, loss=0.05, fault_gap_ms=(150, 700), max_faults=40,
@@ -86,7 +92,7 @@ class Sim:
     def __init__(self, seed: int, config: SimConfig) -> None:
         self.seed, self.config = seed, config
         self.world = World(seed)
-        self.net = Network(self.world, loss=config.loss)
+        self.net = Network(self.world, loss=config.loss, window_bytes=config.window_bytes)
         t = config.timings
         self.controller = SimController(self.world, self.net, cluster="sim",
                                         heartbeat_timeout_ms=t.heartbeat_timeout_ms,
@@ -105,9 +111,10 @@ class Sim:
         for b in self.brokers.values():
             b.peers = self.brokers
         self.controller.notify_to = self._notify
-        self.producers = [SimProducer(self.world, self.net, self.controller, self.brokers, name=f"producer-{g}",
-                                      group=g, batch=config.batch, interval_ms=config.produce_interval_ms,
-                                      timeout_ms=t.slave_timeout_ms + 500) for g in self.groups]
+        self.producers = [SimProducer(self.world, self.net, self.controller, self.brokers,
+                                      name=f"producer-{g}" + (f"-{k}" if k else ""), group=g, batch=config.batch,
+                                      interval_ms=config.produce_interval_ms, timeout_ms=t.slave_timeout_ms + 500)
+                          for g in self.groups for k in range(config.producers)]
         self.consumers = [SimConsumer(self.world, self.groups[g], name=f"consumer-{g}", group=g,
                                       interval_ms=config.consume_interval_ms) for g in self.groups]
         self.invariants = Invariants(self.controller, self.groups, self.producers, self.consumers)
@@ -175,6 +182,9 @@ class Sim:
             live = [c for c in self.net.connections if c.alive]
             if live:
                 rng.choice(live).reset("nemesis reset")
+        elif kind == "slow":
+            other = rng.choice([n for n in names if n != b.name])
+            self.net.slow(b.name, other, rng.randint(2, 30))
         elif kind == "heal":
             self.net.heal()
         else:

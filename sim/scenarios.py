@@ -20,6 +20,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Callable
 
+from rocketray.controller.api import AlterSyncStateSetRequest
 from rocketray.sim.broker import SimBroker
 from rocketray.sim.controller import CONTROLLER
 from rocketray.sim.run import PROFILES, Sim, SimConfig, SimResult
@@ -71,6 +72,70 @@ def _cut_acks_and_heartbeats_while_a_put_waits(sim: Sim) -> None:
     sim.when(ready, cut, every_ms=1)
 
 
+def _isolate(sim: Sim, b: SimBroker) -> None:
+    for other in list(sim.brokers) + [CONTROLLER]:
+        if other != b.name:
+            sim.net.cut(b.name, other)
+            sim.net.cut(other, b.name)
+
+
+def _rejoin(sim: Sim, b: SimBroker) -> None:
+    for other in list(sim.brokers) + [CONTROLLER]:
+        if other != b.name:
+            sim.net.mend(b.name, other)
+            sim.net.mend(other, b.name)
+
+
+def _lagging_member_dropped_while_an_expand_waits(sim: Sim) -> None:
+    """Violation 2. Master M, members L and J. J is cut off until the controller drops it. Then
+    M's link to L is congested: L still acks every put within the slave timeout, but M always has
+    bytes it could not send yet, so L is not caught up. Just before L has been behind for
+    ``not_catchup_ms``, J comes back and catches up; M proposes {M, L, J}; the controller commits it
+    but the answer is lost, and J is cut off again. M's shrink check now drops L. The union view
+    must keep J (the controller counts it) until the controller answers: a put acknowledged
+    without J is lost if J is elected."""
+    t = sim.config.timings
+    st: dict[str, SimBroker] = {}
+
+    def steady() -> bool:
+        m = _serving(sim)
+        return (m is not None and len(sim.controller.sync_state_set("g0")) == sim.config.replicas
+                and sum(len(p.acked) for p in sim.producers) >= 20)
+
+    def cut_joiner() -> None:
+        m = _serving(sim)
+        assert m is not None
+        others = [b for b in sim.groups["g0"] if b is not m]
+        st.update(m=m, lag=others[0], join=others[1])
+        sim.world.note(f"SCRIPT {st['join'].name} cut off")
+        _isolate(sim, st["join"])
+        sim.when(lambda: st["join"].id not in sim.controller.sync_state_set("g0"), congest)
+
+    def congest() -> None:
+        sim.world.note(f"SCRIPT link {st['m'].name}->{st['lag'].name} congested")
+        sim.net.slow(st["m"].name, st["lag"].name, 8)
+        sim.when(lambda: behind_ms() >= t.not_catchup_ms - 300, rejoin)
+
+    def behind_ms() -> int:
+        seen = st["m"].master.tracker.caught_up_ms.get(st["lag"].id, sim.world.now_ms)
+        return sim.world.now_ms - seen
+
+    def rejoin() -> None:
+        j = st["join"]
+        sim.world.note(f"SCRIPT {j.name} rejoins")
+
+        def expand(request: object) -> bool:
+            if isinstance(request, AlterSyncStateSetRequest) and j.id in request.new_sync_state_set:
+                sim.controller.answer_lost = None
+                sim.world.at(0, lambda: (sim.world.note(f"SCRIPT {j.name} cut off again"), _isolate(sim, j)))
+                return True
+            return False
+        sim.controller.answer_lost = expand
+        _rejoin(sim, j)
+
+    sim.when(steady, cut_joiner)
+
+
 def _quiet(**timings: int) -> SimConfig:
     base = SimConfig(max_faults=0, loss=0.0, commit_fault_p=0.0, duration_ms=8_000, settle_ms=8_000)
     return dataclasses.replace(base, timings=dataclasses.replace(base.timings, **timings))
@@ -83,6 +148,11 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     Scenario("restarted-master-resumes-its-old-term",
              "a master restarted before the controller noticed resumes its term (#9689)",
              PROFILES["default"], 4),
+    Scenario("violation-2-lagging-member-dropped-while-an-expand-waits",
+             "the shrink check replaced a pending expand; a put was acknowledged without the member "
+             "the controller had just added",
+             dataclasses.replace(_quiet(not_catchup_ms=1_000, shrink_ms=100), window_bytes=1_024, producers=16), 4,
+             _lagging_member_dropped_while_an_expand_waits),
     Scenario("violation-3-kill-between-two-unlinks",
              "a truncation killed between two segment unlinks reopens with a hole and an old end",
              PROFILES["crashes"], 42),

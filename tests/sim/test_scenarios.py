@@ -30,6 +30,10 @@ OLD_RULES = {
     # never-backwards floor above the members' acks
     "violation-1-confirm-offset-covers-a-joining-member": (
         [(sync_state.SyncStateTracker, "compute_confirm_offset", old.old_compute_confirm_offset)], CONFIRM),
+    # violation 2: the shrink check builds its candidate from the confirmed set and overwrites a
+    # pending expand
+    "violation-2-lagging-member-dropped-while-an-expand-waits": (
+        [(sync_state.SyncStateTracker, "maybe_shrink", old.old_maybe_shrink)], LOST),
     # #9689: a master restarted before the controller noticed resumes its term
     "restarted-master-resumes-its-old-term": (
         [(role, "is_term_from_before_restart", lambda sitting, epoch, last_epoch: False)], CONFIRM),
