@@ -2,15 +2,21 @@
 
 Measured in one run, on the same file system (a temp dir, or ``--dir``):
 
-* ``store_async``: ``MessageStore.put_messages`` of 1 KiB messages in batches, async flush
-  (background fsync every 500 ms; the final flush is not timed, as the plain baseline has none);
-* ``plain``: ``os.write`` of the very same encoded record bytes, batch by batch, to one file;
-* ``store_sync``: the same with ``FlushMode.SYNC`` (fsync before each put returns), fewer batches;
+* ``store_async``: ``MessageStore.put_batch`` of 1 KiB messages in batches of ``--batch``, async
+  flush (background fsync every 500 ms; the final flush is not timed, as the plain baseline has
+  none).  The batches are encoded before the clock starts, as a producer does in its own process
+  (``encode_batch``); the store checks every record (sizes, topic, properties, body CRC), fills in
+  queue offset, physical offset and store timestamp, recomputes the header CRC, builds the
+  consume-queue entries and writes the batch with one ``pwrite``;
+* ``store_async_dispatch``: the same, raising the confirm offset to the end after every put (what
+  a master alone in its SyncStateSet does), so the consume-queue writes are timed too;
+* ``plain``: ``os.write`` of the very same stored record bytes, batch by batch, to one file;
+* ``store_sync``: ``store_async`` with ``FlushMode.SYNC`` (fsync before each put returns), fewer batches;
 * ``plain_sync``: ``os.write`` + ``os.fsync`` of the same batch sizes.
 
-``ratio`` = store_async_time / plain_time (lower is better; 1.0 would be "free"); ``sync_ratio`` =
-store_sync_time / plain_sync_time.  The store pays for encoding (CRCs, struct packing), offset
-assignment and segment bookkeeping in Python, which the plain baseline does not.
+``ratio`` = store/plain **throughput** = plain_time / store_async_time (higher is better; 1.0 would
+be "free"; issue 18's target is ``target_ratio`` = 0.3); ``ratio_with_dispatch`` the same for
+``store_async_dispatch``; ``sync_ratio`` = plain_sync_time / store_sync_time.
 
 Usage: ``python benchmarks/run.py store-append [--json] [--messages N] [--batch B] [--size BYTES]
 [--sync-batches M] [--dir PATH]``.
@@ -26,24 +32,31 @@ import time
 from pathlib import Path
 
 from rocketray.broker.config import FlushMode, StoreConfig
-from rocketray.broker.message import Message, encode_record
+from rocketray.broker.message import EncodedBatch, Message, encode_batch
 from rocketray.broker.store import MessageStore
 
+TARGET_RATIO = 0.3
 
-def _batches(count: int, batch: int, size: int) -> list[list[Message]]:
+
+def _batches(count: int, batch: int, size: int) -> list[EncodedBatch]:
     body = bytes(range(256)) * (size // 256 + 1)
     msgs = [Message("BenchTopic", i % 8, body[i % 256:i % 256 + size], {"TAGS": "bench"}, born_timestamp_ms=i)
             for i in range(count)]
-    return [msgs[i:i + batch] for i in range(0, count, batch)]
+    return [encode_batch(msgs[i:i + batch]) for i in range(0, count, batch)]
 
 
-def _time_store(root: Path, batches: list[list[Message]], mode: FlushMode) -> tuple[float, list[bytes]]:
+def _time_store(root: Path, batches: list[EncodedBatch], mode: FlushMode,
+                dispatch: bool = False) -> tuple[float, list[bytes]]:
     store = MessageStore(root, StoreConfig(flush_mode=mode))
     encoded: list[bytes] = []
     start = time.perf_counter()
     for i, batch in enumerate(batches):
-        store.put_messages(batch, now_ms=i)
+        store.put_batch(batch, now_ms=i)
+        if dispatch:
+            store.confirm_offset = store.max_offset
     elapsed = time.perf_counter() - start
+    if dispatch:
+        assert store.dispatched_offset == store.max_offset
     pos = store.min_offset
     while pos < store.max_offset:  # the exact bytes the store wrote, batch-sized for the baseline
         view = store.read_raw(pos, 1 << 20)
@@ -65,14 +78,15 @@ def _time_plain(path: Path, chunks: list[bytes], fsync: bool) -> float:
     return elapsed
 
 
-def _rechunk(blobs: list[bytes], batches: list[list[Message]]) -> list[bytes]:
+def _rechunk(blobs: list[bytes], batches: list[EncodedBatch]) -> list[bytes]:
     """Split the store's bytes into the same batch sizes the store wrote."""
     data = b"".join(blobs)
     out, pos = [], 0
     for batch in batches:
-        n = sum(len(encode_record(m.with_position(0, 0, 0))) for m in batch)
+        n = len(batch.data)
         out.append(data[pos:pos + n])
         pos += n
+    assert pos == len(data)
     return out
 
 
@@ -95,6 +109,7 @@ def run(argv: list[str]) -> dict:
         chunks = _rechunk(blobs, batches)
         total = sum(len(c) for c in chunks)
         plain_s = _time_plain(tmp / "plain", chunks, fsync=False)
+        dispatch_s, _ = _time_store(tmp / "async-dispatch", batches, FlushMode.ASYNC, dispatch=True)
         sync_batches = batches[:args.sync_batches]
         sync_s, _ = _time_store(tmp / "sync", sync_batches, FlushMode.SYNC)
         sync_chunks = chunks[:len(sync_batches)]
@@ -103,7 +118,7 @@ def run(argv: list[str]) -> dict:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     mb = 1024 * 1024
-    n_sync = sum(len(b) for b in sync_batches)
+    n_sync = sum(b.count for b in sync_batches)
     return {
         "messages": args.messages, "batch": args.batch, "message_bytes": args.size, "bytes": total,
         "store_async_s": round(store_s, 4), "plain_s": round(plain_s, 4),
@@ -112,6 +127,11 @@ def run(argv: list[str]) -> dict:
         "sync_batches": len(sync_batches), "store_sync_s": round(sync_s, 4), "plain_sync_s": round(plain_sync_s, 4),
         "store_sync_mb_s": round(sync_total / mb / sync_s, 1), "plain_sync_mb_s": round(sync_total / mb / plain_sync_s, 1),
         "store_sync_msgs_s": round(n_sync / sync_s), "plain_sync_msgs_s": round(n_sync / plain_sync_s),
-        "ratio": round(store_s / plain_s, 2),
-        "sync_ratio": round(sync_s / plain_sync_s, 2),
+        "store_async_dispatch_s": round(dispatch_s, 4),
+        "store_async_dispatch_msgs_s": round(args.messages / dispatch_s),
+        "ratio": round(plain_s / store_s, 3),
+        "ratio_meaning": "store/plain throughput = plain_s / store_async_s (higher is better)",
+        "target_ratio": TARGET_RATIO,
+        "ratio_with_dispatch": round(plain_s / dispatch_s, 3),
+        "sync_ratio": round(plain_sync_s / sync_s, 3),
     }

@@ -10,7 +10,7 @@ next segment's base is exactly the previous segment's end.
 The active (last) segment is preallocated to ``segment_size`` bytes (a sparse ``ftruncate``) and
 mapped once; its unwritten part is zeros, which never decode as a record.  When it is sealed by a
 roll it is ``ftruncate``-d to its data length, so a sealed file's size is its data size.  Appends
-are ``pwrite``-s of whole batches; reads are ``memoryview``-s over the maps.
+are one ``pwrite`` of a whole batch per segment it touches; reads are ``memoryview``-s over the maps.
 
 Bytes are only ever removed from the active segment by overwriting them with zeros (then
 ``fsync``), never by shrinking a file that may be mapped: a reader holding a view of the removed
@@ -45,11 +45,12 @@ import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Sequence
 
 from rocketray.broker.checkpoint import nonzero_end, sync_files
 from rocketray.broker.fs import OS_DISK, Disk, DiskFile
-from rocketray.broker.message import HEADER_SIZE, IndexInfo, MessageCodecError, decode_index, verify_record
+from rocketray.broker.message import (HEADER_SIZE, IndexedRecords, MessageCodecError, decode_index, index_records,
+                                      verify_record)
 
 __all__ = ["CommitLog", "Segment", "StoreError", "first_gap", "first_scanned", "segment_name", "unlink_order"]
 
@@ -101,6 +102,17 @@ def first_scanned(bases: Sequence[int], verified_offset: int) -> int:
     ftruncate) after that checkpoint and not synced, so it is scanned and fsynced too (the old
     rule, ``bisect_right(bases, verified_offset) - 1``, trusted it)."""
     return max(0, bisect.bisect_left(bases, verified_offset) - 1)
+
+
+def _records_within(view: memoryview, pos: int, room: int) -> int:
+    """Length of the longest run of whole records from ``pos`` that fits in ``room`` bytes."""
+    fit = 0
+    while pos + fit + HEADER_SIZE <= len(view):
+        size = _SIZE.unpack_from(view, pos + fit)[0]
+        if size < HEADER_SIZE or fit + size > room:
+            break
+        fit += size
+    return fit
 
 
 def first_gap(segments: Sequence[Segment]) -> int | None:
@@ -174,31 +186,34 @@ class CommitLog:
         seg.sealed = True
         self._dirty.add(seg)
 
-    def append(self, records: Sequence[bytes | memoryview]) -> int:
-        """Append whole records (positions already encoded); rolls segments as needed; returns the new end."""
-        pending: list[bytes | memoryview] = []
-        pending_size = 0
+    def append(self, data: bytes | bytearray | memoryview) -> int:
+        """Append whole records (positions already encoded) with as few ``pwrite``-s as segments
+        touched; rolls before a record that does not fit; returns the new end."""
+        view = memoryview(data)
+        pos, n = 0, len(view)
         seg = self.active
-        for rec in records:
-            size = len(rec)
-            if size > self.segment_size:
-                raise ValueError(f"record of {size} bytes does not fit a segment of {self.segment_size}")
-            if seg.size + pending_size + size > self.segment_size:
-                self._write(seg, pending, pending_size)
-                pending, pending_size = [], 0
+        while pos < n:
+            room = self.segment_size - seg.size
+            if n - pos <= room:
+                self._write(seg, view[pos:])
+                break
+            fit = _records_within(view, pos, room)
+            if fit == 0:
+                size = _SIZE.unpack_from(view, pos)[0]
+                if seg.size == 0 or size > self.segment_size:
+                    raise ValueError(f"record of {size} bytes does not fit a segment of {self.segment_size}")
                 self._seal(seg)
                 seg = self._create_segment(seg.end_offset)
-            pending.append(rec)
-            pending_size += size
-        self._write(seg, pending, pending_size)
+                continue
+            self._write(seg, view[pos:pos + fit])
+            pos += fit
         return self.max_offset
 
-    def _write(self, seg: Segment, chunks: list[bytes | memoryview], total: int) -> None:
-        if not chunks:
+    def _write(self, seg: Segment, data: memoryview) -> None:
+        if not len(data):
             return
-        data = b"".join(chunks) if len(chunks) > 1 else chunks[0]
         seg.file.pwrite(data, seg.size)
-        seg.size += total
+        seg.size += len(data)
         self._dirty.add(seg)
 
     # ------------------------------------------------------------------ flushing
@@ -240,28 +255,27 @@ class CommitLog:
             raise StoreError(f"offset {offset} is not a record boundary (record claims {physical})")
         return view
 
-    def index_records(self, start: int, end: int) -> Iterator[IndexInfo]:
-        """Index info of the whole records in ``[start, end)`` (``start`` a boundary); stops early at an
-        invalid one (logged).  Records are trusted (verified when written or recovered)."""
+    def index_range(self, start: int, end: int) -> list[IndexedRecords]:
+        """Consume-queue runs of the whole records in ``[start, end)`` (``start`` a boundary), one
+        chunk per segment touched; stops early at an invalid record (logged).  Records are trusted
+        (verified when written or recovered), so only headers and properties are read."""
+        chunks: list[IndexedRecords] = []
         pos = start
         while pos < end:
             view = self.read(pos, end - pos)
-            rel = 0
-            while rel + HEADER_SIZE <= len(view):
-                size = _SIZE.unpack_from(view, rel)[0]
-                if rel + size > len(view):
-                    break
-                try:
-                    info = decode_index(view, rel)
-                except MessageCodecError as exc:
-                    log.error("commit log %s: invalid record at %d: %s", self.dir, pos + rel, exc)
-                    return
-                yield info
-                rel += size
-            del view
-            if rel == 0:
-                return
-            pos += rel
+            try:
+                chunk = index_records(view, pos, verify=False)
+            finally:
+                del view
+            if chunk.count:
+                chunks.append(chunk)
+            if chunk.error is not None:
+                log.error("commit log %s: invalid record at %d: %s", self.dir, chunk.end_offset, chunk.error)
+                break
+            if chunk.end_offset == pos:
+                break
+            pos = chunk.end_offset
+        return chunks
 
     def first_invalid(self, start: int) -> int | None:
         """Fully verify records from ``start`` (a boundary) to the end; the first bad position or None."""

@@ -8,10 +8,11 @@ lookup is one ``pread`` at ``(queue_offset - base) * 20``.  Each queue is one fi
 ``<root>/consumequeue/<topic>/<queue_id>/<base queue offset, 20 digits>``; the base is the queue
 offset of its first entry (non-zero when the queue was rebuilt after retention deleted its head).
 
-Entries are written by the store's dispatcher in commit-log order, so physical offsets increase
-along a queue and truncating a queue at a physical offset is a binary search plus an
-``ftruncate``.  These files are never mapped, so shrinking them is safe.  The queue offset of an
-entry comes from the record itself (assigned by the master's ``put_messages``); a record whose queue
+Entries are written by the store's dispatcher in commit-log order, one ``pwrite`` per run of
+consecutive queue offsets (``rocketray.broker.message.QueueRun``, built in the same pass that sealed
+or received the batch), so physical offsets increase along a queue and truncating a queue at a
+physical offset is a binary search plus an ``ftruncate``.  These files are never mapped, so shrinking them is safe.  The queue offset of an
+entry comes from the record itself (assigned by the master's ``put_batch``); a record whose queue
 offset does not continue the queue is logged and the queue is re-based or cut to accept it, so the
 commit log stays the single source of truth.
 
@@ -27,18 +28,17 @@ from __future__ import annotations
 import bisect
 import logging
 import os
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 
 from rocketray.broker.fs import OS_DISK, Disk, DiskFile, ensure_dir, remove_tree
-from rocketray.broker.message import IndexInfo, valid_topic
+from rocketray.broker.message import CQ_ENTRY, QueueRun, valid_topic
 
 __all__ = ["ConsumeQueue", "ConsumeQueues", "CqEntry", "ENTRY_SIZE"]
 
 log = logging.getLogger(__name__)
 
-_ENTRY = struct.Struct(">qIQ")
+_ENTRY = CQ_ENTRY
 ENTRY_SIZE = _ENTRY.size
 assert ENTRY_SIZE == 20
 
@@ -99,16 +99,17 @@ class ConsumeQueue:
         self.count = count
         self.dirty = True
 
-    def append(self, infos: list[IndexInfo]) -> None:
-        """Append entries for records in commit-log order."""
-        chunk: list[bytes] = []
-        for info in infos:
-            if info.queue_offset != self.base + self.count + len(chunk):
-                self._write(chunk)
-                chunk = []
-                self._accept_discontinuity(info.queue_offset)
-            chunk.append(_ENTRY.pack(info.physical_offset, info.size, info.tag_hash))
-        self._write(chunk)
+    def append_entries(self, first_queue_offset: int, entries: bytes, count: int) -> None:
+        """Append ``count`` packed entries of consecutive queue offsets from ``first_queue_offset``
+        (records in commit-log order): one ``pwrite``."""
+        assert len(entries) == count * ENTRY_SIZE, (len(entries), count)
+        if not count:
+            return
+        if first_queue_offset != self.max_offset:
+            self._accept_discontinuity(first_queue_offset)
+        self.file.pwrite(entries, self.count * ENTRY_SIZE)
+        self.count += count
+        self.dirty = True
 
     def _accept_discontinuity(self, queue_offset: int) -> None:
         if self.count == 0:  # a log that starts mid-queue (slave from the master's min offset, retention)
@@ -120,14 +121,6 @@ class ConsumeQueue:
             self._set_count(queue_offset - self.base)
         else:
             self._rebase(queue_offset)
-
-    def _write(self, chunk: list[bytes]) -> None:
-        if not chunk:
-            return
-        data = b"".join(chunk)
-        self.file.pwrite(data, self.count * ENTRY_SIZE)
-        self.count += len(chunk)
-        self.dirty = True
 
     def read(self, queue_offset: int, max_count: int) -> list[CqEntry]:
         """Up to ``max_count`` entries from ``queue_offset`` (clamped up to the queue's base)."""
@@ -193,13 +186,24 @@ class ConsumeQueues:
             self.queues[key] = cq
         return cq
 
-    def dispatch(self, infos: list[IndexInfo]) -> None:
-        """Index records (in commit-log order)."""
-        by_queue: dict[tuple[str, int], list[IndexInfo]] = {}
-        for info in infos:
-            by_queue.setdefault((info.topic, info.queue_id), []).append(info)
-        for (topic, qid), items in by_queue.items():
-            self._queue(topic, qid).append(items)
+    def dispatch(self, runs: list[QueueRun]) -> None:
+        """Index records: runs in commit-log order per queue; the runs of one queue that continue
+        each other are written together (one ``pwrite`` per queue in the common case)."""
+        by_queue: dict[tuple[str, int], list[QueueRun]] = {}
+        for run in runs:
+            by_queue.setdefault((run.topic, run.queue_id), []).append(run)
+        for (topic, queue_id), queue_runs in by_queue.items():
+            cq = self._queue(topic, queue_id)
+            i = 0
+            while i < len(queue_runs):
+                j = i + 1
+                while j < len(queue_runs) and \
+                        queue_runs[j].first_queue_offset == queue_runs[j - 1].next_queue_offset:
+                    j += 1
+                group = queue_runs[i:j]
+                cq.append_entries(group[0].first_queue_offset, b"".join(r.entries for r in group),
+                                  sum(r.count for r in group))
+                i = j
 
     def truncate_physical(self, physical_offset: int) -> None:
         """Cut every queue at ``physical_offset`` (entries of records at or after it go)."""

@@ -33,6 +33,19 @@ recovery find the end of a preallocated segment.
 ``decode_record`` raises :class:`MessageCodecError` on anything invalid and never anything else.
 ``record_size`` / ``verify_record`` validate without building a :class:`Message`; ``decode_index``
 reads just what the consume-queue dispatcher needs.
+
+Batches (the write path)
+------------------------
+A producer encodes its messages once into an :class:`EncodedBatch`: the records, back to back, in
+exactly the layout above, with ``queue_offset`` and ``physical_offset`` -1 and
+``store_timestamp_ms`` 0.  The master never builds a :class:`Message` for them: ``seal_batch``
+walks a copy of the bytes once, checks every record (magic, sizes, topic, properties, body CRC),
+fills its queue offset, physical offset and store timestamp with ``struct.pack_into`` and
+recomputes its header CRC in place; the result is the bytes to write plus the consume-queue
+entries (:class:`QueueRun`, 20 packed bytes a record); ``record_offsets`` reads the
+``(queue offset, physical offset)`` pairs of the put result back from the sealed bytes.  A slave's received bytes go through
+``index_records(..., verify=True)`` (both CRCs, position, topic, properties), which builds the same
+queue runs in the same pass; ``verify=False`` is the dispatcher's trusted scan of the log.
 """
 
 from __future__ import annotations
@@ -40,11 +53,19 @@ from __future__ import annotations
 import re
 import struct
 import zlib
-from dataclasses import dataclass, field, replace
-from typing import Mapping
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping
 
 __all__ = [
+    "CQ_ENTRY",
+    "EncodedBatch",
     "HEADER_SIZE",
+    "IndexedRecords",
+    "QueueRun",
+    "encode_batch",
+    "index_records",
+    "record_offsets",
+    "seal_batch",
     "MAGIC",
     "MAX_RECORD_SIZE",
     "IndexInfo",
@@ -273,3 +294,273 @@ def whole_records_length(buf: bytes | memoryview, max_bytes: int) -> int:
             break
         end += size
     return end
+
+
+# ---------------------------------------------------------------------------------------- batches
+#: A consume-queue entry: (physical offset i64, size u32, tag hash u64), 20 bytes.
+CQ_ENTRY = struct.Struct(">qIQ")
+_POSITIONS = struct.Struct(">qqqq")  # queue_offset, physical_offset, born, store at bytes [24, 56)
+_POSITIONS_AT = 24
+_PROPS_RE = re.compile(rb"(?:[^\x01\x02]+\x01[^\x01\x02]*\x02)*")
+_TAGS_NAME = b"TAGS\x01"
+_PROPS_CACHE_MAX = 4096
+_props_cache: dict[bytes, int] = {}  # valid encoded properties -> tag hash (bounded, cleared when full)
+_I64 = 2**63
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedBatch:
+    """Records encoded once by the producer, back to back (``encode_batch``); the master checks them
+    and fills in their positions without decoding them (``seal_batch``)."""
+
+    data: bytes
+    count: int
+
+
+def encode_batch(messages: Iterable[Message]) -> EncodedBatch:
+    """Encode messages as one batch (positions as given: -1 / -1 / 0 for a new message)."""
+    records = [encode_record(m) for m in messages]
+    return EncodedBatch(b"".join(records), len(records))
+
+
+@dataclass(slots=True)
+class QueueRun:
+    """Consume-queue entries of consecutive queue offsets of one queue, packed (``CQ_ENTRY``)."""
+
+    topic: str
+    queue_id: int
+    first_queue_offset: int
+    entries: bytearray
+    count: int = 0
+
+    @property
+    def next_queue_offset(self) -> int:
+        return self.first_queue_offset + self.count
+
+    def end_of(self, index: int) -> int:
+        """Commit-log end of the record of entry ``index``."""
+        physical, size, _tag = CQ_ENTRY.unpack_from(self.entries, index * CQ_ENTRY.size)
+        return physical + size
+
+    def split(self, count: int) -> "QueueRun":
+        """Keep the first ``count`` entries here; return the rest as a new run."""
+        cut = count * CQ_ENTRY.size
+        rest = QueueRun(self.topic, self.queue_id, self.first_queue_offset + count, self.entries[cut:],
+                        self.count - count)
+        del self.entries[cut:]
+        self.count = count
+        return rest
+
+
+@dataclass(frozen=True, slots=True)
+class IndexedRecords:
+    """Whole records ``[start_offset, end_offset)`` and their consume-queue entries, in log order per
+    queue.  ``error``: why an index scan stopped early (the records before it are indexed)."""
+
+    start_offset: int
+    end_offset: int
+    count: int
+    runs: list[QueueRun]
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SealedBatch:
+    """A batch made ready to write: ``data`` (positions filled, CRCs valid) and its queue runs."""
+
+    data: bytearray
+    index: IndexedRecords
+
+
+def properties_tag_hash(raw: bytes) -> int:
+    """Check encoded properties (``name 0x01 value 0x02`` pairs, UTF-8) and return the tag hash;
+    :class:`MessageCodecError` if malformed.  Results are cached (messages repeat properties)."""
+    tag = _props_cache.get(raw)
+    if tag is not None:
+        return tag
+    if not _PROPS_RE.fullmatch(raw):
+        raise MessageCodecError(f"malformed properties {raw[:64]!r}")
+    if _TAGS_NAME in raw:
+        tag = tag_hash(_decode_properties(raw))
+    else:
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise MessageCodecError(f"properties are not UTF-8: {exc}") from None
+        tag = 0
+    if len(_props_cache) >= _PROPS_CACHE_MAX:
+        _props_cache.clear()
+    _props_cache[raw] = tag
+    return tag
+
+
+def _topic_of(raw: bytes, where: int) -> str:
+    try:
+        topic = raw.decode("ascii")
+    except UnicodeDecodeError:
+        raise MessageCodecError(f"topic at {where} is not ASCII") from None
+    if not valid_topic(topic):
+        raise MessageCodecError(f"invalid topic {topic!r} at {where}")
+    return topic
+
+
+def seal_batch(batch: EncodedBatch, physical_offset: int, next_queue_offsets: Mapping[tuple[str, int], int],
+               now_ms: int, max_size: int) -> SealedBatch:
+    """The master's one pass over a producer's batch (see the module docstring).
+
+    Checks every record (magic, sizes within ``max_size``, topic, properties, body CRC), assigns
+    queue offsets continuing ``next_queue_offsets`` and physical offsets from ``physical_offset``,
+    stamps ``now_ms``, recomputes the header CRCs, and returns the bytes to write with their
+    consume-queue runs.  Raises :class:`MessageCodecError` on any bad record (nothing is returned,
+    so nothing gets written).  The record count must match ``batch.count``.
+
+    Per record it makes no Python object but the 20-byte queue entry: the queue is found by queue
+    id and an in-place comparison of the topic bytes, properties equal to the previous record's are
+    compared in place, and the CRC of the header's first 8 bytes is cached by record size.
+    """
+    src = batch.data
+    if not isinstance(src, bytes):
+        raise MessageCodecError("batch data must be bytes")
+    if not (0 <= physical_offset < _I64 and -_I64 <= now_ms < _I64):
+        raise MessageCodecError(f"position {physical_offset} or timestamp {now_ms} out of range")
+    data = bytearray(src)
+    mv = memoryview(data)
+    n = len(src)
+    crc32 = zlib.crc32
+    unpack = _HEADER.unpack_from
+    pack_positions = _POSITIONS.pack_into
+    pack_crc = _SIZE.pack_into
+    pack_entry = CQ_ENTRY.pack
+    by_queue_id: dict[int, list[tuple[bytes, QueueRun]]] = {}
+    ordered: list[QueueRun] = []
+    head_crcs: dict[int, int] = {}  # record size -> CRC32 of (size, magic)
+    last_props, last_tag = b"", 0
+    pos = count = 0
+    try:
+        while pos < n:
+            if n - pos < HEADER_SIZE:
+                raise MessageCodecError(f"batch: {n - pos} trailing bytes at {pos} are not a record")
+            (total, magic, _hcrc, body_crc, _flags, queue_id, _qo, _po, born, _st,
+             topic_len, props_len, body_len) = unpack(src, pos)
+            end = pos + total
+            if magic != MAGIC or total != HEADER_SIZE + topic_len + props_len + body_len or end > n \
+                    or not 1 <= topic_len <= MAX_TOPIC_BYTES:
+                raise MessageCodecError(f"batch: malformed record header at {pos} (total {total}, magic {magic:#x})")
+            if total > max_size:
+                raise MessageCodecError(f"batch: record of {total} bytes at {pos} exceeds the limit {max_size}")
+            body_start = end - body_len
+            if crc32(mv[body_start:end]) != body_crc:
+                raise MessageCodecError(f"batch: body CRC mismatch in the record at {pos}")
+            topic_start = pos + HEADER_SIZE
+            props_start = topic_start + topic_len
+            for topic_bytes, run in by_queue_id.get(queue_id, ()):
+                if len(topic_bytes) == topic_len and src.startswith(topic_bytes, topic_start):
+                    break
+            else:
+                topic_bytes = src[topic_start:props_start]
+                topic = _topic_of(topic_bytes, pos)
+                run = QueueRun(topic, queue_id, next_queue_offsets.get((topic, queue_id), 0), bytearray())
+                by_queue_id.setdefault(queue_id, []).append((topic_bytes, run))
+                ordered.append(run)
+            if props_len:
+                if props_len != len(last_props) or not src.startswith(last_props, props_start):
+                    last_props = src[props_start:body_start]
+                    last_tag = properties_tag_hash(last_props)
+                tag = last_tag
+            else:
+                tag = 0
+            queue_offset = run.first_queue_offset + run.count
+            physical = physical_offset + pos
+            pack_positions(data, pos + _POSITIONS_AT, queue_offset, physical, born, now_ms)
+            head = head_crcs.get(total)
+            if head is None:
+                head = head_crcs[total] = crc32(mv[pos:pos + 8])
+            pack_crc(data, pos + 8, crc32(mv[pos + 12:body_start], head))
+            run.entries += pack_entry(physical, total, tag)
+            run.count += 1
+            pos = end
+            count += 1
+    finally:
+        mv.release()
+    if count != batch.count:
+        raise MessageCodecError(f"batch claims {batch.count} records, holds {count}")
+    return SealedBatch(data, IndexedRecords(physical_offset, physical_offset + n, count, ordered))
+
+
+_OFFSETS = struct.Struct(">I20xqq")  # total_size, then queue_offset and physical_offset at 24
+
+
+def record_offsets(data: bytes | bytearray | memoryview) -> tuple[tuple[int, int], ...]:
+    """``(queue_offset, physical_offset)`` of every record in ``data`` (trusted, e.g. a sealed batch)."""
+    out = []
+    pos, n = 0, len(data)
+    unpack = _OFFSETS.unpack_from
+    while pos < n:
+        total, queue_offset, physical = unpack(data, pos)
+        out.append((queue_offset, physical))
+        pos += total
+    return tuple(out)
+
+
+def index_records(buf: bytes | bytearray | memoryview, base_offset: int, verify: bool,
+                  max_size: int = MAX_RECORD_SIZE) -> IndexedRecords:
+    """Consume-queue runs of the whole records in ``buf``, stored at ``base_offset``, in one pass.
+
+    ``verify`` (a slave's received bytes): every record must be whole and valid (both CRCs, its
+    physical offset equal to its position, at most ``max_size`` bytes, topic and properties well
+    formed), else :class:`MessageCodecError`.  Without ``verify`` (the dispatcher's scan of its own
+    log, trusted): a partial record at the end ends the scan; an invalid one ends it with ``error``.
+    """
+    mv = memoryview(buf)
+    n = len(mv)
+    crc32 = zlib.crc32
+    unpack = _HEADER.unpack_from
+    pack_entry = CQ_ENTRY.pack
+    runs: dict[tuple[bytes, int], QueueRun] = {}
+    ordered: list[QueueRun] = []
+    pos = count = 0
+    error: str | None = None
+    while n - pos >= HEADER_SIZE:
+        (total, magic, hcrc, body_crc, _flags, queue_id, queue_offset, physical, _born, _st,
+         topic_len, props_len, body_len) = unpack(mv, pos)
+        end = pos + total
+        try:
+            if magic != MAGIC or total != HEADER_SIZE + topic_len + props_len + body_len \
+                    or not 1 <= topic_len <= MAX_TOPIC_BYTES or total > MAX_RECORD_SIZE:
+                raise MessageCodecError(f"malformed record header at {base_offset + pos}")
+            if end > n:
+                if verify:
+                    raise MessageCodecError(f"record at {base_offset + pos} needs {total} bytes, "
+                                            f"have {n - pos}")
+                break
+            body_start = end - body_len
+            if verify:
+                if crc32(mv[pos + 12:body_start], crc32(mv[pos:pos + 8])) != hcrc:
+                    raise MessageCodecError(f"header CRC mismatch at {base_offset + pos}")
+                if crc32(mv[body_start:end]) != body_crc:
+                    raise MessageCodecError(f"body CRC mismatch at {base_offset + pos}")
+                if physical != base_offset + pos:
+                    raise MessageCodecError(f"record at {base_offset + pos} claims physical offset {physical}")
+                if total > max_size:
+                    raise MessageCodecError(f"record of {total} bytes exceeds the limit {max_size}")
+            topic_start = pos + HEADER_SIZE
+            key = (bytes(mv[topic_start:topic_start + topic_len]), queue_id)
+            run = runs.get(key)
+            if run is None or run.first_queue_offset + run.count != queue_offset:
+                run = QueueRun(_topic_of(key[0], base_offset + pos), queue_id, queue_offset, bytearray())
+                runs[key] = run
+                ordered.append(run)
+            tag = properties_tag_hash(bytes(mv[topic_start + topic_len:body_start])) if props_len else 0
+        except MessageCodecError as exc:
+            if verify:
+                raise
+            error = str(exc)
+            break
+        run.entries += pack_entry(base_offset + pos, total, tag)
+        run.count += 1
+        pos = end
+        count += 1
+    if verify and pos != n:
+        raise MessageCodecError(f"{n - pos} trailing bytes at {base_offset + pos} are not a record")
+    del mv
+    return IndexedRecords(base_offset, base_offset + pos, count, ordered, error)

@@ -9,9 +9,12 @@ One :class:`MessageStore` owns a directory::
     <root>/epochFileCheckpoint[.bak]    epoch file (broker.epoch_file)
     <root>/storeCheckpoint              verified, confirm and dispatched offsets (broker.checkpoint)
 
-Writes come from the master path (``put_messages``: assigns queue offsets, physical offsets and the
-store timestamp, encodes, appends) or the slave path (``append_raw``: whole records received from
-the master, verified, appended byte-for-byte so both logs stay identical).  With
+Writes come from the master path (``put_batch``: a producer's encoded batch, checked and sealed in
+one pass -- queue offsets, physical offsets and the store timestamp filled in place, no message
+objects -- and appended with one write) or the slave path (``append_raw``: whole records received
+from the master, verified, appended byte-for-byte so both logs stay identical).  Both build the
+batch's consume-queue entries in the same pass; they wait in a bounded in-memory backlog until the
+confirm offset covers them (a log scan dispatches whatever the backlog does not hold).  With
 ``FlushMode.SYNC`` both fsync before returning; with ``ASYNC`` a background thread fsyncs every
 ``flush_interval_ms``.  The same thread writes the checkpoint after fsyncing the log and the queues
 it vouches for, and runs retention.
@@ -41,10 +44,13 @@ calls ``flush()`` itself).
 
 from __future__ import annotations
 
+import bisect
+import collections
 import logging
 import os
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -54,13 +60,71 @@ from rocketray.broker.config import FlushMode, StoreConfig
 from rocketray.broker.consume_queue import ConsumeQueues
 from rocketray.broker.epoch_file import EPOCH_FILE_NAME, EpochFileCache
 from rocketray.broker.fs import OS_DISK, Disk, ensure_dir
-from rocketray.broker.message import (Message, MessageCodecError, decode_record, encode_record, split_records,
-                            whole_records_length)
+from rocketray.broker.message import (EncodedBatch, IndexedRecords, Message, MessageCodecError, QueueRun,
+                                      decode_record, encode_batch, index_records, record_offsets, seal_batch,
+                                      whole_records_length)
 
-__all__ = ["MessageStore", "StoreError"]
+__all__ = ["AppendResult", "MalformedBatch", "MessageStore", "StoreError"]
 
 log = logging.getLogger(__name__)
 
+#: Consume-queue entries of appended, not yet dispatched records kept in memory (20 bytes each);
+#: beyond it the backlog is dropped and dispatched later by scanning the log.
+PENDING_MAX_ENTRIES = 1 << 20
+
+
+class MalformedBatch(StoreError, MessageCodecError):
+    """A batch refused as bad input (a malformed or oversized record); nothing was written.  Both a
+    :class:`StoreError` (a refused store operation) and a :class:`MessageCodecError` (bad bytes)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    """Where a batch went: ``[start_offset, end_offset)`` of the log, ``count`` records, and the
+    sealed bytes (``data``) that ``offsets()`` reads the records' positions from."""
+
+    start_offset: int
+    end_offset: int
+    count: int
+    data: bytes | bytearray = b""
+
+    def offsets(self) -> tuple[tuple[int, int], ...]:
+        """``((queue_offset, physical_offset), ...)`` in batch order."""
+        return record_offsets(self.data)
+
+
+class Backlog:
+    """Consume-queue runs of appended records the confirm offset does not cover yet, contiguous in
+    log order, at most ``max_entries`` entries: a batch that would exceed it (or that does not
+    continue the backlog) empties it, and the dispatcher scans the log for what is missing."""
+
+    def __init__(self, max_entries: int) -> None:
+        self.max_entries = max_entries
+        self._chunks: collections.deque[IndexedRecords] = collections.deque()
+        self._entries = 0
+
+    def add(self, chunk: IndexedRecords) -> None:
+        if self._chunks and self._chunks[-1].end_offset != chunk.start_offset:
+            self.clear()
+        if self._entries + chunk.count > self.max_entries:
+            self.clear()
+            return
+        self._chunks.append(chunk)
+        self._entries += chunk.count
+
+    def head(self) -> IndexedRecords | None:
+        return self._chunks[0] if self._chunks else None
+
+    def pop_head(self) -> None:
+        self._entries -= self._chunks.popleft().count
+
+    def replace_head(self, chunk: IndexedRecords) -> None:
+        self._entries += chunk.count - self._chunks[0].count
+        self._chunks[0] = chunk
+
+    def clear(self) -> None:
+        self._chunks.clear()
+        self._entries = 0
 
 
 class MessageStore:
@@ -88,6 +152,7 @@ class MessageStore:
         self._clamp_epoch_file(self.max_offset)
         rebuild = checkpoint is None or not disk.is_dir(self.root / "consumequeue")
         self.cqs = ConsumeQueues(self.root / "consumequeue", disk)
+        self._pending = Backlog(PENDING_MAX_ENTRIES)
         if rebuild:
             self.cqs.clear()
         lo, hi = self.min_offset, self.max_offset
@@ -138,42 +203,45 @@ class MessageStore:
             return self.commitlog.active.base_offset
 
     # ------------------------------------------------------------------ writing
-    def put_messages(self, msgs: Iterable[Message], now_ms: int) -> list[Message]:
-        """Master path: assign offsets and store timestamp, append; returns the stored messages.
+    def put_batch(self, batch: EncodedBatch, now_ms: int) -> AppendResult:
+        """Master path: check a producer's encoded batch, fill in queue offsets, physical offsets and
+        the store timestamp, append it with one write (per segment touched).
 
-        The batch is encoded completely before anything is written, so an invalid message
-        (:class:`MessageCodecError`) leaves the store unchanged.
+        A malformed batch (:class:`MalformedBatch`; a record larger than a segment included) leaves
+        the store unchanged.  Its consume-queue entries were built in the same pass and are
+        dispatched when the confirm offset covers them.
         """
         with self._lock:
             self._check_open()
             self._catch_up_queue_table()
-            pos = self.commitlog.max_offset
-            assigned: dict[tuple[str, int], int] = {}
-            stored, records = [], []
-            for msg in msgs:
-                key = (msg.topic, msg.queue_id)
-                queue_offset = assigned.get(key, self._queue_table.get(key, 0))
-                placed = msg.with_position(queue_offset, pos, now_ms)
-                record = encode_record(placed)
-                if len(record) > self.config.segment_size_bytes:
-                    raise StoreError(f"message of {len(record)} bytes exceeds segment size "
-                                     f"{self.config.segment_size_bytes}")
-                assigned[key] = queue_offset + 1
-                stored.append(placed)
-                records.append(record)
-                pos += len(record)
-            self.commitlog.append(records)
-            self._queue_table.update(assigned)
-            self._queue_table_pos = pos
+            start = self.commitlog.max_offset
+            try:
+                sealed = seal_batch(batch, start, self._queue_table, now_ms, self.config.segment_size_bytes)
+            except MessageCodecError as exc:
+                raise MalformedBatch(str(exc)) from None
+            if sealed.index.count == 0:
+                return AppendResult(start, start, 0)
+            self.commitlog.append(sealed.data)
+            for run in sealed.index.runs:
+                self._queue_table[(run.topic, run.queue_id)] = run.next_queue_offset
+            self._queue_table_pos = sealed.index.end_offset
+            self._pending.add(sealed.index)
             self._after_append()
-            return stored
+            return AppendResult(start, sealed.index.end_offset, sealed.index.count, sealed.data)
+
+    def put_messages(self, msgs: Iterable[Message], now_ms: int) -> list[Message]:
+        """:meth:`put_batch` of ``msgs`` (encoded here); returns the stored messages."""
+        msgs = list(msgs)
+        result = self.put_batch(encode_batch(msgs), now_ms)
+        return [m.with_position(qo, po, now_ms) for m, (qo, po) in zip(msgs, result.offsets())]
 
     def append_raw(self, offset: int, data: bytes | memoryview) -> int:
         """Slave path: append whole records received from the master at ``offset == max_offset``.
 
-        Every record is verified (both CRCs, physical offset == its position); on any error nothing
-        is written and :class:`StoreError` is raised.  An empty store accepts any ``offset`` and
-        starts its log there.  Returns the new max offset.
+        Every record is verified (both CRCs, physical offset == its position) while its
+        consume-queue entries are built, in one pass; on any error nothing is written and
+        :class:`StoreError` is raised.  An empty store accepts any ``offset`` and starts its log
+        there.  Returns the new max offset.
         """
         view = memoryview(data).cast("B") if not isinstance(data, bytes) else memoryview(data)
         with self._lock:
@@ -182,12 +250,13 @@ class MessageStore:
                     self.commitlog.min_offset != self.commitlog.max_offset or offset < 0):
                 raise StoreError(f"append_raw at {offset} but max offset is {self.commitlog.max_offset}")
             try:
-                records = split_records(view, offset, self.config.segment_size_bytes)
+                index = index_records(view, offset, verify=True, max_size=self.config.segment_size_bytes)
             except MessageCodecError as exc:
                 raise StoreError(f"append_raw at {offset}: {exc}") from None
             if offset != self.commitlog.max_offset:
                 self._reset_empty(offset)
-            self.commitlog.append(records)
+            self.commitlog.append(view)
+            self._pending.add(index)
             self._after_append()
             return self.commitlog.max_offset
 
@@ -195,6 +264,7 @@ class MessageStore:
         log.info("store %s: empty log restarts at offset %d", self.root, offset)
         self.commitlog.reset(offset)
         self.cqs.clear()
+        self._pending.clear()
         self._confirm = self._dispatched = self._verified = offset
         self._rebuild_queue_table()
         self._generation += 1
@@ -273,13 +343,58 @@ class MessageStore:
 
     # ------------------------------------------------------------------ dispatch and queue table
     def _dispatch(self) -> None:
+        """Index records up to the confirm offset (the log end with ``read_uncommitted``): from the
+        runs built when they were appended, or by scanning the log where there are none (after
+        recovery, truncation or a dropped backlog).  One ``cqs.dispatch`` for the whole range."""
         limit = self.commitlog.max_offset if self.config.read_uncommitted else self._confirm
-        if self._dispatched >= limit:
-            return
-        infos = list(self.commitlog.index_records(self._dispatched, limit))
-        self.cqs.dispatch(infos)
-        if infos:
-            self._dispatched = infos[-1].physical_offset + infos[-1].size
+        runs: list[QueueRun] = []
+        dispatched = self._dispatched
+        while dispatched < limit:
+            head = self._pending.head()
+            if head is not None and head.start_offset < dispatched:
+                self._pending.clear()  # stale (cannot happen: runs are dropped with the bytes they index)
+                continue
+            if head is not None and head.start_offset == dispatched:
+                end = self._take_from_backlog(head, limit, runs)
+            else:
+                scan_end = min(limit, head.start_offset) if head is not None else limit
+                chunks = self.commitlog.index_range(dispatched, scan_end)
+                for chunk in chunks:
+                    runs += chunk.runs
+                end = chunks[-1].end_offset if chunks else dispatched
+            if end == dispatched:
+                break
+            dispatched = end
+        if dispatched != self._dispatched:
+            self.cqs.dispatch(runs)
+            self._dispatched = dispatched
+
+    def _take_from_backlog(self, chunk: IndexedRecords, limit: int, runs: list[QueueRun]) -> int:
+        """Move the runs of ``chunk`` (the head of the backlog) whose records end at or before
+        ``limit`` to ``runs``; returns the end of the last such record (a record boundary)."""
+        if chunk.end_offset <= limit:
+            self._pending.pop_head()
+            runs += chunk.runs
+            return chunk.end_offset
+        done: list[QueueRun] = []
+        rest: list[QueueRun] = []
+        end = chunk.start_offset
+        for run in chunk.runs:
+            k = bisect.bisect_right(range(run.count), limit, key=run.end_of)
+            if k:
+                end = max(end, run.end_of(k - 1))
+            if k == run.count:
+                done.append(run)
+            elif k == 0:
+                rest.append(run)
+            else:
+                rest.append(run.split(k))
+                done.append(run)
+        if end == chunk.start_offset:
+            return end
+        runs += done
+        self._pending.replace_head(IndexedRecords(end, chunk.end_offset, sum(r.count for r in rest), rest))
+        return end
 
     def rebuild_consume_queues(self) -> None:
         """Throw the consume queues away and rebuild them from the commit log (up to the confirm offset)."""
@@ -298,10 +413,11 @@ class MessageStore:
     def _catch_up_queue_table(self) -> None:
         if self._queue_table_pos >= self.commitlog.max_offset:
             return
-        for info in self.commitlog.index_records(self._queue_table_pos, self.commitlog.max_offset):
-            key = (info.topic, info.queue_id)
-            self._queue_table[key] = max(self._queue_table.get(key, 0), info.queue_offset + 1)
-            self._queue_table_pos = info.physical_offset + info.size
+        for chunk in self.commitlog.index_range(self._queue_table_pos, self.commitlog.max_offset):
+            for run in chunk.runs:
+                key = (run.topic, run.queue_id)
+                self._queue_table[key] = max(self._queue_table.get(key, 0), run.next_queue_offset)
+            self._queue_table_pos = chunk.end_offset
 
     # ------------------------------------------------------------------ truncation
     def truncate(self, offset: int) -> None:
@@ -323,6 +439,7 @@ class MessageStore:
 
     def _truncate(self, offset: int) -> None:
         self._generation += 1
+        self._pending.clear()
         self.commitlog.flush()
         cut = self.commitlog.cut(offset)
         self.cqs.truncate_physical(offset)

@@ -1,0 +1,263 @@
+"""The batch write path: a producer's encoded batch is checked and sealed in one pass, stored
+byte-for-byte as the per-message encoder would store it, refused whole when malformed, and its
+consume-queue entries (built while sealing or receiving) equal a rebuild from the log."""
+
+from __future__ import annotations
+
+import random
+import struct
+import zlib
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rocketray.broker.config import StoreConfig
+from rocketray.broker.message import (HEADER_SIZE, EncodedBatch, Message, MessageCodecError, decode_record,
+                                      encode_batch, encode_record, index_records, seal_batch, verify_record)
+from rocketray.broker.store import MalformedBatch, MessageStore, StoreError
+
+SMALL = StoreConfig(segment_size_bytes=4096, background_thread=False)
+
+
+def mixed(n: int, seed: int = 0) -> list[Message]:
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        props = rng.choice([{}, {"TAGS": "t%d" % (i % 3)}, {"pid": f"p-{i}"}, {"KEYS": "k", "TAGS": "x"}])
+        out.append(Message(rng.choice(["A", "B_2"]), rng.randrange(3), rng.randbytes(rng.randrange(0, 300)), props,
+                           flags=rng.randrange(4), born_timestamp_ms=1000 + i))
+    return out
+
+
+def log_bytes(store: MessageStore) -> bytes:
+    out, pos = bytearray(), store.min_offset
+    while pos < store.max_offset:
+        view = store.read_raw(pos, 1 << 20)
+        out += view
+        pos += len(view)
+    return bytes(out)
+
+
+def queue_entries(store: MessageStore) -> dict:
+    return {key: [(e.queue_offset, e.physical_offset, e.size, e.tag_hash) for e in cq.read(0, 1 << 20)]
+            for key, cq in sorted(store.cqs.queues.items())}
+
+
+def test_sealed_batch_is_byte_identical_to_the_per_message_encoding(tmp_path: Path) -> None:
+    """A sealed batch stores exactly encode_record(message with its positions): the record layout
+    (both CRCs included) is the one the rest of the system and the replicas read."""
+    store = MessageStore(tmp_path, SMALL)
+    store.put_messages(mixed(5, seed=9), now_ms=3)
+    batch = mixed(40, seed=1)
+    result = store.put_batch(encode_batch(batch), now_ms=77)
+    assert result.count == 40 and result.end_offset == store.max_offset
+    expected = b"".join(encode_record(m.with_position(qo, po, 77)) for m, (qo, po) in zip(batch, result.offsets()))
+    data = log_bytes(store)
+    assert data[result.start_offset:] == expected
+    for m, (qo, po) in zip(batch, result.offsets()):
+        got, size = decode_record(data, po)
+        assert got == m.with_position(qo, po, 77)
+        assert verify_record(data, po) == (size, po)
+
+
+def test_queue_offsets_continue_per_queue_across_batches_and_segments(tmp_path: Path) -> None:
+    """Queue offsets continue per (topic, queue id) across batches; a batch larger than the room left
+    in a segment rolls at a record boundary; every record is where its physical offset says."""
+    store = MessageStore(tmp_path, SMALL)
+    seen: dict[tuple[str, int], list[int]] = {}
+    for b in range(6):
+        batch = mixed(25, seed=b)
+        for m, (qo, _po) in zip(batch, store.put_batch(encode_batch(batch), now_ms=b).offsets()):
+            seen.setdefault((m.topic, m.queue_id), []).append(qo)
+    assert all(v == list(range(len(v))) for v in seen.values())
+    assert len(store.commitlog.segments) > 3
+    for seg in store.commitlog.segments:
+        pos = seg.base_offset
+        while pos < seg.end_offset:
+            size, physical = verify_record(store.commitlog.read(pos, seg.end_offset - pos))
+            assert physical == pos
+            pos += size
+
+
+def corruptions(data: bytes) -> list[tuple[str, bytes, int]]:
+    """(what, bad batch bytes, claimed count) for a valid batch of records ``data``."""
+    size = struct.unpack_from(">I", data)[0]
+
+    def patched(off: int, fmt: str, value) -> bytes:
+        out = bytearray(data)
+        struct.pack_into(fmt, out, off, value)
+        return bytes(out)
+
+    body_flip = bytearray(data)
+    body_flip[size - 1] ^= 0xFF
+    bad_props = Message("T", 0, b"x", {"a": "b"})
+    raw = bytearray(encode_record(bad_props))
+    raw[HEADER_SIZE + 1 + 1] = 0x02  # 'a' 0x02 'b' 0x02: a name without a value separator
+    bad_topic = bytearray(encode_record(Message("T", 0, b"x")))
+    bad_topic[HEADER_SIZE] = ord("/")
+    non_utf8 = bytearray(encode_record(Message("T", 0, b"x", {"a": "b"})))
+    non_utf8[HEADER_SIZE + 1 + 2] = 0xFF
+    return [
+        ("bad magic", patched(4, ">I", 0x12345678), 0),
+        ("total too large", patched(0, ">I", size + 1), 0),
+        ("total too small", patched(0, ">I", 10), 0),
+        ("body CRC", bytes(body_flip), 0),
+        ("truncated", data[:-3], 0),
+        ("trailing bytes", data + b"\0" * 10, 0),
+        ("bad properties", data + bytes(raw), 1),
+        ("bad topic", data + bytes(bad_topic), 1),
+        ("properties not UTF-8", data + bytes(non_utf8), 1),
+        ("count mismatch", data, 1),
+    ]
+
+
+@pytest.mark.parametrize("case", range(10))
+def test_malformed_batch_is_refused_whole_and_writes_nothing(tmp_path: Path, case: int) -> None:
+    """Every kind of malformed batch raises MalformedBatch (a StoreError and a MessageCodecError)
+    and leaves the log, the queue table and the queues exactly as they were."""
+    store = MessageStore(tmp_path, SMALL)
+    store.put_messages(mixed(7), now_ms=1)
+    good = encode_batch(mixed(4, seed=3))
+    what, bad, extra = corruptions(good.data)[case]
+    before = (log_bytes(store), store.max_offset, store.next_queue_offset("A", 0), store.next_queue_offset("T", 0))
+    with pytest.raises(MalformedBatch) as info:
+        store.put_batch(EncodedBatch(bad, good.count + extra), now_ms=2)
+    assert isinstance(info.value, StoreError) and isinstance(info.value, MessageCodecError), what
+    after = (log_bytes(store), store.max_offset, store.next_queue_offset("A", 0), store.next_queue_offset("T", 0))
+    assert after == before, what
+    assert store.put_batch(good, now_ms=3).count == 4  # the store still works
+
+
+def test_oversized_record_in_a_batch_is_refused(tmp_path: Path) -> None:
+    """A record larger than a segment is refused before anything is written."""
+    store = MessageStore(tmp_path, SMALL)
+    batch = encode_batch([Message("T", 0, b"a"), Message("T", 0, b"b" * 5000)])
+    with pytest.raises(MalformedBatch, match="exceeds"):
+        store.put_batch(batch, now_ms=0)
+    assert store.max_offset == 0
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(flips=st.lists(st.tuples(st.integers(0, 10_000), st.integers(1, 255)), min_size=1, max_size=3))
+def test_a_corrupted_batch_is_refused_or_stored_readable(tmp_path_factory, flips) -> None:
+    """Any byte corruption of a batch is either refused (nothing written) or stores only records that
+    verify and decode: the master never writes a record a reader, a slave or recovery would reject."""
+    store = MessageStore(tmp_path_factory.mktemp("s"), SMALL)
+    batch = encode_batch(mixed(6, seed=5))
+    data = bytearray(batch.data)
+    for pos, x in flips:
+        data[pos % len(data)] ^= x
+    try:
+        result = store.put_batch(EncodedBatch(bytes(data), batch.count), now_ms=1)
+    except MalformedBatch:
+        assert store.max_offset == 0
+        return
+    stored = log_bytes(store)
+    assert len(stored) == result.end_offset
+    pos = 0
+    while pos < len(stored):
+        msg, size = decode_record(stored, pos)
+        assert msg.physical_offset == pos
+        pos += size
+    assert index_records(stored, 0, verify=True).count == batch.count
+
+
+def test_seal_does_not_touch_the_producers_bytes() -> None:
+    """seal_batch works on a copy: the producer's batch can be sent again (a retry) unchanged."""
+    batch = encode_batch(mixed(5))
+    copy = bytes(batch.data)
+    sealed = seal_batch(batch, 100, {}, 5, 1 << 20)
+    assert batch.data == copy and sealed.data != copy and len(sealed.data) == len(copy)
+
+
+@pytest.mark.parametrize("backlog_max", [1 << 20, 3, 0])
+def test_dispatch_from_the_backlog_equals_a_rebuild(tmp_path: Path, backlog_max: int) -> None:
+    """Consume-queue entries built while appending, dispatched as the confirm offset moves to every
+    record boundary (mid-batch included), equal the queues rebuilt from the log; also when the
+    in-memory backlog is capped (3 entries) or off (0) and the dispatcher scans the log instead."""
+    store = MessageStore(tmp_path / "m", SMALL)
+    store._pending.max_entries = backlog_max
+    rng = random.Random(backlog_max)
+    boundaries = []
+    for b in range(8):
+        batch = mixed(rng.randrange(1, 12), seed=b)
+        result = store.put_batch(encode_batch(batch), now_ms=b)
+        boundaries += [po for _qo, po in result.offsets()] + [result.end_offset]
+    for target in sorted(set(rng.sample(boundaries, 10))) + [store.max_offset]:
+        store.confirm_offset = target
+        assert store.dispatched_offset == target
+    incremental = queue_entries(store)
+    store.rebuild_consume_queues()
+    assert queue_entries(store) == incremental
+    assert sum(len(v) for v in incremental.values()) == len(boundaries) - 8
+
+
+def test_slave_append_raw_builds_the_same_queues_and_log(tmp_path: Path) -> None:
+    """A slave appending the master's bytes in arbitrary whole-record chunks ends byte-identical,
+    with the same consume queues once the confirm offset covers them."""
+    master = MessageStore(tmp_path / "m", SMALL)
+    slave = MessageStore(tmp_path / "s", SMALL)
+    for b in range(5):
+        master.put_batch(encode_batch(mixed(15, seed=b)), now_ms=b)
+    rng = random.Random(1)
+    pos = 0
+    while pos < master.max_offset:
+        chunk = master.read_raw(pos, rng.randrange(1, 1500))
+        assert slave.append_raw(pos, chunk) == pos + len(chunk)
+        pos += len(chunk)
+        slave.confirm_offset = rng.choice([slave.confirm_offset, pos])
+    master.confirm_offset = slave.confirm_offset = master.max_offset
+    assert log_bytes(slave) == log_bytes(master)
+    assert queue_entries(slave) == queue_entries(master)
+
+
+def test_append_raw_refuses_a_corrupt_record_and_writes_nothing(tmp_path: Path) -> None:
+    """A received chunk with one bad record (body CRC, or a wrong physical offset) is refused whole."""
+    master = MessageStore(tmp_path / "m", SMALL)
+    master.put_batch(encode_batch(mixed(3)), now_ms=1)
+    data = bytearray(master.read_raw(0, 1 << 20))
+    slave = MessageStore(tmp_path / "s", SMALL)
+    data[-1] ^= 1
+    with pytest.raises(StoreError, match="body CRC"):
+        slave.append_raw(0, bytes(data))
+    assert slave.max_offset == 0
+    with pytest.raises(StoreError, match="physical offset"):
+        slave.append_raw(64, master.read_raw(0, 1 << 20))  # an empty store restarts only on success
+    assert (slave.min_offset, slave.max_offset) == (0, 0)
+
+
+def test_truncate_drops_the_backlog_of_cut_records(tmp_path: Path) -> None:
+    """Records cut by a truncation never reach a consume queue, and records appended after it do."""
+    store = MessageStore(tmp_path, SMALL)
+    first = store.put_batch(encode_batch(mixed(4)), now_ms=1)
+    cut = store.put_batch(encode_batch(mixed(4, seed=2)), now_ms=2)
+    store.truncate(cut.start_offset)
+    again = store.put_batch(encode_batch(mixed(3, seed=3)), now_ms=3)
+    store.confirm_offset = store.max_offset
+    entries = queue_entries(store)
+    ends = {po + size for v in entries.values() for _qo, po, size, _t in v}
+    assert max(ends) == again.end_offset == store.max_offset
+    physicals = sorted(po for v in entries.values() for _qo, po, _s, _t in v)
+    assert physicals == sorted([po for _q, po in first.offsets()] + [po for _q, po in again.offsets()])
+    store.rebuild_consume_queues()
+    assert queue_entries(store) == entries
+
+
+def test_read_uncommitted_dispatches_at_append(tmp_path: Path) -> None:
+    """With read_uncommitted the entries are dispatched as part of the append."""
+    store = MessageStore(tmp_path, StoreConfig(segment_size_bytes=4096, background_thread=False,
+                                               read_uncommitted=True))
+    store.put_batch(encode_batch(mixed(9)), now_ms=1)
+    assert store.dispatched_offset == store.max_offset
+    assert sum(len(v) for v in queue_entries(store).values()) == 9
+
+
+def test_properties_tag_hash_matches_the_decoder() -> None:
+    """The tag hash the sealer computes is the one decode_index computes (CRC32 of TAGS)."""
+    batch = encode_batch([Message("T", 0, b"x", {"TAGS": "hello", "k": "v"}), Message("T", 0, b"y")])
+    sealed = seal_batch(batch, 0, {}, 0, 1 << 20)
+    entries = sealed.index.runs[0].entries
+    tags = [struct.unpack_from(">qIQ", entries, i * 20)[2] for i in range(2)]
+    assert tags == [zlib.crc32(b"hello"), 0]
