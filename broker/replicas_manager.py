@@ -320,8 +320,10 @@ class ReplicasManager:
         log.warning("not resuming master epoch %s from before a restart: group=%s broker_id=%s; asking for a "
                     "new term", old_epoch, self.broker_name, self.broker_id)
         try:
+            facts = self._facts()   # ranked by what it holds now, not by its pre-restart heartbeats
             resp = await self._call(ElectMasterRequest.of_new_term(self.cluster_name, self.broker_name,
-                                                                   self.broker_id))
+                                                                   self.broker_id, facts.last_epoch,
+                                                                   facts.max_offset))
         except Exception as exc:  # noqa: BLE001 - the next poll asks again
             log.info("new term request failed: group=%s error=%r", self.broker_name, exc)
             return rm.NewTermAnswered(old_epoch, None)

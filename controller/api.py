@@ -51,10 +51,17 @@ class ElectMasterRequest:
     #: so the controller elects afresh among the live SyncStateSet by progress; on equal progress a
     #: replica that did not restart is preferred; whoever wins (possibly the requester) gets a new epoch.
     new_term: bool = False
+    #: With ``new_term``: the requester's progress now (last epoch, max offset; -1 unknown). The
+    #: election ranks the restarted master by this, not by its heartbeat row, which may still hold
+    #: what it reported before the restart (a heartbeat and this request can arrive in either order;
+    #: found by the simulator, scenario violation-6).
+    epoch: int = -1
+    max_offset: int = -1
 
     @classmethod
-    def of_new_term(cls, cluster_name: str, broker_name: str, broker_id: int) -> ElectMasterRequest:
-        return cls(cluster_name, broker_name, broker_id, new_term=True)
+    def of_new_term(cls, cluster_name: str, broker_name: str, broker_id: int, epoch: int = -1,
+                    max_offset: int = -1) -> ElectMasterRequest:
+        return cls(cluster_name, broker_name, broker_id, new_term=True, epoch=epoch, max_offset=max_offset)
 
     @classmethod
     def of_controller_trigger(cls, broker_name: str) -> ElectMasterRequest:

@@ -29,6 +29,7 @@ every controller: its event-log record exceeded the frame limit at apply time).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, fields, is_dataclass
 from typing import Any, Callable, Optional
@@ -184,6 +185,8 @@ def decide_elect_master(state: ControllerState, req: ElectMasterRequest, ctx: De
             and ctx.alive(name, req.broker_id):
         new = req.broker_id  # Q3 FIXED: only a registered, alive requester
     renewing = req.new_term and old is not None and req.broker_id == old
+    if renewing:
+        ctx = _with_requester_progress(ctx, req)
     if new is None and renewing and old is not None:
         new = _elect_new_term(state, name, old, ctx)
     if new is None:
@@ -215,6 +218,22 @@ def decide_elect_master(state: ControllerState, req: ElectMasterRequest, ctx: De
             [ElectMasterEvent(False, name, None)]
     return Response.error(C.CONTROLLER_ELECT_MASTER_FAILED, "Failed to elect a new master",
                           _null_master_header()), []
+
+
+def _with_requester_progress(ctx: DecideContext, req: ElectMasterRequest) -> DecideContext:
+    """The restarted master's row as it stands now: its heartbeat row with the progress the request
+    carries (issue 15 fix 6 under reordering: a request decided before the restart's first heartbeat
+    would otherwise rank it by what it reported before it lost its unflushed tail)."""
+    getter = ctx.live_info
+    if getter is None or req.max_offset < 0:
+        return ctx
+
+    def live_info(name: str, broker_id: int) -> BrokerLiveInfo | None:
+        row = getter(name, broker_id)
+        if broker_id != req.broker_id or name != req.broker_name or row is None:
+            return row
+        return dataclasses.replace(row, epoch=req.epoch, max_offset=req.max_offset)
+    return dataclasses.replace(ctx, live_info=live_info)
 
 
 def _elect_new_term(state: ControllerState, name: str, old: int, ctx: DecideContext) -> int | None:

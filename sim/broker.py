@@ -58,6 +58,8 @@ class BrokerTimings:
     restart_min_ms: int = 300
     restart_max_ms: int = 2500
     segment_bytes: int = 4096
+    flush_mode: FlushMode = FlushMode.SYNC
+    flush_ms: int = 300                 # async flush period (``flush_mode`` ASYNC)
 
 
 @dataclass(slots=True)
@@ -77,10 +79,13 @@ class SimBroker:
         self.name = f"{group}-{broker_id}"
         self.t = timings
         self.disk = SimDisk(random.Random(disk_seed), clock_ms=lambda: world.now_ms)
-        self.store_config = StoreConfig(segment_size_bytes=timings.segment_bytes, flush_mode=FlushMode.SYNC,
+        self.store_config = StoreConfig(segment_size_bytes=timings.segment_bytes, flush_mode=timings.flush_mode,
                                         retention_ms=None, background_thread=False)
         self.up = False
         self.restarts = 0
+        self.power_losses = 0       # crashes that dropped the page cache
+        self.end_before_power_loss = 0
+        self.flushed_end = 0
         self.rewrites = 0           # truncations of this process's log (the checker's cache key)
         self.epochs_seen: list[int] = []      # the role machine's master epochs, this process
         self.store: MessageStore | None = None
@@ -112,10 +117,18 @@ class SimBroker:
         self._every(self.t.poll_ms, self._poll)
         self._every(self.t.shrink_ms, self._shrink_check)
         self._every(self.t.ha_tick_ms, self._ha_tick)
+        if self.t.flush_mode is FlushMode.ASYNC:
+            self._every(self.t.flush_ms, self._flush)
 
     def _open_store(self) -> None:
         self.store = MessageStore(f"/{self.name}/store", self.store_config, disk=self.disk)
         self.log_view = StoreLogView(self.store, lambda: self.store.confirm_offset)
+
+    def _flush(self) -> None:
+        if self.store is not None:
+            end = self.store.max_offset
+            self.store.flush()
+            self.flushed_end = end          # async flush: the log is durable up to here
 
     def crash(self, mode: CrashMode) -> None:
         """Kill (page cache kept) or power loss (unsynced bytes dropped) now."""
@@ -128,6 +141,9 @@ class SimBroker:
     def _down(self, mode: CrashMode) -> None:
         self.disk.set_hook(None)
         self.world.note(f"{self.name} crashed ({mode.name})")
+        if mode is CrashMode.POWER_LOSS:
+            self.power_losses += 1
+            self.end_before_power_loss = self.store.max_offset if self.store is not None else 0
         self.up = False
         self.world.bump(self)
         self.net.set_down(self.name, True)
@@ -202,7 +218,9 @@ class SimBroker:
             return None
         if isinstance(action, rm.RequestNewTerm):
             old = action.old_epoch
-            self._call(ElectMasterRequest.of_new_term(self.cluster, self.group, self.id),
+            facts = self.facts()
+            self._call(ElectMasterRequest.of_new_term(self.cluster, self.group, self.id,
+                                                      facts.last_epoch, facts.max_offset),
                        lambda r: self.feed(rm.NewTermAnswered(
                            old, MasterInfo.from_response(r) if r is not None and r.ok else None)))
             return None

@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from rocketray.broker.config import FlushMode
 from rocketray.broker.role import Role
 from rocketray.sim.broker import BrokerTimings, SimBroker
 from rocketray.sim.clients import SimConsumer, SimProducer
@@ -49,6 +50,8 @@ class SimConfig:
     loss: float = 0.01
     window_bytes: int = 64 * 1024
     commit_fault_p: float = 0.02
+    one_at_a_time: bool = False         # a fault only when every broker is up, whole and connected;
+                                        # partitions heal by themselves after 0.3-2 s
     batch: int = 3
     producers: int = 1                  # per group, each with one batch in flight at a time
     produce_interval_ms: int = 30
@@ -67,6 +70,9 @@ PROFILES: dict[str, SimConfig] = {
                          window_bytes=8 * 1024),
     "load": SimConfig(batch=8, produce_interval_ms=10, fault_gap_ms=(150, 700), max_faults=40,
                       timings=BrokerTimings(segment_bytes=1024, not_catchup_ms=1000)),
+    "async": SimConfig(faults=("kill", "power-loss", "io-crash", "isolate", "reset", "controller-cut",
+                               "leader-change"), fault_gap_ms=(200, 900), max_faults=30, one_at_a_time=True,
+                       timings=BrokerTimings(flush_mode=FlushMode.ASYNC)),
     "controller": SimConfig(commit_fault_p=0.2, loss=0.05, fault_gap_ms=(150, 700), max_faults=40,
                             timings=BrokerTimings(not_catchup_ms=800, shrink_ms=100)),
 }
@@ -117,7 +123,8 @@ class Sim:
                           for g in self.groups for k in range(config.producers)]
         self.consumers = [SimConsumer(self.world, self.groups[g], name=f"consumer-{g}", group=g,
                                       interval_ms=config.consume_interval_ms) for g in self.groups]
-        self.invariants = Invariants(self.controller, self.groups, self.producers, self.consumers)
+        self.invariants = Invariants(self.controller, self.groups, self.producers, self.consumers,
+                                     async_flush=t.flush_mode is FlushMode.ASYNC)
         self.faults = 0
 
     def _notify(self, group: str, broker_id: int, info) -> None:
@@ -193,8 +200,15 @@ class Sim:
     def _nemesis(self) -> None:
         if self.world.now_ms >= self.config.duration_ms or self.faults >= self.config.max_faults:
             return
-        self.inject(self.world.rng.choice(self.config.faults))
+        if not self.config.one_at_a_time or self._all_whole():
+            kind = self.world.rng.choice(self.config.faults)
+            self.inject(kind)
+            if self.config.one_at_a_time and kind in ("isolate", "one-way", "split", "controller-cut", "slow"):
+                self.world.at(self.world.rng.randint(300, 2000), self.net.heal, what="heal (one at a time)")
         self.world.at(self.world.rng.randint(*self.config.fault_gap_ms), self._nemesis, what="")
+
+    def _all_whole(self) -> bool:
+        return (not self.net.cuts() and all(b.up and not self.invariants.exempt(b) for b in self.brokers.values()))
 
     def _heal_all(self) -> None:
         self.world.note("HEAL everything")

@@ -21,7 +21,9 @@ from dataclasses import dataclass
 from typing import Callable
 
 from rocketray.controller.api import AlterSyncStateSetRequest
+from rocketray.broker.config import FlushMode
 from rocketray.sim.broker import SimBroker
+from rocketray.sim.disk import CrashMode
 from rocketray.sim.controller import CONTROLLER
 from rocketray.sim.run import PROFILES, Sim, SimConfig, SimResult
 
@@ -136,6 +138,31 @@ def _lagging_member_dropped_while_an_expand_waits(sim: Sim) -> None:
     sim.when(steady, cut_joiner)
 
 
+def _master_restarts_with_less_than_it_reported(sim: Sim) -> None:
+    """Violation 6 (async flush). The master's heartbeat has just reported a batch its slaves have
+    not received yet; at that moment it loses power, losing every byte it had not flushed,
+    including acknowledged ones its slaves hold. It restarts before the controller notices and
+    asks for a new term. Ranked by the progress it reported before the power loss, it would win
+    and its slaves would truncate acknowledged messages to follow it; ranked by what it holds
+    now, a slave wins."""
+    def reported_ahead() -> bool:
+        m = _serving(sim)
+        if m is None or m.store is None or sum(len(p.acked) for p in sim.producers) < 30:
+            return False
+        row = sim.controller.heartbeats.live_info("g0", m.id)
+        slaves = [b for b in sim.groups["g0"] if b is not m]
+        return (row is not None and all(b.up and b.store is not None for b in slaves)
+                and row.max_offset > max(b.store.max_offset for b in slaves)
+                and max(p.acked_end for p in sim.producers) > m.flushed_end)
+
+    def power_loss() -> None:
+        m = _serving(sim)
+        assert m is not None
+        sim.world.note(f"SCRIPT {m.name} loses power right after reporting unreplicated bytes")
+        m.crash(CrashMode.POWER_LOSS)
+    sim.when(reported_ahead, power_loss, every_ms=1)
+
+
 def _quiet(**timings: int) -> SimConfig:
     base = SimConfig(max_faults=0, loss=0.0, commit_fault_p=0.0, duration_ms=8_000, settle_ms=8_000)
     return dataclasses.replace(base, timings=dataclasses.replace(base.timings, **timings))
@@ -145,6 +172,11 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     Scenario("violation-1-confirm-offset-covers-a-joining-member",
              "the confirm offset covers a message a joining member lacks; consumers read it",
              PROFILES["default"], 3),
+    Scenario("violation-6-restarted-master-ranked-by-lost-progress",
+             "a master that lost unflushed bytes in a power loss wins the new-term election with the "
+             "progress it reported before, and its slaves truncate acknowledged messages",
+             _quiet(flush_mode=FlushMode.ASYNC, restart_min_ms=300, restart_max_ms=600), 8,
+             _master_restarts_with_less_than_it_reported),
     Scenario("restarted-master-resumes-its-old-term",
              "a master restarted before the controller noticed resumes its term (#9689)",
              PROFILES["default"], 4),

@@ -3,7 +3,7 @@
     rocketray simulate --seeds 500             # seeds 1..500, stop at the first violation
     rocketray simulate --seed 14               # replay one seed; prints its trace if it fails
     rocketray simulate --seeds 200 --json      # one JSON object: seeds, violations, seeds_per_s, ...
-    rocketray simulate --profile crashes       # a fault mix: default, crashes, network, load, controller
+    rocketray simulate --profile crashes       # a fault mix: default, crashes, network, load, controller, async
     rocketray simulate --scenario list         # the named scenarios; --scenario NAME runs one
 
 Exit status 0 when no invariant was violated, 1 when one was (the failing seed, the violated
@@ -33,7 +33,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--faults", type=int, default=None,
                    help="at most this many faults per seed (default: the profile's, 12 for default, 40 for the others)")
     p.add_argument("--profile", default="default",
-                   help="fault mix: default (every kind), crashes, network, load, controller (default: default)")
+                   help="fault mix: default (every kind), crashes, network, load, controller, async (default: default)")
     p.add_argument("--scenario", default=None,
                    help="run one named scenario (a scripted or pinned-seed failure schedule); 'list' lists them")
     p.add_argument("--workers", type=int, default=1, help="processes running seeds side by side (default 1)")

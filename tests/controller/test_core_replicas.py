@@ -477,3 +477,35 @@ def test_new_term_request_from_restarted_master_elects_by_progress(requester, be
         assert events == [ElectMasterEvent(True, NAME, master)]
         assert info.body["sync_state_set"] == [master]
     assert h.replay_matches()
+
+
+@pytest.mark.parametrize("carried, master", [
+    ((1, 100), 2),     # it holds 100 now (its unflushed tail is gone): the slave holding 300 wins
+    ((1, 500), 1),     # it still holds 500: it wins again, under a new epoch
+    ((-1, -1), 1),     # no progress carried: its row (500, reported before the restart) decides
+])
+def test_new_term_ranks_the_requester_by_the_progress_it_carries(carried, master):
+    """Issue 15 fix 6 under reordering (found by the simulator, scenario violation-6): the restarted
+    master's new-term request can be decided before its first heartbeat after the restart, while
+    its row still holds what it reported before it lost power. The request carries its progress
+    now, and that ranks it."""
+    h = mock_meta_data()
+    h.alive = set()
+    h.heartbeat(1, 1, 500, 10**9)     # reported before the power loss
+    h.heartbeat(2, 1, 300, 10**9)
+    epoch, offset = carried
+    resp, _events = h.call(ElectMasterRequest.of_new_term(CLUSTER, NAME, 1, epoch, offset))
+    assert resp.code == C.SUCCESS and resp.header["master_broker_id"] == master
+
+
+def test_new_term_old_rule_ranks_by_the_stale_row(monkeypatch):
+    """Reverting the rule (ignore the carried progress) elects the master by data it no longer has."""
+    from rocketray.controller import decide as decide_mod
+
+    monkeypatch.setattr(decide_mod, "_with_requester_progress", lambda ctx, req: ctx)
+    h = mock_meta_data()
+    h.alive = set()
+    h.heartbeat(1, 1, 500, 10**9)
+    h.heartbeat(2, 1, 300, 10**9)
+    resp, _events = h.call(ElectMasterRequest.of_new_term(CLUSTER, NAME, 1, 1, 100))
+    assert resp.header["master_broker_id"] == 1

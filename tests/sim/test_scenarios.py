@@ -14,6 +14,8 @@ import pytest
 
 import ha_old_rules as old
 import rocketray.broker.commitlog as commitlog
+import rocketray.controller.decide as decide
+import rocketray.controller.heartbeat as hb
 import rocketray.broker.role as role
 import rocketray.ha.ack as ack
 import rocketray.ha.sync_state as sync_state
@@ -34,6 +36,12 @@ OLD_RULES = {
     # pending expand
     "violation-2-lagging-member-dropped-while-an-expand-waits": (
         [(sync_state.SyncStateTracker, "maybe_shrink", old.old_maybe_shrink)], LOST),
+    # violation 6: the restarted master ranked by progress it reported before it lost power (the
+    # heartbeat row kept the best ever seen in an epoch; the new-term request carried no progress)
+    "violation-6-restarted-master-ranked-by-lost-progress": (
+        [(hb, "_takes_report", lambda old, req: req.epoch > old.epoch or
+          (req.epoch == old.epoch and req.max_offset > old.max_offset)),
+         (decide, "_with_requester_progress", lambda ctx, req: ctx)], LOST),
     # #9689: a master restarted before the controller noticed resumes its term
     "restarted-master-resumes-its-old-term": (
         [(role, "is_term_from_before_restart", lambda sitting, epoch, last_epoch: False)], CONFIRM),
