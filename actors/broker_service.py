@@ -27,7 +27,7 @@ from rocketray.config import load_config
 from rocketray.actors.controller_client import AsyncControllerClient
 from rocketray.actors.metrics import BrokerMetrics, configure_actor_logging
 from rocketray.spec import ClusterSpec
-from rocketray.broker.message import Message
+from rocketray.broker.message import EncodedBatch, Message, encode_batch
 from rocketray.broker.register import FileIdentityStore
 from rocketray.broker.replicas_manager import ReplicasManager, Role, State
 from rocketray.broker.store import MessageStore
@@ -50,6 +50,16 @@ def _message_dict(m: Message, broker_id: int | None) -> dict:
     return {"topic": m.topic, "queue_id": m.queue_id, "queue_offset": m.queue_offset,
             "physical_offset": m.physical_offset, "body": bytes(m.body), "properties": dict(m.properties),
             "store_timestamp_ms": m.store_timestamp_ms, "broker_id": broker_id}
+
+
+def _encode_dicts(messages: list[dict]) -> EncodedBatch | None:
+    """The pre-issue-18 put argument (message dicts) as an encoded batch; None if malformed."""
+    born = now_ms()
+    try:
+        return encode_batch(Message(m["topic"], int(m["queue_id"]), bytes(m["body"]),
+                                    dict(m.get("properties") or {}), born_timestamp_ms=born) for m in messages)
+    except (KeyError, TypeError, ValueError):  # MessageCodecError is a ValueError
+        return None
 
 
 class BrokerService:
@@ -84,23 +94,28 @@ class BrokerService:
         return ha
 
     # --- data path ------------------------------------------------------------------------
-    async def put(self, messages: list[dict]) -> PutResult:
-        """Append a batch as master and wait for the ack policy; see ``rocketray.ha.ack.PutResult``
-        (``written`` NO/YES/UNKNOWN, ``retriable``; ``broker_id`` is this replica's)."""
+    async def put(self, batch: EncodedBatch | list[dict]) -> PutResult:
+        """Append a producer's encoded batch as master and wait for the ack policy; see
+        ``rocketray.ha.ack.PutResult`` (``written`` NO/YES/UNKNOWN, ``retriable``; ``broker_id`` is
+        this replica's).  The batch is one ``bytes`` object through Ray (no per-message objects);
+        a malformed one is refused with MESSAGE_ILLEGAL and nothing written.  A list of message
+        dicts (the form clients sent before issue 18) is still accepted and encoded here."""
         broker_id = self.manager.broker_id
-        if self.ha is None or self.manager.fenced:
+        if isinstance(batch, list):
+            batch = _encode_dicts(batch)
+        if batch is None or not isinstance(batch, EncodedBatch):
+            result = refused(PutStatus.MESSAGE_ILLEGAL)
+        elif self.ha is None or self.manager.fenced:
             result = refused(PutStatus.FENCED)
         elif not self.manager.writable:
             result = refused(PutStatus.NOT_MASTER)
         else:
-            born = now_ms()
-            msgs = [Message(m["topic"], int(m["queue_id"]), bytes(m["body"]), dict(m.get("properties") or {}),
-                            born_timestamp_ms=born) for m in messages]
             started = time.monotonic()
-            result = await self.ha.put(msgs, now_ms())
-            self._metrics.put(broker_id, result.status.name, len(msgs), (time.monotonic() - started) * 1000)
+            result = await self.ha.put(batch, now_ms())
+            self._metrics.put(broker_id, result.status.name, batch.count, (time.monotonic() - started) * 1000)
             return dataclasses.replace(result, broker_id=broker_id)
-        self._metrics.put(broker_id, result.status.name, len(messages), 0.0)
+        count = batch.count if isinstance(batch, EncodedBatch) else 0
+        self._metrics.put(broker_id, result.status.name, count, 0.0)
         return dataclasses.replace(result, broker_id=broker_id)
 
     async def get_messages(self, topic: str, queue_id: int, queue_offset: int, max_count: int) -> list[dict]:

@@ -1,7 +1,10 @@
 """Producer and consumer clients: batched, failover-aware, and recording a history.
 
 A :class:`Producer` finds a group's master (cached; refreshed from the controller
-or by asking the replicas), sends a batch in one Ray call and branches on the
+or by asking the replicas), encodes a batch once (``encode_batch``: the records in
+the commit-log layout, one ``bytes`` object; the master only checks them and fills
+in offsets), sends it in one Ray call (one bytes object: Ray inlines a small one and moves a
+large one through its object store, never pickling per message) and branches on the
 typed answer (``rocketray.ha.ack.PutResult``): acknowledged -> done; refused
 before anything was written (``retriable``: not master, fenced, too few in-sync
 replicas) -> retry with backoff, possibly on a new master; written but not
@@ -12,7 +15,8 @@ call timed out) is retried: the only case where a payload may be stored twice;
 consumers de-duplicate by payload id and the checker reports duplicates.
 Every payload ends as one history record: ``ok`` if an attempt was acknowledged,
 ``unknown`` if some attempt may have written it, and ``failed`` only if every
-attempt was refused before anything was written. A :class:`Consumer` reads a
+attempt was refused before anything was written (a batch refused as malformed,
+MESSAGE_ILLEGAL, is not retried). A :class:`Consumer` reads a
 queue from any replica, which serves only up to its confirm offset.
 """
 
@@ -26,7 +30,8 @@ import ray
 
 from rocketray.actors.cluster import Cluster
 from rocketray.controller.api import GetReplicaInfoRequest
-from rocketray.ha.ack import PutResult
+from rocketray.broker.message import EncodedBatch, Message, encode_batch
+from rocketray.ha.ack import PutResult, PutStatus
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,10 +87,10 @@ class Producer:
         self._master.pop(group, None)
 
     # --- sending -----------------------------------------------------------------------
-    def _attempt(self, group: str, replica: int, messages: list[dict]) -> PutResult | Unanswered:
+    def _attempt(self, group: str, replica: int, batch: EncodedBatch) -> PutResult | Unanswered:
         actor = self.cluster.broker(group, replica)
         try:
-            reply = ray.get(actor.put.remote(messages), timeout=self.call_timeout_s)
+            reply = ray.get(actor.put.remote(batch), timeout=self.call_timeout_s)
         except (ray.exceptions.GetTimeoutError, ray.exceptions.RayError, ValueError) as exc:
             return Unanswered(type(exc).__name__)
         assert isinstance(reply, PutResult), reply
@@ -93,9 +98,10 @@ class Producer:
 
     def send(self, group: str, queue_id: int, payloads: list[tuple[str, bytes]]) -> SendOutcome:
         """Send one batch (all payloads to one queue); returns the final outcome."""
-        messages = [{"topic": self.topic, "queue_id": queue_id, "body": body, "properties": {"pid": pid}}
-                    for pid, body in payloads]
         start = now_ms()
+        born = int(start)
+        batch = encode_batch(Message(self.topic, queue_id, body, {"pid": pid}, born_timestamp_ms=born)
+                             for pid, body in payloads)
         deadline = time.monotonic() + self.retry_deadline_s
         maybe_written = False
         result = SendOutcome(outcome="failed")
@@ -111,13 +117,15 @@ class Producer:
                     backoff_s = min(backoff_s * 2, 1.0)
                     continue
                 self._master[group] = replica
-            reply = self._attempt(group, replica, messages)
+            reply = self._attempt(group, replica, batch)
             if isinstance(reply, PutResult) and reply.ok:
                 result = SendOutcome("ok", [tuple(o) for o in reply.offsets], replica,
                                      reply.broker_id, None, result.attempts)
                 break
             if isinstance(reply, PutResult):
                 result.error = reply.status.name
+                if reply.status is PutStatus.MESSAGE_ILLEGAL:
+                    break  # refused as malformed, nothing written: sending it again cannot help
                 if not reply.retriable:
                     # Written (or maybe written) but not acknowledged: a resend would be a second
                     # copy, so the outcome stays unknown.

@@ -46,6 +46,8 @@ class PutStatus(enum.IntEnum):
     NOT_MASTER = 4
     FENCED = 5
     MASTER_CHANGED = 6      # written locally, then the role changed before the acks came
+    MESSAGE_ILLEGAL = 7     # a malformed batch (bad record, oversized): nothing written; sending it
+                            # again cannot duplicate it, but it will be refused again
 
 
 class Written(str, enum.Enum):
@@ -85,7 +87,7 @@ class PutResult:
 def refused(status: PutStatus) -> PutResult:
     """A put refused before anything was written."""
     assert status in (PutStatus.NOT_MASTER, PutStatus.FENCED, PutStatus.SLAVE_NOT_AVAILABLE,
-                      PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH), status
+                      PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH, PutStatus.MESSAGE_ILLEGAL), status
     return PutResult(status, Written.NO)
 
 

@@ -10,9 +10,12 @@ implements the same methods. The manager executes the role machine's actions on 
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Protocol, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Protocol, Sequence
 
 from rocketray.ha.ack import PutResult
+
+if TYPE_CHECKING:
+    from rocketray.broker.message import EncodedBatch
 
 __all__ = ["HAPort", "WritePort"]
 
@@ -51,5 +54,6 @@ class HAPort(Protocol):
 class WritePort(Protocol):
     """The write path of a master (the broker actor calls it)."""
 
-    async def put(self, msgs: Sequence, now_ms: int) -> PutResult:
-        """Append as master and wait for the ack policy; see ``rocketray.ha.ack.PutResult``."""
+    async def put(self, msgs: "EncodedBatch | Sequence", now_ms: int) -> PutResult:
+        """Append as master (a producer's encoded batch, or messages) and wait for the ack policy;
+        see ``rocketray.ha.ack.PutResult``."""

@@ -21,8 +21,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
+from rocketray.broker.message import EncodedBatch, Message, MessageCodecError, encode_batch
 from rocketray.broker.role import Role
 from rocketray.ha.ack import AckPolicy, PutResult, PutStatus, after_write, refused
 from rocketray.ha.auth import AuthError
@@ -255,11 +256,12 @@ class HAService:
             self._notify_writers()      # slaves learn the new confirm offset at once
 
     # ------------------------------------------------------------------ put (13.4)
-    async def put(self, msgs, now_ms: int) -> PutResult:
-        """Append ``msgs`` as master and wait for the replica acks the policy asks for.
+    async def put(self, msgs: EncodedBatch | Sequence[Message], now_ms: int) -> PutResult:
+        """Append ``msgs`` (a producer's encoded batch, or messages encoded here) as master and wait
+        for the replica acks the policy asks for.
 
-        Refusals (NOT_MASTER, FENCED, IN_SYNC_REPLICAS_NOT_ENOUGH) write nothing; after the write
-        the answer is PUT_OK, FLUSH_SLAVE_TIMEOUT (written, not acked in time) or MASTER_CHANGED
+        Refusals (NOT_MASTER, FENCED, IN_SYNC_REPLICAS_NOT_ENOUGH, MESSAGE_ILLEGAL) write nothing;
+        after the write the answer is PUT_OK, FLUSH_SLAVE_TIMEOUT (written, not acked in time) or MASTER_CHANGED
         (written, then the role or term changed during the wait: outcome unknown).
         """
         if self.role != Role.MASTER:
@@ -269,9 +271,14 @@ class HAService:
         if not self.replication.put_admitted():
             return refused(PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH)
         epoch = self.epoch
-        stored = self.store.put_messages(msgs, now_ms)
-        end = self.store.max_offset
-        offsets = tuple((m.queue_offset, m.physical_offset) for m in stored)
+        try:
+            batch = msgs if isinstance(msgs, EncodedBatch) else encode_batch(msgs)
+            appended = self.store.put_batch(batch, now_ms)
+        except MessageCodecError as exc:  # MalformedBatch included: nothing was written
+            log.warning("ha %s: refused a malformed batch: %s", self.broker_id, exc)
+            return refused(PutStatus.MESSAGE_ILLEGAL)
+        end = appended.end_offset
+        offsets = appended.offsets()
         self._notify_writers()
         self._update_confirm_offset()
         acked = await self._wait_for(lambda: self.replication.batch_acked(end),

@@ -14,6 +14,7 @@ import ray
 
 from rocketray.actors import pipeline, remote
 from rocketray.actors.pipeline import Workload
+from rocketray.broker.message import Message, encode_batch
 from rocketray.controller.api import GetReplicaInfoRequest, GetSyncStateDataRequest
 from rr_testing import wait_until
 
@@ -186,7 +187,7 @@ def test_6662_old_master_paused_past_its_election_then_resumed_while_clients_wri
         wait_until(lambda: replica_info(cluster).header["master_epoch"] > epoch, 60,
                    what="a new master elected while the old one is frozen")
         stale = cluster.broker(GROUP, old).put.remote(
-            [{"topic": "rocketray", "queue_id": 0, "body": p.encode(), "properties": {"pid": p}} for p in stale_ids])
+            encode_batch(Message("rocketray", 0, p.encode(), {"pid": p}) for p in stale_ids))
         w.producer._master[GROUP] = old  # a client still routing to the old master
         writer = threading.Thread(target=w.produce, args=(200,))
         writer.start()
