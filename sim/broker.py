@@ -31,11 +31,12 @@ from rocketray.ha import ack
 from rocketray.ha.ack import AckPolicy, PutResult, PutStatus, refused
 from rocketray.ha.master import MasterReplication
 from rocketray.ha.protocol import ProtocolError
-from rocketray.ha.session import AckEvent, Close, HandshakeEvent, MasterSession, Send, SlaveSession, Truncate
-from rocketray.ha.transport import StoreLogView, apply_to_store, local_log
+from rocketray.ha.session import AckEvent, HandshakeEvent, MasterSession
+from rocketray.ha.transport import StoreLogView
 from rocketray.sim.controller import CONTROLLER, SimController
 from rocketray.sim.disk import CrashMode, SimCrash, SimDisk
 from rocketray.sim.net import Connection, Network
+from rocketray.sim.slave import SimSlave
 from rocketray.sim.world import World
 
 __all__ = ["SimBroker", "BrokerTimings", "TOPIC"]
@@ -103,12 +104,12 @@ class SimBroker:
         self.ha_role = Role.NONE
         self.ha_epoch = -1
         self.sessions: dict[int, tuple[Connection, MasterSession]] = {}
-        self.slave: _SlaveLink | None = None
+        self.slave: SimSlave | None = None
         self.puts: list[_Put] = []
         self.registered = False
         self.epochs_seen = []
         self.world.note(f"{self.name} boots (restart {self.restarts})")
-        self._guard(self._open_store)
+        self.guard(self._open_store)
         if not self.up:
             return
         self.feed(rm.IdAssigned(self.id))
@@ -153,7 +154,7 @@ class SimBroker:
         delay = self.world.rng.randint(self.t.restart_min_ms, self.t.restart_max_ms)
         self.world.at(delay, self.boot, what=f"{self.name} restart")
 
-    def _guard(self, fn: Callable[[], None]) -> None:
+    def guard(self, fn: Callable[[], None]) -> None:
         """Run one step of this process; a crash the disk raises mid-step ends the process."""
         if not self.up:
             return
@@ -164,12 +165,12 @@ class SimBroker:
 
     def _every(self, period_ms: int, fn: Callable[[], None]) -> None:
         def tick() -> None:
-            self._guard(fn)
+            self.guard(fn)
             self.world.at(period_ms, tick, owner=self)
         self.world.at(self.world.rng.randint(1, period_ms), tick, owner=self)
 
     def _later(self, delay_ms: int, fn: Callable[[], None], what: str = "") -> None:
-        self.world.at(delay_ms, lambda: self._guard(fn), owner=self, what=what)
+        self.world.at(delay_ms, lambda: self.guard(fn), owner=self, what=what)
 
     # ================================================================== role machine
     def facts(self) -> StoreFacts:
@@ -231,7 +232,7 @@ class SimBroker:
     # ================================================================== controller calls
     def _call(self, request: object, on_answer: Callable[[Response | None], None]) -> None:
         self.net.call(self.name, CONTROLLER, lambda: self.controller.handle(request),
-                      lambda resp: self._guard(lambda: on_answer(resp)), owner=self,
+                      lambda resp: self.guard(lambda: on_answer(resp)), owner=self,
                       timeout_ms=self.t.rpc_timeout_ms)
 
     def _register(self) -> None:
@@ -269,7 +270,7 @@ class SimBroker:
 
     def notified(self, info: MasterInfo) -> None:
         """A role-change notification from the controller arrived."""
-        self._guard(lambda: self.feed(rm.RoleChangeNotified(info)) if self.registered else None)
+        self.guard(lambda: self.feed(rm.RoleChangeNotified(info)) if self.registered else None)
 
     def _report(self, action: rm.ReportSyncStateSet) -> None:
         req = AlterSyncStateSetRequest(self.group, self.id, action.master_epoch, action.proposal,
@@ -333,15 +334,13 @@ class SimBroker:
             return False
         if self.ha_role == Role.SLAVE and self.slave is not None and self.slave.master == master_address:
             self.ha_epoch = epoch
-            self.slave.expected_epoch = epoch
-            if self.slave.session is not None:
-                self.slave.session.expected_epoch = epoch
+            self.slave.expect(epoch)
             return True
         self._stop_slave()
         self._close_sessions("role change to slave")
         self.ha_role, self.ha_epoch = Role.SLAVE, epoch
         self._check_puts()
-        self.slave = _SlaveLink(master_address, epoch)
+        self.slave = SimSlave(self, master_address, epoch)
         self._slave_connect()
         return True
 
@@ -352,8 +351,8 @@ class SimBroker:
             self._session_closed(key)
 
     def _stop_slave(self) -> None:
-        if self.slave is not None and self.slave.conn is not None:
-            self.slave.conn.reset("slave stopped")
+        if self.slave is not None:
+            self.slave.stop()
         self.slave = None
 
     # ================================================================== HA: master side
@@ -365,8 +364,8 @@ class SimBroker:
                                 housekeeping_interval_ms=self.t.ha_housekeeping_ms, batch_size=1024)
         self.sessions[conn.id] = (conn, session)
         self.master.opened(conn.id)
-        conn.bind(self.name, lambda c, d: self._guard(lambda: self._master_data(c, d)),
-                  lambda c: self._guard(lambda: self._session_closed(c.id)), owner=self)
+        conn.bind(self.name, lambda c, d: self.guard(lambda: self._master_data(c, d)),
+                  lambda c: self.guard(lambda: self._session_closed(c.id)), owner=self)
         return True
 
     def _master_data(self, conn: Connection, data: bytes) -> None:
@@ -457,7 +456,7 @@ class SimBroker:
                 self._pump(key)
             self._later(self.t.slave_timeout_ms, self._check_puts)
             self._check_puts()
-        self._guard(run)
+        self.guard(run)
 
     def _check_puts(self) -> None:
         now = self.world.now_ms
@@ -472,68 +471,13 @@ class SimBroker:
         self.puts = keep
 
     # ================================================================== HA: slave side
-    def _slave_connect(self) -> None:
-        link = self.slave
-        if link is None or not self.up or link.conn is not None:
-            return
-        conn = self.net.connect(self.name, link.master)
-        peer = self.peers.get(link.master)
-        if conn is None or peer is None or not peer.accept(conn):
-            if conn is not None:
-                conn.reset("refused")
-            self._later(self.world.rng.randint(50, 300), self._slave_connect)
-            return
-        assert self.store is not None
-        session = SlaveSession(self.id, expected_epoch=link.expected_epoch,
-                               heartbeat_interval_ms=self.t.ha_heartbeat_ms,
-                               housekeeping_interval_ms=self.t.ha_housekeeping_ms)
-        link.conn, link.session = conn, session
-        conn.bind(self.name, lambda c, d: self._guard(lambda: self._slave_data(c, d)),
-                  lambda c: self._guard(lambda: self._slave_closed(c)), owner=self)
-        conn.send(self.name, session.connect(local_log(self.store), self.world.now_ms))
-
-    def _slave_data(self, conn: Connection, data: bytes) -> None:
-        link = self.slave
-        if link is None or link.conn is not conn or link.session is None or self.store is None:
-            return
-        session = link.session
-        now = self.world.now_ms
-        try:
-            session.receive_data(data, now)
-            while True:
-                actions = session.next_actions(local_log(self.store), now)
-                if actions is None:
-                    break
-                if not self._slave_apply(conn, actions):
-                    return
-        except ProtocolError as exc:
-            self._slave_drop(conn, f"protocol error: {exc}")
-
-    def _slave_apply(self, conn: Connection, actions: list) -> bool:
-        store = self.store
-        assert store is not None
-        for action in actions:
-            if isinstance(action, Send):
-                conn.send(self.name, action.data)
-            elif isinstance(action, Close):
-                self._slave_drop(conn, action.reason)
-                return False
-            else:
-                if isinstance(action, Truncate):
-                    self.rewrites += 1
-                apply_to_store(store, action)
-        return True
-
-    def _slave_drop(self, conn: Connection, reason: str) -> None:
-        conn.reset(reason)
-        self._slave_closed(conn)
-
-    def _slave_closed(self, conn: Connection) -> None:
-        link = self.slave
-        if link is None or link.conn is not conn:
-            return
-        link.conn, link.session = None, None
+    def retry_slave_connect(self) -> None:
+        """Connect the current slave link again in 50-300 ms (whichever link is current then)."""
         self._later(self.world.rng.randint(50, 300), self._slave_connect)
+
+    def _slave_connect(self) -> None:
+        if self.slave is not None:
+            self.slave.connect()
 
     def _ha_tick(self) -> None:
         now = self.world.now_ms
@@ -543,9 +487,8 @@ class SimBroker:
                 self._session_closed(key)
             else:
                 self._pump(key)
-        link = self.slave
-        if link is not None and link.session is not None and link.conn is not None:
-            self._slave_apply(link.conn, link.session.tick(now))
+        if self.slave is not None:
+            self.slave.tick(now)
         self._check_puts()
 
     # ================================================================== reads
@@ -554,13 +497,5 @@ class SimBroker:
         if not self.up or self.store is None:
             return []
         out: list[Message] = []
-        self._guard(lambda: out.extend(self.store.get_messages(TOPIC, 0, queue_offset, max_count)))
+        self.guard(lambda: out.extend(self.store.get_messages(TOPIC, 0, queue_offset, max_count)))
         return out
-
-
-@dataclass(slots=True)
-class _SlaveLink:
-    master: str
-    expected_epoch: int
-    conn: Connection | None = None
-    session: SlaveSession | None = None
