@@ -431,7 +431,8 @@ def seal_batch(batch: EncodedBatch, physical_offset: int, next_queue_offsets: Ma
     pack_positions = _POSITIONS.pack_into
     pack_crc = _SIZE.pack_into
     pack_entry = CQ_ENTRY.pack
-    by_queue_id: dict[int, list[tuple[bytes, QueueRun]]] = {}
+    by_queue_id: dict[int, tuple[bytes, QueueRun]] = {}  # the last topic seen per queue id
+    runs: dict[tuple[bytes, int], QueueRun] = {}
     ordered: list[QueueRun] = []
     head_crcs: dict[int, int] = {}  # record size -> CRC32 of (size, magic)
     last_props, last_tag = b"", 0
@@ -453,15 +454,13 @@ def seal_batch(batch: EncodedBatch, physical_offset: int, next_queue_offsets: Ma
                 raise MessageCodecError(f"batch: body CRC mismatch in the record at {pos}")
             topic_start = pos + HEADER_SIZE
             props_start = topic_start + topic_len
-            for topic_bytes, run in by_queue_id.get(queue_id, ()):
-                if len(topic_bytes) == topic_len and src.startswith(topic_bytes, topic_start):
-                    break
+            known = by_queue_id.get(queue_id)
+            if known is not None and len(known[0]) == topic_len and src.startswith(known[0], topic_start):
+                run = known[1]
             else:
                 topic_bytes = src[topic_start:props_start]
-                topic = _topic_of(topic_bytes, pos)
-                run = QueueRun(topic, queue_id, next_queue_offsets.get((topic, queue_id), 0), bytearray())
-                by_queue_id.setdefault(queue_id, []).append((topic_bytes, run))
-                ordered.append(run)
+                run = _run_for(runs, ordered, topic_bytes, queue_id, next_queue_offsets, pos)
+                by_queue_id[queue_id] = (topic_bytes, run)
             if props_len:
                 if props_len != len(last_props) or not src.startswith(last_props, props_start):
                     last_props = src[props_start:body_start]
@@ -485,6 +484,19 @@ def seal_batch(batch: EncodedBatch, physical_offset: int, next_queue_offsets: Ma
     if count != batch.count:
         raise MessageCodecError(f"batch claims {batch.count} records, holds {count}")
     return SealedBatch(data, IndexedRecords(physical_offset, physical_offset + n, count, ordered))
+
+
+def _run_for(runs: dict[tuple[bytes, int], QueueRun], ordered: list[QueueRun], topic_bytes: bytes,
+             queue_id: int, next_queue_offsets: Mapping[tuple[str, int], int], pos: int) -> QueueRun:
+    """The batch's run of (topic, queue id); created (topic checked, appended to ``ordered``) at
+    its first record."""
+    run = runs.get((topic_bytes, queue_id))
+    if run is None:
+        topic = _topic_of(topic_bytes, pos)
+        run = QueueRun(topic, queue_id, next_queue_offsets.get((topic, queue_id), 0), bytearray())
+        runs[(topic_bytes, queue_id)] = run
+        ordered.append(run)
+    return run
 
 
 _OFFSETS = struct.Struct(">I20xqq")  # total_size, then queue_offset and physical_offset at 24
@@ -516,8 +528,10 @@ def index_records(buf: bytes | bytearray | memoryview, base_offset: int, verify:
     crc32 = zlib.crc32
     unpack = _HEADER.unpack_from
     pack_entry = CQ_ENTRY.pack
-    runs: dict[tuple[bytes, int], QueueRun] = {}
+    by_queue_id: dict[int, tuple[bytes, QueueRun]] = {}
     ordered: list[QueueRun] = []
+    head_crcs: dict[int, int] = {}
+    last_props, last_tag = b"", 0
     pos = count = 0
     error: str | None = None
     while n - pos >= HEADER_SIZE:
@@ -534,8 +548,13 @@ def index_records(buf: bytes | bytearray | memoryview, base_offset: int, verify:
                                             f"have {n - pos}")
                 break
             body_start = end - body_len
+            topic_start = pos + HEADER_SIZE
+            props_start = topic_start + topic_len
             if verify:
-                if crc32(mv[pos + 12:body_start], crc32(mv[pos:pos + 8])) != hcrc:
+                head = head_crcs.get(total)
+                if head is None:
+                    head = head_crcs[total] = crc32(mv[pos:pos + 8])
+                if crc32(mv[pos + 12:body_start], head) != hcrc:
                     raise MessageCodecError(f"header CRC mismatch at {base_offset + pos}")
                 if crc32(mv[body_start:end]) != body_crc:
                     raise MessageCodecError(f"body CRC mismatch at {base_offset + pos}")
@@ -543,14 +562,22 @@ def index_records(buf: bytes | bytearray | memoryview, base_offset: int, verify:
                     raise MessageCodecError(f"record at {base_offset + pos} claims physical offset {physical}")
                 if total > max_size:
                     raise MessageCodecError(f"record of {total} bytes exceeds the limit {max_size}")
-            topic_start = pos + HEADER_SIZE
-            key = (bytes(mv[topic_start:topic_start + topic_len]), queue_id)
-            run = runs.get(key)
-            if run is None or run.first_queue_offset + run.count != queue_offset:
-                run = QueueRun(_topic_of(key[0], base_offset + pos), queue_id, queue_offset, bytearray())
-                runs[key] = run
+            known = by_queue_id.get(queue_id)
+            if known is not None and len(known[0]) == topic_len and mv[topic_start:props_start] == known[0] \
+                    and known[1].first_queue_offset + known[1].count == queue_offset:
+                run = known[1]
+            else:
+                topic_bytes = bytes(mv[topic_start:props_start])
+                run = QueueRun(_topic_of(topic_bytes, base_offset + pos), queue_id, queue_offset, bytearray())
+                by_queue_id[queue_id] = (topic_bytes, run)
                 ordered.append(run)
-            tag = properties_tag_hash(bytes(mv[topic_start + topic_len:body_start])) if props_len else 0
+            if props_len:
+                if props_len != len(last_props) or mv[props_start:body_start] != last_props:
+                    last_props = bytes(mv[props_start:body_start])
+                    last_tag = properties_tag_hash(last_props)
+                tag = last_tag
+            else:
+                tag = 0
         except MessageCodecError as exc:
             if verify:
                 raise
@@ -562,5 +589,5 @@ def index_records(buf: bytes | bytearray | memoryview, base_offset: int, verify:
         count += 1
     if verify and pos != n:
         raise MessageCodecError(f"{n - pos} trailing bytes at {base_offset + pos} are not a record")
-    del mv
+    mv.release()
     return IndexedRecords(base_offset, base_offset + pos, count, ordered, error)
