@@ -18,7 +18,7 @@ MODULES=(
     rocketray.controller.state
     rocketray.ha.protocol rocketray.ha.session rocketray.ha.truncation rocketray.ha.sync_state
     rocketray.snapshot.format
-    rocketray.broker.message rocketray.broker.role
+    rocketray.broker.message rocketray.broker.role rocketray.broker.role_io
     rocketray.ha.ack rocketray.ha.master
     rocketray.sim.world rocketray.sim.net rocketray.sim.disk
 )

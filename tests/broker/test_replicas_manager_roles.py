@@ -408,17 +408,22 @@ def test_shell_does_not_probe_its_ports():
         assert probe not in source, probe
 
 
-@pytest.mark.parametrize("rule", ["last_report", "old_max_seen"])
-def test_restarted_master_with_a_lost_tail_is_ranked_by_what_it_has_now(monkeypatch, rule):
+@pytest.mark.parametrize("rule, winner", [("as_is", 2), ("old_heartbeat_rule", 2), ("no_carried_progress", 2),
+                                          ("both_old", 1)])
+def test_restarted_master_with_a_lost_tail_is_ranked_by_what_it_has_now(monkeypatch, rule, winner):
     """Fix 6 through the shell: the master heartbeated 500 bytes, was killed and restarted with 100
-    (power loss). It asks for a new term with a fresh heartbeat; the controller must rank it by 100,
-    so b2 (300) wins. Under the old heartbeat rule (best progress seen in the epoch) the old master
-    wins the new term with data it no longer has."""
+    (power loss). It asks for a new term with a fresh heartbeat and its progress in the request; the
+    controller must rank it by 100, so b2 (300) wins. Either rule alone suffices here (the fresh
+    heartbeat lands first); with both old rules (the heartbeat row keeps the best progress of the
+    epoch, the request carries none) the old master wins the new term with data it no longer has."""
+    from rocketray.controller import decide as decide_mod
     from rocketray.controller import heartbeat as hb
 
-    if rule == "old_max_seen":
+    if rule in ("old_heartbeat_rule", "both_old"):
         monkeypatch.setattr(hb, "_takes_report", lambda old, req: req.epoch > old.epoch or (
             req.epoch == old.epoch and req.max_offset > old.max_offset))
+    if rule in ("no_carried_progress", "both_old"):
+        monkeypatch.setattr(decide_mod, "_with_requester_progress", lambda ctx, req: ctx)
 
     async def scenario():
         clock, ctl, (b1, b2, b3) = await group_of_three()
@@ -433,5 +438,4 @@ def test_restarted_master_with_a_lost_tail_is_ranked_by_what_it_has_now(monkeypa
         assert await b1.rm.start_basic_service_once()
         return ctl.master()[0]
 
-    winner = run(scenario())
-    assert winner == (2 if rule == "last_report" else 1)
+    assert run(scenario()) == winner
