@@ -49,8 +49,8 @@ def test_workers_find_the_same_seeds_as_one_process():
            {k: two[k] for k in ("steps", "acked", "faults", "elections")}
 
 
-#: The CI budget: seeds per fault mix (2,250 in all), run on 2 processes.
-CI_BUDGET = {"default": 1000, "crashes": 250, "network": 250, "load": 250, "controller": 250, "async": 250}
+#: The CI budget: seeds per fault mix (2,000 in all), run on 2 processes.
+CI_BUDGET = {"default": 750, "crashes": 250, "network": 250, "load": 250, "controller": 250, "async": 250}
 
 
 @pytest.mark.slow
