@@ -49,6 +49,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rocketray.broker import role_io
 from rocketray.broker.role_io import (Action, ApplySyncStateSet, BecomeMaster, BecomeSlave, Bootstrap,
                                       ElectAnswered, IdAssigned, Input, MasterInfo, NewTermAnswered,
                                       Registered, ReplicaInfoPolled, ReportAnswered, ReportOutcome,
@@ -56,15 +57,8 @@ from rocketray.broker.role_io import (Action, ApplySyncStateSet, BecomeMaster, B
                                       RoleChangeNotified, SendHeartbeat, SetWritable, ShrinkChecked,
                                       Stopped, StoreFacts, SwitchDone, SyncStateSetProposed)
 
-__all__ = [
-    "Role", "StoreFacts", "MasterInfo", "ReportOutcome",
-    "IdAssigned", "Registered", "Bootstrap", "ElectAnswered", "NewTermAnswered", "ReplicaInfoPolled",
-    "RoleChangeNotified", "SwitchDone", "SyncStateSetProposed", "ShrinkChecked", "ReportAnswered",
-    "Stopped", "Input",
-    "BecomeMaster", "BecomeSlave", "ApplySyncStateSet", "ReportSyncStateSet", "SendHeartbeat",
-    "RequestElection", "RequestNewTerm", "SetWritable", "Action",
-    "RoleMachine", "acts_on_epoch", "is_term_from_before_restart", "report_may_start",
-]
+__all__ = [*role_io.__all__,  # re-exported: the shells and tests use role.X
+           "RoleMachine", "acts_on_epoch", "is_term_from_before_restart", "report_may_start"]
 
 
 # ---------------------------------------------------------------------------------------------
