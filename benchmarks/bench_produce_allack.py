@@ -9,7 +9,7 @@ Baseline, same run and same shape: for each batch, append the same encoded bytes
 send them to two receiver processes that write them to their own file and answer an 8-byte ack;
 the batch completes when both acks arrived. ``ratio`` = HA messages/s / baseline messages/s,
 higher is better (issue 18's target: ``target_ratio`` 0.5, and ``p99_over_p50`` at most 4).
-Both sides encode each batch in the producer (``encode_batch`` / ``encode_record``) per put.
+Both sides encode each batch as the producer does (``encode_batch``), once per put.
 
 Options: ``--seconds S`` (per side, default 8), ``--batch N`` (messages per put, default 32),
 ``--producers P`` (default 4), ``--message-bytes`` (default 1024).
@@ -31,7 +31,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from rocketray.broker.config import StoreConfig  # noqa: E402
-from rocketray.broker.message import Message, encode_batch, encode_record  # noqa: E402
+from rocketray.broker.message import Message, encode_batch  # noqa: E402
 from rocketray.broker.store import MessageStore  # noqa: E402
 from rocketray.ha.config import HAConfig  # noqa: E402
 from rocketray.ha.service import HAService, PutStatus  # noqa: E402
@@ -167,8 +167,7 @@ async def raw_side(work: Path, args) -> dict:
 
     async def put_one() -> int:
         nonlocal sent
-        data = b"".join(encode_record(Message("Bench", i % 4, body, physical_offset=sent))
-                        for i in range(args.batch))
+        data = encode_batch(Message("Bench", i % 4, body) for i in range(args.batch)).data
         log.write(data)
         frame = struct.pack(">I", len(data)) + data
         sent += len(data)

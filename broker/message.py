@@ -177,13 +177,23 @@ def _decode_properties(raw: bytes) -> dict[str, str]:
 
 def encode_record(msg: Message) -> bytes:
     """Encode one message as a record (fields are stored as given; the store fills positions first)."""
-    if not isinstance(msg.topic, str) or not valid_topic(msg.topic):
-        raise MessageCodecError(f"invalid topic {msg.topic!r} (allowed: [A-Za-z0-9_%|-], 1-127 chars)")
+    parts: list[bytes] = []
+    _encode_parts(msg, _topic_bytes(msg.topic), parts)
+    return b"".join(parts)
+
+
+def _topic_bytes(topic: object) -> bytes:
+    if not isinstance(topic, str) or not valid_topic(topic):
+        raise MessageCodecError(f"invalid topic {topic!r} (allowed: [A-Za-z0-9_%|-], 1-127 chars)")
+    return topic.encode("ascii")
+
+
+def _encode_parts(msg: Message, topic: bytes, parts: list[bytes]) -> None:
+    """Append the four pieces of ``msg``'s record to ``parts`` (``topic`` already checked)."""
     if not isinstance(msg.body, (bytes, bytearray, memoryview)):
         raise MessageCodecError("body must be bytes")
-    topic = msg.topic.encode("ascii")
     props = _encode_properties(msg.properties)
-    body = bytes(msg.body)
+    body = msg.body if isinstance(msg.body, bytes) else bytes(msg.body)
     total = HEADER_SIZE + len(topic) + len(props) + len(body)
     if total > MAX_RECORD_SIZE:
         raise MessageCodecError(f"record of {total} bytes exceeds {MAX_RECORD_SIZE}")
@@ -197,7 +207,7 @@ def encode_record(msg: Message) -> bytes:
         raise MessageCodecError(f"field out of range: {exc}") from None
     rest = header[12:] + topic + props
     hcrc = zlib.crc32(rest, zlib.crc32(header[:8]))
-    return b"".join((header[:8], hcrc.to_bytes(4, "big"), rest, body))
+    parts += (header[:8], hcrc.to_bytes(4, "big"), rest, body)
 
 
 def _check_header(buf: memoryview, pos: int) -> tuple:
@@ -318,9 +328,18 @@ class EncodedBatch:
 
 
 def encode_batch(messages: Iterable[Message]) -> EncodedBatch:
-    """Encode messages as one batch (positions as given: -1 / -1 / 0 for a new message)."""
-    records = [encode_record(m) for m in messages]
-    return EncodedBatch(b"".join(records), len(records))
+    """Encode messages as one batch (positions as given: -1 / -1 / 0 for a new message); each
+    distinct topic is checked once."""
+    parts: list[bytes] = []
+    topics: dict[str, bytes] = {}
+    count = 0
+    for msg in messages:
+        topic = topics.get(msg.topic) if isinstance(msg.topic, str) else None
+        if topic is None:
+            topic = topics[msg.topic] = _topic_bytes(msg.topic)
+        _encode_parts(msg, topic, parts)
+        count += 1
+    return EncodedBatch(b"".join(parts), count)
 
 
 @dataclass(slots=True)

@@ -34,7 +34,8 @@ is not a record boundary, zeroes and fsyncs the cut bytes, deletes later segment
 directory, cuts and fsyncs the consume queues, clamps the confirm offset and writes the checkpoint
 durably, all before returning.  A crash after it returns cannot bring cut bytes back.
 
-All public methods hold one re-entrant lock; fsyncs of the background flusher run outside it.
+All public methods hold one re-entrant lock; the fsyncs of the background flusher (log, queues,
+checkpoint) run outside it, so a periodic flush does not stall writers and readers.
 
 Every file operation goes through the disk port given to the constructor (``disk``, default the
 real one, ``rocketray.broker.fs.OS_DISK``); ``rocketray.sim.disk.SimDisk`` runs the very same store
@@ -137,6 +138,7 @@ class MessageStore:
         self.disk = disk
         ensure_dir(disk, self.root / "commitlog")
         self._lock = threading.RLock()
+        self._checkpoint_lock = threading.Lock()  # orders checkpoint saves; taken after the store lock
         self._closed = False
         self._generation = 0
         checkpoint = load_checkpoint(self.root, disk)
@@ -286,6 +288,8 @@ class MessageStore:
             if offset < self.commitlog.min_offset:
                 raise StoreError(f"offset {offset} is below min offset {self.commitlog.min_offset}")
             view = self.commitlog.check_boundary(offset)
+            if len(view) <= max_bytes:
+                return view  # it ends at its segment's data end: a record boundary
             return view[:whole_records_length(view, max_bytes)]
 
     def get_messages(self, topic: str, queue_id: int, queue_offset: int, max_count: int) -> list[Message]:
@@ -400,6 +404,7 @@ class MessageStore:
         """Throw the consume queues away and rebuild them from the commit log (up to the confirm offset)."""
         with self._lock:
             self._check_open()
+            self._generation += 1
             self.cqs.clear()
             self._dispatched = self.commitlog.min_offset
             self._rebuild_queue_table()
@@ -501,7 +506,8 @@ class MessageStore:
         sync_files(files, self.disk, None)
         for directory in dirs:
             self.disk.fsync_dir(directory)
-        save_checkpoint(self.root, StoreCheckpoint(self._verified, self._confirm, self._dispatched), self.disk)
+        with self._checkpoint_lock:
+            save_checkpoint(self.root, StoreCheckpoint(self._verified, self._confirm, self._dispatched), self.disk)
 
     def flush(self) -> None:
         """fsync the log and the queues and write the checkpoint."""
@@ -512,18 +518,30 @@ class MessageStore:
             self._write_checkpoint()
 
     def _flush_in_background(self) -> None:
+        """The periodic flush, with every fsync outside the store lock (writers keep going): take the
+        dirty log and queue files and the offsets they vouch for under the lock, fsync them, then
+        save the checkpoint unless a truncation, retention or rebuild ran meanwhile (it bumps the
+        generation and writes its own checkpoint; the checkpoint lock orders the two saves)."""
         with self._lock:
             if self._closed:
                 return
             generation = self._generation
             files, dir_dirty = self.commitlog.take_dirty_files()
             verified = self.commitlog.max_offset
+            cq_files, cq_dirs = self.cqs.take_dirty()
+            dispatched = self._dispatched
         sync_files(files, self.disk, self.commitlog.dir if dir_dirty else None)
+        sync_files(cq_files, self.disk, None)
+        for directory in cq_dirs:
+            self.disk.fsync_dir(directory)
         with self._lock:
             if self._closed or generation != self._generation:
-                return  # a truncation or retention ran meanwhile and wrote its own checkpoint
+                return  # a truncation, retention or rebuild ran meanwhile and wrote its own checkpoint
             self._verified = verified
-            self._write_checkpoint()
+            checkpoint = StoreCheckpoint(verified, self._confirm, dispatched)
+        with self._checkpoint_lock:  # never taken before the store lock by this thread: no deadlock
+            if generation == self._generation:
+                save_checkpoint(self.root, checkpoint, self.disk)
 
     def _background(self) -> None:
         interval_s = self.config.flush_interval_ms / 1000
