@@ -21,7 +21,7 @@ from typing import Callable
 
 from rocketray.broker import role as rm
 from rocketray.broker.config import FlushMode, StoreConfig
-from rocketray.broker.message import Message
+from rocketray.broker.message import EncodedBatch, Message, MessageCodecError
 from rocketray.broker.role import MasterInfo, Role, RoleMachine, StoreFacts
 from rocketray.broker.store import MessageStore
 from rocketray.controller.api import (AlterSyncStateSetRequest, BrokerHeartbeatRequest, ElectMasterRequest,
@@ -433,8 +433,9 @@ class SimBroker:
             self.store.confirm_offset = value
 
     # ================================================================== HA: puts
-    def put(self, bodies: list[bytes], reply: Callable[[PutResult | None], None]) -> None:
-        """A producer's batch: write as master, answer once the policy's acks arrive."""
+    def put(self, batch: EncodedBatch, reply: Callable[[PutResult | None], None]) -> None:
+        """A producer's encoded batch: seal and write it as master (``put_batch``, the production
+        path), answer once the policy's acks arrive; a malformed batch writes nothing."""
         def run() -> None:
             if self.ha_role != Role.MASTER:
                 reply(refused(PutStatus.NOT_MASTER))
@@ -446,10 +447,12 @@ class SimBroker:
                 reply(refused(PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH))
                 return
             assert self.store is not None
-            msgs = [Message(TOPIC, 0, body) for body in bodies]
-            stored = self.store.put_messages(msgs, self.world.now_ms)
-            offsets = tuple((m.queue_offset, m.physical_offset) for m in stored)
-            self.puts.append(_Put(self.store.max_offset, self.ha_epoch, offsets,
+            try:
+                appended = self.store.put_batch(batch, self.world.now_ms)
+            except MessageCodecError:
+                reply(refused(PutStatus.MESSAGE_ILLEGAL))
+                return
+            self.puts.append(_Put(appended.end_offset, self.ha_epoch, appended.offsets(),
                                   self.world.now_ms + self.t.slave_timeout_ms, reply))
             self._update_confirm()
             for key in list(self.sessions):

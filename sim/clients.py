@@ -1,6 +1,7 @@
 """Producers and consumers in the simulated world, following the real client rules.
 
-A producer finds its group's master through the controller (GET_REPLICA_INFO), sends a batch and
+A producer finds its group's master through the controller (GET_REPLICA_INFO), sends a batch
+(encoded once, ``encode_batch``, as the real producer sends it) and
 records the outcome the way ``rocketray.actors.client`` does: PUT_OK is acknowledged (with the
 offsets the broker assigned), a result that says nothing was written (``written`` NO) is a failure,
 anything else (no answer, FLUSH_SLAVE_TIMEOUT, MASTER_CHANGED) is unknown. After anything but
@@ -13,9 +14,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rocketray.broker.message import Message, encode_batch
 from rocketray.controller.api import GetReplicaInfoRequest
 from rocketray.ha.ack import PutResult, Written
-from rocketray.sim.broker import SimBroker
+from rocketray.sim.broker import TOPIC, SimBroker
 from rocketray.sim.controller import CONTROLLER, SimController
 from rocketray.sim.net import Network
 from rocketray.sim.world import World
@@ -112,7 +114,7 @@ class SimProducer:
             def reply(result: PutResult | None) -> None:
                 if self.net.reachable(target.name, self.name):
                     self.world.at(self.net.delay_ms(), lambda: finish(result), owner=self)
-            target.put(bodies, reply)
+            target.put(encode_batch([Message(TOPIC, 0, body) for body in bodies]), reply)
 
         if self.net.reachable(self.name, target.name):
             self.world.at(self.net.delay_ms(), deliver)
