@@ -61,7 +61,8 @@ async def measure(put_one, seconds: float, producers: int) -> tuple[int, list[fl
         nonlocal count
         while time.perf_counter() < stop_at:
             t0 = time.perf_counter()
-            count += await put_one()
+            done = await put_one()  # not `count += await ...`: that reads count before the await
+            count += done           # and loses the other producers' updates meanwhile
             latencies.append(time.perf_counter() - t0)
 
     await asyncio.gather(*(producer() for _ in range(producers)))
