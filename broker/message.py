@@ -315,6 +315,7 @@ _PROPS_RE = re.compile(rb"(?:[^\x01\x02]+\x01[^\x01\x02]*\x02)*")
 _TAGS_NAME = b"TAGS\x01"
 _PROPS_CACHE_MAX = 4096
 _props_cache: dict[bytes, int] = {}  # valid encoded properties -> tag hash (bounded, cleared when full)
+_topics_cache: dict[bytes, str] = {}  # valid topics (bounded, cleared when full)
 _I64 = 2**63
 
 
@@ -414,6 +415,17 @@ def properties_tag_hash(raw: bytes) -> int:
 
 
 def _topic_of(raw: bytes, where: int) -> str:
+    topic = _topics_cache.get(raw)
+    if topic is not None:
+        return topic
+    topic = _check_topic(raw, where)
+    if len(_topics_cache) >= _PROPS_CACHE_MAX:
+        _topics_cache.clear()
+    _topics_cache[raw] = topic
+    return topic
+
+
+def _check_topic(raw: bytes, where: int) -> str:
     try:
         topic = raw.decode("ascii")
     except UnicodeDecodeError:
@@ -450,11 +462,11 @@ def seal_batch(batch: EncodedBatch, physical_offset: int, next_queue_offsets: Ma
     pack_positions = _POSITIONS.pack_into
     pack_crc = _SIZE.pack_into
     pack_entry = CQ_ENTRY.pack
-    by_queue_id: dict[int, tuple[bytes, QueueRun]] = {}  # the last topic seen per queue id
+    by_queue_id: dict[int, tuple[bytes, int, QueueRun]] = {}  # the last topic seen per queue id
     runs: dict[tuple[bytes, int], QueueRun] = {}
     ordered: list[QueueRun] = []
     head_crcs: dict[int, int] = {}  # record size -> CRC32 of (size, magic)
-    last_props, last_tag = b"", 0
+    last_props, last_props_len, last_tag = b"", -1, 0
     pos = count = 0
     try:
         while pos < n:
@@ -474,15 +486,16 @@ def seal_batch(batch: EncodedBatch, physical_offset: int, next_queue_offsets: Ma
             topic_start = pos + HEADER_SIZE
             props_start = topic_start + topic_len
             known = by_queue_id.get(queue_id)
-            if known is not None and len(known[0]) == topic_len and src.startswith(known[0], topic_start):
-                run = known[1]
+            if known is not None and known[1] == topic_len and src.startswith(known[0], topic_start):
+                run = known[2]
             else:
                 topic_bytes = src[topic_start:props_start]
                 run = _run_for(runs, ordered, topic_bytes, queue_id, next_queue_offsets, pos)
-                by_queue_id[queue_id] = (topic_bytes, run)
+                by_queue_id[queue_id] = (topic_bytes, topic_len, run)
             if props_len:
-                if props_len != len(last_props) or not src.startswith(last_props, props_start):
+                if props_len != last_props_len or not src.startswith(last_props, props_start):
                     last_props = src[props_start:body_start]
+                    last_props_len = props_len
                     last_tag = properties_tag_hash(last_props)
                 tag = last_tag
             else:
