@@ -383,6 +383,30 @@ class SimDisk:
             node = node.durable[part]
         return node.durable if isinstance(node, _File) else None
 
+    def durable_prefix(self, path: "str | os.PathLike[str]") -> int:
+        """How many leading bytes of the file at ``path``, as the process sees it, a power loss now
+        keeps for certain: the common prefix of its cached and its durable content, 0 when its
+        name is not durable (the simulator's checker, not the Disk port)."""
+        parts = self._split(path)
+        node = self._lookup(parts)
+        if not isinstance(node, _File):
+            return 0
+        d: _File | _Dir = self.root
+        for part in parts:
+            if not isinstance(d, _Dir) or part not in d.durable:
+                return 0
+            d = d.durable[part]
+        if d is not node:
+            return 0
+        data, durable = node.data, node.durable
+        n = min(len(data), len(durable))
+        if data[:n] == durable[:n]:
+            return n
+        i = 0
+        while data[i] == durable[i]:
+            i += 1
+        return i
+
     def write_bytes(self, path: "str | os.PathLike[str]", data: bytes) -> None:
         """Tests: put a file in place durably (name and content), without IO steps."""
         parts = self._split(path)

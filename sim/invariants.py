@@ -132,6 +132,9 @@ class Invariants:
         if m is None or m.store is None:
             return
         confirm = m.store.confirm_offset
+        if not self.async_flush and confirm > m.durable_end(confirm):
+            raise Violation("confirm offset within every counted member",
+                            f"{group}: master {m.id} confirm {confirm} > its own durable end {m.durable_end()}")
         by_id = {b.id: b for b in brokers}
         for member in m.master.view():
             peer = by_id.get(member)
@@ -141,6 +144,11 @@ class Invariants:
                 raise Violation("confirm offset within every counted member",
                                 f"{group}: master {m.id} confirm {confirm} > member {member} end "
                                 f"{peer.store.max_offset} (view {sorted(m.master.view())})")
+            if not self.async_flush and confirm > peer.durable_end(confirm) and peer.slave is not None \
+                    and peer.slave.master == m.name:
+                raise Violation("confirm offset within every counted member",
+                                f"{group}: master {m.id} confirm {confirm} > member {member} durable end "
+                                f"{peer.durable_end()} (view {sorted(m.master.view())})")
 
     # -- logs ------------------------------------------------------------------------------------------
     def check_logs(self) -> None:

@@ -49,6 +49,30 @@ def test_workers_find_the_same_seeds_as_one_process():
            {k: two[k] for k in ("steps", "acked", "faults", "elections")}
 
 
+@pytest.mark.parametrize("who", ["every replica", "slaves"])
+def test_acknowledging_bytes_before_they_are_durable_is_caught(monkeypatch, who):
+    """Invariant 4 counts durable bytes (sync flush): a store that skips its fsync (on every
+    replica, or only on the slave path, i.e. a slave that acks what it has not synced) lets the
+    confirm offset pass what a power loss would keep, and the checker says so."""
+    from rocketray.broker.commitlog import CommitLog
+    from rocketray.broker.store import MessageStore
+
+    if who == "every replica":
+        monkeypatch.setattr(CommitLog, "flush", lambda self: None)
+    else:
+        original = MessageStore.append_raw
+
+        def append_without_fsync(self, offset, data):
+            flush, self.commitlog.flush = self.commitlog.flush, lambda: None
+            try:
+                return original(self, offset, data)
+            finally:
+                self.commitlog.flush = flush
+        monkeypatch.setattr(MessageStore, "append_raw", append_without_fsync)
+    r = run_seed(1, SimConfig(max_faults=0))
+    assert not r.ok and "durable end" in r.violation, r.violation
+
+
 #: The CI budget: seeds per fault mix (2,000 in all), run on 2 processes.
 CI_BUDGET = {"default": 750, "crashes": 250, "network": 250, "load": 250, "controller": 250, "async": 250}
 
