@@ -31,7 +31,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from rocketray.broker.config import StoreConfig  # noqa: E402
-from rocketray.broker.message import Message, encode_batch  # noqa: E402
+from rocketray.broker.message import CRC32_IMPLEMENTATION, Message, encode_batch  # noqa: E402
 from rocketray.broker.store import MessageStore  # noqa: E402
 from rocketray.ha.config import HAConfig  # noqa: E402
 from rocketray.ha.service import HAService, PutStatus  # noqa: E402
@@ -223,6 +223,7 @@ def run(argv: list[str]) -> dict:
         "ratio": round(ha["msgs_per_s"] / raw["msgs_per_s"], 3),
         "ratio_meaning": "HA msgs/s / raw baseline msgs/s (higher is better)",
         "target_ratio": TARGET_RATIO,
+        "crc32": CRC32_IMPLEMENTATION,
         "p99_over_p50": round(ha["p99_ms"] / ha["p50_ms"], 2),
         "target_p99_over_p50": TARGET_P99_OVER_P50,
     }

@@ -115,3 +115,18 @@ def test_invalid_messages_do_not_encode(msg: Message) -> None:
     """Unencodable messages raise MessageCodecError (never write a record that cannot be read)."""
     with pytest.raises(MessageCodecError):
         encode_record(msg)
+
+
+def test_the_record_crc_is_zlibs_crc32_whichever_implementation_is_loaded() -> None:
+    """message.crc32 (ISA-L's when the isal package is installed, else zlib's) is exactly zlib's
+    CRC-32, with and without a start value, on bytes and memoryview slices of every small length."""
+    import os
+    import zlib
+
+    from rocketray.broker.message import crc32
+
+    data = os.urandom(3000)
+    view = memoryview(bytearray(data))
+    for n in list(range(0, 70)) + [1024, 1500, 2999]:
+        assert crc32(data[:n]) == zlib.crc32(data[:n])
+        assert crc32(view[1:n + 1], 12345) == zlib.crc32(data[1:n + 1], 12345)
