@@ -87,9 +87,6 @@ class SimBroker:
         self.power_losses = 0       # crashes that dropped the page cache
         self.end_before_power_loss = 0
         self.flushed_end = 0
-        self._durable_key: tuple[int, int] | None = None
-        self._durable_segments = 0
-        self._durable_end = 0
         self.rewrites = 0           # truncations of this process's log (the checker's cache key)
         self.epochs_seen: list[int] = []      # the role machine's master epochs, this process
         self.store: MessageStore | None = None
@@ -127,31 +124,6 @@ class SimBroker:
     def _open_store(self) -> None:
         self.store = MessageStore(f"/{self.name}/store", self.store_config, disk=self.disk)
         self.log_view = StoreLogView(self.store, lambda: self.store.confirm_offset)
-
-    def durable_end(self, at_least: int = -1) -> int:
-        """The end of this replica's log that a power loss now would keep for certain (the checker's
-        invariant 4 in sync mode). Between two truncations of one process it only grows, so a
-        value already at ``at_least`` is not computed again, and sealed segments found fully
-        durable are not read again."""
-        store = self.store
-        if store is None:
-            return 0
-        key = (self.restarts, self.rewrites)
-        if self._durable_key != key:
-            self._durable_key, self._durable_segments, self._durable_end = key, 0, 0
-        if self._durable_end >= at_least >= 0:
-            return self._durable_end
-        segments = store.commitlog.segments
-        end = segments[-1].end_offset if segments else store.commitlog.max_offset
-        for i in range(self._durable_segments, len(segments)):
-            seg = segments[i]
-            kept = self.disk.durable_prefix(seg.path)
-            if kept < seg.size or i == len(segments) - 1:
-                end = seg.base_offset + min(kept, seg.size)
-                break
-            self._durable_segments = i + 1
-        self._durable_end = end
-        return end
 
     def _flush(self) -> None:
         if self.store is not None:
