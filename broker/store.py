@@ -69,6 +69,11 @@ __all__ = ["AppendResult", "MalformedBatch", "MessageStore", "StoreError"]
 
 log = logging.getLogger(__name__)
 
+#: Async mode: the background thread flushes as soon as this many bytes were appended since its last
+#: flush (and at least every ``flush_interval_ms``); it looks every ``FLUSH_TICK_MS``.
+FLUSH_LEAST_BYTES = 4 << 20
+FLUSH_TICK_MS = 10
+
 #: Consume-queue entries of appended, not yet dispatched records kept in memory (20 bytes each);
 #: beyond it the backlog is dropped and dispatched later by scanning the log.
 PENDING_MAX_ENTRIES = 1 << 20
@@ -164,6 +169,7 @@ class MessageStore:
         self._rebuild_queue_table()
         self._dispatch()
         self._write_checkpoint()
+        self._flush_taken_offset = self.commitlog.max_offset
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         if self.config.background_thread:
@@ -527,7 +533,7 @@ class MessageStore:
                 return
             generation = self._generation
             files, dir_dirty = self.commitlog.take_dirty_files()
-            verified = self.commitlog.max_offset
+            verified = self._flush_taken_offset = self.commitlog.max_offset
             cq_files, cq_dirs = self.cqs.take_dirty()
             dispatched = self._dispatched
         sync_files(files, self.disk, self.commitlog.dir if dir_dirty else None)
@@ -544,18 +550,32 @@ class MessageStore:
                 save_checkpoint(self.root, checkpoint, self.disk)
 
     def _background(self) -> None:
+        """Flush every ``flush_interval_ms``, and in async mode also as soon as ``FLUSH_LEAST_BYTES``
+        were appended since the last flush (like RocketMQ's flushLeastPages): small fsyncs, because
+        a large one makes the writer's next ``pwrite`` wait for the disk (tail latency)."""
         interval_s = self.config.flush_interval_ms / 1000
+        early = self.config.flush_mode is FlushMode.ASYNC
+        tick_s = min(interval_s, FLUSH_TICK_MS / 1000) if early else interval_s
+        next_flush = time.monotonic() + interval_s
         next_retention = time.monotonic() + self.config.retention_check_interval_ms / 1000
-        while not self._stop.wait(interval_s):
+        while not self._stop.wait(tick_s):
             try:
-                self._flush_in_background()
-                if time.monotonic() >= next_retention:
-                    next_retention = time.monotonic() + self.config.retention_check_interval_ms / 1000
+                now = time.monotonic()
+                if now >= next_flush or (early and self._unflushed_bytes() >= FLUSH_LEAST_BYTES):
+                    next_flush = now + interval_s
+                    self._flush_in_background()
+                if now >= next_retention:
+                    next_retention = now + self.config.retention_check_interval_ms / 1000
                     self.delete_expired_segments()
             except StoreError:
                 return
             except Exception:  # noqa: BLE001 - a shell keeps running and logs
                 log.exception("store %s: background flush failed", self.root)
+
+    def _unflushed_bytes(self) -> int:
+        """Bytes appended since the last background flush took the dirty files (a racy read is fine:
+        it only decides when to flush)."""
+        return self.commitlog.max_offset - self._flush_taken_offset
 
     # ------------------------------------------------------------------ lifecycle
     def _check_open(self) -> None:

@@ -288,3 +288,31 @@ def test_background_flush_outside_the_lock_keeps_checkpoints_true(tmp_path: Path
         reopened.rebuild_consume_queues()
         assert queue_entries(reopened) == entries
         reopened.close()
+
+
+def test_async_flush_starts_early_after_flush_least_bytes(tmp_path: Path) -> None:
+    """Async mode with a one-minute interval: once FLUSH_LEAST_BYTES were appended the flusher fsyncs
+    and checkpoints them within a tick (small fsyncs keep writers' pwrites from waiting long),
+    while a few bytes alone wait for the interval."""
+    import time
+
+    from rocketray.broker import store as store_module
+    from rocketray.broker.checkpoint import load_checkpoint
+
+    config = StoreConfig(segment_size_bytes=1 << 24, flush_interval_ms=60_000)
+    store = MessageStore(tmp_path, config)
+    try:
+        store.put_batch(encode_batch(mixed(3)), now_ms=0)
+        small_end = store.max_offset
+        time.sleep(5 * store_module.FLUSH_TICK_MS / 1000)
+        assert load_checkpoint(tmp_path).verified_offset < small_end
+        body = bytes(4096)
+        while store.max_offset - small_end < store_module.FLUSH_LEAST_BYTES:
+            store.put_batch(encode_batch(Message("T", 0, body) for _ in range(64)), now_ms=1)
+        end = store.max_offset
+        deadline = time.monotonic() + 10
+        while load_checkpoint(tmp_path).verified_offset < end:
+            assert time.monotonic() < deadline, "no early flush"
+            time.sleep(0.01)
+    finally:
+        store.close()
