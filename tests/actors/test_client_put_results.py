@@ -74,3 +74,35 @@ def test_old_rule_not_master_after_the_write_resends_the_batch():
     old = PutResult(PutStatus.NOT_MASTER, Written.NO)
     p, out, _ = send([old, written(True, True)])
     assert p.sent == 2
+
+
+class RecordingProducer(ScriptedProducer):
+    def _attempt(self, group, replica, messages):
+        self.batches.append(messages)
+        return super()._attempt(group, replica, messages)
+
+
+def test_a_batch_refused_as_malformed_is_failed_and_not_resent():
+    """MESSAGE_ILLEGAL (nothing written, the same bytes would be refused again): one attempt, every
+    payload recorded failed with the status as error."""
+    p, out, records = send([refused(PutStatus.MESSAGE_ILLEGAL), written(True, True)])
+    assert p.sent == 1 and out.outcome == "failed" and out.error == "MESSAGE_ILLEGAL"
+    assert [(r.outcome, r.error) for r in records] == [("failed", "MESSAGE_ILLEGAL")] * 2
+
+
+def test_the_producer_sends_one_encoded_batch_and_resends_the_same_bytes():
+    """Each attempt carries one EncodedBatch (the records in the log layout, encoded once): the
+    payloads in order with their ids as properties, the same object on a retry."""
+    from rocketray.broker.message import EncodedBatch, decode_record
+
+    p = RecordingProducer([refused(PutStatus.NOT_MASTER), written(True, True)])
+    p.batches = []
+    p.send("g0", 1, [("p-1", b"a"), ("p-2", b"b")])
+    assert len(p.batches) == 2 and p.batches[0] is p.batches[1]
+    batch = p.batches[0]
+    assert isinstance(batch, EncodedBatch) and batch.count == 2
+    first, size = decode_record(batch.data)
+    second, _ = decode_record(batch.data, size)
+    assert [(m.topic, m.queue_id, m.body, dict(m.properties), m.queue_offset, m.physical_offset)
+            for m in (first, second)] == [("rocketray", 1, b"a", {"pid": "p-1"}, -1, -1),
+                                          ("rocketray", 1, b"b", {"pid": "p-2"}, -1, -1)]
