@@ -573,9 +573,9 @@ class MessageStore:
                 log.exception("store %s: background flush failed", self.root)
 
     def _unflushed_bytes(self) -> int:
-        """Bytes appended since the last background flush took the dirty files (a racy read is fine:
-        it only decides when to flush)."""
-        return self.commitlog.max_offset - self._flush_taken_offset
+        """Bytes appended since the last background flush took the dirty files."""
+        with self._lock:
+            return 0 if self._closed else self.commitlog.max_offset - self._flush_taken_offset
 
     # ------------------------------------------------------------------ lifecycle
     def _check_open(self) -> None:
