@@ -8,6 +8,9 @@ Baseline, same run: read the same commit-log files and send them over a loopback
 process that writes them into a file (no protocol, no verification). ``ratio`` = HA MB/s / raw
 MB/s, higher is better (1.0 would mean the protocol costs nothing).
 
+``max_loop_stall_ms``: the worst lateness of a 5 ms wake-up on the master's and on the slave's
+event loop during the HA run (``rocketray.ha.loop_monitor``; the broker's target is <= 50 ms).
+
 Options: ``--size-mb N``, ``--batch-kb K`` (transfer batch size; default: the HAConfig default),
 ``--sweep K1,K2,...`` (repeat the HA run for several batch sizes; reported under ``sweep``),
 ``--message-kb``.
@@ -33,6 +36,7 @@ from rocketray.broker.config import StoreConfig  # noqa: E402
 from rocketray.broker.message import Message  # noqa: E402
 from rocketray.broker.store import MessageStore  # noqa: E402
 from rocketray.ha.config import DEFAULT_TRANSFER_BATCH_SIZE, HAConfig  # noqa: E402
+from rocketray.ha.loop_monitor import LoopStallMonitor  # noqa: E402
 from rocketray.ha.service import HAService  # noqa: E402
 
 SECRET = b"bench-secret"
@@ -51,8 +55,10 @@ def build_backlog(root: Path, size_mb: int, message_kb: int) -> MessageStore:
     return store
 
 
-async def ha_run(master_store: MessageStore, work: Path, batch_kb: int) -> float:
-    """Seconds for a fresh slave process to copy the whole backlog."""
+async def ha_run(master_store: MessageStore, work: Path, batch_kb: int) -> tuple[float, float]:
+    """Seconds for a fresh slave process to copy the whole backlog, and the worst loop stall (ms)
+    on the master or the slave during it."""
+    monitor = LoopStallMonitor().start()
     cfg = HAConfig(ha_transfer_batch_size=batch_kb * 1024, ha_send_heartbeat_interval_ms=1000,
                    ha_housekeeping_interval_ms=20000)
     ha = HAService(master_store, 1, cfg, SECRET)
@@ -70,7 +76,8 @@ async def ha_run(master_store: MessageStore, work: Path, batch_kb: int) -> float
             if conns and start is None and conns[0].ack_offset >= 0:
                 start = time.perf_counter()
             if conns and conns[0].ack_offset == total:
-                return time.perf_counter() - start
+                elapsed = time.perf_counter() - start
+                return elapsed, max(await monitor.stop(), _slave_stall_ms(slave_dir))
             await asyncio.sleep(0.005)
         raise RuntimeError("slave did not catch up")
     finally:
@@ -80,16 +87,35 @@ async def ha_run(master_store: MessageStore, work: Path, batch_kb: int) -> float
         shutil.rmtree(slave_dir, ignore_errors=True)
 
 
+def _slave_stall_ms(slave_dir: Path) -> float:
+    """The slave's worst loop stall, as its process last wrote it (see ``slave_main``)."""
+    deadline = time.monotonic() + 1.0
+    path = Path(f"{slave_dir}.stall")
+    while time.monotonic() < deadline:      # it writes every 20 ms: let one more sample land
+        time.sleep(0.05)
+        try:
+            return float(path.read_text())
+        except (OSError, ValueError):
+            continue
+    return float("nan")
+
+
 def slave_main(argv: list[str]) -> None:
     root, address, batch_kb = argv
 
     async def main() -> None:
+        monitor = LoopStallMonitor().start()
         store = MessageStore(Path(root), StoreConfig(segment_size_bytes=SEGMENT))
         cfg = HAConfig(ha_transfer_batch_size=int(batch_kb) * 1024,
                        ha_send_heartbeat_interval_ms=1000, ha_housekeeping_interval_ms=20000)
         ha = HAService(store, 2, cfg, SECRET)
         await ha.change_to_slave(address, 1)
-        await asyncio.Event().wait()
+        stall_path = Path(f"{root}.stall")
+        while True:
+            await asyncio.sleep(0.02)
+            tmp = stall_path.with_suffix(".tmp")
+            tmp.write_text(f"{monitor.max_stall_ms:.1f}")
+            os.replace(tmp, stall_path)
 
     asyncio.run(main())
 
@@ -148,10 +174,10 @@ def run(argv: list[str]) -> dict:
         store = build_backlog(work / "master", args.size_mb, args.message_kb)
         mb = store.max_offset / MiB
         raw_s = raw_run(store, work)
-        ha_s = asyncio.run(ha_run(store, work, args.batch_kb))
+        ha_s, stall_ms = asyncio.run(ha_run(store, work, args.batch_kb))
         sweep = {}
         for kb in [int(x) for x in args.sweep.split(",") if x]:
-            sweep[f"{kb}KiB_MBps"] = round(mb / asyncio.run(ha_run(store, work, kb)), 1)
+            sweep[f"{kb}KiB_MBps"] = round(mb / asyncio.run(ha_run(store, work, kb))[0], 1)
         store.close()
     result = {
         "size_mb": round(mb, 1),
@@ -162,6 +188,7 @@ def run(argv: list[str]) -> dict:
         "raw_seconds": round(raw_s, 3),
         "raw_MBps": round(mb / raw_s, 1),
         "ratio": round((mb / ha_s) / (mb / raw_s), 3),
+        "max_loop_stall_ms": round(stall_ms, 1),
     }
     if sweep:
         result["sweep"] = sweep

@@ -18,6 +18,7 @@ dead: the connection must be closed.
 
 from __future__ import annotations
 
+import collections
 import enum
 import struct
 from dataclasses import dataclass
@@ -98,7 +99,7 @@ class MasterTransfer:
     epoch: int
     epoch_start_offset: int
     confirm_offset: int
-    body: bytes
+    body: bytes | memoryview    # a read-only view of the received bytes when they held it whole
 
     @property
     def is_heartbeat(self) -> bool:
@@ -186,38 +187,74 @@ def _check_ascending(entries: tuple[EpochPoint, ...] | list[EpochPoint],
 
 
 class _Buffer:
-    """A growable receive buffer with a read position; compacted lazily."""
+    """Received bytes as a queue of read-only chunks with a read position in the first one.
 
-    __slots__ = ("_data", "_pos")
+    Zero-copy for the common case: a packet body lying inside one received chunk is returned as
+    a ``memoryview`` of that chunk (immutable ``bytes``: safe to hand to another thread). Only a
+    body spanning chunks is assembled (one copy of that body); headers are peeked in place or
+    gathered when split (at most 36 bytes)."""
+
+    __slots__ = ("_chunks", "_pos", "_size")
 
     def __init__(self) -> None:
-        self._data = bytearray()
-        self._pos = 0
+        self._chunks: collections.deque[memoryview] = collections.deque()
+        self._pos = 0               # read position in self._chunks[0]
+        self._size = 0              # bytes available
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:
-        if self._pos and self._pos >= len(self._data) // 2:
-            del self._data[:self._pos]
-            self._pos = 0
-        self._data += data
+        if not len(data):
+            return
+        if isinstance(data, bytes):
+            view = memoryview(data)
+        else:   # the caller may reuse a mutable buffer: keep our own copy
+            view = memoryview(bytes(data))
+        self._chunks.append(view)
+        self._size += len(view)
 
     def available(self) -> int:
-        return len(self._data) - self._pos
+        return self._size
+
+    def _peek(self, n: int) -> bytes | memoryview:
+        first = self._chunks[0]
+        if len(first) - self._pos >= n:
+            return first[self._pos:self._pos + n]
+        parts = []
+        need, pos = n, self._pos
+        for chunk in self._chunks:
+            part = chunk[pos:pos + need]
+            parts.append(part)
+            need -= len(part)
+            pos = 0
+            if not need:
+                break
+        return b"".join(parts)
 
     def peek_state(self) -> int:
-        return _STATE.unpack_from(self._data, self._pos)[0]
+        return _STATE.unpack_from(self._peek(4))[0]
 
     def unpack(self, st: struct.Struct) -> tuple:
-        return st.unpack_from(self._data, self._pos)
+        return st.unpack_from(self._peek(st.size))
 
-    def take(self, n: int) -> bytes:
+    def take(self, n: int) -> bytes | memoryview:
         assert 0 <= n <= self.available()
-        out = bytes(self._data[self._pos:self._pos + n])
-        self._pos += n
+        if n == 0:
+            return b""
+        first = self._chunks[0]
+        if len(first) - self._pos >= n:
+            out: bytes | memoryview = first[self._pos:self._pos + n]
+        else:
+            out = self._peek(n)
+        self.skip(n)
         return out
 
     def skip(self, n: int) -> None:
         assert 0 <= n <= self.available()
-        self._pos += n
+        self._size -= n
+        n += self._pos
+        chunks = self._chunks
+        while chunks and n >= len(chunks[0]):
+            n -= len(chunks.popleft())
+        self._pos = n
 
 
 class _Decoder:

@@ -28,6 +28,7 @@ from rocketray.broker.role import Role
 from rocketray.ha.ack import AckPolicy, PutResult, PutStatus, after_write, refused
 from rocketray.ha.auth import AuthError
 from rocketray.ha.config import HAConfig
+from rocketray.ha.loop_monitor import OrderedIO
 from rocketray.ha.master import MasterReplication
 from rocketray.ha.port import HAPort, WritePort
 from rocketray.ha.session import AckEvent, HandshakeEvent
@@ -58,7 +59,7 @@ class HAService:
 
     def __init__(self, store, broker_id: int, config: HAConfig | None = None,
                  secret: bytes | str = b"", loop: asyncio.AbstractEventLoop | None = None,
-                 clock_ms: Callable[[], int] = wall_clock_ms) -> None:
+                 clock_ms: Callable[[], int] = wall_clock_ms, io: OrderedIO | None = None) -> None:
         if not secret:
             raise ValueError("HAService needs the cluster secret (non-empty)")
         self.store = store
@@ -67,6 +68,10 @@ class HAService:
         self.secret = secret
         self.loop = loop
         self.now_ms = clock_ms
+        # Blocking store work (slave appends, truncation, epoch-file syncs) runs on this ordered
+        # IO thread, never on the event loop; shared with the broker actor when it passes one.
+        self.io = io if io is not None else OrderedIO(f"ha-{broker_id}")
+        self._owns_io = io is None
         self.role = Role.NONE
         self.epoch = -1
         # Every replication decision (acks, SyncStateSet, confirm offset) is this pure core's.
@@ -115,6 +120,8 @@ class HAService:
             await self._server.wait_closed()
             self._server = None
         self._notify_ack_waiters()
+        if self._owns_io:
+            self.io.close()
 
     # ------------------------------------------------------------------ role switches (12.5)
     async def change_to_master(self, epoch: int) -> bool:
@@ -129,10 +136,7 @@ class HAService:
         try:
             await self._stop_client()
             await self._close_connections("role change to master")
-            cut = self.store.truncate_invalid_tail()
-            if cut >= 0:
-                ef.truncate_suffix_by_offset(cut)
-            self.store.epoch_file.start_epoch(epoch, self.store.max_offset)
+            await self.io.run(self._start_master_epoch, epoch, True)
             self.role = Role.MASTER
             self.epoch = epoch
             self.replication.new_term()
@@ -147,11 +151,25 @@ class HAService:
         """Same master, new epoch: only the epoch entry (``changeToMasterWhenLastRoleIsMaster``)."""
         if epoch < self.store.epoch_file.last_epoch():
             return False
-        self.store.epoch_file.start_epoch(epoch, self.store.max_offset)
+        self._switching = True      # puts answer FENCED until the entry is durable, as before
+        try:
+            await self.io.run(self._start_master_epoch, epoch, False)
+        finally:
+            self._switching = False
         self.role = Role.MASTER
         self.epoch = epoch
         self._notify_writers()
         return True
+
+    def _start_master_epoch(self, epoch: int, cut_torn_tail: bool) -> None:
+        """IO thread: (cut a torn tail to the last whole message, then) start ``epoch`` durably at
+        the max offset."""
+        ef = self.store.epoch_file
+        if cut_torn_tail:
+            cut = self.store.truncate_invalid_tail()
+            if cut >= 0:
+                ef.truncate_suffix_by_offset(cut)
+        ef.start_epoch(epoch, self.store.max_offset)
 
     async def change_to_slave(self, master_ha_address: str | tuple[str, int] | None,
                               epoch: int) -> bool:

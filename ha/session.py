@@ -76,7 +76,7 @@ class RecordEpoch:
 @dataclass(frozen=True, slots=True)
 class Append:
     offset: int
-    data: bytes
+    data: bytes | memoryview
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,12 +1,18 @@
 """asyncio shells around the pure sessions: one master-side connection, the slave-side client.
 
-Theory of operation. Everything runs on the broker's event loop. A master connection is a reader
+Theory of operation. The shells run on the broker's event loop; blocking store work runs on the
+owner's ordered IO thread (``ConnectionOwner.io``, one per broker). A master connection is a reader
 task (bytes -> ``MasterSession`` events -> the service) and a writer task (handshake reply, then
 batches from the commit log through ``MasterSession.next_send``, heartbeats when idle, housekeeping
 close), woken by an ``asyncio.Event`` when the service has new data or the reader saw a packet. The
 slave client loops: cut a torn tail, connect, authenticate, run a ``SlaveSession`` (reader applies
 actions to the store; a ticker sends heartbeat acks and enforces housekeeping), and on any failure
-close and reconnect with exponential backoff. Authentication (``rocketray.ha.auth``) runs before any
+close and reconnect with exponential backoff. The slave's session and its store actions run on the
+IO thread: each chunk read from the socket becomes one job (decode, verify and append, record epochs,
+set the confirm offset) and the acks it produced are written by the loop when the job is done, in
+order, so an ack never leaves before the bytes it names were appended. At most ``MAX_INFLIGHT``
+chunks are queued (the socket keeps receiving meanwhile); the idle ticker touches the session only
+when no job is queued. Authentication (``rocketray.ha.auth``) runs before any
 RocketMQ packet in both directions; a failure closes the connection with a logged reason.
 """
 
@@ -19,6 +25,7 @@ from typing import TYPE_CHECKING, Callable, Protocol
 
 from rocketray.ha.auth import AuthError, Authenticator, NONCE_SIZE
 from rocketray.ha.config import HAConfig
+from rocketray.ha.loop_monitor import OrderedIO
 from rocketray.ha.protocol import EpochPoint, ProtocolError
 from rocketray.ha.session import (
     Append, Close, LocalLog, MasterSession, RecordEpoch, Send, SetConfirmOffset, SlaveSession,
@@ -33,8 +40,11 @@ __all__ = ["StoreLogView", "MasterConnection", "SlaveClient", "authenticate", "C
 
 log = logging.getLogger(__name__)
 
-READ_CHUNK = 1 << 20
-STREAM_LIMIT = 4 << 20      # StreamReader pauses the socket beyond 2x this (default 64 KiB)
+READ_CHUNK = 4 << 20
+STREAM_LIMIT = 8 << 20      # StreamReader pauses the socket beyond 2x this (default 64 KiB)
+MAX_INFLIGHT = 2            # slave: receive jobs queued on the IO thread at most
+RECV_BUFFER = 8 << 20       # slave: the kernel copies received bytes into buffers of this size
+RECV_MIN_FREE = 256 << 10   # ... and a new one starts when less than this is left
 
 
 class ConnectionDropped(Exception):
@@ -79,6 +89,7 @@ class ConnectionOwner(Protocol):
     secret: bytes | str
     store: "MessageStore"
     log_view: "StoreLogView"
+    io: OrderedIO
 
     def now_ms(self) -> int: ...
 
@@ -142,6 +153,61 @@ def _close_writer(writer: asyncio.StreamWriter | None) -> None:
             writer.close()
         except Exception:  # noqa: BLE001 - closing a broken transport
             pass
+
+
+class ChunkReceiver(asyncio.BufferedProtocol):
+    """The slave's receive side after authentication: the kernel copies straight into large
+    buffers that are handed out once and never written again, so each received range becomes a
+    read-only chunk the decoder and the IO thread keep without copying. Chunks queue here until
+    the session takes them; beyond ``STREAM_LIMIT`` queued bytes the socket stops reading."""
+
+    def __init__(self, transport: asyncio.Transport) -> None:
+        self._transport = transport
+        self._buf = memoryview(bytearray(0))
+        self._used = 0
+        self._chunks: list[memoryview] = []
+        self._queued = 0
+        self._paused = False
+        self.ended = False
+        self.error: BaseException | None = None
+        self.ready = asyncio.Event()
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if len(self._buf) - self._used < RECV_MIN_FREE:
+            self._buf = memoryview(bytearray(RECV_BUFFER))
+            self._used = 0
+        return self._buf[self._used:]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        chunk = self._buf[self._used:self._used + nbytes].toreadonly()
+        self._used += nbytes
+        self._chunks.append(chunk)
+        self._queued += nbytes
+        if self._queued > STREAM_LIMIT and not self._paused:
+            self._paused = True
+            self._transport.pause_reading()
+        self.ready.set()
+
+    def eof_received(self) -> bool:
+        self.ended = True
+        self.ready.set()
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.ended = True
+        self.error = exc
+        self.ready.set()
+
+    def take(self) -> list[memoryview]:
+        """Every chunk received since the last call (maybe none)."""
+        chunks, self._chunks = self._chunks, []
+        self._queued = 0
+        if not self.ended:
+            self.ready.clear()
+        if self._paused and not self.ended:
+            self._paused = False
+            self._transport.resume_reading()
+        return chunks
 
 
 class MasterConnection:
@@ -269,6 +335,7 @@ class SlaveClient:
         self.connected = False
         self.connections = 0
         self.last_error = ""
+        self._queued_jobs = 0       # chunks submitted to the IO thread whose acks are not written
 
     def expect_epoch(self, epoch: int) -> None:
         """The controller named ``epoch`` for this master; the next handshake must match it."""
@@ -286,19 +353,32 @@ class SlaveClient:
         while task is not None and not task.done():
             task.cancel()
             await asyncio.wait({task}, timeout=0.5)
-        self.session.shutdown()
+        # After the jobs still queued for the IO thread (they own the session while queued).
+        await self._on_io(self.session.shutdown)
         self.connected = False
+
+    async def _on_io(self, fn: Callable[[], object]) -> None:
+        io = self.service.io
+        if io.closed:
+            fn()
+        else:
+            await io.run(fn)
+
+    def _cut_torn_tail(self) -> None:
+        """IO thread: READY cuts a torn tail to the last whole message (12.4)."""
+        store = self.service.store
+        cut = store.truncate_invalid_tail()
+        if cut >= 0:
+            store.epoch_file.truncate_suffix_by_offset(cut)
+            log.warning("ha slave %s: cut torn tail at %d", self.service.broker_id, cut)
 
     async def _run(self) -> None:
         cfg = self.service.config
         backoff_ms = cfg.ha_reconnect_backoff_min_ms
-        store = self.service.store
+        io = self.service.io
         while not self._stopped.is_set():
             try:
-                cut = store.truncate_invalid_tail()        # READY: cut a torn tail (12.4)
-                if cut >= 0:
-                    store.epoch_file.truncate_suffix_by_offset(cut)
-                    log.warning("ha slave %s: cut torn tail at %d", self.service.broker_id, cut)
+                await io.run(self._cut_torn_tail)
                 host, port = self.master_address
                 reader, writer = await asyncio.wait_for(
                     asyncio.open_connection(host, port, limit=STREAM_LIMIT),
@@ -324,7 +404,10 @@ class SlaveClient:
                         self.service.broker_id, *self.master_address, self.last_error)
             finally:
                 self.connected = False
-                self.session.disconnected()
+                if io.closed:
+                    self.session.disconnected()
+                else:   # after the jobs still queued for this connection
+                    io.submit(self.session.disconnected)
                 _close_writer(self._writer)
                 self._writer = None
             try:
@@ -333,28 +416,90 @@ class SlaveClient:
                 pass
             backoff_ms = min(backoff_ms * 2, cfg.ha_reconnect_backoff_max_ms)
 
+    def _connect(self, now_ms: int) -> bytes:
+        """IO thread: start the session against the store as it is after every queued job."""
+        return self.session.connect(local_log(self.service.store), now_ms)
+
+    def _process(self, chunks: list[bytes | memoryview], now_ms: int) -> list[bytes]:
+        """IO thread: feed received chunks, apply every whole packet's store actions in order;
+        returns the bytes to send (acks), or raises ConnectionDropped / ProtocolError."""
+        store = self.service.store
+        for chunk in chunks:
+            self.session.receive_data(chunk, now_ms)
+        out: list[bytes] = []
+        while (actions := self.session.next_actions(local_log(store), now_ms)) is not None:
+            for action in actions:
+                if isinstance(action, Send):
+                    out.append(action.data)
+                elif isinstance(action, Close):
+                    raise ConnectionDropped(action.reason)
+                else:
+                    if isinstance(action, Truncate):
+                        log.info("ha slave %s: truncating at %d (max %d)",
+                                 self.service.broker_id, action.offset, store.max_offset)
+                    if not apply_to_store(store, action):
+                        log.warning("ha slave %s: epoch entry (%d, %d) refused by the epoch file",
+                                    self.service.broker_id, action.epoch, action.start_offset)
+        return out
+
     async def _session(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                        leftover: bytes) -> None:
         service = self.service
-        store = service.store
-        writer.write(self.session.connect(local_log(store), service.now_ms()))
+        io = service.io
+        transport = writer.transport
+        handshake = await io.run(self._connect, service.now_ms())
+        # The master sends nothing after authentication until our handshake, so the stream
+        # reader holds no bytes: from here the socket reads straight into ``ChunkReceiver``.
+        receiver = ChunkReceiver(transport)
+        transport.set_protocol(receiver)
+        transport.write(handshake)
         self.connected = True
+        progress = asyncio.Event()
+        failure: list[BaseException] = []
+
+        def job_done(fut: asyncio.Future) -> None:
+            # Runs on the loop, in submission order (one IO thread): write this job's acks.
+            self._queued_jobs -= 1
+            progress.set()
+            if fut.cancelled() or failure or transport.is_closing():
+                return
+            exc = fut.exception()
+            if exc is not None:
+                failure.append(exc)
+                transport.close()       # wakes the receive loop below
+                return
+            for data in fut.result():
+                transport.write(data)
+
         ticker = asyncio.create_task(self._tick(writer))
         try:
-            data = leftover
+            chunks: list[bytes | memoryview] = [leftover] if leftover else []
             while True:
                 if ticker.done():
                     ticker.result()
-                if data:
-                    now = service.now_ms()
-                    self.session.receive_data(data, now)
-                    while (actions := self.session.next_actions(local_log(store), now)) is not None:
-                        self._apply(actions, writer)
-                    await writer.drain()
-                data = await reader.read(READ_CHUNK)
+                if failure:
+                    raise failure[0]
+                if chunks:
+                    while self._queued_jobs >= MAX_INFLIGHT and not failure:
+                        progress.clear()
+                        await progress.wait()
+                    if failure:
+                        raise failure[0]
+                    fut = io.submit(self._process, chunks, service.now_ms())
+                    self._queued_jobs += 1
+                    fut.add_done_callback(job_done)
+                await receiver.ready.wait()
+                chunks = receiver.take()
                 if self._stopped.is_set():
                     return
-                if not data:
+                if not chunks and receiver.ended:
+                    while self._queued_jobs and not failure:   # a failing job closes the socket
+                        progress.clear()
+                        await progress.wait()
+                    if failure:
+                        raise failure[0]
+                    if receiver.error is not None:
+                        raise ConnectionDropped(f"connection lost: {receiver.error}")
                     raise ConnectionDropped("master closed the connection")
         finally:
             ticker.cancel()
@@ -364,20 +509,11 @@ class SlaveClient:
         interval_s = min(self.service.config.ha_send_heartbeat_interval_ms / 1000, 0.1)
         while True:
             await asyncio.sleep(interval_s)
-            self._apply(self.session.tick(self.service.now_ms()), writer)
+            if self._queued_jobs:
+                continue        # the IO thread owns the session while a job is queued
+            for action in self.session.tick(self.service.now_ms()):
+                if isinstance(action, Send):
+                    writer.write(action.data)
+                elif isinstance(action, Close):
+                    raise ConnectionDropped(action.reason)
             await writer.drain()
-
-    def _apply(self, actions, writer: asyncio.StreamWriter) -> None:
-        store = self.service.store
-        for action in actions:
-            if isinstance(action, Send):
-                writer.write(action.data)
-            elif isinstance(action, Close):
-                raise ConnectionDropped(action.reason)
-            else:
-                if isinstance(action, Truncate):
-                    log.info("ha slave %s: truncating at %d (max %d)", self.service.broker_id,
-                             action.offset, store.max_offset)
-                if not apply_to_store(store, action):
-                    log.warning("ha slave %s: epoch entry (%d, %d) refused by the epoch file",
-                                self.service.broker_id, action.epoch, action.start_offset)
