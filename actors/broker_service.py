@@ -32,6 +32,7 @@ from rocketray.broker.register import FileIdentityStore
 from rocketray.broker.replicas_manager import ReplicasManager, Role, State
 from rocketray.broker.store import MessageStore
 from rocketray.ha.ack import PutResult, PutStatus, refused
+from rocketray.ha.loop_monitor import LoopStallMonitor, OrderedIO
 from rocketray.ha.service import HAService
 
 log = logging.getLogger("rocketray.broker")
@@ -71,6 +72,10 @@ class BrokerService:
         self._me = next(b for b in self._spec.brokers_of(group) if b.replica == replica)
         self._config = load_config(self._spec.profile, dict(self._spec.config_overrides), secret=self._spec.secret)
         self.store = MessageStore(self._me.store_dir, self._config.store_config())
+        # One ordered IO thread for this broker's blocking store work (HA appends, truncation,
+        # epoch-file syncs, digest), and the worst event-loop stall since start (status()).
+        self._io = OrderedIO(f"broker-{group}-{replica}")
+        self._stall = LoopStallMonitor(interval_ms=10).start()
         self.ha: HAService | None = None
         self.manager = ReplicasManager(
             cluster_name=self._spec.cluster_name, broker_name=group, broker_address=self._me.ha_address,
@@ -88,7 +93,8 @@ class BrokerService:
                  self._me.ha_address, os.getpid(), self.store.max_offset)
 
     async def _make_ha(self, broker_id: int) -> HAService:
-        ha = HAService(self.store, broker_id, self._config.ha_config(), secret=self._spec.secret)
+        ha = HAService(self.store, broker_id, self._config.ha_config(), secret=self._spec.secret,
+                       io=self._io)
         await ha.start(self._me.host, self._me.bind_port)
         self.ha = ha
         return ha
@@ -127,7 +133,11 @@ class BrokerService:
         """SHA-256 of the commit-log bytes [start, end): replicas agree iff their digests do.
 
         ``plain``: the hash of the bytes alone (the chaos contract's ``digest_to_confirm``); otherwise
-        the range actually read is mixed in too."""
+        the range actually read is mixed in too.  Runs on the IO thread (after the store work queued
+        before it), not on the event loop."""
+        return await self._io.run(self._digest, start, end, plain)
+
+    def _digest(self, start: int, end: int, plain: bool) -> str:
         h = hashlib.sha256()
         offset = start
         while offset < end:
@@ -162,6 +172,7 @@ class BrokerService:
             "queues": self.store.queue_positions(),
             "ha": self.ha.status() if self.ha is not None else None,
             "pid": os.getpid(),
+            "max_loop_stall_ms": round(self._stall.max_stall_ms, 1),
         }
 
     # --- samples for the analytics -----------------------------------------------------------
