@@ -206,6 +206,8 @@ class _Buffer:
             return
         if isinstance(data, bytes):
             view = memoryview(data)
+        elif isinstance(data, memoryview) and data.readonly:
+            view = data.cast("B")   # read-only view: the caller promises the bytes never change
         else:   # the caller may reuse a mutable buffer: keep our own copy
             view = memoryview(bytes(data))
         self._chunks.append(view)

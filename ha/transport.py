@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import sys
 from typing import TYPE_CHECKING, Callable, Protocol
 
 from rocketray.ha.auth import AuthError, Authenticator, NONCE_SIZE
@@ -45,6 +46,7 @@ STREAM_LIMIT = 8 << 20      # StreamReader pauses the socket beyond 2x this (def
 MAX_INFLIGHT = 2            # slave: receive jobs queued on the IO thread at most
 RECV_BUFFER = 8 << 20       # slave: the kernel copies received bytes into buffers of this size
 RECV_MIN_FREE = 256 << 10   # ... and a new one starts when less than this is left
+RECV_POOL = 4               # receive buffers kept for reuse
 
 
 class ConnectionDropped(Exception):
@@ -164,6 +166,7 @@ class ChunkReceiver(asyncio.BufferedProtocol):
     def __init__(self, transport: asyncio.Transport) -> None:
         self._transport = transport
         self._buf = memoryview(bytearray(0))
+        self._pool: list[bytearray] = []
         self._used = 0
         self._chunks: list[memoryview] = []
         self._queued = 0
@@ -174,9 +177,21 @@ class ChunkReceiver(asyncio.BufferedProtocol):
 
     def get_buffer(self, sizehint: int) -> memoryview:
         if len(self._buf) - self._used < RECV_MIN_FREE:
-            self._buf = memoryview(bytearray(RECV_BUFFER))
+            self._buf = memoryview(self._free_buffer())
             self._used = 0
         return self._buf[self._used:]
+
+    def _free_buffer(self) -> bytearray:
+        """A receive buffer no chunk refers to any more (its pages are already mapped: a fresh
+        8 MiB buffer costs ~2,000 page faults), or a new one while all of them are in use."""
+        for buf in self._pool:
+            # Our list's reference and the argument: no memoryview (chunk) of it is alive.
+            if sys.getrefcount(buf) <= 2:
+                return buf
+        buf = bytearray(RECV_BUFFER)
+        if len(self._pool) < RECV_POOL:
+            self._pool.append(buf)
+        return buf
 
     def buffer_updated(self, nbytes: int) -> None:
         chunk = self._buf[self._used:self._used + nbytes].toreadonly()
@@ -468,8 +483,9 @@ class SlaveClient:
                 failure.append(exc)
                 transport.close()       # wakes the receive loop below
                 return
-            for data in fut.result():
-                transport.write(data)
+            acks = fut.result()
+            if acks:        # every ack of the job in one write (one syscall)
+                transport.write(b"".join(acks))
 
         ticker = asyncio.create_task(self._tick(writer))
         try:
