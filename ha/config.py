@@ -8,9 +8,9 @@ from rocketray.schema import MIB, key
 
 __all__ = ["HAConfig", "DEFAULT_TRANSFER_BATCH_SIZE"]
 
-# Chosen by measurement (benchmarks/bench_replication.py, table in docs/ha.md): upstream's 32 KiB
-# runs at about half the throughput of the 128-512 KiB plateau; 256 KiB is its middle.
-DEFAULT_TRANSFER_BATCH_SIZE = 256 * 1024
+# Chosen by measurement (benchmarks/bench_replication.py, table in docs/ha.md): with the slave's
+# zero-copy receive (issue 18) 1-2 MiB batches are the plateau, ~1.3x 256 KiB and ~1.5x 128 KiB.
+DEFAULT_TRANSFER_BATCH_SIZE = 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,7 +21,7 @@ class HAConfig:
     ha_send_heartbeat_interval_ms: int = key(5000, "idle heartbeat / offset report interval", 200)
     ha_housekeeping_interval_ms: int = key(20000, "connection dead after this long without reads", 3000)
     ha_transfer_batch_size: int = key(DEFAULT_TRANSFER_BATCH_SIZE, "max body per transfer packet (upstream "
-                                      "32 KiB; 256 KiB measured faster here, docs/ha.md)")
+                                      "32 KiB; 1 MiB measured faster here, docs/ha.md)")
     ha_max_time_slave_not_catchup_ms: int = key(15000, "SyncStateSet shrink threshold", 3000)
     slave_timeout_ms: int = key(3000, "bound on the replica-ack wait of a put", 1000)
     in_sync_replicas: int = key(1, "acks needed including the master when all-ack is off")

@@ -33,7 +33,7 @@ def test_reference_defaults():
     assert cfg.broker.broker_election_priority == 2**31 - 1
     assert cfg.ha.ha_send_heartbeat_interval_ms == 5000
     assert cfg.ha.ha_housekeeping_interval_ms == 20000
-    assert cfg.ha.ha_transfer_batch_size == 256 * 1024  # upstream 32 KiB: a measured, documented change
+    assert cfg.ha.ha_transfer_batch_size == 1024 * 1024  # upstream 32 KiB: a measured, documented change
     assert cfg.ha.ha_max_time_slave_not_catchup_ms == 15000
     assert cfg.ha.slave_timeout_ms == 3000
     assert (cfg.ha.in_sync_replicas, cfg.ha.min_in_sync_replicas) == (1, 1)
@@ -57,7 +57,7 @@ def test_fast_profile_is_sub_second():
     assert cfg.ha.ha_max_time_slave_not_catchup_ms == 3000
     # the things the fast profile does not touch keep the reference value
     assert cfg.ha.slave_timeout_ms == 1000 and cfg.controller.snapshot_threshold == 1000
-    assert cfg.ha.ha_transfer_batch_size == 256 * 1024
+    assert cfg.ha.ha_transfer_batch_size == 1024 * 1024
 
 
 def test_fast_profile_keeps_failure_detection_consistent():
