@@ -177,6 +177,7 @@ class ChunkReceiver(asyncio.BufferedProtocol):
 
     def get_buffer(self, sizehint: int) -> memoryview:
         if len(self._buf) - self._used < RECV_MIN_FREE:
+            self._buf.release()         # the full buffer is free once its chunks are
             self._buf = memoryview(self._free_buffer())
             self._used = 0
         return self._buf[self._used:]
@@ -185,8 +186,9 @@ class ChunkReceiver(asyncio.BufferedProtocol):
         """A receive buffer no chunk refers to any more (its pages are already mapped: a fresh
         8 MiB buffer costs ~2,000 page faults), or a new one while all of them are in use."""
         for buf in self._pool:
-            # Our list's reference and the argument: no memoryview (chunk) of it is alive.
-            if sys.getrefcount(buf) <= 2:
+            # The pool's reference, the loop variable and getrefcount's argument: three. A fourth
+            # is a memoryview of it (a received chunk still in use somewhere).
+            if sys.getrefcount(buf) <= 3:
                 return buf
         buf = bytearray(RECV_BUFFER)
         if len(self._pool) < RECV_POOL:

@@ -10,6 +10,7 @@ import time
 import pytest
 
 from rocketray.ha.loop_monitor import LoopStallMonitor, OrderedIO
+from rocketray.ha.transport import RECV_BUFFER, RECV_MIN_FREE, ChunkReceiver
 
 from ha_helpers import (commitlog_bytes, fast_config, messages, put_all, run, start_node, stop_node,
                         switch, wait_caught_up, wait_for)
@@ -109,3 +110,43 @@ def test_a_32_mib_truncation_runs_on_the_io_thread_not_the_loop(tmp_path):
         await stop_node(b2)
 
     run(body())
+
+
+class _Transport:
+    """The two calls ChunkReceiver makes on its transport (flow control)."""
+
+    def __init__(self) -> None:
+        self.paused = False
+
+    def pause_reading(self) -> None:
+        self.paused = True
+
+    def resume_reading(self) -> None:
+        self.paused = False
+
+
+def _receive(rx: ChunkReceiver, data: bytes) -> None:
+    buf = rx.get_buffer(-1)
+    buf[:len(data)] = data
+    rx.buffer_updated(len(data))
+
+
+def test_chunk_receiver_hands_out_read_only_chunks_and_reuses_only_unreferenced_buffers():
+    """Received ranges come out as read-only views in order; a receive buffer is reused only once
+    no chunk of it is alive (a live chunk is never overwritten)."""
+    async def main() -> None:
+        rx = ChunkReceiver(_Transport())       # type: ignore[arg-type]
+        fill = RECV_BUFFER - RECV_MIN_FREE + 1
+        _receive(rx, b"a" * fill)              # leaves less than RECV_MIN_FREE: next buffer
+        kept = rx.take()
+        assert [c.readonly for c in kept] == [True] and bytes(kept[0]) == b"a" * fill
+        _receive(rx, b"b" * fill)              # second buffer
+        dropped = rx.take()
+        del dropped                            # the second buffer is free again
+        _receive(rx, b"c" * 10)                # needs a new buffer: reuses the free one
+        third = rx.take()
+        assert bytes(kept[0]) == b"a" * fill   # the live chunk's buffer was not reused
+        assert bytes(third[0]) == b"c" * 10
+        assert len(rx._pool) == 2
+
+    asyncio.run(main())
