@@ -91,7 +91,8 @@ def _slave_stall_ms(slave_dir: Path) -> float:
     """The slave's worst loop stall, as its process last wrote it (see ``slave_main``)."""
     deadline = time.monotonic() + 1.0
     path = Path(f"{slave_dir}.stall")
-    while time.monotonic() < deadline:      # it writes every 20 ms: let one more sample land
+    time.sleep(0.15)                        # it publishes every 50 ms: let the last value land
+    while time.monotonic() < deadline:
         time.sleep(0.05)
         try:
             return float(path.read_text())
@@ -111,11 +112,14 @@ def slave_main(argv: list[str]) -> None:
         ha = HAService(store, 2, cfg, SECRET)
         await ha.change_to_slave(address, 1)
         stall_path = Path(f"{root}.stall")
-        while True:
-            await asyncio.sleep(0.02)
-            tmp = stall_path.with_suffix(".tmp")
-            tmp.write_text(f"{monitor.max_stall_ms:.1f}")
-            os.replace(tmp, stall_path)
+        written = None
+        while True:      # publish the worst stall when it changes (checked every 50 ms)
+            if monitor.max_stall_ms != written:
+                written = monitor.max_stall_ms
+                tmp = stall_path.with_suffix(".tmp")
+                tmp.write_text(f"{written:.1f}")
+                os.replace(tmp, stall_path)
+            await asyncio.sleep(0.05)
 
     asyncio.run(main())
 

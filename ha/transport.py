@@ -8,9 +8,9 @@ close), woken by an ``asyncio.Event`` when the service has new data or the reade
 slave client loops: cut a torn tail, connect, authenticate, run a ``SlaveSession`` (reader applies
 actions to the store; a ticker sends heartbeat acks and enforces housekeeping), and on any failure
 close and reconnect with exponential backoff. The slave's session and its store actions run on the
-IO thread: each chunk read from the socket becomes one job (decode, verify and append, record epochs,
-set the confirm offset) and the acks it produced are written by the loop when the job is done, in
-order, so an ack never leaves before the bytes it names were appended. At most ``MAX_INFLIGHT``
+IO thread: the chunks read from the socket since the last job become one job (decode, verify and
+append, record epochs, set the confirm offset); each packet's ack is handed to the loop right after
+that packet's bytes were appended and written in order, so an ack never names bytes not appended. At most ``MAX_INFLIGHT``
 chunks are queued (the socket keeps receiving meanwhile); the idle ticker touches the session only
 when no job is queued. Authentication (``rocketray.ha.auth``) runs before any
 RocketMQ packet in both directions; a failure closes the connection with a logged reason.
@@ -46,7 +46,7 @@ STREAM_LIMIT = 8 << 20      # StreamReader pauses the socket beyond 2x this (def
 MAX_INFLIGHT = 2            # slave: receive jobs queued on the IO thread at most
 RECV_BUFFER = 8 << 20       # slave: the kernel copies received bytes into buffers of this size
 RECV_MIN_FREE = 256 << 10   # ... and a new one starts when less than this is left
-RECV_POOL = 4               # receive buffers kept for reuse
+RECV_POOL = 6               # receive buffers kept for reuse
 
 
 class ConnectionDropped(Exception):
@@ -437,17 +437,18 @@ class SlaveClient:
         """IO thread: start the session against the store as it is after every queued job."""
         return self.session.connect(local_log(self.service.store), now_ms)
 
-    def _process(self, chunks: list[bytes | memoryview], now_ms: int) -> list[bytes]:
-        """IO thread: feed received chunks, apply every whole packet's store actions in order;
-        returns the bytes to send (acks), or raises ConnectionDropped / ProtocolError."""
+    def _process(self, chunks: list[bytes | memoryview], now_ms: int,
+                 send: Callable[[bytes], object]) -> None:
+        """IO thread: feed received chunks and apply every whole packet's store actions in order;
+        each ack goes to ``send`` right after the bytes it names were appended. Raises
+        ConnectionDropped / ProtocolError."""
         store = self.service.store
         for chunk in chunks:
             self.session.receive_data(chunk, now_ms)
-        out: list[bytes] = []
         while (actions := self.session.next_actions(local_log(store), now_ms)) is not None:
             for action in actions:
                 if isinstance(action, Send):
-                    out.append(action.data)
+                    send(action.data)
                 elif isinstance(action, Close):
                     raise ConnectionDropped(action.reason)
                 else:
@@ -457,7 +458,6 @@ class SlaveClient:
                     if not apply_to_store(store, action):
                         log.warning("ha slave %s: epoch entry (%d, %d) refused by the epoch file",
                                     self.service.broker_id, action.epoch, action.start_offset)
-        return out
 
     async def _session(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                        leftover: bytes) -> None:
@@ -474,20 +474,27 @@ class SlaveClient:
         progress = asyncio.Event()
         failure: list[BaseException] = []
 
+        loop = asyncio.get_running_loop()
+
+        def write_ack(data: bytes) -> None:
+            if not failure and not transport.is_closing():
+                transport.write(data)
+
+        def send(data: bytes) -> None:
+            # IO thread -> loop, FIFO: acks leave in order, each after its job appended the
+            # bytes, and before the job's completion callback below.
+            loop.call_soon_threadsafe(write_ack, data)
+
         def job_done(fut: asyncio.Future) -> None:
-            # Runs on the loop, in submission order (one IO thread): write this job's acks.
+            # Runs on the loop, in submission order (one IO thread).
             self._queued_jobs -= 1
             progress.set()
-            if fut.cancelled() or failure or transport.is_closing():
+            if fut.cancelled() or failure:
                 return
             exc = fut.exception()
             if exc is not None:
                 failure.append(exc)
                 transport.close()       # wakes the receive loop below
-                return
-            acks = fut.result()
-            if acks:        # every ack of the job in one write (one syscall)
-                transport.write(b"".join(acks))
 
         ticker = asyncio.create_task(self._tick(writer))
         try:
@@ -503,7 +510,7 @@ class SlaveClient:
                         await progress.wait()
                     if failure:
                         raise failure[0]
-                    fut = io.submit(self._process, chunks, service.now_ms())
+                    fut = io.submit(self._process, chunks, service.now_ms(), send)
                     self._queued_jobs += 1
                     fut.add_done_callback(job_done)
                 await receiver.ready.wait()
