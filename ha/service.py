@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 from rocketray.broker.message import EncodedBatch, Message, MessageCodecError, encode_batch
 from rocketray.broker.role import Role
 from rocketray.ha.ack import AckPolicy, PutResult, PutStatus, after_write, refused
-from rocketray.ha.auth import AuthError
+from rocketray.auth import AuthError, authenticate
 from rocketray.ha.config import HAConfig
 from rocketray.ha.loop_monitor import OrderedIO
 from rocketray.ha.master import MasterReplication
@@ -34,7 +34,7 @@ from rocketray.ha.port import HAPort, WritePort
 from rocketray.ha.session import AckEvent, HandshakeEvent
 from rocketray.ha.sync_state import SyncStateTracker
 from rocketray.ha.transport import (STREAM_LIMIT, ConnectionOwner, MasterConnection, SlaveClient,
-                                    StoreLogView, authenticate)
+                                    StoreLogView)
 
 __all__ = ["HAService", "PutStatus", "PutResult", "Role"]
 

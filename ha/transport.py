@@ -12,7 +12,7 @@ IO thread: the chunks read from the socket since the last job become one job (de
 append, record epochs, set the confirm offset); each packet's ack is handed to the loop right after
 that packet's bytes were appended and written in order, so an ack never names bytes not appended. At most ``MAX_INFLIGHT``
 chunks are queued (the socket keeps receiving meanwhile); the idle ticker touches the session only
-when no job is queued. Authentication (``rocketray.ha.auth``) runs before any
+when no job is queued. Authentication (``rocketray.auth``) runs before any
 RocketMQ packet in both directions; a failure closes the connection with a logged reason.
 """
 
@@ -20,11 +20,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import sys
 from typing import TYPE_CHECKING, Callable, Protocol
 
-from rocketray.ha.auth import AuthError, Authenticator, NONCE_SIZE
+from rocketray.auth import AuthError, authenticate
 from rocketray.ha.config import HAConfig
 from rocketray.ha.loop_monitor import OrderedIO
 from rocketray.ha.protocol import EpochPoint, ProtocolError
@@ -36,7 +35,7 @@ from rocketray.ha.session import (
 if TYPE_CHECKING:
     from rocketray.broker.store import MessageStore
 
-__all__ = ["StoreLogView", "MasterConnection", "SlaveClient", "authenticate", "ConnectionDropped",
+__all__ = ["StoreLogView", "MasterConnection", "SlaveClient", "ConnectionDropped",
            "ConnectionOwner"]
 
 log = logging.getLogger(__name__)
@@ -123,30 +122,6 @@ def apply_to_store(store, action: "Append | SetConfirmOffset | RecordEpoch | Tru
     else:
         raise TypeError(f"not a store action: {action!r}")
     return True
-
-
-async def authenticate(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, role: str,
-                       secret: bytes | str, timeout_ms: int) -> bytes:
-    """Run the mutual challenge/response; returns bytes that arrived after it (HA packets)."""
-    auth = Authenticator(role, secret, os.urandom(NONCE_SIZE))
-
-    async def exchange() -> bytes:
-        while True:
-            out = auth.data_to_send()
-            if out:
-                writer.write(out)
-                await writer.drain()
-            if auth.done:
-                return auth.leftover
-            data = await reader.read(4096)
-            if not data:
-                raise AuthError("peer closed during authentication")
-            auth.receive_data(data)
-
-    try:
-        return await asyncio.wait_for(exchange(), timeout_ms / 1000)
-    except asyncio.TimeoutError:
-        raise AuthError(f"authentication did not finish within {timeout_ms} ms") from None
 
 
 def _close_writer(writer: asyncio.StreamWriter | None) -> None:

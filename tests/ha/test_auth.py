@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from rocketray.ha.auth import AuthError, Authenticator
+from rocketray.auth import AuthError, Authenticator
 
 
 def run(client: Authenticator, server: Authenticator, extra: bytes = b"") -> None:
@@ -118,3 +118,17 @@ def test_a_peer_that_echoes_our_nonce_is_refused_before_any_proof():
     with pytest.raises(AuthError, match="echoed"):
         s.receive_data(Authenticator("client", b"secret", nonce).data_to_send())
     assert s.data_to_send() == b""
+
+
+def test_a_proof_made_for_the_ha_port_is_refused_on_the_session_port():
+    """Each protocol proves over its own label: the same secret under the HA label does not open a
+    controller session (a captured or reflected HA proof is worthless there)."""
+    from rocketray.auth import HA_LABEL, SESSION_LABEL
+
+    c = Authenticator("client", b"secret", os.urandom(32), HA_LABEL)
+    s = Authenticator("server", b"secret", os.urandom(32), SESSION_LABEL)
+    s.receive_data(c.data_to_send())
+    c.receive_data(s.data_to_send())
+    with pytest.raises(AuthError):
+        s.receive_data(c.data_to_send())
+    assert not s.done and s.data_to_send() == b"", "the server proves nothing to a client that failed"

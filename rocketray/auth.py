@@ -1,8 +1,8 @@
-"""Mutual challenge/response authentication before the RocketMQ HA handshake (sans-IO).
+"""Mutual challenge/response authentication with the cluster secret (sans-IO core + asyncio helper).
 
 Theory of operation. The HA port streams a replica's whole commit log and accepts data that will be
-written into a store, so both ends prove they know the cluster secret before any RocketMQ packet
-flows. Each side sends a hello with a fresh 32-byte nonce; the client (slave) then proves itself
+written into a store, and the controller's broker-session port can trigger elections, so on both
+both ends prove they know the cluster secret before any protocol byte flows. Each side sends a hello with a fresh 32-byte nonce; the client (slave) then proves itself
 with ``HMAC-SHA256(secret, label | "C" | client_nonce | server_nonce)``; only after checking it does
 the server (master) answer with its own proof over ``"S" | server_nonce | client_nonce``, which the
 client checks. The role letter stops a peer from reflecting one side's proof back at it, the fresh
@@ -13,45 +13,53 @@ nonces stop replays, and the server reveals nothing keyed before the client has 
     client -> server  proof   HMAC(client)                                  32 bytes
     server -> client  proof   HMAC(server)                                  32 bytes
 
-After that the connection carries exactly the layouts of reference section 11. Nonces are injected
-(the shell passes ``os.urandom(32)``); comparisons are constant-time.
+Each protocol proves over its own ``label`` (``HA_LABEL``, ``SESSION_LABEL``), so a proof made
+for one port is worthless on the other. After the exchange the HA connection carries exactly the
+layouts of reference section 11, the session connection ``rocketray.controller.session`` frames.
+Nonces are injected (``authenticate`` passes ``os.urandom(32)``); comparisons are constant-time.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
+import os
 
-__all__ = ["AuthError", "Authenticator", "NONCE_SIZE", "HELLO_SIZE", "PROOF_SIZE"]
+__all__ = ["AuthError", "Authenticator", "HA_LABEL", "NONCE_SIZE", "HELLO_SIZE", "PROOF_SIZE", "SESSION_LABEL",
+           "authenticate"]
 
 MAGIC = b"RRHA"
 VERSION = 1
 NONCE_SIZE = 32
 HELLO_SIZE = len(MAGIC) + 2 + NONCE_SIZE
 PROOF_SIZE = 32
-_LABEL = b"rocketray-ha-auth-v1|"
+HA_LABEL = b"rocketray-ha-auth-v1|"
+SESSION_LABEL = b"rocketray-controller-session-v1|"
 
 
 class AuthError(Exception):
     """The peer failed authentication (wrong secret, wrong role, garbage)."""
 
 
-def _proof(secret: bytes, role: bytes, own_nonce: bytes, peer_nonce: bytes) -> bytes:
-    return hmac.new(secret, _LABEL + role + own_nonce + peer_nonce, hashlib.sha256).digest()
+def _proof(secret: bytes, label: bytes, role: bytes, own_nonce: bytes, peer_nonce: bytes) -> bytes:
+    return hmac.new(secret, label + role + own_nonce + peer_nonce, hashlib.sha256).digest()
 
 
 class Authenticator:
     """One side of the exchange. Feed received bytes, send what ``data_to_send()`` returns,
     until ``done`` (or AuthError). Bytes received beyond the exchange are kept in ``leftover``."""
 
-    def __init__(self, role: str, secret: bytes | str, nonce: bytes) -> None:
+    def __init__(self, role: str, secret: bytes | str, nonce: bytes, label: bytes = HA_LABEL) -> None:
         assert role in ("client", "server")
+        assert label in (HA_LABEL, SESSION_LABEL)
         if isinstance(secret, str):
             secret = secret.encode()
         if not secret:
             raise ValueError("the HA secret must not be empty")
         assert len(nonce) == NONCE_SIZE
         self._secret = secret
+        self._label = label
         self._is_client = role == "client"
         self._role = b"C" if self._is_client else b"S"
         self._peer_role = b"S" if self._is_client else b"C"
@@ -103,7 +111,7 @@ class Authenticator:
             return
         proof = bytes(self._buf[:PROOF_SIZE])
         del self._buf[:PROOF_SIZE]
-        expected = _proof(self._secret, self._peer_role, self._peer_nonce, self._nonce)
+        expected = _proof(self._secret, self._label, self._peer_role, self._peer_nonce, self._nonce)
         if not hmac.compare_digest(proof, expected):
             raise AuthError("peer's proof does not match the cluster secret")
         self._peer_proved = True
@@ -114,4 +122,28 @@ class Authenticator:
     def _send_proof(self) -> None:
         assert self._peer_nonce is not None and not self._sent_proof
         self._sent_proof = True
-        self._out += _proof(self._secret, self._role, self._nonce, self._peer_nonce)
+        self._out += _proof(self._secret, self._label, self._role, self._nonce, self._peer_nonce)
+
+
+async def authenticate(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, role: str,
+                       secret: bytes | str, timeout_ms: int, label: bytes = HA_LABEL) -> bytes:
+    """Run the mutual challenge/response on a stream; returns bytes that arrived after it."""
+    auth = Authenticator(role, secret, os.urandom(NONCE_SIZE), label)
+
+    async def exchange() -> bytes:
+        while True:
+            out = auth.data_to_send()
+            if out:
+                writer.write(out)
+                await writer.drain()
+            if auth.done:
+                return auth.leftover
+            data = await reader.read(4096)
+            if not data:
+                raise AuthError("peer closed during authentication")
+            auth.receive_data(data)
+
+    try:
+        return await asyncio.wait_for(exchange(), timeout_ms / 1000)
+    except asyncio.TimeoutError:
+        raise AuthError(f"authentication did not finish within {timeout_ms} ms") from None
