@@ -25,12 +25,14 @@ import time
 
 from rocketray.config import load_config
 from rocketray.actors.controller_client import AsyncControllerClient
+from rocketray.actors.controller_session import ControllerSession
 from rocketray.actors.metrics import BrokerMetrics, configure_actor_logging
 from rocketray.spec import ClusterSpec
 from rocketray.broker.message import EncodedBatch, Message, encode_batch
 from rocketray.broker.register import FileIdentityStore
 from rocketray.broker.replicas_manager import ReplicasManager, Role, State
 from rocketray.broker.store import MessageStore
+from rocketray.controller.session import Hello
 from rocketray.ha.ack import PutResult, PutStatus, refused
 from rocketray.ha.loop_monitor import LoopStallMonitor, OrderedIO
 from rocketray.ha.service import HAService
@@ -84,6 +86,8 @@ class BrokerService:
             controller_addresses=[c.raft_address for c in self._spec.controllers],
             config=self._config.replicas_manager_config())
         self.manager.start()
+        self.session = ControllerSession(self._spec, self._session_hello, lambda: self.manager.controller_leader_address,
+                                         self.manager.sync_controller_metadata_once).start()
         self._samples: collections.deque[dict] = collections.deque(maxlen=SAMPLES_KEPT)
         self._sampler = asyncio.get_running_loop().create_task(self._sample_forever())
         self._metrics = BrokerMetrics(self._spec.name, group, on_error=lambda name, exc: log.warning(
@@ -91,6 +95,12 @@ class BrokerService:
         self._metrics_task = asyncio.get_running_loop().create_task(self._metrics_loop())
         log.info("broker started group=%s replica=%d ha=%s pid=%d max_offset=%d", group, replica,
                  self._me.ha_address, os.getpid(), self.store.max_offset)
+
+    def _session_hello(self) -> Hello | None:
+        broker_id = self.manager.broker_id
+        if broker_id is None:
+            return None
+        return Hello(self._spec.cluster_name, self._group, broker_id, self._me.ha_address)
 
     async def _make_ha(self, broker_id: int) -> HAService:
         ha = HAService(self.store, broker_id, self._config.ha_config(), secret=self._spec.secret,
@@ -172,6 +182,7 @@ class BrokerService:
             "queues": self.store.queue_positions(),
             "ha": self.ha.status() if self.ha is not None else None,
             "pid": os.getpid(),
+            "controller_session": self.session.connected_to,
             "max_loop_stall_ms": round(self._stall.max_stall_ms, 1),
         }
 

@@ -13,6 +13,13 @@ role changed during the ack wait) -> stop: sending it again would store a second
 copy as a new batch. A call that never answered (the actor died mid call, the
 call timed out) is retried: the only case where a payload may be stored twice;
 consumers de-duplicate by payload id and the checker reports duplicates.
+
+The producer learns a group's next master from the controller as soon as it is elected: it holds
+one long-poll *watch* per group (``ControllerService.watch_master``, answered when a controller
+applies a higher master epoch). A put still waiting when the watch names another master is
+abandoned (an unanswered call: it may have run) and sent to the new master at once. This matters
+when the master's actor died and Ray is restarting it: a call to it waits for the restart, seconds
+after the controller elected its successor.
 Every payload ends as one history record: ``ok`` if an attempt was acknowledged,
 ``unknown`` if some attempt may have written it, and ``failed`` only if every
 attempt was refused before anything was written (a batch refused as malformed,
@@ -68,6 +75,9 @@ class Producer:
         self.retry_deadline_s = retry_deadline_s
         self._master: dict[str, int] = {}
         self._op_id = 0
+        self._watches: dict[str, object] = {}   # group -> pending watch_master ref
+        self._epochs: dict[str, int] = {}       # group -> highest master epoch a watch reported
+        self._watch_controller = 0
 
     # --- master discovery -------------------------------------------------------------
     def _find_master(self, group: str) -> int | None:
@@ -86,12 +96,48 @@ class Producer:
         """Drop the cached master of ``group`` (the next send looks it up again)."""
         self._master.pop(group, None)
 
+    def _watch(self, group: str):
+        """The pending master watch of ``group`` (armed with the highest epoch seen)."""
+        ref = self._watches.get(group)
+        if ref is None:
+            index = self._watch_controller % len(self.cluster.spec.controllers)
+            ref = self.cluster.controller(index).watch_master.remote(group, self._epochs.get(group, -1))
+            self._watches[group] = ref
+        return ref
+
+    def _watched_master(self, group: str, watch) -> int | None:
+        """Take a fired watch: the replica it names as a newer master, or None."""
+        self._watches.pop(group, None)
+        try:
+            view = ray.get(watch, timeout=0)
+        except (ray.exceptions.RayError, ValueError):
+            self._watch_controller += 1     # that controller died: watch through the next one
+            return None
+        if view["master_epoch"] <= self._epochs.get(group, -1):
+            return None
+        self._epochs[group] = view["master_epoch"]
+        b = self.cluster.spec.broker_by_ha_address(view["master_address"] or "")
+        return None if b is None else b.replica
+
     # --- sending -----------------------------------------------------------------------
     def _attempt(self, group: str, replica: int, batch: EncodedBatch) -> PutResult | Unanswered:
         actor = self.cluster.broker(group, replica)
+        deadline = time.monotonic() + self.call_timeout_s
         try:
-            reply = ray.get(actor.put.remote(batch), timeout=self.call_timeout_s)
-        except (ray.exceptions.GetTimeoutError, ray.exceptions.RayError, ValueError) as exc:
+            ref = actor.put.remote(batch)
+            while True:
+                watch = self._watch(group)
+                ready, _ = ray.wait([ref, watch], num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
+                if ref in ready:
+                    reply = ray.get(ref)
+                    break
+                if not ready:
+                    return Unanswered("GetTimeoutError")
+                new = self._watched_master(group, watch)
+                if new is not None and new != replica:
+                    self._master[group] = new
+                    return Unanswered("MASTER_MOVED")  # the call may still run: treated as unanswered
+        except (ray.exceptions.RayError, ValueError) as exc:
             return Unanswered(type(exc).__name__)
         assert isinstance(reply, PutResult), reply
         return reply
@@ -134,6 +180,8 @@ class Producer:
             else:
                 result.error = "UNREACHABLE"
                 maybe_written = True
+                if reply.error == "MASTER_MOVED":
+                    continue  # a watch named the new master (self._master): send there now
             self._master.pop(group, None)
             time.sleep(backoff_s)
             backoff_s = min(backoff_s * 2, 1.0)

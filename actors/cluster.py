@@ -110,7 +110,8 @@ def plan_cluster(name: str, *, controllers: int, groups: int, replicas: int, dat
     for i in range(controllers):
         host, node_id, resource, store = place(i, f"controller-{i}")
         ctrl.append(ControllerSpec(index=i, host=host, raft_port=port(host, 9878 + i), store_dir=str(store),
-                                   node_id=node_id, node_resource=resource))
+                                   node_id=node_id, node_resource=resource,
+                                   session_port=port(host, 9978 + i)))
     brokers = []
     k = 0
     for g in range(groups):

@@ -27,6 +27,7 @@ from rocketray.spec import ClusterSpec
 from rocketray.controller.api import AlterSyncStateSetRequest, CleanBrokerDataRequest, ElectMasterRequest, Response
 from rocketray.controller.codes import ResponseCode
 from rocketray.controller.node import ControllerNode
+from rocketray.controller.session_server import SessionServer
 from rocketray.controller.notify import ElectionTrigger, RoleChangeNotice
 
 log = logging.getLogger("rocketray.controller")
@@ -37,6 +38,11 @@ METRICS_PERIOD_MS = 1000
 # Declared with its size in actors/remote.py.
 NONBLOCKING_GROUP = "heartbeat"
 NONBLOCKING_THREADS = 4
+# Clients' long polls for a group's next master (``watch_master``): one thread each while they
+# wait, apart from requests and heartbeats. A client holds one per group it writes to.
+WATCH_GROUP = "watch"
+WATCH_THREADS = 32
+WATCH_MAX_S = 30.0
 
 
 class ControllerService:
@@ -57,6 +63,10 @@ class ControllerService:
             "metrics disabled after error metric=%s error=%r", name, exc))
         self._node = ControllerNode(me.raft_address, peers, me.store_dir, node_config,
                                     self._spec.secret, on_role_changed=self._on_role_changed)
+        # Brokers' session connections: a broker whose process dies is noticed when the kernel
+        # closes its connection, not a heartbeat timeout later (rocketray.controller.session).
+        self._sessions = None if me.session_port is None else SessionServer(
+            me.host, me.session_port, self._spec.secret, self._node.on_broker_session_closed).start()
         self._config_lock = threading.Lock()
         self._stop = threading.Event()
         self._broker_handles: dict[str, object] = {}
@@ -114,6 +124,7 @@ class ControllerService:
     def metadata(self) -> dict:
         md = dict(self._node.metadata())
         md["index"] = self._index
+        md["broker_sessions"] = None if self._sessions is None else self._sessions.open_sessions
         return md
 
     def state_snapshot(self) -> dict:
@@ -125,12 +136,20 @@ class ControllerService:
         time, ``ControllerNode.events``); follow ``next_index`` while ``more``."""
         return self._node.events(after_index, limit)
 
+    @ray.method(concurrency_group=WATCH_GROUP)
+    def watch_master(self, broker_name: str, known_epoch: int, timeout_s: float = WATCH_MAX_S) -> dict:
+        """Answers when this node applied a master epoch of ``broker_name`` above ``known_epoch``, or
+        after ``timeout_s`` (at most ``WATCH_MAX_S``) with the current one (``ControllerNode.wait_master_change``)."""
+        return self._node.wait_master_change(broker_name, known_epoch, min(float(timeout_s), WATCH_MAX_S))
+
     @ray.method(concurrency_group=NONBLOCKING_GROUP)
     def pid(self) -> int:
         return os.getpid()
 
     def shutdown(self) -> None:
         self._stop.set()
+        if self._sessions is not None:
+            self._sessions.close()
         self._node.close()
 
     # --- leader services -----------------------------------------------------------------

@@ -59,12 +59,14 @@ def start_registry(spec: ClusterSpec):
 
 def controller_options(spec: ClusterSpec, index: int) -> dict[str, Any]:
     """Ray options of controller ``index``: blocking requests (``handle``) share the default
-    group's threads; heartbeats and status calls have their own concurrency group."""
-    from rocketray.actors.controller_service import NONBLOCKING_GROUP, NONBLOCKING_THREADS
+    group's threads; heartbeats and status calls have their own concurrency group, and so do the
+    clients' master watches."""
+    from rocketray.actors.controller_service import NONBLOCKING_GROUP, NONBLOCKING_THREADS, WATCH_GROUP, WATCH_THREADS
 
     c = spec.controllers[index]
     return {**_common(spec, spec.controller_actor_name(index)), **_placement(c.node_id, c.node_resource),
-            "max_concurrency": 32, "concurrency_groups": {NONBLOCKING_GROUP: NONBLOCKING_THREADS}}
+            "max_concurrency": 32,
+            "concurrency_groups": {NONBLOCKING_GROUP: NONBLOCKING_THREADS, WATCH_GROUP: WATCH_THREADS}}
 
 
 def start_controller(spec: ClusterSpec, index: int):

@@ -375,6 +375,14 @@ def scan_need_reelect_broker_sets(state: ControllerState, alive: Alive) -> list[
     return out
 
 
+def master_session_closed(state: ControllerState, broker_name: str, broker_id: int) -> bool:
+    """A broker's session closed without a bye (its process died): does its group need an election
+    now? Yes iff it was the group's master (RocketMQ's onBrokerChannelClose -> onBrokerInactive);
+    a dead slave only leaves the live set. ``rocketray.controller.session``."""
+    info = state.sync_state.get(broker_name)
+    return info is not None and info.master_broker_id == broker_id
+
+
 _WRITES = (ApplyBrokerIdRequest, RegisterBrokerRequest, ElectMasterRequest, AlterSyncStateSetRequest,
            CleanBrokerDataRequest)
 

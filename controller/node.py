@@ -33,7 +33,8 @@ from typing import Any, Callable
 from rocketray.controller.api import ElectMasterRequest, Response
 from rocketray.controller.codes import ResponseCode
 from rocketray.controller.config import ControllerConfig
-from rocketray.controller.decide import DecideContext, decide, is_write, scan_need_reelect_broker_sets
+from rocketray.controller.decide import (DecideContext, decide, is_write, master_session_closed,
+                                        scan_need_reelect_broker_sets)
 from rocketray.controller.event_log import EventLog, EventLogError, EventLogRecord
 from rocketray.controller.events import Event, ReadEvent, decode_events, encode_events
 from rocketray.controller.heartbeat import HeartbeatTable
@@ -112,6 +113,7 @@ class ControllerNode:
         self._alive_override = alive
 
         self._state_lock = threading.Lock()   # state, applied index, heartbeat table
+        self._applied = threading.Condition(self._state_lock)  # notified whenever the state moved
         self._pipeline = threading.Lock()     # one request at a time
         self.state = ControllerState()
         self.heartbeats = HeartbeatTable()
@@ -200,6 +202,8 @@ class ControllerNode:
             if records and index > self.event_log.last_index:
                 self._log_events(records)
             self.applied_index = index
+            if records:
+                self._applied.notify_all()
         if index - self._hooks.last_snapshot_index >= self.config.snapshot_threshold:
             self._raft.forceLogCompaction()
         return True
@@ -258,6 +262,7 @@ class ControllerNode:
         with self._state_lock:
             self.state = state
             self.applied_index = index
+            self._applied.notify_all()
         self._note_unlogged(index)
 
     def _note_unlogged(self, index: int) -> None:
@@ -413,6 +418,20 @@ class ControllerNode:
                 self.trigger_elect_master(name)
         return expired
 
+    def on_broker_session_closed(self, broker_name: str, broker_id: int) -> Response | None:
+        """A broker's session connection closed without a bye: its process is gone (RocketMQ's
+        ``onBrokerChannelClose``). Its heartbeat row goes now instead of at expiry, and on the ready
+        leader a group whose master it was is re-elected at once (``trigger_elect_master``, the same
+        path as expiry). Returns the election's answer, or None when none was needed. Blocks on
+        Raft: call from a worker thread (``SessionServer`` does)."""
+        with self._state_lock:
+            self.heartbeats.remove(broker_name, broker_id)
+            elect = master_session_closed(self.state, broker_name, broker_id)
+        if not elect or not self.is_leader():
+            return None
+        log.info("master session closed, electing group=%s broker_id=%d", broker_name, broker_id)
+        return self.trigger_elect_master(broker_name)
+
     def scan_inactive_masters(self) -> list[tuple[str, Response]]:
         """Leader only: re-elect every set whose master is dead but some replica lives (3.3).
 
@@ -450,6 +469,27 @@ class ControllerNode:
             self._on_role_changed(notice)
         except Exception:
             log.exception("role-change notification failed")
+
+    def wait_master_change(self, broker_name: str, known_epoch: int, timeout_s: float) -> dict[str, Any]:
+        """Long poll: block until this node has applied a master epoch of ``broker_name`` above
+        ``known_epoch`` (or ``timeout_s`` passed, or the node closed), then return the group's
+        ``master_epoch``, ``master_broker_id`` and ``master_address`` as applied here. Applied state
+        is committed state, so any node, leader or not, answers; a lagging follower only answers
+        later. Clients hold one such watch per group to learn a new master when it is elected
+        instead of polling (``rocketray.actors.client.Producer``). Blocks: call from a thread."""
+        deadline = time.monotonic() + timeout_s
+        with self._applied:
+            while True:
+                info = self.state.sync_state.get(broker_name)
+                epoch = -1 if info is None else info.master_epoch
+                left = deadline - time.monotonic()
+                if epoch > known_epoch or left <= 0 or self._closed:
+                    break
+                self._applied.wait(left)
+            master = None if info is None else info.master_broker_id
+            replica = self.state.replica_info.get(broker_name)
+            address = None if master is None or replica is None else replica.address_of(master)
+        return {"master_epoch": epoch, "master_broker_id": master, "master_address": address}
 
     def metadata(self) -> dict[str, Any]:
         """Leader identity and Raft status (RocketMQ's getControllerMetadata; never blocks)."""
@@ -497,6 +537,8 @@ class ControllerNode:
             return
         self._closed = True
         self._stop.set()
+        with self._applied:
+            self._applied.notify_all()  # release the watches
         if self._tick_thread is not threading.current_thread():
             self._tick_thread.join(timeout=5)
         self._hooks.wait_idle()

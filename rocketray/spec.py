@@ -24,6 +24,10 @@ class ControllerSpec:
     #: Custom Ray resource only one node offers (``rocketray_node_<label>``): the actor is pinned to
     #: whichever node carries it, so it restarts there when that node comes back (a new node id).
     node_resource: str | None = None
+    #: Port of the broker-session listener (``rocketray.controller.session``): brokers hold a
+    #: connection here so the controller notices a dead broker when the kernel closes it. None: no
+    #: listener (brokers then rely on heartbeat expiry alone).
+    session_port: int | None = None
 
     @property
     def raft_address(self) -> str:

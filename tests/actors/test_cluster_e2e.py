@@ -234,3 +234,38 @@ def test_broker_restarted_on_a_new_port_keeps_its_id_and_the_controller_learns_t
     w.produce(100)
     wait_until(lambda: cluster.broker_status(GROUP, victim.replica)["max_offset"]
                == cluster.broker_status(GROUP, master)["max_offset"], 60, what="the moved replica to catch up")
+
+
+def test_master_killed_for_good_is_replaced_at_connection_speed_not_at_heartbeat_expiry(make_cluster):
+    """Issue 18, failover at connection speed: each broker holds a session connection to the
+    controller leader. With a 60 s heartbeat timeout, the master's actor is killed for good (Ray does
+    not restart it, so no new-term request can explain the election): the kernel closes its session,
+    the leader elects another SyncStateSet member within seconds, and writes resume."""
+    import time
+
+    cluster = make_cluster(overrides={"broker.controller_heartbeat_timeout_ms": "60000"})
+    w = Workload(cluster)
+    w.produce(100)
+    pipeline.settle(cluster)
+    old = cluster.wait_for_master(GROUP)
+    leader = cluster.spec.controllers[cluster.wait_for_leader(60)].raft_address
+    wait_until(lambda: all(cluster.broker_status(GROUP, b.replica)["controller_session"] == leader
+                           for b in cluster.spec.brokers_of(GROUP)), 30,
+               what="every replica to hold a session with the controller leader")
+    before = replica_info(cluster).header
+    follower = next(c.index for c in cluster.spec.controllers if c.raft_address != leader)
+    watch = cluster.controller(follower).watch_master.remote(GROUP, before["master_epoch"], 25)
+    assert ray.wait([watch], timeout=0.5)[0] == [], "a watch answers only when a newer master is applied"
+    t0 = time.monotonic()
+    ray.kill(cluster.broker(GROUP, old), no_restart=True)
+    wait_until(lambda: replica_info(cluster).header["master_epoch"] > before["master_epoch"], 20,
+               what="an election on the master's session close")
+    elected_s = time.monotonic() - t0
+    assert elected_s < 20, elected_s  # a heartbeat expiry would take 60 s
+    seen = ray.get(watch, timeout=10)   # a follower's watch: committed state, no leader needed
+    after = replica_info(cluster).header
+    assert (seen["master_epoch"], seen["master_broker_id"], seen["master_address"]) == \
+        (after["master_epoch"], after["master_broker_id"], after["master_address"])
+    w.producer.forget_master(GROUP)
+    assert w.send_batch(GROUP).outcome == "ok"
+    assert replica_info(cluster).header["master_broker_id"] != before["master_broker_id"]

@@ -1,0 +1,125 @@
+"""The controller's broker-session listener (the shell around ``rocketray.controller.session``).
+
+One asyncio loop on a daemon thread accepts broker session connections on the controller's session
+port, authenticates each with the cluster secret, reads its hello (and, later, a bye or EOF), and
+keeps the :class:`SessionTable` on that loop thread only. When a broker's current session ends
+without a bye, ``on_closed(group, broker_id)`` runs on a worker thread (it may block on a Raft commit:
+an election), never on the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable
+
+from rocketray.auth import SESSION_LABEL, AuthError, authenticate
+from rocketray.controller.session import Bye, Hello, SessionDecoder, SessionProtocolError, SessionTable
+
+log = logging.getLogger(__name__)
+
+__all__ = ["SessionServer"]
+
+READ_BYTES = 4096
+START_TIMEOUT_S = 10.0
+
+
+class SessionServer:
+    """Listens on ``host:port``; see the module docstring. ``start`` raises if the port cannot be bound."""
+
+    def __init__(self, host: str, port: int, secret: str, on_closed: Callable[[str, int], object], *,
+                 auth_timeout_ms: int = 5000) -> None:
+        if not secret:
+            raise ValueError("the broker-session port needs the cluster secret")
+        self.host, self.port = host, port
+        self._secret = secret
+        self._on_closed = on_closed
+        self._auth_timeout_ms = auth_timeout_ms
+        self._table = SessionTable()
+        self._loop = asyncio.new_event_loop()
+        self._server: asyncio.AbstractServer | None = None
+        self._thread = threading.Thread(target=self._loop.run_forever, name=f"controller-sessions-{port}",
+                                        daemon=True)
+        self._workers = ThreadPoolExecutor(max_workers=2, thread_name_prefix="controller-session-closed")
+        self.closes_handled = 0
+        self.refused = 0
+
+    def start(self) -> "SessionServer":
+        self._thread.start()
+        future = asyncio.run_coroutine_threadsafe(
+            asyncio.start_server(self._serve, self.host, self.port, reuse_address=True), self._loop)
+        self._server = future.result(START_TIMEOUT_S)
+        if self.port == 0:
+            self.port = self._server.sockets[0].getsockname()[1]
+        log.info("controller session listener on %s:%d", self.host, self.port)
+        return self
+
+    @property
+    def open_sessions(self) -> int:
+        return len(self._table)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
+        hello: Hello | None = None
+        token = 0
+        said_bye = False
+        try:
+            data = await authenticate(reader, writer, "server", self._secret, self._auth_timeout_ms, SESSION_LABEL)
+            decoder = SessionDecoder()
+            while not said_bye:
+                for frame in decoder.receive_data(data):
+                    if isinstance(frame, Hello):
+                        hello, token = frame, self._table.opened(frame)
+                        log.info("broker session opened group=%s broker_id=%d address=%s", frame.group,
+                                 frame.broker_id, frame.address)
+                    elif isinstance(frame, Bye):
+                        said_bye = True
+                if not said_bye:
+                    data = await reader.read(READ_BYTES)
+                    if not data:
+                        break
+        except AuthError as exc:
+            self.refused += 1
+            log.warning("controller session: dropping unauthenticated peer %s: %s", peer, exc)
+        except SessionProtocolError as exc:
+            log.warning("controller session: closing peer %s: %s", peer, exc)
+        except (ConnectionError, OSError):
+            pass  # a reset is a close like any other
+        finally:
+            writer.close()
+        if hello is not None:
+            dead = self._table.closed(hello, token, said_bye)
+            log.info("broker session closed group=%s broker_id=%d bye=%s current=%s", hello.group,
+                     hello.broker_id, said_bye, dead is not None or said_bye)
+            if dead is not None:
+                self._workers.submit(self._closed, *dead)
+
+    def _closed(self, group: str, broker_id: int) -> None:
+        try:
+            self._on_closed(group, broker_id)
+        except Exception:  # noqa: BLE001 - a failed reaction must not kill the worker; expiry still covers it
+            log.exception("broker session close handling failed group=%s broker_id=%d", group, broker_id)
+        self.closes_handled += 1
+
+    def close(self) -> None:
+        """Stop listening and drop every connection (their closes are not acted on). Idempotent."""
+        if not self._loop.is_running():
+            return
+        self._on_closed = lambda group, broker_id: None
+
+        async def shutdown() -> None:
+            if self._server is not None:
+                self._server.close()
+            for task in asyncio.all_tasks():
+                if task is not asyncio.current_task():
+                    task.cancel()
+
+        try:
+            asyncio.run_coroutine_threadsafe(shutdown(), self._loop).result(START_TIMEOUT_S)
+        except Exception:  # noqa: BLE001 - closing
+            log.exception("controller session listener shutdown")
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(START_TIMEOUT_S)
+        self._workers.shutdown(wait=False)

@@ -1,0 +1,179 @@
+"""The controller's broker-session listener on a real node (issue 18: failover at connection speed).
+
+A broker holds an authenticated session connection to the controller leader; when its process dies
+the kernel closes the connection and the leader re-elects the group at once, long before the
+broker's heartbeat would expire. A bye (the broker moving to another controller), an older session
+of the same broker, a slave's close and an unauthenticated peer change nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from rocketray.controller.api import (AlterSyncStateSetRequest, ApplyBrokerIdRequest, BrokerHeartbeatRequest,
+                                      ElectMasterRequest, GetReplicaInfoRequest, RegisterBrokerRequest)
+from rocketray.controller.config import ControllerConfig
+from rocketray.controller.proc import LocalCluster
+from rocketray.controller.session_server import SessionServer
+from rr_testing import wait_until
+
+pytestmark = pytest.mark.slow
+CLUSTER, GROUP, SECRET = "c", "g", "session-secret"
+HEARTBEAT_TIMEOUT_MS = 60_000   # expiry cannot explain anything these tests see
+
+CLIENT = textwrap.dedent("""
+    import asyncio, sys
+    from rocketray.auth import SESSION_LABEL, authenticate
+    from rocketray.controller.session import Hello, encode_bye, encode_hello
+
+    async def main(port, secret, broker_id, mode):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        await authenticate(reader, writer, "client", secret, 5000, SESSION_LABEL)
+        writer.write(encode_hello(Hello("c", "g", broker_id, f"127.0.0.1:{9000 + broker_id}")))
+        if mode == "bye":
+            writer.write(encode_bye())
+        await writer.drain()
+        print("ready", flush=True)
+        if mode == "bye":
+            await reader.read(1)
+            return
+        await asyncio.sleep(3600)
+
+    asyncio.run(main(int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4]))
+""")
+
+
+@pytest.fixture
+def group(tmp_path, port_factory):
+    """One real controller node with a session listener; brokers 1-3 registered and heartbeating,
+    1 master, SyncStateSet {1,2,3}."""
+    cluster = LocalCluster(tmp_path / "n", [port_factory()], ControllerConfig.for_tests(), SECRET)
+    node = cluster.wait_leader()
+    server = SessionServer("127.0.0.1", 0, SECRET, node.on_broker_session_closed).start()
+    for broker_id in (1, 2, 3):
+        address = f"127.0.0.1:{9000 + broker_id}"
+        assert node.handle(ApplyBrokerIdRequest(CLUSTER, GROUP, broker_id, f"{address};1")).ok
+        assert node.handle(RegisterBrokerRequest(CLUSTER, GROUP, broker_id, address)).ok
+        heartbeat(node, broker_id)
+    assert node.handle(ElectMasterRequest.of_broker_trigger(CLUSTER, GROUP, 1)).ok
+    assert node.handle(AlterSyncStateSetRequest(GROUP, 1, 1, frozenset({1, 2, 3}), 1)).ok
+    procs: list[subprocess.Popen] = []
+
+    def open_session(broker_id: int, mode: str = "hold", secret: str = SECRET) -> subprocess.Popen:
+        p = subprocess.Popen([sys.executable, "-c", CLIENT, str(server.port), secret, str(broker_id), mode],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        procs.append(p)
+        return p
+
+    yield node, server, open_session
+    for p in procs:
+        p.kill()
+        p.wait()
+    server.close()
+    cluster.close()
+
+
+def heartbeat(node, broker_id: int) -> None:
+    assert node.handle is not None
+    resp = node.heartbeat(BrokerHeartbeatRequest(CLUSTER, GROUP, f"127.0.0.1:{9000 + broker_id}", broker_id,
+                                                 heartbeat_timeout_ms=HEARTBEAT_TIMEOUT_MS, epoch=1, max_offset=0,
+                                                 confirm_offset=0))
+    assert resp.ok, resp
+
+
+def master(node):
+    info = node.handle(GetReplicaInfoRequest(GROUP))
+    return info.header["master_broker_id"], info.header["master_epoch"]
+
+
+def ready(p: subprocess.Popen) -> None:
+    line = p.stdout.readline()
+    assert line.strip() == "ready", (line, p.stderr.read() if p.poll() is not None else "")
+
+
+def test_killed_master_process_is_replaced_at_once_not_at_heartbeat_expiry(group):
+    """SIGKILL the process holding the master's session: the kernel closes the socket and the node
+    elects another SyncStateSet member within seconds, while the dead master's heartbeat row would
+    have stayed alive for a minute."""
+    node, server, open_session = group
+    p = open_session(1)
+    ready(p)
+    wait_until(lambda: server.open_sessions == 1, 5, what="the session to be open")
+    assert master(node) == (1, 1)
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    wait_until(lambda: master(node)[0] in (2, 3), 5, what="a new master elected on the session close")
+    assert master(node)[1] == 2
+    assert not node.heartbeats.is_alive(GROUP, 1, node._clock_ms()), "the dead master's row is gone"
+
+
+def test_bye_a_slave_close_and_a_stale_session_elect_nobody(group):
+    node, server, open_session = group
+    moved = open_session(1, mode="bye")              # the master moves its session to another node
+    ready(moved)
+    moved.wait(10)
+    slave = open_session(2)
+    ready(slave)
+    old, new = open_session(1), None
+    ready(old)
+    new = open_session(1)                            # a newer session of the master replaces the old one
+    ready(new)
+    wait_until(lambda: server.open_sessions == 2, 5, what="the sessions of 1 and 2")
+    slave.kill()
+    old.kill()
+    slave.wait()
+    old.wait()
+    wait_until(lambda: server.open_sessions == 1, 5, what="the closes to be seen")
+    wait_until(lambda: server.closes_handled >= 1, 5, what="the slave's close to be handled")
+    assert master(node) == (1, 1), "no election: a bye, a slave's death and a stale session"
+    assert not node.heartbeats.is_alive(GROUP, 2, node._clock_ms()), "the dead slave is no longer live"
+    new.kill()
+    new.wait()
+    wait_until(lambda: master(node)[0] == 3, 5, what="the current session's close elects (2 is dead)")
+
+
+def test_a_peer_without_the_secret_opens_no_session(group):
+    node, server, open_session = group
+    p = open_session(1, secret="wrong")
+    assert p.wait(10) != 0
+    wait_until(lambda: server.refused == 1, 5, what="the refusal")
+    assert server.open_sessions == 0
+    with socket.create_connection(("127.0.0.1", server.port)) as s:   # garbage: that connection only
+        s.sendall(b"GET / HTTP/1.0\r\n\r\n")
+        s.settimeout(5)
+        got = b""
+        while chunk := s.recv(100):
+            got += chunk
+        assert got[:4] == b"RRHA" and len(got) == 38, "its hello (a nonce) and nothing keyed, then the close"
+    assert server.refused == 2 and master(node) == (1, 1)
+
+
+def test_a_master_watch_answers_when_a_newer_master_is_applied_and_not_before(group):
+    """``wait_master_change``, the long poll clients hold: at once for an older epoch, after its
+    timeout with the same view when nothing changes, and as soon as an election is applied."""
+    import threading
+    import time
+
+    node, server, open_session = group
+    assert node.wait_master_change(GROUP, -1, 5)["master_epoch"] == 1
+    t0 = time.monotonic()
+    same = node.wait_master_change(GROUP, 1, 0.3)
+    assert same == {"master_epoch": 1, "master_broker_id": 1, "master_address": "127.0.0.1:9001"}
+    assert time.monotonic() - t0 >= 0.3
+    seen = []
+    waiter = threading.Thread(target=lambda: seen.append(node.wait_master_change(GROUP, 1, 20)))
+    waiter.start()
+    p = open_session(1)
+    ready(p)
+    wait_until(lambda: server.open_sessions == 1, 5, what="the session to be open")
+    assert seen == []
+    p.kill()
+    waiter.join(20)
+    assert seen and seen[0]["master_epoch"] == 2 and seen[0]["master_broker_id"] in (2, 3)
