@@ -27,6 +27,7 @@ from rocketray.broker.store import MessageStore
 from rocketray.controller.api import (AlterSyncStateSetRequest, BrokerHeartbeatRequest, ElectMasterRequest,
                                       GetReplicaInfoRequest, RegisterBrokerRequest, Response)
 from rocketray.controller.codes import ResponseCode
+from rocketray.controller.session import Hello
 from rocketray.ha import ack
 from rocketray.ha.ack import AckPolicy, PutResult, PutStatus, refused
 from rocketray.ha.master import MasterReplication
@@ -61,6 +62,9 @@ class BrokerTimings:
     segment_bytes: int = 4096
     flush_mode: FlushMode = FlushMode.SYNC
     flush_ms: int = 300                 # async flush period (``flush_mode`` ASYNC)
+    #: brokers hold controller sessions, so a killed process is noticed at once (production); off:
+    #: the controller learns of deaths by heartbeat expiry only (a power loss, a cut link)
+    controller_sessions: bool = True
 
 
 @dataclass(slots=True)
@@ -91,6 +95,7 @@ class SimBroker:
         self.epochs_seen: list[int] = []      # the role machine's master epochs, this process
         self.store: MessageStore | None = None
         self.peers: dict[str, SimBroker] = {}   # every broker of the group by name (set by the world)
+        self.session: tuple[Hello, tuple] | None = None   # this process's controller session (hello, token)
 
     # ================================================================== process lifecycle
     def boot(self) -> None:
@@ -108,11 +113,13 @@ class SimBroker:
         self.puts: list[_Put] = []
         self.registered = False
         self.epochs_seen = []
+        self.session = None
         self.world.note(f"{self.name} boots (restart {self.restarts})")
         self.guard(self._open_store)
         if not self.up:
             return
         self.feed(rm.IdAssigned(self.id))
+        self.open_session()
         self._register()
         self._every(self.t.heartbeat_ms, self._heartbeat)
         self._every(self.t.poll_ms, self._poll)
@@ -120,6 +127,24 @@ class SimBroker:
         self._every(self.t.ha_tick_ms, self._ha_tick)
         if self.t.flush_mode is FlushMode.ASYNC:
             self._every(self.t.flush_ms, self._flush)
+
+    def open_session(self) -> None:
+        """Open this process's session connection to the controller leader (its hello arrives after
+        a network delay, unless the link is cut or the process dies first)."""
+        if not self.t.controller_sessions:
+            return
+        hello = Hello(self.cluster, self.group, self.id, self.name)
+
+        def opened() -> None:
+            self.session = (hello, self.controller.session_opened(hello))
+        self.net.signal(self.name, CONTROLLER, opened, owner=self)
+
+    def _close_session(self) -> None:
+        if self.session is not None:
+            hello, token = self.session
+            self.session = None
+            self.net.signal(self.name, CONTROLLER, lambda: self.controller.session_closed(hello, token),
+                            owner=self.controller)
 
     def _open_store(self) -> None:
         self.store = MessageStore(f"/{self.name}/store", self.store_config, disk=self.disk)
@@ -142,6 +167,8 @@ class SimBroker:
     def _down(self, mode: CrashMode) -> None:
         self.disk.set_hook(None)
         self.world.note(f"{self.name} crashed ({mode.name})")
+        if mode is CrashMode.KILL:
+            self._close_session()           # the kernel closes a killed process's sockets; power loss: nothing
         if mode is CrashMode.POWER_LOSS:
             self.power_losses += 1
             self.end_before_power_loss = self.store.max_offset if self.store is not None else 0

@@ -7,7 +7,10 @@ applied (committed) at once, or, when the seed says the leader died at that mome
 (lost before commit) or without an answer (committed, caller sees a timeout: unknown). A leader
 change is a seeded event; the new leader waits one heartbeat timeout before its dead-master scan,
 like the real node. Elections triggered by the scan or by a broker notify the live members of the
-group; a notification can be lost, so brokers converge by polling.
+group; a notification can be lost, so brokers converge by polling. Brokers hold session connections
+(the real ``SessionTable``): a killed broker's session close reaches the controller (unless the link
+is cut) and, if it was the master, the group is re-elected at once, as ``ControllerNode`` does; a
+power loss closes nothing. A new leader starts with no sessions until the brokers open them again.
 """
 
 from __future__ import annotations
@@ -18,9 +21,10 @@ from rocketray.broker.role import MasterInfo
 from rocketray.controller.api import (ApplyBrokerIdRequest, BrokerHeartbeatRequest, ElectMasterRequest,
                                       GetReplicaInfoRequest, Response)
 from rocketray.controller.decide import (DecideContext, decide, decide_elect_master, is_write,
-                                         scan_need_reelect_broker_sets)
+                                         master_session_closed, scan_need_reelect_broker_sets)
 from rocketray.controller.events import ElectMasterEvent
 from rocketray.controller.heartbeat import HeartbeatTable
+from rocketray.controller.session import Hello, SessionTable
 from rocketray.controller.state import ControllerState
 from rocketray.sim.net import Network
 from rocketray.sim.world import World
@@ -46,6 +50,9 @@ class SimController:
         # a scripted scenario's fault: a write request this returns True for is committed and its
         # answer lost (the caller sees a timeout), as a dying leader would
         self.answer_lost: Callable[[object], bool] | None = None
+        self.sessions = SessionTable()
+        self.on_leader_change: Callable[[], None] | None = None   # brokers open their sessions again
+        self.session_elections = 0
 
     # -- setup --------------------------------------------------------------------------------------
     def assign_ids(self, group: str, ids: list[int]) -> None:
@@ -64,7 +71,10 @@ class SimController:
         """A new Raft leader (brokers heartbeat every controller, so its heartbeat table is warm);
         its dead-master scan waits one heartbeat timeout, like the real node."""
         self.leader_since_ms = self.world.now_ms
+        self.sessions = SessionTable()
         self.world.note("controller leader changed")
+        if self.on_leader_change is not None:
+            self.on_leader_change()
 
     # -- requests -------------------------------------------------------------------------------------
     def handle(self, request: object) -> Response | None:
@@ -91,6 +101,25 @@ class SimController:
             self.change_leader()
             return None
         return resp
+
+    def session_opened(self, hello: Hello) -> tuple[SessionTable, int]:
+        return self.sessions, self.sessions.opened(hello)
+
+    def session_closed(self, hello: Hello, token: tuple[SessionTable, int]) -> None:
+        """A broker's session ended without a bye (``ControllerNode.on_broker_session_closed``)."""
+        table, number = token
+        if table is not self.sessions or table.closed(hello, number, said_bye=False) is None:
+            return  # a session with an earlier leader, or an older one of this broker
+        group, broker_id = hello.key
+        self.heartbeats.remove(group, broker_id)
+        if not master_session_closed(self.state, group, broker_id):
+            return
+        self.world.note(f"controller: master {group}-{broker_id} session closed, electing")
+        self.session_elections += 1
+        ctx = DecideContext.from_heartbeats(self.heartbeats, self.world.now_ms)
+        _resp, events = decide_elect_master(self.state, ElectMasterRequest.of_controller_trigger(group), ctx)
+        if events:
+            self._apply(events)
 
     def _apply(self, events: list) -> None:
         self.state.apply_all(events)

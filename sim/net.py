@@ -87,6 +87,9 @@ class Connection:
             self.net.world.at(self.net.delay_ms(), functools.partial(on_close, self), owner=owner)
 
 
+SIGNAL_DELAY_MS = 1
+
+
 class Network:
     """Links, partitions, delays and loss, all drawn from the world's seeded random source."""
 
@@ -185,6 +188,13 @@ class Network:
         if self.reachable(src, dst) and rng.random() >= self.loss:
             world.at(self.delay_ms(), arrive)
         world.at(timeout_ms, lambda: answer(None), owner=owner)
+
+    def signal(self, src: str, dst: str, deliver: Callable[[], None], owner: object) -> None:
+        """A connection event the kernel sends (a session's hello, the FIN of a killed process):
+        delivered after ``SIGNAL_DELAY_MS`` unless the link is cut or an end is down. It draws
+        nothing from the seed, so runs without kills keep their schedules."""
+        if self.reachable(src, dst):
+            self.world.at(SIGNAL_DELAY_MS, deliver, owner=owner)
 
     def notify(self, src: str, dst: str, deliver: Callable[[], None], owner: object) -> None:
         """A one-way message (a role-change notification); may be lost."""

@@ -117,6 +117,7 @@ class Sim:
         for b in self.brokers.values():
             b.peers = self.brokers
         self.controller.notify_to = self._notify
+        self.controller.on_leader_change = self._reopen_sessions
         self.producers = [SimProducer(self.world, self.net, self.controller, self.brokers,
                                       name=f"producer-{g}" + (f"-{k}" if k else ""), group=g, batch=config.batch,
                                       interval_ms=config.produce_interval_ms, timeout_ms=t.slave_timeout_ms + 500)
@@ -130,6 +131,12 @@ class Sim:
     def _notify(self, group: str, broker_id: int, info) -> None:
         b = self.brokers[f"{group}-{broker_id}"]
         self.net.notify(CONTROLLER, b.name, lambda: b.notified(info), owner=b)
+
+    def _reopen_sessions(self) -> None:
+        """A new controller leader: every live broker opens its session with it."""
+        for b in self.brokers.values():
+            if b.up:
+                b.open_session()
 
     # -- scripts -----------------------------------------------------------------------------------
     def when(self, predicate: Callable[[], bool], action: Callable[[], None], every_ms: int = 5) -> None:

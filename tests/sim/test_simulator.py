@@ -100,3 +100,39 @@ def test_cli_json_and_replay():
     one = subprocess.run([sys.executable, "-m", "rocketray.cli", "simulate", "--seed", "3"],
                          capture_output=True, text=True, timeout=300)
     assert one.returncode == 0 and "seeds 1, violations 0" in one.stdout, one.stdout + one.stderr
+
+
+@pytest.mark.parametrize("sessions", [True, False])
+def test_a_killed_master_is_replaced_on_its_session_close_before_any_heartbeat_expiry(sessions):
+    """Issue 18 in the simulator: the kernel closes a killed master's controller session, so the
+    controller elects within milliseconds of virtual time; without sessions (a power loss, a cut
+    link) the same kill waits for the restarted master's new-term request or heartbeat expiry.
+    Every invariant holds either way."""
+    import dataclasses
+
+    from rocketray.sim.disk import CrashMode
+    from rocketray.sim.run import Sim
+
+    base = SimConfig(max_faults=0, loss=0.0, commit_fault_p=0.0, duration_ms=6_000, settle_ms=6_000)
+    config = dataclasses.replace(base, timings=dataclasses.replace(base.timings, controller_sessions=sessions))
+    sim = Sim(7, config)
+    killed: dict[str, int] = {}
+
+    def script(s: Sim) -> None:
+        def kill() -> None:
+            master = s.serving_master("g0")
+            killed["at_ms"], killed["epoch"] = s.world.now_ms, master.ha_epoch
+            master.crash(CrashMode.KILL)
+        s.when(lambda: s.world.now_ms >= 2_000 and s.serving_master("g0") is not None, kill)
+
+    r = sim.run(script)
+    assert r.ok, (r.violation, "\n".join(r.trace[-30:]))
+    assert sim.controller.session_elections == (1 if sessions else 0)
+    epochs = [epoch for _g, epoch, _m in sim.controller.elections]
+    assert killed["epoch"] + 1 in epochs
+    elected = [line for line in r.trace if f"epoch={killed['epoch'] + 1}" in line and "elected" in line]
+    at_ms = int(elected[0].split()[0])
+    if sessions:
+        assert at_ms - killed["at_ms"] < 50, elected
+    else:  # the earliest other path: the restarted master's new-term request, or heartbeat expiry
+        assert at_ms - killed["at_ms"] >= config.timings.restart_min_ms, elected
