@@ -18,6 +18,7 @@ import ray
 from rocketray.actors.client import Consumer, Producer, SendOutcome, now_ms
 from rocketray.actors.cluster import Cluster, ClusterError, wait_for
 from rocketray.controller.api import GetReplicaInfoRequest
+from rocketray.waiting import NotYet
 
 BATCH = 50
 QUEUES = 4
@@ -173,20 +174,25 @@ def replicas_on_distinct_nodes(cluster: Cluster) -> bool:
     return True
 
 
+SETTLE_KEYS = ("replica", "broker_id", "state", "role", "fenced", "master_epoch", "sync_state_set", "max_offset",
+               "confirm_offset", "master_address")
+
+
 def settle(cluster: Cluster, timeout_s: float = 120) -> None:
     """Wait until every replica runs and each group's slaves confirmed the master's whole log."""
 
     def settled():
         for group in cluster.spec.groups:
             statuses = cluster.group_status(group)
+            brief = [None if s is None else {k: s.get(k) for k in SETTLE_KEYS} for s in statuses]
             if any(s is None or not s.get("running") for s in statuses):
-                return False
+                return NotYet(f"{group}: a replica is not running: {brief}")
             masters = [s for s in statuses if s["role"] == "master"]
             if len(masters) != 1:
-                return False
+                return NotYet(f"{group}: {len(masters)} masters: {brief}")
             end = masters[0]["max_offset"]
             if any(s["confirm_offset"] < end or s["max_offset"] < end for s in statuses):
-                return False
+                return NotYet(f"{group}: a replica has not confirmed the master's end {end}: {brief}")
         return True
 
     wait_for(settled, timeout_s, "every replica to run and confirm its master's log", interval_s=0.2)

@@ -5,6 +5,7 @@ value and returns that value. An exception raised by the predicate counts as "no
 actor, a refused connection) and is shown on timeout. On timeout it raises ``error(message)``
 (default ``WaitTimeout``, a ``TimeoutError``), the message naming ``what`` was awaited and the last
 value or exception. ``wait_for_async`` is the same on an asyncio loop (it never blocks the loop).
+A predicate can return ``NotYet(why)``, falsy, so a timeout says why the condition did not hold.
 """
 
 from __future__ import annotations
@@ -13,7 +14,22 @@ import asyncio
 import time
 from typing import Any, Callable, Generator
 
-__all__ = ["WaitTimeout", "wait_for", "wait_for_async"]
+__all__ = ["NotYet", "WaitTimeout", "wait_for", "wait_for_async"]
+
+
+class NotYet:
+    """A falsy predicate result that says what is still missing (shown on timeout)."""
+
+    __slots__ = ("why",)
+
+    def __init__(self, why: str) -> None:
+        self.why = why
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __repr__(self) -> str:
+        return f"NotYet({self.why})"
 
 
 class WaitTimeout(TimeoutError):
