@@ -65,8 +65,14 @@ class ControllerService:
                                     self._spec.secret, on_role_changed=self._on_role_changed)
         # Brokers' session connections: a broker whose process dies is noticed when the kernel
         # closes its connection, not a heartbeat timeout later (rocketray.controller.session).
-        self._sessions = None if me.session_port is None else SessionServer(
-            me.host, me.session_port, self._spec.secret, self._node.on_broker_session_closed).start()
+        self._sessions: SessionServer | None = None
+        if me.session_port is not None:
+            try:
+                self._sessions = SessionServer(me.host, me.session_port, self._spec.secret,
+                                               self._node.on_broker_session_closed).start()
+            except OSError as exc:  # not fatal: heartbeat expiry still finds dead brokers
+                log.error("controller session listener not started index=%d port=%d: %r", index,
+                          me.session_port, exc)
         self._config_lock = threading.Lock()
         self._stop = threading.Event()
         self._broker_handles: dict[str, object] = {}

@@ -117,7 +117,8 @@ def actors_on(cluster: Cluster, label: str) -> tuple[list[int], list[tuple[str, 
 def lose_node_and_time(cluster: Cluster, workload: Workload, nodes: NodeControl, group: str,
                        produce_while_down: int = 300, say: Callable[[str], None] = print) -> dict:
     """Kill the whole node that holds ``group``'s master (every actor on it dies, none can restart
-    elsewhere), time until a write is acknowledged again (failover by heartbeat expiry), keep
+    elsewhere), time until a write is acknowledged again (the kernel closes the dead master's
+    controller session; by heartbeat expiry if the controller leader died with the node), keep
     producing, bring the node back and time until its brokers run again as slaves and its
     controllers answer. Returns the figures and what moved."""
     old = cluster.wait_for_master(group, 60)

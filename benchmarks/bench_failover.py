@@ -8,6 +8,11 @@ master. The controller notices the death when the kernel closes the master's ses
 meanwhile, and if it is back before the election it asks for a new term and may itself be that next
 master under a higher epoch (``same_master_rounds`` counts those).
 
+Hops (p50 over the kills): ``elected_p50_ms``, from the kill until the controller leader applied
+the next master's epoch (the session close, the election commit), and ``after_election_p50_ms``,
+the rest (the producer's watch fires, it moves the put to the new master, the new master takes its
+role and acknowledges).
+
 Same-run floor: on the settled live group, the median of one controller round trip that commits in
 Raft (a read behind a barrier) plus one acknowledged put of the same batch size: what any failover
 has to spend after detection (an election commit, then a write). Reported per profile: p50 (lower
@@ -16,7 +21,15 @@ better), ``target_p50_ms`` (issue 18: 500) and, for reference, ``controller_hear
 which a failover found only by heartbeat expiry would have to wait for. The top-level ``ratio`` is
 the first profile's.
 
-    python benchmarks/run.py failover [--kills 10] [--profiles fast,default] [--json]
+Node loss (``--node-loss-rounds``, fast profile): a Ray of three labelled nodes on this machine
+(``actors/nodes.py``), each group's replicas on different nodes; each round kills the whole node
+of the master (raylet and every process on it, none can restart elsewhere), times until a write is
+acknowledged again (``node_failover`` p50/max; target: at most the heartbeat timeout + 0.5 s), brings
+the node back and times until its actors rejoin (``node_rejoin``). When the lost node also held the
+controller leader, the new leader has no sessions and the failover waits for heartbeat expiry
+(``leader_lost_rounds`` counts those).
+
+    python benchmarks/run.py failover [--kills 10] [--profiles fast,default] [--node-loss-rounds 3] [--json]
 """
 
 from __future__ import annotations
@@ -45,10 +58,40 @@ def floor_ms(cluster, w) -> float:
     samples = []
     for _ in range(FLOOR_SAMPLES):
         t0 = time.perf_counter()
-        assert cluster.call_controller(GetReplicaInfoRequest(broker_name=GROUP), timeout_s=10.0).ok
-        assert w.send_batch(GROUP).outcome == "ok"
+        answer = cluster.call_controller(GetReplicaInfoRequest(broker_name=GROUP), timeout_s=10.0)
+        assert answer.ok, answer
+        sent = w.send_batch(GROUP)
+        assert sent.outcome == "ok", sent
         samples.append((time.perf_counter() - t0) * 1000)
     return _p50(samples)
+
+
+class ElectionClock:
+    """Arms a master watch now (``watch_master`` on a controller); ``ms()``: how long after
+    ``kill()`` was called (the first put of ``kill_master_and_time`` starts there) the controller had
+    applied the next master's epoch: detection + election commit, one hop of the failover."""
+
+    def __init__(self, cluster) -> None:
+        import threading
+
+        from rocketray.controller.api import GetReplicaInfoRequest
+
+        epoch = cluster.call_controller(GetReplicaInfoRequest(broker_name=GROUP), timeout_s=10.0).header["master_epoch"]
+        ref = cluster.controller(cluster.wait_for_leader(60)).watch_master.remote(GROUP, epoch, 60)
+        self.t0 = time.monotonic()
+        self._at: list[float] = []
+        self._thread = threading.Thread(target=lambda: (ray_get(ref), self._at.append(time.monotonic())), daemon=True)
+        self._thread.start()
+
+    def ms(self) -> float:
+        self._thread.join(60)
+        return (self._at[0] - self.t0) * 1000.0
+
+
+def ray_get(ref):
+    import ray
+
+    return ray.get(ref, timeout=60)
 
 
 def measure(profile: str, kills: int, data_dir: str) -> dict:
@@ -61,6 +104,7 @@ def measure(profile: str, kills: int, data_dir: str) -> dict:
     cluster = start_cluster(f"bench-failover-{profile}-{int(time.time())}", controllers=3, groups=1, replicas=3,
                             data_dir=data_dir, profile=profile, overrides=overrides)
     samples: list[float] = []
+    elections: list[float] = []
     same = 0  # rounds where Ray restarted the master before detection and it won a new term itself
     try:
         w = pipeline.Workload(cluster)
@@ -69,9 +113,11 @@ def measure(profile: str, kills: int, data_dir: str) -> dict:
         floor = floor_ms(cluster, w)
         for _ in range(kills):
             pipeline.settle(cluster, timeout_s=180)
+            elected = ElectionClock(cluster)
             ms, old, new = pipeline.kill_master_and_time(cluster, w, GROUP)
             same += int(new == old)
             samples.append(ms)
+            elections.append(elected.ms())
         pipeline.settle(cluster, timeout_s=180)
         lost = pipeline.verify(cluster, w)["lost"]
     finally:
@@ -79,12 +125,52 @@ def measure(profile: str, kills: int, data_dir: str) -> dict:
     p50 = _p50(samples)
     return {"kills": len(samples), "p50_ms": round(p50, 1), "max_ms": round(max(samples), 1),
             "floor_ms": round(floor, 1), "ratio": round(p50 / floor, 2), "target_p50_ms": TARGET_P50_MS,
+            "elected_p50_ms": round(_p50(elections), 1), "after_election_p50_ms": round(
+                _p50([t - e for t, e in zip(samples, elections)]), 1),
             "controller_heartbeat_timeout_ms": detection_ms, "same_master_rounds": same, "lost": lost,
             "samples_ms": [round(x, 1) for x in samples]}
 
 
+def measure_node_loss(rounds: int, data_dir: str) -> dict:
+    """Kill the master's whole node ``rounds`` times on a local three-node Ray (fast profile)."""
+    from rocketray.actors import pipeline
+    from rocketray.actors.cluster import start_cluster
+    from rocketray.actors.nodes import LocalNodes
+    from rocketray.config import load_config
+
+    detection_ms = load_config("fast").broker.controller_heartbeat_timeout_ms
+    nodes = LocalNodes(3, namespace="rocketray-bench")
+    failover: list[float] = []
+    rejoin: list[float] = []
+    leader_lost = 0
+    try:
+        cluster = start_cluster(f"bench-node-loss-{int(time.time())}", controllers=3, groups=1, replicas=3,
+                                data_dir=data_dir, profile="fast")
+        try:
+            w = pipeline.Workload(cluster)
+            w.produce(200)
+            for _ in range(rounds):
+                pipeline.settle(cluster, timeout_s=180)
+                leader = cluster.wait_for_leader(60)
+                r = pipeline.lose_node_and_time(cluster, w, nodes, GROUP, produce_while_down=100, say=lambda m: None)
+                leader_lost += int(leader in r["lost_controllers"])
+                failover.append(r["node_failover_ms"])
+                rejoin.append(r["node_rejoin_ms"])
+            pipeline.settle(cluster, timeout_s=180)
+            lost = pipeline.verify(cluster, w)["lost"]
+        finally:
+            cluster.stop(delete_data=True)
+    finally:
+        nodes.shutdown()
+    p50 = _p50(failover)
+    return {"rounds": rounds, "node_failover_p50_ms": round(p50, 1), "node_failover_max_ms": round(max(failover), 1),
+            "node_rejoin_p50_ms": round(_p50(rejoin), 1), "controller_heartbeat_timeout_ms": detection_ms,
+            "target_ms": detection_ms + 500, "leader_lost_rounds": leader_lost, "lost": lost,
+            "samples_ms": [round(x, 1) for x in failover]}
+
+
 #: ``benchmarks/run.py failover --smoke``: a size that finishes in seconds (CI runs it).
-SMOKE_ARGS = ["--kills", "1", "--profiles", "fast"]
+SMOKE_ARGS = ["--kills", "1", "--profiles", "fast", "--node-loss-rounds", "1"]
 
 
 def run(argv: list[str]) -> dict:
@@ -93,6 +179,7 @@ def run(argv: list[str]) -> dict:
     parser = argparse.ArgumentParser(prog="failover")
     parser.add_argument("--kills", type=int, default=10)
     parser.add_argument("--profiles", default="fast,default")
+    parser.add_argument("--node-loss-rounds", type=int, default=3)
     args = parser.parse_args(argv)
     profiles = [p.strip() for p in args.profiles.split(",") if p.strip()]
     started = not ray.is_initialized()
@@ -107,4 +194,9 @@ def run(argv: list[str]) -> dict:
     finally:
         if started:
             ray.shutdown()
+    if args.node_loss_rounds > 0:
+        if ray.is_initialized():
+            ray.shutdown()  # the node-loss case runs its own Ray of several nodes
+        with tempfile.TemporaryDirectory(prefix="bench-node-loss-") as tmp:
+            out["node_loss"] = measure_node_loss(args.node_loss_rounds, tmp)
     return {**out, "ratio": out[profiles[0]]["ratio"], "baseline": "floor_ms", "unit": "ms"}

@@ -50,7 +50,11 @@ class SessionServer:
         self._thread.start()
         future = asyncio.run_coroutine_threadsafe(
             asyncio.start_server(self._serve, self.host, self.port, reuse_address=True), self._loop)
-        self._server = future.result(START_TIMEOUT_S)
+        try:
+            self._server = future.result(START_TIMEOUT_S)
+        except BaseException:
+            self.close()
+            raise
         if self.port == 0:
             self.port = self._server.sockets[0].getsockname()[1]
         log.info("controller session listener on %s:%d", self.host, self.port)

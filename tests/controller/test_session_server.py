@@ -177,3 +177,16 @@ def test_a_master_watch_answers_when_a_newer_master_is_applied_and_not_before(gr
     p.kill()
     waiter.join(20)
     assert seen and seen[0]["master_epoch"] == 2 and seen[0]["master_broker_id"] in (2, 3)
+
+
+def test_a_port_in_use_raises_and_leaves_no_thread_behind():
+    import threading
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        before = {t.name for t in threading.enumerate()}
+        with pytest.raises(OSError):
+            SessionServer("127.0.0.1", port, SECRET, lambda group, broker_id: None).start()
+        assert {t.name for t in threading.enumerate()} <= before
