@@ -164,21 +164,23 @@ class ControllerService:
         next_expiry = time.monotonic() + cfg.scan_not_active_broker_interval_ms / 1000.0
         next_master_scan = time.monotonic() + cfg.scan_inactive_master_interval_ms / 1000.0
         next_metrics = time.monotonic()
-        # Liveness is local to each node, so a node that just became leader (e.g. after every
-        # controller restarted) knows no heartbeats yet: scanning for dead masters right away would
-        # depose live ones. Like RocketMQ's jRaftScanWaitTimeoutMs, wait one broker heartbeat timeout.
+        # Liveness is local to each node, so a node that just started (e.g. after every controller
+        # restarted) knows no heartbeats yet: scanning for dead masters right away would depose live
+        # ones. Like RocketMQ's jRaftScanWaitTimeoutMs, it waits one broker heartbeat timeout, counted
+        # from the node's start, not from its leadership: brokers heartbeat every node, so a node up
+        # that long knows every live broker when it becomes leader (a master lost together with the
+        # old leader is then replaced at its heartbeat expiry, not one timeout after the election).
         grace_s = self._config.broker.controller_heartbeat_timeout_ms / 1000.0
-        leader_since: float | None = None
+        started = time.monotonic()
         while not self._stop.wait(min(cfg.scan_not_active_broker_interval_ms, cfg.scan_inactive_master_interval_ms,
                                       METRICS_PERIOD_MS) / 4000.0):
             cfg = self._node.config
             now = time.monotonic()
-            leader_since = (leader_since or now) if self._node.is_leader() else None
             try:
                 if now >= next_expiry:  # a dead master found here is re-elected by the node
                     next_expiry = now + cfg.scan_not_active_broker_interval_ms / 1000.0
                     self._node.expire_heartbeats()
-                if now >= next_master_scan and leader_since is not None and now - leader_since >= grace_s:
+                if now >= next_master_scan and now - started >= grace_s and self._node.is_leader():
                     next_master_scan = now + cfg.scan_inactive_master_interval_ms / 1000.0
                     self._node.scan_inactive_masters()
             except Exception:  # noqa: BLE001 - a scan failure must not kill the timer

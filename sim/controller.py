@@ -5,8 +5,8 @@ linearizable log with unknown outcomes (SIMULATION.md section 4). A write reques
 real ``decide`` on the current state with liveness from the real ``HeartbeatTable``; its events are
 applied (committed) at once, or, when the seed says the leader died at that moment, either never
 (lost before commit) or without an answer (committed, caller sees a timeout: unknown). A leader
-change is a seeded event; the new leader waits one heartbeat timeout before its dead-master scan,
-like the real node. Elections triggered by the scan or by a broker notify the live members of the
+change is a seeded event; every node waits one heartbeat timeout after its start before its
+dead-master scan, like the real node (the nodes start with the run; a new leader's table is warm). Elections triggered by the scan or by a broker notify the live members of the
 group; a notification can be lost, so brokers converge by polling. Brokers hold session connections
 (the real ``SessionTable``): a killed broker's session close reaches the controller (unless the link
 is cut) and, if it was the master, the group is re-elected at once, as ``ControllerNode`` does; a
@@ -44,7 +44,6 @@ class SimController:
         self.commit_fault_p = commit_fault_p
         self.state = ControllerState()
         self.heartbeats = HeartbeatTable()
-        self.leader_since_ms = 0
         self.notify_to: Callable[[str, int, MasterInfo], None] | None = None
         self.elections: list[tuple[str, int, int | None]] = []   # (group, epoch, master)
         # a scripted scenario's fault: a write request this returns True for is committed and its
@@ -68,9 +67,8 @@ class SimController:
 
     # -- faults ---------------------------------------------------------------------------------------
     def change_leader(self) -> None:
-        """A new Raft leader (brokers heartbeat every controller, so its heartbeat table is warm);
-        its dead-master scan waits one heartbeat timeout, like the real node."""
-        self.leader_since_ms = self.world.now_ms
+        """A new Raft leader (brokers heartbeat every controller, so its heartbeat table is warm and,
+        up since the run started, it scans for dead masters at once, like the real node)."""
         self.sessions = SessionTable()
         self.world.note("controller leader changed")
         if self.on_leader_change is not None:
@@ -147,7 +145,7 @@ class SimController:
     def _scan(self) -> None:
         now = self.world.now_ms
         self.heartbeats.expire(now)
-        if now - self.leader_since_ms >= self.heartbeat_timeout_ms:
+        if now >= self.heartbeat_timeout_ms:    # the start-up grace of every node (ControllerService)
             alive = self.heartbeats.alive_predicate(now)
             for group in scan_need_reelect_broker_sets(self.state, alive):
                 ctx = DecideContext.from_heartbeats(self.heartbeats, now)
