@@ -13,6 +13,11 @@ role changed during the ack wait) -> stop: sending it again would store a second
 copy as a new batch. A call that never answered (the actor died mid call, the
 call timed out) is retried: the only case where a payload may be stored twice;
 consumers de-duplicate by payload id and the checker reports duplicates.
+Every payload ends as one history record: ``ok`` if an attempt was acknowledged,
+``unknown`` if some attempt may have written it, and ``failed`` only if every
+attempt was refused before anything was written (a batch refused as malformed,
+MESSAGE_ILLEGAL, is not retried). A :class:`Consumer` reads a
+queue from any replica, which serves only up to its confirm offset.
 
 The producer learns a group's next master from the controller as soon as it is elected: it holds
 one long-poll *watch* per group (``ControllerService.watch_master``, answered when a controller
@@ -20,11 +25,6 @@ applies a higher master epoch). A put still waiting when the watch names another
 abandoned (an unanswered call: it may have run) and sent to the new master at once. This matters
 when the master's actor died and Ray is restarting it: a call to it waits for the restart, seconds
 after the controller elected its successor.
-Every payload ends as one history record: ``ok`` if an attempt was acknowledged,
-``unknown`` if some attempt may have written it, and ``failed`` only if every
-attempt was refused before anything was written (a batch refused as malformed,
-MESSAGE_ILLEGAL, is not retried). A :class:`Consumer` reads a
-queue from any replica, which serves only up to its confirm offset.
 """
 
 from __future__ import annotations
@@ -112,6 +112,7 @@ class Producer:
             view = ray.get(watch, timeout=0)
         except (ray.exceptions.RayError, ValueError):
             self._watch_controller += 1     # that controller died: watch through the next one
+            time.sleep(0.01)                # (not a hot loop while every controller is down)
             return None
         if view["master_epoch"] <= self._epochs.get(group, -1):
             return None

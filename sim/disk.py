@@ -170,6 +170,11 @@ class SimDisk:
         """``hook(step, op, path)`` runs before every IO step; returning a mode crashes there."""
         self._hook = hook
 
+    @property
+    def armed(self) -> bool:
+        """A crash is set to happen at some later IO step (``crash_at`` / a hook)."""
+        return self._hook is not None
+
     def crash_at(self, step: int, mode: CrashMode) -> None:
         """Crash just before IO step number ``step`` (absolute, compare ``steps``); one shot."""
         def hook(n: int, _op: str, _path: str) -> CrashMode | None:

@@ -215,7 +215,9 @@ class Sim:
         self.world.at(self.world.rng.randint(*self.config.fault_gap_ms), self._nemesis, what="")
 
     def _all_whole(self) -> bool:
-        return (not self.net.cuts() and all(b.up and not self.invariants.exempt(b) for b in self.brokers.values()))
+        # an io-crash armed but not yet fired is a fault still in progress
+        return (not self.net.cuts() and all(b.up and not b.disk.armed and not self.invariants.exempt(b)
+                                            for b in self.brokers.values()))
 
     def _heal_all(self) -> None:
         self.world.note("HEAL everything")

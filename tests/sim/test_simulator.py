@@ -136,3 +136,20 @@ def test_a_killed_master_is_replaced_on_its_session_close_before_any_heartbeat_e
         assert at_ms - killed["at_ms"] < 50, elected
     else:  # the earliest other path: the restarted master's new-term request, or heartbeat expiry
         assert at_ms - killed["at_ms"] >= config.timings.restart_min_ms, elected
+
+
+def test_one_at_a_time_waits_for_an_armed_io_crash_to_fire():
+    """The async profile's schedule promises one fault at a time: an io-crash armed on a broker
+    and not yet fired is a fault in progress (seed 251 had a kill land on top of one)."""
+    from rocketray.sim.disk import CrashMode
+    from rocketray.sim.run import PROFILES, Sim
+
+    sim = Sim(1, PROFILES["async"])
+    for b in sim.brokers.values():
+        b.boot()
+    assert sim._all_whole()
+    broker = next(iter(sim.brokers.values()))
+    broker.disk.crash_after(1_000_000, CrashMode.POWER_LOSS)
+    assert broker.disk.armed and not sim._all_whole()
+    broker.disk.set_hook(None)
+    assert sim._all_whole()
