@@ -20,8 +20,9 @@ MESSAGE_ILLEGAL, is not retried). A :class:`Consumer` reads a
 queue from any replica, which serves only up to its confirm offset.
 
 The producer learns a group's next master from the controller as soon as it is elected: it holds
-one long-poll *watch* per group (``ControllerService.watch_master``, answered when a controller
-applies a higher master epoch). A put still waiting when the watch names another master is
+a long-poll *watch* per group on every controller (``ControllerService.watch_master``, answered
+when that controller applies a higher master epoch; one on every node, since the node of a dead
+master may take a controller with it). A put still waiting when the watch names another master is
 abandoned (an unanswered call: it may have run) and sent to the new master at once. This matters
 when the master's actor died and Ray is restarting it: a call to it waits for the restart, seconds
 after the controller elected its successor.
@@ -75,9 +76,8 @@ class Producer:
         self.retry_deadline_s = retry_deadline_s
         self._master: dict[str, int] = {}
         self._op_id = 0
-        self._watches: dict[str, object] = {}   # group -> pending watch_master ref
+        self._watches: dict[str, dict[int, object]] = {}  # group -> controller index -> pending watch
         self._epochs: dict[str, int] = {}       # group -> highest master epoch a watch reported
-        self._watch_controller = 0
 
     # --- master discovery -------------------------------------------------------------
     def _find_master(self, group: str) -> int | None:
@@ -96,23 +96,25 @@ class Producer:
         """Drop the cached master of ``group`` (the next send looks it up again)."""
         self._master.pop(group, None)
 
-    def _watch(self, group: str):
-        """The pending master watch of ``group`` (armed with the highest epoch seen)."""
-        ref = self._watches.get(group)
-        if ref is None:
-            index = self._watch_controller % len(self.cluster.spec.controllers)
-            ref = self.cluster.controller(index).watch_master.remote(group, self._epochs.get(group, -1))
-            self._watches[group] = ref
-        return ref
+    def _watches_of(self, group: str) -> dict:
+        """The pending master watches of ``group``, one on every controller (armed with the highest
+        epoch seen): one whose controller died with the master's node may not answer for seconds."""
+        watches = self._watches.setdefault(group, {})
+        for index in range(len(self.cluster.spec.controllers)):
+            if index not in watches:
+                watches[index] = self.cluster.controller(index).watch_master.remote(group, self._epochs.get(group, -1))
+        return watches
 
     def _watched_master(self, group: str, watch) -> int | None:
         """Take a fired watch: the replica it names as a newer master, or None."""
-        self._watches.pop(group, None)
+        watches = self._watches.get(group, {})
+        for index, ref in list(watches.items()):
+            if ref == watch:
+                del watches[index]
         try:
             view = ray.get(watch, timeout=0)
         except (ray.exceptions.RayError, ValueError):
-            self._watch_controller += 1     # that controller died: watch through the next one
-            time.sleep(0.01)                # (not a hot loop while every controller is down)
+            time.sleep(0.01)                # that controller died: re-armed next time (no hot loop)
             return None
         if view["master_epoch"] <= self._epochs.get(group, -1):
             return None
@@ -127,14 +129,14 @@ class Producer:
         try:
             ref = actor.put.remote(batch)
             while True:
-                watch = self._watch(group)
-                ready, _ = ray.wait([ref, watch], num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
+                watches = list(self._watches_of(group).values())
+                ready, _ = ray.wait([ref, *watches], num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
                 if ref in ready:
                     reply = ray.get(ref)
                     break
                 if not ready:
                     return Unanswered("GetTimeoutError")
-                new = self._watched_master(group, watch)
+                new = self._watched_master(group, ready[0])
                 if new is not None and new != replica:
                     self._master[group] = new
                     return Unanswered("MASTER_MOVED")  # the call may still run: treated as unanswered

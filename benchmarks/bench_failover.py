@@ -67,9 +67,9 @@ def floor_ms(cluster, w) -> float:
 
 
 class ElectionClock:
-    """Arms a master watch now (``watch_master`` on a controller); ``ms()``: how long after
-    ``kill()`` was called (the first put of ``kill_master_and_time`` starts there) the controller had
-    applied the next master's epoch: detection + election commit, one hop of the failover."""
+    """Arms a master watch on every controller now (``watch_master``); ``ms()``: how long after
+    this (the kill follows at once) the first controller that answers had applied the next
+    master's epoch: detection + election commit, one hop of the failover."""
 
     def __init__(self, cluster) -> None:
         import threading
@@ -77,21 +77,29 @@ class ElectionClock:
         from rocketray.controller.api import GetReplicaInfoRequest
 
         epoch = cluster.call_controller(GetReplicaInfoRequest(broker_name=GROUP), timeout_s=10.0).header["master_epoch"]
-        ref = cluster.controller(cluster.wait_for_leader(60)).watch_master.remote(GROUP, epoch, 60)
+        refs = [cluster.controller(c.index).watch_master.remote(GROUP, epoch, 60) for c in cluster.spec.controllers]
         self.t0 = time.monotonic()
         self._at: list[float] = []
-        self._thread = threading.Thread(target=lambda: (ray_get(ref), self._at.append(time.monotonic())), daemon=True)
+        self._thread = threading.Thread(target=self._wait, args=(refs, epoch), daemon=True)
         self._thread.start()
+
+    def _wait(self, refs, epoch: int) -> None:
+        import ray
+
+        while refs:
+            ready, refs = ray.wait(refs, num_returns=1, timeout=60)
+            if not ready:
+                return
+            try:
+                if ray.get(ready[0])["master_epoch"] > epoch:
+                    self._at.append(time.monotonic())
+                    return
+            except ray.exceptions.RayError:
+                continue  # that controller died (with the node)
 
     def ms(self) -> float:
         self._thread.join(60)
-        return (self._at[0] - self.t0) * 1000.0
-
-
-def ray_get(ref):
-    import ray
-
-    return ray.get(ref, timeout=60)
+        return (self._at[0] - self.t0) * 1000.0 if self._at else float("nan")
 
 
 def measure(profile: str, kills: int, data_dir: str) -> dict:
@@ -142,6 +150,7 @@ def measure_node_loss(rounds: int, data_dir: str) -> dict:
     nodes = LocalNodes(3, namespace="rocketray-bench")
     failover: list[float] = []
     rejoin: list[float] = []
+    elections: list[tuple[bool, float]] = []   # (the leader died with the node, ms until elected)
     leader_lost = 0
     try:
         cluster = start_cluster(f"bench-node-loss-{int(time.time())}", controllers=3, groups=1, replicas=3,
@@ -152,9 +161,11 @@ def measure_node_loss(rounds: int, data_dir: str) -> dict:
             for _ in range(rounds):
                 pipeline.settle(cluster, timeout_s=180)
                 leader = cluster.wait_for_leader(60)
+                elected = ElectionClock(cluster)
                 r = pipeline.lose_node_and_time(cluster, w, nodes, GROUP, produce_while_down=100, say=lambda m: None)
                 leader_lost += int(leader in r["lost_controllers"])
                 failover.append(r["node_failover_ms"])
+                elections.append((leader in r["lost_controllers"], round(elected.ms(), 1)))
                 rejoin.append(r["node_rejoin_ms"])
             pipeline.settle(cluster, timeout_s=180)
             lost = pipeline.verify(cluster, w)["lost"]
@@ -166,6 +177,9 @@ def measure_node_loss(rounds: int, data_dir: str) -> dict:
     return {"rounds": rounds, "node_failover_p50_ms": round(p50, 1), "node_failover_max_ms": round(max(failover), 1),
             "node_rejoin_p50_ms": round(_p50(rejoin), 1), "controller_heartbeat_timeout_ms": detection_ms,
             "target_ms": detection_ms + 500, "leader_lost_rounds": leader_lost, "lost": lost,
+            "elected_ms": [e for _lost, e in elections],
+            "elected_leader_alive_p50_ms": round(_p50([e for gone, e in elections if not gone]), 1)
+            if any(not gone for gone, _e in elections) else None,
             "samples_ms": [round(x, 1) for x in failover]}
 
 
