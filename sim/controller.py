@@ -6,8 +6,9 @@ real ``decide`` on the current state with liveness from the real ``HeartbeatTabl
 applied (committed) at once, or, when the seed says the leader died at that moment, either never
 (lost before commit) or without an answer (committed, caller sees a timeout: unknown). A leader
 change is a seeded event; every node waits one heartbeat timeout after its start before its
-dead-master scan, like the real node (the nodes start with the run; a new leader's table is warm). Elections triggered by the scan or by a broker notify the live members of the
-group; a notification can be lost, so brokers converge by polling. Brokers hold session connections
+dead-master scan, like the real node (the nodes start with the run; a new leader's table is
+warm). Elections triggered by the scan or by a broker notify the live members of the group; a
+notification can be lost, so brokers converge by polling. Brokers hold session connections
 (the real ``SessionTable``): a killed broker's session close reaches the controller (unless the link
 is cut) and, if it was the master, the group is re-elected at once, as ``ControllerNode`` does; a
 power loss closes nothing. A new leader starts with no sessions until the brokers open them again.
