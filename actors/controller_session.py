@@ -43,16 +43,10 @@ class ControllerSession:
         self._auth_timeout_ms = auth_timeout_ms
         self._task: asyncio.Task | None = None
         self.connected_to: str | None = None   # raft address of the controller holding the session
-        self.sessions_opened = 0
 
     def start(self) -> "ControllerSession":
         self._task = asyncio.get_running_loop().create_task(self._run())
         return self
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
 
     def _target(self) -> Target | None:
         hello, leader = self._hello_of(), self._leader_of()
@@ -99,7 +93,6 @@ class ControllerSession:
             writer.write(encode_hello(hello))
             await writer.drain()
             self.connected_to = leader
-            self.sessions_opened += 1
             log.info("controller session opened to %s group=%s broker_id=%d", leader, hello.group, hello.broker_id)
             closed = asyncio.ensure_future(reader.read(1))  # the controller sends nothing: EOF or reset
             try:

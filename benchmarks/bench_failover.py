@@ -8,8 +8,8 @@ master. The controller notices the death when the kernel closes the master's ses
 meanwhile, and if it is back before the election it asks for a new term and may itself be that next
 master under a higher epoch (``same_master_rounds`` counts those).
 
-Hops (p50 over the kills): ``elected_p50_ms``, from the kill until the controller leader applied
-the next master's epoch (the session close, the election commit), and ``after_election_p50_ms``,
+Hops (p50 over the kills): ``elected_p50_ms``, from the kill until the first controller to answer a
+watch had applied the next master's epoch (the session close, the election commit), and ``after_election_p50_ms``,
 the rest (the producer's watch fires, it moves the put to the new master, the new master takes its
 role and acknowledges).
 

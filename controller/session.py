@@ -149,6 +149,3 @@ class SessionTable:
             return None  # a newer session of this broker replaced it
         del self._current[hello.key]
         return None if said_bye else hello.key
-
-    def is_open(self, group: str, broker_id: int) -> bool:
-        return (group, broker_id) in self._current
