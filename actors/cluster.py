@@ -16,13 +16,12 @@ import functools
 import logging
 import os
 import signal
-import socket
 from pathlib import Path
 from typing import Any, Callable
 
 import ray
 
-from rocketray import waiting
+from rocketray import ports, waiting
 from rocketray.actors import remote
 from rocketray.spec import BrokerSpec, ClusterSpec, ControllerSpec
 
@@ -33,12 +32,6 @@ DEFAULT_NAME = "default"
 
 class ClusterError(RuntimeError):
     """A cluster operation failed; the message says which and why."""
-
-
-def _free_port(host: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 def _alive_nodes() -> list[dict]:
@@ -77,7 +70,8 @@ def plan_cluster(name: str, *, controllers: int, groups: int, replicas: int, dat
     group sit on different nodes (``replicas <= n`` is required) and so do the controllers (when
     ``controllers <= n``); each actor's store directory is ``DATA/NAME/<label>/<actor>``. Without
     labels, several Ray nodes are used round robin with node-id affinity; one node: anywhere.
-    Ports are probed free when every node has the same address (one machine), fixed otherwise.
+    Ports are probed free when every node has the same address (one machine), fixed otherwise;
+    probed ones lie outside the ephemeral range (``rocketray.ports``) and are all different.
 
     ``ha_proxy``: each broker's HA server binds a separate ``listen_port`` while it advertises
     ``ha_port``, where a fault-injecting proxy (``chaos/ha_proxy.py``) is expected to listen.
@@ -103,8 +97,14 @@ def plan_cluster(name: str, *, controllers: int, groups: int, replicas: int, dat
         node = nodes[slot % len(nodes)]
         return node["NodeManagerAddress"], node["NodeID"], None, root / actor
 
+    taken: set[int] = set()
+
     def port(host: str, fixed: int) -> int:
-        return _free_port(host) if one_machine else fixed
+        if not one_machine:
+            return fixed
+        chosen = ports.free_ports(1, host, avoid=taken)[0]
+        taken.add(chosen)
+        return chosen
 
     ctrl = []
     for i in range(controllers):

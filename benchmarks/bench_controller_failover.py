@@ -18,23 +18,14 @@ on average before it stands for election, so it dominates the figure.
 from __future__ import annotations
 
 import argparse
-import socket
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
+from rocketray import ports
 from rocketray.controller.config import ControllerConfig
 from rocketray.controller.proc import NodeProcess
-
-
-def _ports(n: int) -> list[int]:
-    out = []
-    for _ in range(n):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            out.append(s.getsockname()[1])
-    return out
 
 
 FLOOR_WRITES = 20
@@ -51,7 +42,7 @@ def run(argv: list[str]) -> dict:
     timing = {k: getattr(defaults, k) for k in (
         "raft_min_timeout_ms", "raft_max_timeout_ms", "append_entries_period_ms", "tick_period_ms",
         "connection_timeout_ms", "connection_retry_ms", "leader_fallback_timeout_ms", "request_timeout_ms")}
-    addrs = [f"127.0.0.1:{p}" for p in _ports(3)]
+    addrs = [f"127.0.0.1:{p}" for p in ports.free_ports(3)]
     samples: list[float] = []
     seq = 0
     with tempfile.TemporaryDirectory(prefix="bench-cf-") as tmp:

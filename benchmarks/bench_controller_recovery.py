@@ -15,24 +15,18 @@ largest size (lower is better).
 from __future__ import annotations
 
 import argparse
-import socket
 import tempfile
 import threading
 import time
 from pathlib import Path
 
+from rocketray import ports
 from rocketray.controller.config import ControllerConfig
 from rocketray.controller.events import AlterSyncStateSetEvent, ApplyBrokerIdEvent, encode_events
 from rocketray.controller.node import ControllerNode
 from rocketray.controller.raft import encode_payload
 
 SETS = 500
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _wait(predicate, timeout_s: float, what: str) -> None:
@@ -69,7 +63,7 @@ def _fill(node: ControllerNode, n: int) -> None:
 
 
 def _measure(store: Path, n: int, threshold: int) -> dict:
-    address = f"127.0.0.1:{_port()}"
+    address = f"127.0.0.1:{ports.free_port()}"
     config = ControllerConfig(snapshot_threshold=threshold, raft_min_timeout_ms=100, raft_max_timeout_ms=200,
                               connection_timeout_ms=1000)
     node = ControllerNode(address, [address], store, config, "bench")

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import statistics
 import tempfile
 import threading
@@ -29,18 +28,10 @@ import time
 
 from pysyncobj import SyncObj, SyncObjConf, replicated
 
+from rocketray import ports
 from rocketray.controller.api import ApplyBrokerIdRequest, ElectMasterRequest, RegisterBrokerRequest
 from rocketray.controller.config import ControllerConfig
 from rocketray.controller.proc import LocalCluster
-
-
-def _ports(n: int) -> list[int]:
-    out = []
-    for _ in range(n):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            out.append(s.getsockname()[1])
-    return out
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -58,7 +49,7 @@ class _Bare(SyncObj):
 
 
 def _bare_latencies(config: ControllerConfig, n: int) -> list[float]:
-    addrs = [f"127.0.0.1:{p}" for p in _ports(3)]
+    addrs = [f"127.0.0.1:{p}" for p in ports.free_ports(3)]
     nodes = []
     for a in addrs:
         conf = SyncObjConf(password="bench", autoTickPeriod=config.tick_period_ms / 1000,
@@ -110,7 +101,7 @@ def _raw_fsync_latencies(directory: str, n: int) -> list[float]:
 def _controller_latencies(config: ControllerConfig, n: int, directory: str,
                           journal_fsync: bool) -> tuple[list[float], dict]:
     with tempfile.TemporaryDirectory(prefix="bench-cw-", dir=directory) as tmp:
-        cluster = LocalCluster(tmp, _ports(3), config, "bench-secret", alive=lambda name, bid: True,
+        cluster = LocalCluster(tmp, ports.free_ports(3), config, "bench-secret", alive=lambda name, bid: True,
                                journal_fsync=journal_fsync)
         try:
             leader = cluster.wait_leader(20)

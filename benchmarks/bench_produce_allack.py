@@ -32,7 +32,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from rocketray.broker.config import StoreConfig  # noqa: E402
-from rocketray.broker.message import CRC32_IMPLEMENTATION, Message, encode_batch  # noqa: E402
+from rocketray.broker.message import RECORDS_IMPLEMENTATION, Message, encode_batch  # noqa: E402
 from rocketray.broker.store import MessageStore  # noqa: E402
 from rocketray.ha.config import HAConfig  # noqa: E402
 from rocketray.ha.loop_monitor import LoopStallMonitor  # noqa: E402
@@ -227,7 +227,7 @@ def run(argv: list[str]) -> dict:
         "ratio": round(ha["msgs_per_s"] / raw["msgs_per_s"], 3),
         "ratio_meaning": "HA msgs/s / raw baseline msgs/s (higher is better)",
         "target_ratio": TARGET_RATIO,
-        "crc32": CRC32_IMPLEMENTATION,
+        "records": RECORDS_IMPLEMENTATION,
         "p99_over_p50": round(ha["p99_ms"] / ha["p50_ms"], 2),
         "target_p99_over_p50": TARGET_P99_OVER_P50,
         "max_loop_stall_ms": round(ha["max_loop_stall_ms"], 1),   # the master's event loop (target: 50)

@@ -16,8 +16,9 @@ Measured in one run, on the same file system (a temp dir, or ``--dir``):
 
 ``ratio`` = store/plain **throughput** = plain_time / store_async_time (higher is better; 1.0 would
 be "free"; issue 18's target is ``target_ratio`` = 0.3); ``ratio_with_dispatch`` the same for
-``store_async_dispatch``; ``sync_ratio`` = plain_sync_time / store_sync_time.  ``crc32`` names the
-CRC-32 implementation the store used (``isal`` when the isal package is installed, else ``zlib``).
+``store_async_dispatch``; ``sync_ratio`` = plain_sync_time / store_sync_time.  ``records`` names the
+record loops the store ran (``c+isal``: the C extension ``rocketray.broker._records`` with ISA-L's
+CRC-32; ``python+...``: the pure-Python loops, when the extension was not built).
 
 Usage: ``python benchmarks/run.py store-append [--json] [--messages N] [--batch B] [--size BYTES]
 [--sync-batches M] [--dir PATH]``.
@@ -33,7 +34,7 @@ import time
 from pathlib import Path
 
 from rocketray.broker.config import FlushMode, StoreConfig
-from rocketray.broker.message import CRC32_IMPLEMENTATION, EncodedBatch, Message, encode_batch
+from rocketray.broker.message import RECORDS_IMPLEMENTATION, EncodedBatch, Message, encode_batch
 from rocketray.broker.store import MessageStore
 
 TARGET_RATIO = 0.3
@@ -133,7 +134,7 @@ def run(argv: list[str]) -> dict:
         "ratio": round(plain_s / store_s, 3),
         "ratio_meaning": "store/plain throughput = plain_s / store_async_s (higher is better)",
         "target_ratio": TARGET_RATIO,
-        "crc32": CRC32_IMPLEMENTATION,
+        "records": RECORDS_IMPLEMENTATION,
         "ratio_with_dispatch": round(plain_s / dispatch_s, 3),
         "sync_ratio": round(plain_sync_s / sync_s, 3),
     }

@@ -46,6 +46,12 @@ entries (:class:`QueueRun`, 20 packed bytes a record); ``record_offsets`` reads 
 ``(queue offset, physical offset)`` pairs of the put result back from the sealed bytes.  A slave's received bytes go through
 ``index_records(..., verify=True)`` (both CRCs, position, topic, properties), which builds the same
 queue runs in the same pass; ``verify=False`` is the dispatcher's trusted scan of the log.
+
+Both loops run in C (``broker/_records.c``, the extension ``rocketray.broker._records`` that
+setup.py builds, with ISA-L's CRC-32 when libisal is installed): about 0.3 us a 1 KiB record
+instead of 1.2-1.8 us. ``seal_batch_py`` and ``index_records_py`` are the same loops in Python:
+the reference the C ones are tested against (tests/broker/test_records_c.py) and what runs when
+the extension was not built. ``RECORDS_IMPLEMENTATION`` says which runs.
 """
 
 from __future__ import annotations
@@ -62,6 +68,13 @@ except ImportError:
     from zlib import crc32 as _crc32_impl
     CRC32_IMPLEMENTATION = "zlib"
 crc32: Callable[..., int] = _crc32_impl
+
+try:  # the record loops in C (broker/_records.c, built by setup.py when a compiler is present)
+    from rocketray.broker import _records
+    RECORDS_IMPLEMENTATION = "c+" + _records.CRC32
+except ImportError:  # pure Python: seal_batch_py / index_records_py
+    _records = None  # type: ignore[assignment]
+    RECORDS_IMPLEMENTATION = "python+" + CRC32_IMPLEMENTATION
 
 __all__ = [
     "CQ_ENTRY",
@@ -444,7 +457,27 @@ def _check_topic(raw: bytes, where: int) -> str:
 
 def seal_batch(batch: EncodedBatch, physical_offset: int, next_queue_offsets: Mapping[tuple[str, int], int],
                now_ms: int, max_size: int) -> SealedBatch:
-    """The master's one pass over a producer's batch (see the module docstring).
+    """The master's one pass over a producer's batch (see the module docstring): the C loop of
+    ``rocketray.broker._records`` when it is built, else :func:`seal_batch_py`; same result."""
+    if _records is None:
+        return seal_batch_py(batch, physical_offset, next_queue_offsets, now_ms, max_size)
+    src = batch.data
+    if not isinstance(src, bytes):
+        raise MessageCodecError("batch data must be bytes")
+    if not (0 <= physical_offset < _I64 and -_I64 <= now_ms < _I64):
+        raise MessageCodecError(f"position {physical_offset} or timestamp {now_ms} out of range")
+    data = bytearray(src)
+    _end, count, runs, _error = _records.scan(data, physical_offset, 0, max_size, now_ms, next_queue_offsets,
+                                               _topic_of, properties_tag_hash, MessageCodecError)
+    if count != batch.count:
+        raise MessageCodecError(f"batch claims {batch.count} records, holds {count}")
+    return SealedBatch(data, IndexedRecords(physical_offset, physical_offset + len(src), count,
+                                            [QueueRun(*run) for run in runs]))
+
+
+def seal_batch_py(batch: EncodedBatch, physical_offset: int, next_queue_offsets: Mapping[tuple[str, int], int],
+                  now_ms: int, max_size: int) -> SealedBatch:
+    """The master's one pass over a producer's batch, in Python (the reference of the C loop).
 
     Checks every record (magic, sizes within ``max_size``, topic, properties, body CRC), assigns
     queue offsets continuing ``next_queue_offsets`` and physical offsets from ``physical_offset``,
@@ -543,6 +576,13 @@ _OFFSETS = struct.Struct(">I20xqq")  # total_size, then queue_offset and physica
 
 def record_offsets(data: bytes | bytearray | memoryview) -> tuple[tuple[int, int], ...]:
     """``(queue_offset, physical_offset)`` of every record in ``data`` (trusted, e.g. a sealed batch)."""
+    if _records is not None:
+        return _records.offsets(data)
+    return record_offsets_py(data)
+
+
+def record_offsets_py(data: bytes | bytearray | memoryview) -> tuple[tuple[int, int], ...]:
+    """:func:`record_offsets` in Python."""
     out = []
     pos, n = 0, len(data)
     unpack = _OFFSETS.unpack_from
@@ -555,6 +595,17 @@ def record_offsets(data: bytes | bytearray | memoryview) -> tuple[tuple[int, int
 
 def index_records(buf: bytes | bytearray | memoryview, base_offset: int, verify: bool,
                   max_size: int = MAX_RECORD_SIZE) -> IndexedRecords:
+    """Consume-queue runs of the whole records in ``buf`` (see :func:`index_records_py`): the C loop
+    of ``rocketray.broker._records`` when it is built; same result."""
+    if _records is None:
+        return index_records_py(buf, base_offset, verify, max_size)
+    end, count, runs, error = _records.scan(buf, base_offset, 1 if verify else 2, max_size, 0, None,
+                                            _topic_of, properties_tag_hash, MessageCodecError)
+    return IndexedRecords(base_offset, base_offset + end, count, [QueueRun(*run) for run in runs], error)
+
+
+def index_records_py(buf: bytes | bytearray | memoryview, base_offset: int, verify: bool,
+                     max_size: int = MAX_RECORD_SIZE) -> IndexedRecords:
     """Consume-queue runs of the whole records in ``buf``, stored at ``base_offset``, in one pass.
 
     ``verify`` (a slave's received bytes): every record must be whole and valid (both CRCs, its

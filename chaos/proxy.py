@@ -40,6 +40,7 @@ import socket
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from rocketray import ports
 from rocketray.chaos.loop import ProxyLoop
 
 log = logging.getLogger(__name__)
@@ -106,25 +107,6 @@ def plan_topology(node_addresses: Sequence[str], proxy_addresses: Sequence[str])
     return Topology(tuple(node_addresses), peers, tuple(links))
 
 
-def _port_range_outside_ephemeral() -> range:
-    """Ports no outgoing connection will take as its local port (so a restarted node can rebind)."""
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range") as fh:
-            low, high = (int(x) for x in fh.read().split())
-    except (OSError, ValueError):
-        low, high = 32768, 60999
-    return range(20000, low) if low > 21000 else range(high + 1, 65536)
-
-
-def _free_everywhere(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        try:
-            s.bind(("0.0.0.0", port))  # pysyncobj binds the wildcard address unless told otherwise
-        except OSError:
-            return False
-    return True
-
-
 def allocate_addresses(n: int, rng: random.Random, node_host: str = "127.0.0.2",
                        proxy_host: str = "127.0.0.1") -> tuple[list[str], dict[str, socket.socket]]:
     """Node addresses (free ports outside the ephemeral range, ascending) and bound proxy sockets.
@@ -134,17 +116,8 @@ def allocate_addresses(n: int, rng: random.Random, node_host: str = "127.0.0.2",
     node address whatever the port numbers.
     """
     assert proxy_host < node_host
-    candidates = _port_range_outside_ephemeral()
-    ports: list[int] = []
-    for _ in range(200 * n):
-        port = rng.choice(candidates)
-        if port not in ports and _free_everywhere(port):
-            ports.append(port)
-            if len(ports) == n:
-                break
-    if len(ports) < n:
-        raise OSError(f"could not find {n} free ports in {candidates}")
-    nodes = sorted(f"{node_host}:{p}" for p in ports)
+    # pysyncobj binds the wildcard address unless told otherwise: the ports must be free there
+    nodes = sorted(f"{node_host}:{p}" for p in ports.free_ports(n, "0.0.0.0", rng=rng))
     sockets = {}
     for s in reserve_ports(n * (n - 1) // 2, proxy_host):
         sockets[f"{proxy_host}:{s.getsockname()[1]}"] = s

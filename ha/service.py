@@ -305,22 +305,34 @@ class HAService:
         return after_write(acked and still_master, still_master, offsets, end)
 
     async def _wait_for(self, check: Callable[[], bool], timeout_ms: int, epoch: int) -> bool:
+        """Wait until ``check()`` holds (re-checked whenever acks arrive), the role or epoch changes,
+        or ``timeout_ms`` passes. One timer for the whole wait (``asyncio.wait_for`` per wake-up
+        cost a task's worth of bookkeeping on every put)."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_ms / 1000
-        while True:
-            if self.role != Role.MASTER or self.epoch != epoch or self._closed:
-                return False
-            if check():
-                return True
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                return False
-            fut = loop.create_future()
-            self._ack_waiters.append(fut)
-            try:
-                await asyncio.wait_for(fut, remaining)
-            except asyncio.TimeoutError:
-                pass
+        timed_out = False
+
+        def expire() -> None:
+            nonlocal timed_out
+            timed_out = True
+            self._notify_ack_waiters()
+
+        timer: asyncio.TimerHandle | None = None
+        try:
+            while True:
+                if self.role != Role.MASTER or self.epoch != epoch or self._closed:
+                    return False
+                if check():
+                    return True
+                if timed_out:
+                    return False
+                if timer is None:
+                    timer = loop.call_later(timeout_ms / 1000, expire)
+                fut = loop.create_future()
+                self._ack_waiters.append(fut)
+                await fut
+        finally:
+            if timer is not None:
+                timer.cancel()
 
     def _notify_ack_waiters(self) -> None:
         waiters, self._ack_waiters = self._ack_waiters, []

@@ -202,6 +202,52 @@ class ChunkReceiver(asyncio.BufferedProtocol):
         return chunks
 
 
+#: A transfer body up to this size is sent with its header in one send (joined: one copy).
+_JOIN_MAX = 256 * 1024
+
+
+class Wake:
+    """A flag a loop sleeps on with a timeout: ``asyncio.Event`` without the task that
+    ``asyncio.wait_for(event.wait(), t)`` creates on every wait (the master's write loop waits
+    once per put per slave)."""
+
+    __slots__ = ("_flag", "_waiter")
+
+    def __init__(self) -> None:
+        self._flag = False
+        self._waiter: asyncio.Future | None = None
+
+    def set(self) -> None:
+        self._flag = True
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def clear(self) -> None:
+        self._flag = False
+
+    def is_set(self) -> bool:
+        return self._flag
+
+    async def wait(self, timeout_s: float) -> None:
+        """Return when set (at once if it is) or after ``timeout_s``."""
+        if self._flag:
+            return
+        loop = asyncio.get_running_loop()
+        waiter = self._waiter = loop.create_future()
+        timer = loop.call_later(timeout_s, _release, waiter)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            self._waiter = None
+
+
+def _release(waiter: asyncio.Future) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
 class MasterConnection:
     """One authenticated slave connection on the master."""
 
@@ -217,7 +263,7 @@ class MasterConnection:
                                      housekeeping_interval_ms=cfg.ha_housekeeping_interval_ms,
                                      batch_size=cfg.ha_transfer_batch_size)
         self._leftover = leftover
-        self.wake = asyncio.Event()
+        self.wake = Wake()
         self.closed = False
         self.close_reason = ""
         self.bytes_sent = 0
@@ -292,19 +338,20 @@ class MasterConnection:
             out = self.session.next_send(view, now)
             if out is not None:
                 if out.header:
-                    writer.write(out.header)
-                    if out.body:
+                    if not out.body:
+                        writer.write(out.header)
+                    elif len(out.body) <= _JOIN_MAX:  # one send instead of two (writelines joins)
+                        writer.writelines((out.header, out.body))
+                    else:                            # a catch-up chunk: not worth a copy
+                        writer.write(out.header)
                         writer.write(out.body)
-                        self.bytes_sent += len(out.body)
+                    self.bytes_sent += len(out.body)
                     await writer.drain()
                 if out.body:
                     continue
                 if out.caught_up:
                     service.on_caught_up(self, now)
-            try:
-                await asyncio.wait_for(self.wake.wait(), min(hb_s, 0.1))
-            except asyncio.TimeoutError:
-                pass
+            await self.wake.wait(min(hb_s, 0.1))
 
 
 class SlaveClient:

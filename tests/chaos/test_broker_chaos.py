@@ -17,7 +17,8 @@ from rocketray.verify import nemesis as sched
 from rocketray.chaos.broker_chaos import NemesisListError, parse_kinds, plan_steps
 from rocketray.chaos.ha_proxy import HaProxies
 from rocketray.spec import BrokerSpec, ClusterSpec
-from rr_testing import free_port, wait_until
+from rocketray import ports
+from rr_testing import wait_until
 
 GROUP = "broker-a"
 
@@ -56,7 +57,7 @@ class EchoServer:
 
 @pytest.fixture
 def proxied():
-    listen, advertised = free_port(), free_port()
+    listen, advertised = ports.free_ports(2)
     spec = ClusterSpec("p", "c", "/tmp", "fast", (), (BrokerSpec(GROUP, 0, "127.0.0.1", advertised, "/tmp",
                                                                  listen_port=listen),))
     echo = EchoServer(listen)

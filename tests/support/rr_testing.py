@@ -6,11 +6,12 @@ On pytest's ``pythonpath`` (see pyproject.toml), so a test module imports them w
 
 from __future__ import annotations
 
-import socket
 import time
 from typing import Callable
 
 import pytest
+
+from rocketray import ports
 
 
 def wait_until(predicate: Callable[[], object], timeout_s: float = 10.0, interval_s: float = 0.02,
@@ -34,8 +35,12 @@ def wait_until(predicate: Callable[[], object], timeout_s: float = 10.0, interva
         time.sleep(interval_s)
 
 
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port on 127.0.0.1 that was free a moment ago, outside the ephemeral range, and never
+    returned before in this process (two calls in a row cannot give the same port)."""
+    port = ports.free_ports(1, avoid=_handed_out)[0]
+    _handed_out.add(port)
+    return port

@@ -1,0 +1,11 @@
+"""Types of the C extension built from broker/_records.c (see message.py)."""
+
+from typing import Any, Callable, Mapping
+
+CRC32: str
+
+def scan(buf: Any, base_offset: int, mode: int, max_size: int, now_ms: int,
+         next_queue_offsets: Mapping[tuple[str, int], int] | None, topic_of: Callable[[bytes, int], str],
+         tag_of: Callable[[bytes], int], error_class: type[Exception]) -> tuple[int, int, list[list[Any]], str | None]: ...
+
+def offsets(buf: Any) -> tuple[tuple[int, int], ...]: ...

@@ -1,0 +1,145 @@
+"""The C record loops (broker/_records.c) against their Python reference in message.py.
+
+``seal_batch`` / ``index_records`` run the C loop; ``seal_batch_py`` / ``index_records_py`` the
+Python one. On valid batches, damaged ones (flipped bytes, cuts, spliced garbage, bad topics and
+properties) and adversarial ones (thousands of queues) both must return equal results or raise
+:class:`MessageCodecError` with the same message, in every mode: seal, verify and the trusted scan.
+"""
+
+from __future__ import annotations
+
+import random
+import struct
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rocketray.broker import message as m
+from rocketray.broker.message import EncodedBatch, Message, MessageCodecError, encode_batch
+
+MAX = 4 << 20
+
+
+def test_the_c_loops_are_built():
+    """CI installs a compiler and libisal-dev: the product runs the C loops there, so this suite
+    tests them (a user without a compiler gets the Python loops, also tested here)."""
+    assert m.RECORDS_IMPLEMENTATION == "c+isal", m.RECORDS_IMPLEMENTATION
+
+
+def outcome(fn, *args):
+    try:
+        return ("ok", fn(*args))
+    except MessageCodecError as exc:
+        return ("error", str(exc))
+
+
+def sealed(fn, batch: EncodedBatch, base: int, offsets: dict) -> tuple:
+    kind, got = outcome(fn, batch, base, offsets, 1234, MAX)
+    return (kind, (bytes(got.data), got.index)) if kind == "ok" else (kind, got)
+
+
+def messages(rng: random.Random, n: int, topics=("A", "B_2", "Topic-%|x"), queues=3) -> list[Message]:
+    out = []
+    for i in range(n):
+        props = rng.choice([{}, {"TAGS": f"t{i % 3}"}, {"pid": f"p-{i}"}, {"KEYS": "k", "TAGS": "x"}, {"é": "ü"}])
+        out.append(Message(rng.choice(topics), rng.randrange(queues), rng.randbytes(rng.randrange(0, 200)), props,
+                           flags=rng.randrange(4), born_timestamp_ms=1000 + i))
+    return out
+
+
+def damage(rng: random.Random, data: bytes) -> bytes:
+    buf = bytearray(data)
+    kind = rng.randrange(6)
+    if kind == 0 and buf:
+        for _ in range(rng.randrange(1, 4)):
+            buf[rng.randrange(len(buf))] ^= 1 << rng.randrange(8)
+    elif kind == 1 and buf:
+        del buf[rng.randrange(len(buf)):]
+    elif kind == 2:
+        at = rng.randrange(len(buf) + 1)
+        buf[at:at] = rng.randbytes(rng.randrange(1, 80))
+    elif kind == 3 and len(buf) > 60:
+        struct.pack_into(">H", buf, 56, rng.choice([0, 128, 5000]))  # topic length out of range
+    elif kind == 4 and len(buf) > 70:
+        buf[66] = rng.choice([0x00, 0x20, 0xC3, ord("!")])  # a bad topic character
+    elif kind == 5 and len(buf) > 8:
+        struct.pack_into(">I", buf, 0, rng.choice([0, 65, 1 << 30]))  # size field
+    return bytes(buf)
+
+
+def assert_same_everywhere(data: bytes, count: int, rng: random.Random) -> None:
+    base = rng.choice([0, 1 << 20, 7777])
+    offsets = {("A", 1): 5, ("B_2", 0): 1 << 40}
+    batch = EncodedBatch(data, count)
+    c, py = sealed(m.seal_batch, batch, base, offsets), sealed(m.seal_batch_py, batch, base, offsets)
+    assert c == py
+    stored = c[1][0] if c[0] == "ok" else data
+    if c[0] == "ok":
+        assert m.record_offsets(stored) == m.record_offsets_py(stored)
+    for verify in (True, False):
+        for buf in (stored, bytearray(stored), memoryview(stored)):
+            assert outcome(m.index_records, buf, base, verify, 600) == outcome(m.index_records_py, buf, base, verify, 600)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_valid_and_damaged_batches_give_the_same_result(seed: int) -> None:
+    rng = random.Random(seed)
+    msgs = messages(rng, rng.randrange(0, 60))
+    data = encode_batch(msgs).data
+    assert_same_everywhere(data, len(msgs), rng)
+    for _ in range(20):
+        assert_same_everywhere(damage(rng, data), len(msgs), rng)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.binary(max_size=400), st.integers(0, 3))
+def test_arbitrary_bytes_give_the_same_result(data: bytes, count: int) -> None:
+    assert_same_everywhere(data, count, random.Random(len(data)))
+
+
+def test_many_queues_and_topics_in_one_batch() -> None:
+    """Thousands of distinct queues (the C hash table grows) and topics alternating on one queue id."""
+    rng = random.Random(5)
+    msgs = [Message(f"T{i % 7}", i % 3000, b"x" * (i % 5), {"TAGS": str(i % 11)}) for i in range(9000)]
+    assert_same_everywhere(encode_batch(msgs).data, len(msgs), rng)
+    alternating = [Message("A" if i % 2 else "B", 0, b"y") for i in range(50)]
+    assert_same_everywhere(encode_batch(alternating).data, 50, rng)
+
+
+def test_stored_records_with_gaps_in_queue_offsets_split_runs_alike() -> None:
+    """The slave's view: runs break where a queue's offsets are not contiguous."""
+    recs = [Message("A", 0, b"a").with_position(qo, 0, 1) for qo in (0, 1, 5, 6, 2)]
+    data = bytearray()
+    for r in recs:
+        data += m.encode_record(r.with_position(r.queue_offset, len(data), 1))
+    c = m.index_records(bytes(data), 0, True)
+    assert c == m.index_records_py(bytes(data), 0, True)
+    assert [(r.first_queue_offset, r.count) for r in c.runs] == [(0, 2), (5, 2), (2, 1)]
+
+
+def restamp(record: bytearray, physical: int) -> bytes:
+    """The record stored at ``physical``, both CRCs recomputed (whatever its properties hold)."""
+    body_start = len(record) - struct.unpack_from(">I", record, 62)[0]
+    struct.pack_into(">q", record, 32, physical)
+    struct.pack_into(">I", record, 12, m.crc32(bytes(record[body_start:])))
+    struct.pack_into(">I", record, 8, m.crc32(bytes(record[12:body_start]), m.crc32(bytes(record[:8]))))
+    return bytes(record)
+
+
+def test_a_callback_error_in_the_trusted_scan_ends_it_with_the_reason() -> None:
+    """Malformed properties (checked by the Python callback) in a record whose framing and CRCs
+    are fine: the trusted scan stops before it with the reason, verify raises the same message."""
+    first = m.encode_record(Message("A", 0, b"1", {"TAGS": "x"}).with_position(0, 0, 1))
+    second = bytearray(m.encode_record(Message("A", 0, b"2", {"TAGS": "y"}).with_position(1, len(first), 1)))
+    at = second.index(b"TAGS\x01y\x02")
+    second[at + 6] = 0x01  # "TAGS 01 y 01": no pair separator
+    stored = first + restamp(second, len(first))
+    c = m.index_records(stored, 0, False)
+    assert c == m.index_records_py(stored, 0, False)
+    assert c.count == 1 and c.error is not None and "properties" in c.error
+    with pytest.raises(MessageCodecError) as c_err:
+        m.index_records(stored, 0, True)
+    with pytest.raises(MessageCodecError) as py_err:
+        m.index_records_py(stored, 0, True)
+    assert str(c_err.value) == str(py_err.value)
