@@ -7,8 +7,9 @@ takes, from its connection to its ack of the master's max offset, to copy everyt
 Baseline, same run: read the same commit-log files and send them over a loopback socket to a
 process that writes them into a file (no protocol, no verification). ``ratio`` = HA MB/s / raw
 MB/s, higher is better (1.0 would mean the protocol costs nothing). The two runs alternate
-``--rounds`` times (default 3) and the medians are compared: the file system's write speed drifts
-by a factor of several between runs here (page-cache writeback), more than either side's cost.
+``--rounds`` times (default 3), each after an ``os.sync`` so neither pays for the other's
+writeback, and the medians are compared: the file system's write speed drifts by a factor of
+several between runs here, more than either side's cost.
 
 ``max_loop_stall_ms``: the worst lateness of a 5 ms wake-up on the master's and on the slave's
 event loop during the HA run (``rocketray.ha.loop_monitor``; the broker's target is <= 50 ms).
@@ -182,8 +183,10 @@ def run(argv: list[str]) -> dict:
         store = build_backlog(work / "master", args.size_mb, args.message_kb)
         mb = store.max_offset / MiB
         raws, has, stalls = [], [], []
-        for _ in range(args.rounds):  # alternated: the file system's write speed drifts between runs
+        for _ in range(args.rounds):  # alternated, each after a sync (no writeback debt carried over)
+            os.sync()
             raws.append(raw_run(store, work))
+            os.sync()
             ha_s, stall_ms = asyncio.run(ha_run(store, work, args.batch_kb))
             has.append(ha_s)
             stalls.append(stall_ms)

@@ -14,6 +14,9 @@ Measured in one run, on the same file system (a temp dir, or ``--dir``):
 * ``store_sync``: ``store_async`` with ``FlushMode.SYNC`` (fsync before each put returns), fewer batches;
 * ``plain_sync``: ``os.write`` + ``os.fsync`` of the same batch sizes.
 
+``store_async`` and ``plain`` alternate ``--rounds`` times (default 3), each after an ``os.sync``
+so neither pays for the other's writeback, and their medians are compared.
+
 ``ratio`` = store/plain **throughput** = plain_time / store_async_time (higher is better; 1.0 would
 be "free"; issue 18's target is ``target_ratio`` = 0.3); ``ratio_with_dispatch`` the same for
 ``store_async_dispatch``; ``sync_ratio`` = plain_sync_time / store_sync_time.  ``records`` names the
@@ -29,6 +32,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -93,7 +97,7 @@ def _rechunk(blobs: list[bytes], batches: list[EncodedBatch]) -> list[bytes]:
 
 
 #: ``benchmarks/run.py store-append --smoke``: a size that finishes in seconds (CI runs it).
-SMOKE_ARGS = ["--messages", "2000", "--sync-batches", "10"]
+SMOKE_ARGS = ["--messages", "2000", "--sync-batches", "10", "--rounds", "1"]
 
 
 def run(argv: list[str]) -> dict:
@@ -103,14 +107,24 @@ def run(argv: list[str]) -> dict:
     ap.add_argument("--size", type=int, default=1024)
     ap.add_argument("--sync-batches", type=int, default=300)
     ap.add_argument("--dir", default=None)
+    ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="bench-store-", dir=args.dir))
     try:
         batches = _batches(args.messages, args.batch, args.size)
-        store_s, blobs = _time_store(tmp / "async", batches, FlushMode.ASYNC)
-        chunks = _rechunk(blobs, batches)
+        stores, plains = [], []
+        for i in range(args.rounds):  # alternated, each after a sync: medians are compared
+            os.sync()
+            store_s, blobs = _time_store(tmp / f"async-{i}", batches, FlushMode.ASYNC)
+            chunks = _rechunk(blobs, batches)
+            os.sync()
+            plains.append(_time_plain(tmp / f"plain-{i}", chunks, fsync=False))
+            stores.append(store_s)
+            shutil.rmtree(tmp / f"async-{i}")
+            os.unlink(tmp / f"plain-{i}")
+        store_s, plain_s = statistics.median(stores), statistics.median(plains)
         total = sum(len(c) for c in chunks)
-        plain_s = _time_plain(tmp / "plain", chunks, fsync=False)
+        os.sync()
         dispatch_s, _ = _time_store(tmp / "async-dispatch", batches, FlushMode.ASYNC, dispatch=True)
         sync_batches = batches[:args.sync_batches]
         sync_s, _ = _time_store(tmp / "sync", sync_batches, FlushMode.SYNC)
@@ -123,7 +137,8 @@ def run(argv: list[str]) -> dict:
     n_sync = sum(b.count for b in sync_batches)
     return {
         "messages": args.messages, "batch": args.batch, "message_bytes": args.size, "bytes": total,
-        "store_async_s": round(store_s, 4), "plain_s": round(plain_s, 4),
+        "store_async_s": round(store_s, 4), "plain_s": round(plain_s, 4), "rounds": args.rounds,
+        "store_async_s_each": [round(x, 4) for x in stores], "plain_s_each": [round(x, 4) for x in plains],
         "store_async_mb_s": round(total / mb / store_s, 1), "plain_mb_s": round(total / mb / plain_s, 1),
         "store_async_msgs_s": round(args.messages / store_s), "plain_msgs_s": round(args.messages / plain_s),
         "sync_batches": len(sync_batches), "store_sync_s": round(sync_s, 4), "plain_sync_s": round(plain_sync_s, 4),

@@ -12,7 +12,11 @@ IO thread: the chunks read from the socket since the last job become one job (de
 append, record epochs, set the confirm offset); each packet's ack is handed to the loop right after
 that packet's bytes were appended and written in order, so an ack never names bytes not appended. At most ``MAX_INFLIGHT``
 chunks are queued (the socket keeps receiving meanwhile); the idle ticker touches the session only
-when no job is queued. Authentication (``rocketray.auth``) runs before any
+when no job is queued. When no job is queued and at most ``INLINE_MAX_BYTES`` arrived, the loop
+does the work itself as long as each action is bounded (an append that is not fsynced, a small
+confirm-offset dispatch, an ack) and hands the first heavy action (a truncation, an fsynced epoch
+entry or append, a large dispatch) and everything after it to the IO thread as one job: the order
+of actions and acks is the same either way. Authentication (``rocketray.auth``) runs before any
 RocketMQ packet in both directions; a failure closes the connection with a logged reason.
 """
 
@@ -24,12 +28,13 @@ import sys
 from typing import TYPE_CHECKING, Callable, Protocol
 
 from rocketray.auth import AuthError, authenticate
+from rocketray.broker.config import FlushMode
 from rocketray.ha.config import HAConfig
 from rocketray.ha.loop_monitor import OrderedIO
 from rocketray.ha.protocol import EpochPoint, ProtocolError
 from rocketray.ha.session import (
-    Append, Close, LocalLog, MasterSession, RecordEpoch, Send, SetConfirmOffset, SlaveSession,
-    Truncate,
+    Append, Close, LocalLog, MasterSession, Outgoing, RecordEpoch, Send, SetConfirmOffset,
+    SlaveAction, SlaveSession, Truncate,
 )
 
 if TYPE_CHECKING:
@@ -43,6 +48,7 @@ log = logging.getLogger(__name__)
 READ_CHUNK = 4 << 20
 STREAM_LIMIT = 8 << 20      # StreamReader pauses the socket beyond 2x this (default 64 KiB)
 MAX_INFLIGHT = 2            # slave: receive jobs queued on the IO thread at most
+INLINE_MAX_BYTES = 256 << 10  # slave: received bytes the loop appends itself when no job is queued
 RECV_BUFFER = 8 << 20       # slave: the kernel copies received bytes into buffers of this size
 RECV_MIN_FREE = 256 << 10   # ... and a new one starts when less than this is left
 RECV_POOL = 6               # receive buffers kept for reuse
@@ -338,20 +344,24 @@ class MasterConnection:
             out = self.session.next_send(view, now)
             if out is not None:
                 if out.header:
-                    if not out.body:
-                        writer.write(out.header)
-                    elif len(out.body) <= _JOIN_MAX:  # one send instead of two (writelines joins)
-                        writer.writelines((out.header, out.body))
-                    else:                            # a catch-up chunk: not worth a copy
-                        writer.write(out.header)
-                        writer.write(out.body)
-                    self.bytes_sent += len(out.body)
+                    self._write_out(out)
                     await writer.drain()
                 if out.body:
                     continue
                 if out.caught_up:
                     service.on_caught_up(self, now)
             await self.wake.wait(min(hb_s, 0.1))
+
+    def _write_out(self, out: Outgoing) -> None:
+        writer = self._writer
+        if not out.body:
+            writer.write(out.header)
+        elif len(out.body) <= _JOIN_MAX:  # one send instead of two (writelines joins)
+            writer.writelines((out.header, out.body))
+        else:                            # a catch-up chunk: not worth a copy
+            writer.write(out.header)
+            writer.write(out.body)
+        self.bytes_sent += len(out.body)
 
 
 class SlaveClient:
@@ -460,26 +470,61 @@ class SlaveClient:
         return self.session.connect(local_log(self.service.store), now_ms)
 
     def _process(self, chunks: list[bytes | memoryview], now_ms: int,
-                 send: Callable[[bytes], object]) -> None:
-        """IO thread: feed received chunks and apply every whole packet's store actions in order;
-        each ack goes to ``send`` right after the bytes it names were appended. Raises
-        ConnectionDropped / ProtocolError."""
+                 send: Callable[[bytes], object], pending: list[SlaveAction] | None = None) -> None:
+        """IO thread: apply ``pending`` (actions the loop left to this thread), feed received chunks
+        and apply every whole packet's store actions in order; each ack goes to ``send`` right
+        after the bytes it names were appended. Raises ConnectionDropped / ProtocolError."""
+        store = self.service.store
+        if pending:
+            self._apply(pending, send)
+        for chunk in chunks:
+            self.session.receive_data(chunk, now_ms)
+        while (actions := self.session.next_actions(local_log(store), now_ms)) is not None:
+            self._apply(actions, send)
+
+    def _apply(self, actions: list[SlaveAction], send: Callable[[bytes], object]) -> None:
+        store = self.service.store
+        for action in actions:
+            if isinstance(action, Send):
+                send(action.data)
+            elif isinstance(action, Close):
+                raise ConnectionDropped(action.reason)
+            else:
+                if isinstance(action, Truncate):
+                    log.info("ha slave %s: truncating at %d (max %d)",
+                             self.service.broker_id, action.offset, store.max_offset)
+                if not apply_to_store(store, action):
+                    log.warning("ha slave %s: epoch entry (%d, %d) refused by the epoch file",
+                                self.service.broker_id, action.epoch, action.start_offset)
+
+    def _light(self, action: SlaveAction) -> bool:
+        """Bounded work the loop may do itself: an ack, a close, an append of at most
+        ``INLINE_MAX_BYTES`` that is not fsynced, a confirm offset that dispatches at most that
+        many bytes of records. Truncations and epoch entries (fsynced) go to the IO thread."""
+        if isinstance(action, (Send, Close)):
+            return True
+        store = self.service.store
+        if isinstance(action, Append):
+            return (len(action.data) <= INLINE_MAX_BYTES and action.offset == store.max_offset  # no log reset
+                    and store.config.flush_mode is not FlushMode.SYNC)
+        if isinstance(action, SetConfirmOffset):
+            return action.offset - store.dispatched_offset <= INLINE_MAX_BYTES
+        return False
+
+    def _process_inline(self, chunks: list[bytes | memoryview], now_ms: int,
+                        send: Callable[[bytes], object]) -> list[SlaveAction] | None:
+        """On the loop, with no job queued (so the loop owns the session): what ``_process`` does,
+        as long as every action is light. Returns the actions from the first heavy one on (the IO
+        thread must apply them, then go on with the session), or None when all is done."""
         store = self.service.store
         for chunk in chunks:
             self.session.receive_data(chunk, now_ms)
         while (actions := self.session.next_actions(local_log(store), now_ms)) is not None:
-            for action in actions:
-                if isinstance(action, Send):
-                    send(action.data)
-                elif isinstance(action, Close):
-                    raise ConnectionDropped(action.reason)
-                else:
-                    if isinstance(action, Truncate):
-                        log.info("ha slave %s: truncating at %d (max %d)",
-                                 self.service.broker_id, action.offset, store.max_offset)
-                    if not apply_to_store(store, action):
-                        log.warning("ha slave %s: epoch entry (%d, %d) refused by the epoch file",
-                                    self.service.broker_id, action.epoch, action.start_offset)
+            for i, action in enumerate(actions):
+                if not self._light(action):
+                    return actions[i:]
+                self._apply([action], send)
+        return None
 
     async def _session(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                        leftover: bytes) -> None:
@@ -526,13 +571,19 @@ class SlaveClient:
                     ticker.result()
                 if failure:
                     raise failure[0]
-                if chunks:
+                rest: list[SlaveAction] | None = None
+                if chunks and not self._queued_jobs and sum(map(len, chunks)) <= INLINE_MAX_BYTES:
+                    # no job queued: the loop owns the session and does the light work itself
+                    # (a thread hand-off each way cost more than appending a small chunk)
+                    rest = self._process_inline(chunks, service.now_ms(), write_ack)
+                    chunks = []
+                if chunks or rest:
                     while self._queued_jobs >= MAX_INFLIGHT and not failure:
                         progress.clear()
                         await progress.wait()
                     if failure:
                         raise failure[0]
-                    fut = io.submit(self._process, chunks, service.now_ms(), send)
+                    fut = io.submit(self._process, chunks, service.now_ms(), send, rest)
                     self._queued_jobs += 1
                     fut.add_done_callback(job_done)
                 await receiver.ready.wait()

@@ -150,3 +150,38 @@ def test_chunk_receiver_hands_out_read_only_chunks_and_reuses_only_unreferenced_
         assert len(rx._pool) == 2
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("flush", ["async", "sync"])
+def test_the_slave_loop_does_only_bounded_store_work_itself(tmp_path, flush):
+    """Which received actions the slave's loop applies itself (no job queued) and which go to the
+    IO thread: a small append at the log's end (not fsynced), a small confirm-offset dispatch, acks
+    and closes stay on the loop; truncations, epoch entries (fsynced), large or fsynced appends, an
+    append that restarts the log and a large dispatch go to the IO thread."""
+    from rocketray.broker.config import FlushMode, StoreConfig
+    from rocketray.broker.message import encode_batch
+    from rocketray.broker.store import MessageStore
+    from rocketray.ha.config import HAConfig
+    from rocketray.ha.service import HAService
+    from rocketray.ha.session import Append, Close, RecordEpoch, Send, SetConfirmOffset, Truncate
+    from rocketray.ha.transport import INLINE_MAX_BYTES, SlaveClient
+
+    store = MessageStore(tmp_path, StoreConfig(flush_mode=FlushMode(flush), background_thread=False))
+    store.put_batch(encode_batch(messages(10)), now_ms=1)
+    client = SlaveClient(HAService(store, 2, HAConfig(), b"secret"), ("127.0.0.1", 1))
+    end = store.max_offset
+    small, large = b"x" * 1024, b"x" * (INLINE_MAX_BYTES + 1)
+    synced = flush == "sync"
+    table = [
+        (Send(b"ack"), True),
+        (Close("bye"), True),
+        (Append(end, small), not synced),
+        (Append(end, large), False),
+        (Append(end + 4096, small), False),          # not at the end: the store restarts its log
+        (SetConfirmOffset(end), True),               # dispatches at most the whole (small) log
+        (SetConfirmOffset(store.dispatched_offset + INLINE_MAX_BYTES + 1), False),
+        (Truncate(0), False),
+        (RecordEpoch(2, end), False),
+    ]
+    assert [client._light(action) for action, _ in table] == [light for _, light in table]
+    store.close()
