@@ -406,7 +406,24 @@ static PyObject *offsets(PyObject *self, PyObject *arg) {
     return out;
 }
 
+/* whole_length(buf, max_bytes): message.whole_records_length. */
+static PyObject *whole_length(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t max_bytes;
+    if (!PyArg_ParseTuple(args, "y*n", &view, &max_bytes)) return NULL;
+    const unsigned char *buf = view.buf;
+    Py_ssize_t n = view.len, end = 0;
+    while (end + HEADER_SIZE <= n) {
+        Py_ssize_t size = (Py_ssize_t)get_u32(buf + end);
+        if (size < HEADER_SIZE || size > n - end || (end > 0 && end + size > max_bytes)) break;
+        end += size;
+    }
+    PyBuffer_Release(&view);
+    return PyLong_FromSsize_t(end);
+}
+
 static PyMethodDef methods[] = {
+    {"whole_length", whole_length, METH_VARARGS, "Length of the whole records in buf within max_bytes (at least one)."},
     {"scan", scan, METH_VARARGS, "Seal a batch or index records (see the module source)."},
     {"offsets", offsets, METH_O, "((queue_offset, physical_offset), ...) of the records of a sealed batch."},
     {NULL, NULL, 0, NULL},

@@ -316,7 +316,14 @@ def split_records(buf: bytes | memoryview, base_offset: int, max_size: int) -> l
 
 def whole_records_length(buf: bytes | memoryview, max_bytes: int) -> int:
     """Length of the longest prefix of (trusted) records in ``buf`` within ``max_bytes``, but at least
-    the first record if it is whole."""
+    the first record if it is whole (in C when the extension is built)."""
+    if _records is not None:
+        return _records.whole_length(buf, max_bytes)
+    return whole_records_length_py(buf, max_bytes)
+
+
+def whole_records_length_py(buf: bytes | memoryview, max_bytes: int) -> int:
+    """:func:`whole_records_length` in Python."""
     end = 0
     while end + HEADER_SIZE <= len(buf):
         size = _SIZE.unpack_from(buf, end)[0]

@@ -77,6 +77,8 @@ def assert_same_everywhere(data: bytes, count: int, rng: random.Random) -> None:
     stored = c[1][0] if c[0] == "ok" else data
     if c[0] == "ok":
         assert m.record_offsets(stored) == m.record_offsets_py(stored)
+    for limit in (0, 1, 70, 300, len(stored) // 2, len(stored), 1 << 30):
+        assert m.whole_records_length(stored, limit) == m.whole_records_length_py(stored, limit)
     for verify in (True, False):
         for buf in (stored, bytearray(stored), memoryview(stored)):
             assert outcome(m.index_records, buf, base, verify, 600) == outcome(m.index_records_py, buf, base, verify, 600)
