@@ -4,8 +4,8 @@
 
 MODE ``kill-in-truncate`` SIGKILLs this process inside ``store.truncate`` right after the commit
 log was cut (before consume queues, checkpoint and epoch file are updated): a crash in the
-middle of a handshake truncation. MODE ``throttle`` spends 2 ms on every appended batch, so a
-12 MiB stream takes over a second and a test can kill it mid-way without racing it.
+middle of a handshake truncation. MODE ``throttle`` spends 2 ms per appended 16 KiB (however many packets one append
+holds), so a 12 MiB stream takes over a second and a test can kill it mid-way without racing it.
 """
 
 import asyncio
@@ -36,7 +36,7 @@ async def main() -> None:
         append_raw = store.append_raw
 
         def slow_append(offset, data):
-            time.sleep(0.002)
+            time.sleep(0.002 * max(1, len(data) // (16 * 1024)))  # per 16 KiB, however batched
             return append_raw(offset, data)
         store.append_raw = slow_append
     ha = HAService(store, int(broker_id), fast_config(ha_transfer_batch_size=16 * 1024), SECRET)
