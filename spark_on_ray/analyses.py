@@ -260,7 +260,7 @@ def fault_recovery(nemesis: DataFrame, history: DataFrame) -> DataFrame:
     # or after it). A running frame (unbounded preceding) is computed incrementally. At equal times
     # sends sort first, so a send started at the fault's own millisecond counts, as in the checker.
     stream = targeted.select("fault_id", "group", F.col("fault_ms").alias("t_ms"),
-                             F.lit(None).cast("long").alias("ack_ms")).unionByName(acks)
+                             F.lit(None).cast("double").alias("ack_ms")).unionByName(acks)
     w = (Window.partitionBy("group")
          .orderBy(F.col("t_ms").desc(), F.col("fault_id").isNotNull().asc(), F.col("fault_id"))
          .rowsBetween(Window.unboundedPreceding, -1))

@@ -158,6 +158,24 @@ def test_failover_agrees_with_the_checker_on_constructed_runs(frame):
     assert stats.unrecovered == 1
 
 
+def test_failover_does_not_count_a_send_started_in_the_kills_millisecond_before_it(frame):
+    """A CI chaos run: a send started 0.4 ms before the kill, in the same millisecond, and was
+    acknowledged 8 ms later. With times rounded to whole ms the analytics sorted it with the kill
+    and reported an 8 ms failover where the checker (unrounded times) waited 114 ms for a send that
+    started after the kill. Times keep their fraction now; the old rounding fails this test."""
+    from rocketray.verify.checker import failover_times
+    from rocketray.verify.history import NemesisEvent, OpRecord
+
+    ops = [OpRecord(1, "p", "send", "g", 0, "m1", None, None, 1000.1, 1008.5, "ok"),
+           OpRecord(2, "p", "send", "g", 0, "m2", None, None, 1000.6, 1114.9, "ok")]
+    nemesis = [NemesisEvent(1000.5, "kill-master", "start", "g/1", "g")]
+    _, details = failover_times(ops, nemesis)
+    hist = frame("history", [o.to_json() for o in ops])
+    nem = frame("nemesis", [e.to_json() for e in nemesis])
+    spark = [r["failover_ms"] for r in analyses.failovers(nem, hist).collect()]
+    assert spark == [d["failover_ms"] for d in details] == [1114.9 - 1000.5]
+
+
 def test_failover_without_a_later_ack_is_unrecovered(frame):
     # A master kill after the last acknowledged send has no end: failover_ms is null and recovered false.
     nem = frame("nemesis", [{"time_ms": 50, "kind": "kill-master", "phase": "start", "target": "g/2", "group": "g"}])
