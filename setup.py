@@ -3,7 +3,7 @@
 Everything else is declared in pyproject.toml. The extension links ISA-L's CRC-32 when its headers
 are installed (Debian: ``libisal-dev``), else zlib's. It is optional: without a C compiler the
 install still succeeds and message.py runs its pure-Python loops (``RECORDS_IMPLEMENTATION``
-says which one runs; ``rocketray doctor``-style checks and the benchmarks print it).
+says which one runs; the store-append and produce-allack benchmarks print it).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ def _records_extension() -> Extension:
         sources=["broker/_records.c"],
         define_macros=[("RR_HAVE_ISAL", "1")] if isal else [],
         libraries=["isal"] if isal else ["z"],
-        extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wno-unused-label"],
+        extra_compile_args=["-O2", "-std=c11", "-Wall"],
         optional=True,
     )
 

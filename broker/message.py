@@ -468,18 +468,26 @@ def seal_batch(batch: EncodedBatch, physical_offset: int, next_queue_offsets: Ma
     ``rocketray.broker._records`` when it is built, else :func:`seal_batch_py`; same result."""
     if _records is None:
         return seal_batch_py(batch, physical_offset, next_queue_offsets, now_ms, max_size)
-    src = batch.data
-    if not isinstance(src, bytes):
+    data = _writable_copy(batch, physical_offset, now_ms)
+    _end, count, runs, _error = _records.scan(data, physical_offset, 0, max_size, now_ms, next_queue_offsets,
+                                               _topic_of, properties_tag_hash, MessageCodecError)
+    return _sealed(batch, data, physical_offset, count, [QueueRun(*run) for run in runs])
+
+
+def _writable_copy(batch: EncodedBatch, physical_offset: int, now_ms: int) -> bytearray:
+    """The batch's bytes to fill in, after checking the arguments both seal loops share."""
+    if not isinstance(batch.data, bytes):
         raise MessageCodecError("batch data must be bytes")
     if not (0 <= physical_offset < _I64 and -_I64 <= now_ms < _I64):
         raise MessageCodecError(f"position {physical_offset} or timestamp {now_ms} out of range")
-    data = bytearray(src)
-    _end, count, runs, _error = _records.scan(data, physical_offset, 0, max_size, now_ms, next_queue_offsets,
-                                               _topic_of, properties_tag_hash, MessageCodecError)
+    return bytearray(batch.data)
+
+
+def _sealed(batch: EncodedBatch, data: bytearray, physical_offset: int, count: int,
+            runs: list[QueueRun]) -> SealedBatch:
     if count != batch.count:
         raise MessageCodecError(f"batch claims {batch.count} records, holds {count}")
-    return SealedBatch(data, IndexedRecords(physical_offset, physical_offset + len(src), count,
-                                            [QueueRun(*run) for run in runs]))
+    return SealedBatch(data, IndexedRecords(physical_offset, physical_offset + len(data), count, runs))
 
 
 def seal_batch_py(batch: EncodedBatch, physical_offset: int, next_queue_offsets: Mapping[tuple[str, int], int],
@@ -496,12 +504,8 @@ def seal_batch_py(batch: EncodedBatch, physical_offset: int, next_queue_offsets:
     id and an in-place comparison of the topic bytes, properties equal to the previous record's are
     compared in place, and the CRC of the header's first 8 bytes is cached by record size.
     """
+    data = _writable_copy(batch, physical_offset, now_ms)
     src = batch.data
-    if not isinstance(src, bytes):
-        raise MessageCodecError("batch data must be bytes")
-    if not (0 <= physical_offset < _I64 and -_I64 <= now_ms < _I64):
-        raise MessageCodecError(f"position {physical_offset} or timestamp {now_ms} out of range")
-    data = bytearray(src)
     mv = memoryview(data)
     n = len(src)
     crc32 = _crc32_impl
@@ -560,9 +564,7 @@ def seal_batch_py(batch: EncodedBatch, physical_offset: int, next_queue_offsets:
             count += 1
     finally:
         mv.release()
-    if count != batch.count:
-        raise MessageCodecError(f"batch claims {batch.count} records, holds {count}")
-    return SealedBatch(data, IndexedRecords(physical_offset, physical_offset + n, count, ordered))
+    return _sealed(batch, data, physical_offset, count, ordered)
 
 
 def _run_for(runs: dict[tuple[bytes, int], QueueRun], ordered: list[QueueRun], topic_bytes: bytes,
