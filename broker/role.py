@@ -24,7 +24,9 @@ Every transition is in this file (its inputs and actions are declared in ``role_
   broker was restarted before the controller noticed. It must not resume the old term (a lost tail
   would make its slaves diverge, and the election that picks the replica with the most data would
   be skipped): it heartbeats its current progress and asks for a new term (``RequestNewTerm``),
-  and follows whatever that election says.
+  and follows whatever that election says. The same holds for a term the answer to its
+  registration names it master of: the controller elected it by progress it reported before this
+  process started, which a power loss may have cut.
 * **SyncStateSet reports are serialized**: at most one ALTER_SYNC_STATE_SET is in flight. A newer
   proposal while one is in flight replaces any queued one (the HA tracker's proposals are
   cumulative, so the latest is the merge) and is sent when the answer arrives, unless it equals
@@ -58,7 +60,8 @@ from rocketray.broker.role_io import (Action, ApplySyncStateSet, BecomeMaster, B
                                       Stopped, StoreFacts, SwitchDone, SyncStateSetProposed)
 
 __all__ = [*role_io.__all__,  # re-exported: the shells and tests use role.X
-           "RoleMachine", "acts_on_epoch", "is_term_from_before_restart", "report_may_start"]
+           "RoleMachine", "acts_on_epoch", "is_term_from_before_restart", "is_term_won_before_boot",
+           "report_may_start"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -74,6 +77,14 @@ def is_term_from_before_restart(sitting: bool, epoch: int, last_epoch: int) -> b
     """Named master of ``epoch`` while not holding it, and ``epoch`` is already in the epoch file:
     this broker held that term before a restart (#9689)."""
     return not sitting and epoch <= last_epoch
+
+
+def is_term_won_before_boot(sitting: bool, at_registration: bool) -> bool:
+    """Named master by the answer to this process's registration, while not holding the term: the
+    controller elected this broker by progress it reported before the process (re)started, which a
+    power loss may since have cut (simulator ``async`` seed 5453, scenario
+    ``elected-then-lost-power``). Ask for a new term, ranked by what the store holds now."""
+    return not sitting and at_registration
 
 
 def report_may_start(in_flight: "ReportSyncStateSet | None") -> bool:
@@ -147,7 +158,7 @@ class RoleMachine:
             return []
         if isinstance(event, Registered):
             self.registered = True
-            return self._follow(event.info, facts)
+            return self._follow(event.info, facts, at_registration=True)
         if isinstance(event, Bootstrap):
             return self._bootstrap()
         if isinstance(event, ElectAnswered):
@@ -194,7 +205,7 @@ class RoleMachine:
             return []
         return self._follow(event.info, facts)
 
-    def _follow(self, info: MasterInfo, facts: StoreFacts) -> list[Action]:
+    def _follow(self, info: MasterInfo, facts: StoreFacts, at_registration: bool = False) -> list[Action]:
         """Act on a controller view naming a master: only for a strictly newer epoch."""
         if (not info.names_master or not acts_on_epoch(info.master_epoch, self.master_epoch)
                 or self.switching is not None):
@@ -203,8 +214,10 @@ class RoleMachine:
         epoch = info.master_epoch
         if info.master_broker_id == self.broker_id:
             sitting = self.is_master
-            if is_term_from_before_restart(sitting, epoch, facts.last_epoch):
-                # A term from before a restart (#9689): never resume it; ask for a new one.
+            if (is_term_from_before_restart(sitting, epoch, facts.last_epoch)
+                    or is_term_won_before_boot(sitting, at_registration)):
+                # A term from before a restart (#9689), or won by progress reported before it:
+                # never resume or take it; ask for a new one.
                 if self.new_term_for is not None and self.new_term_for >= epoch:
                     return []
                 self.new_term_for = epoch

@@ -38,7 +38,7 @@ from rocketray.controller.api import (AlterSyncStateSetRequest, ApplyBrokerIdReq
                             ElectMasterRequest, GetNextBrokerIdRequest, GetReplicaInfoRequest,
                             GetSyncStateDataRequest, RegisterBrokerRequest, Response)
 from rocketray.controller.codes import ResponseCode as C
-from rocketray.controller.election import elect, rank_key
+from rocketray.controller.election import contains_log, elect, rank_key
 from rocketray.controller.events import (AlterSyncStateSetEvent, ApplyBrokerIdEvent, CleanBrokerDataEvent,
                                ElectMasterEvent, Event, UpdateBrokerAddressEvent)
 from rocketray.controller.heartbeat import BrokerLiveInfo, HeartbeatTable
@@ -237,13 +237,25 @@ def _with_requester_progress(ctx: DecideContext, req: ElectMasterRequest) -> Dec
 
 
 def _elect_new_term(state: ControllerState, name: str, old: int, ctx: DecideContext) -> int | None:
-    """The best live SyncStateSet member other than the restarted master ``old``, if it has at least
-    ``old``'s progress (so on equal progress a replica that did not just restart takes over); else None,
-    and the ordinary policy (without stickiness) decides."""
-    sync = state.sync_state[name]
+    """The best live replica other than the restarted master ``old``, if it has at least ``old``'s
+    progress (so on equal progress a replica that did not just restart takes over); else None, and
+    the ordinary policy (without stickiness) decides.
+
+    The replicas considered are the other SyncStateSet members and, a deliberate difference from
+    RocketMQ, any live replica whose log provably contains ``old``'s (``contains_log``: same last
+    epoch, more bytes). A master that lost its unflushed tail may have acknowledged it under the
+    union view of an expansion the controller never applied (simulator ``async`` seed 5049,
+    scenario ``new-term-outside-sss``): the joining replica holds those records and is the only
+    one that does, while the committed set names ``old`` alone."""
+    sync, replica = state.sync_state[name], state.replica_info[name]
     getter = ctx.live_info
     info = None if getter is None else (lambda i: getter(name, i))
-    other = elect(sync.sync_state_set - {old}, None, None, None, lambda i: ctx.alive(name, i), info)
+    pool = set(sync.sync_state_set - {old})
+    if info is not None:
+        mine = info(old)
+        pool |= {i for i in replica.broker_id_info
+                 if i not in sync.sync_state_set and ctx.alive(name, i) and contains_log(info(i), mine)}
+    other = elect(pool, None, None, None, lambda i: ctx.alive(name, i), info)
     if other is None:
         return None
     if info is None or rank_key(other, info(other))[:4] <= rank_key(old, info(old))[:4]:

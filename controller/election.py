@@ -45,6 +45,17 @@ def try_elect(candidates: Iterable[int], old_master: int | None, prefer_id: int 
     return min(pool, key=lambda c: rank_key(c, live_info(c)))
 
 
+def contains_log(candidate: BrokerLiveInfo | None, of: BrokerLiveInfo | None) -> bool:
+    """Whether ``candidate``'s log provably holds all of ``of``'s: both last wrote in the same
+    epoch and ``candidate`` has more bytes. Within one epoch a single master writes, every replica
+    that reached it was first truncated to that master's log, and a restarted master never writes
+    again in a term it held before the restart (broker/role.py ``is_term_from_before_restart``): so
+    two logs ending in the same epoch are prefixes of one sequence, and the longer holds the
+    shorter."""
+    return (candidate is not None and of is not None and of.epoch >= 0 and candidate.epoch == of.epoch
+            and candidate.max_offset > of.max_offset)
+
+
 def elect(sync_state_set: Iterable[int], all_ids: Iterable[int] | None, old_master: int | None,
           prefer_id: int | None, alive: AlivePredicate | None = None,
           live_info: LiveInfoGetter | None = None) -> int | None:

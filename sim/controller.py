@@ -50,6 +50,8 @@ class SimController:
         # a scripted scenario's fault: a write request this returns True for is committed and its
         # answer lost (the caller sees a timeout), as a dying leader would
         self.answer_lost: Callable[[object], bool] | None = None
+        # and a write request this returns True for is lost before commit (the caller times out)
+        self.request_lost: Callable[[object], bool] | None = None
         self.sessions = SessionTable()
         self.on_leader_change: Callable[[], None] | None = None   # brokers open their sessions again
         self.session_elections = 0
@@ -85,6 +87,9 @@ class SimController:
         resp, events = decide(self.state, request, ctx)
         if not is_write(request) or not events:
             return resp
+        if self.request_lost is not None and self.request_lost(request):
+            self.world.note(f"controller lost {type(request).__name__} before commit (scripted)")
+            return None
         if self.answer_lost is not None and self.answer_lost(request):
             self._apply(events)
             self.world.note(f"controller committed {type(request).__name__}, answer lost (scripted)")

@@ -163,6 +163,81 @@ def _master_restarts_with_less_than_it_reported(sim: Sim) -> None:
     sim.when(reported_ahead, power_loss, every_ms=1)
 
 
+def _master_loses_power_before_its_expand_commits(sim: Sim) -> None:
+    """Simulator ``async`` seed 5049. Master M's committed SyncStateSet is {M}; slave J has caught
+    up and M proposes {M, J}, but the controller never applies it (the request is lost, again on
+    every retry). M acknowledges puts under the union view {M, J}, so J holds them, and loses power
+    (async flush) with some of them unflushed. It restarts before the controller notices and asks
+    for a new term. The committed set names M alone, so an election among its members re-elects M
+    with its shorter log and J truncates acknowledged messages to follow it; J's log provably
+    contains M's (same last epoch, more bytes), so J must win."""
+    st: dict[str, SimBroker] = {}
+
+    def first_master() -> bool:
+        m = _serving(sim)
+        if m is None:
+            return False
+        st["m"] = m
+
+        def expand(request: object) -> bool:
+            return isinstance(request, AlterSyncStateSetRequest) and len(request.new_sync_state_set) > 1
+        sim.controller.request_lost = expand
+        return True
+
+    def acked_beyond_flush() -> bool:
+        m = st["m"]
+        joined = [b for b in sim.groups["g0"] if b is not m and b.up and b.store is not None]
+        end = max(p.acked_end for p in sim.producers)
+        return (m.up and sim.controller.sync_state_set("g0") == frozenset({m.id}) and end > m.flushed_end
+                and any(b.store.max_offset >= end for b in joined))
+
+    def power_loss() -> None:
+        m = st["m"]
+        sim.world.note(f"SCRIPT {m.name} loses power with acknowledged bytes only a joining member holds")
+        sim.controller.request_lost = None
+        m.crash(CrashMode.POWER_LOSS)
+    sim.when(first_master, lambda: sim.when(acked_beyond_flush, power_loss, every_ms=1), every_ms=1)
+
+
+def _elected_slave_loses_power_before_taking_the_term(sim: Sim) -> None:
+    """Simulator ``async`` seed 5453. On a settled group the master's link to the controller is cut,
+    and the controller elects slave X by the progress X last reported. Before X takes the term, X
+    loses power (async flush) and with it acknowledged bytes the other two hold. It restarts, and
+    the answer to its registration names it master of a term it never took: taking it would make
+    the others truncate to its shorter log; asking for a new term ranks it by what it holds now."""
+    st: dict[str, SimBroker] = {}
+
+    def steady() -> bool:
+        m = _serving(sim)
+        return (m is not None and len(sim.controller.sync_state_set("g0")) == sim.config.replicas
+                and sum(len(p.acked) for p in sim.producers) >= 20)
+
+    def cut_master() -> None:
+        m = _serving(sim)
+        assert m is not None
+        st["m"] = m
+        sim.world.note(f"SCRIPT {m.name} cut off from the controller")
+        sim.net.cut(m.name, CONTROLLER)
+        sim.net.cut(CONTROLLER, m.name)
+        sim.when(elected_behind, power_loss, every_ms=1)
+
+    def elected_behind() -> bool:
+        master_id, _epoch = sim.controller.master_of("g0")
+        if master_id is None or master_id == st["m"].id:
+            return False
+        x = next(b for b in sim.groups["g0"] if b.id == master_id)
+        st["x"] = x
+        return True
+
+    def power_loss() -> None:
+        x, m = st["x"], st["m"]
+        sim.world.note(f"SCRIPT {x.name}, just elected, loses power before taking the term")
+        x.crash(CrashMode.POWER_LOSS)
+        sim.net.mend(m.name, CONTROLLER)
+        sim.net.mend(CONTROLLER, m.name)
+    sim.when(steady, cut_master)
+
+
 def _no_sessions(config: SimConfig) -> SimConfig:
     """``config`` without controller sessions: the controller learns of a dead broker only by
     heartbeat expiry (as after a power loss, across a cut link, or with a new leader). The pinned
@@ -184,6 +259,18 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
              "progress it reported before, and its slaves truncate acknowledged messages",
              _quiet(flush_mode=FlushMode.ASYNC, restart_min_ms=300, restart_max_ms=600), 8,
              _master_restarts_with_less_than_it_reported),
+    Scenario("new-term-outside-sss",
+             "a master that lost power before the controller applied its expand wins the new-term "
+             "election among the committed members, and the joining member that holds what it "
+             "acknowledged truncates it",
+             dataclasses.replace(_quiet(flush_mode=FlushMode.ASYNC, restart_min_ms=300, restart_max_ms=600),
+                                 replicas=2), 1, _master_loses_power_before_its_expand_commits),
+    Scenario("elected-then-lost-power",
+             "a slave elected by the progress it reported loses power before taking the term, "
+             "restarts with less, and takes the term its registration names; the others truncate "
+             "acknowledged messages to follow it",
+             _quiet(flush_mode=FlushMode.ASYNC, restart_min_ms=300, restart_max_ms=600), 1,
+             _elected_slave_loses_power_before_taking_the_term),
     Scenario("restarted-master-resumes-its-old-term",
              "a master restarted before the controller noticed resumes its term (#9689)",
              _no_sessions(PROFILES["default"]), 4),

@@ -32,9 +32,10 @@ def fresh(me: int = 1) -> RoleMachine:
 
 
 def master(me: int = 1, epoch: int = 1, sss=(1,), sss_epoch: int = 1) -> RoleMachine:
-    """Registered, master of ``epoch`` with the confirmed set ``sss``."""
+    """Registered with no master, then elected master of ``epoch`` with the confirmed set ``sss``."""
     m = fresh(me)
-    assert m.step(Registered(info(me, epoch, sss, sss_epoch)), StoreFacts(epoch - 1)) == [
+    assert m.step(Registered(info(None, 0))) == []
+    assert m.step(ElectAnswered(info(me, epoch, sss, sss_epoch)), StoreFacts(epoch - 1)) == [
         BecomeMaster(epoch, False, frozenset(sss), sss_epoch)]
     assert m.step(SwitchDone(True)) == [ApplySyncStateSet(frozenset(sss), sss_epoch), SetWritable(True)]
     return m
@@ -188,6 +189,36 @@ def test_refused_or_stale_new_term_is_asked_again_later(answer):
     m.step(Registered(info(1, 1, (1,), 1)), StoreFacts(1))
     assert m.step(NewTermAnswered(1, answer), StoreFacts(1)) == [] and m.new_term_for is None
     assert m.step(ReplicaInfoPolled(info(1, 1, (1,), 1)), StoreFacts(1)) == [SendHeartbeat(), RequestNewTerm(1)]
+
+
+@pytest.mark.parametrize("last_epoch", [-1, 1, 2])
+def test_term_named_by_the_registration_answer_is_asked_again(last_epoch):
+    """Simulator async seed 5453 (scenario elected-then-lost-power): the answer to this process's
+    registration names it master of epoch 3, a term it never took (not in its epoch file). The
+    controller elected it by progress reported before this process started, which a power loss may
+    have cut: ask for a new term, ranked by what the store holds now."""
+    m = fresh(me=1)
+    facts = StoreFacts(last_epoch=last_epoch, max_offset=100)
+    assert m.step(Registered(info(1, 3, (1,), 4)), facts) == [SendHeartbeat(), RequestNewTerm(3)]
+    assert m.fenced and m.new_term_for == 3
+    assert m.step(NewTermAnswered(3, info(2, 4, (2,), 5)), facts) == [BecomeSlave(A2, 4, 2, False)]
+
+
+def test_term_named_after_registration_is_taken():
+    """The same view from an election answer or a notification after registering is a term won
+    with this process's own progress: it is taken at once."""
+    for source in (ElectAnswered, RoleChangeNotified, ReplicaInfoPolled):
+        m = fresh(me=1)
+        assert m.step(Registered(info(None, 0))) == []
+        assert m.step(source(info(1, 3, (1,), 4)), StoreFacts(2)) == [BecomeMaster(3, False, frozenset({1}), 4)]
+
+
+def test_reverting_the_registration_rule_takes_the_term(monkeypatch):
+    from rocketray.broker import role
+
+    monkeypatch.setattr(role, "is_term_won_before_boot", lambda sitting, at_registration: False)
+    m = fresh(me=1)
+    assert m.step(Registered(info(1, 3, (1,), 4)), StoreFacts(2)) == [BecomeMaster(3, False, frozenset({1}), 4)]
 
 
 def test_sitting_master_is_not_a_restart():

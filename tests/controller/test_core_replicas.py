@@ -13,7 +13,8 @@ from rocketray.controller.api import (AlterSyncStateSetRequest, ApplyBrokerIdReq
 from rocketray.controller.codes import ResponseCode as C
 from rocketray.controller.decide import DecideContext, decide, is_write, scan_need_reelect_broker_sets
 from rocketray.controller.events import CleanBrokerDataEvent, ElectMasterEvent
-from rocketray.controller.heartbeat import HeartbeatTable
+from rocketray.controller.election import contains_log
+from rocketray.controller.heartbeat import BrokerLiveInfo, HeartbeatTable
 from rocketray.controller.state import ControllerState
 
 CLUSTER, NAME = "cluster-a", "broker-set-a"
@@ -509,3 +510,65 @@ def test_new_term_old_rule_ranks_by_the_stale_row(monkeypatch):
     h.heartbeat(2, 1, 300, 10**9)
     resp, _events = h.call(ElectMasterRequest.of_new_term(CLUSTER, NAME, 1, 1, 100))
     assert resp.header["master_broker_id"] == 1
+
+
+def only_master_in_sync() -> Harness:
+    """Master 1 at epoch 1 with SyncStateSet {1}; 2 and 3 registered (expansions not yet applied)."""
+    h = Harness()
+    for i in (1, 2, 3):
+        h.register(i, None)
+    assert h.call(ElectMasterRequest.of_broker_trigger(CLUSTER, NAME, 1))[0].ok
+    assert h.info().body["sync_state_set"] == [1]
+    h.alive = set()
+    return h
+
+
+@pytest.mark.parametrize("beats, carried, master", [
+    # 2 (outside the set) last wrote in epoch 1 too and holds more: its log contains 1's, it wins
+    ({2: (1, 300), 3: (1, 100)}, (1, 200), 2),
+    # the longest containing log wins (both 2 and 3 contain 1's)
+    ({2: (1, 300), 3: (1, 400)}, (1, 200), 3),
+    # equal bytes prove nothing new: the restarted master keeps the term (a new epoch)
+    ({2: (1, 200), 3: (1, 100)}, (1, 200), 1),
+    # a different last epoch proves no containment, however long
+    ({2: (0, 900), 3: (2, 900)}, (1, 200), 1),
+    # the requester carried no progress: its row decides (it reported 500 before the restart)
+    ({2: (1, 300)}, (-1, -1), 1),
+    # a dead replica is never elected
+    ({}, (1, 200), 1),
+])
+def test_new_term_prefers_a_live_replica_whose_log_contains_the_masters(beats, carried, master):
+    """Simulator async seed 5049 (scenario new-term-outside-sss): a master that lost its unflushed
+    tail may have acknowledged it under the union view of an expansion the controller never applied;
+    the joining replica holds those records. The new-term election considers, besides the other
+    members, every live replica whose log provably contains the restarted master's."""
+    h = only_master_in_sync()
+    h.heartbeat(1, 1, 500, 10**9)
+    for broker_id, (ep, offset) in beats.items():
+        h.heartbeat(broker_id, ep, offset, 10**9)
+    resp, events = h.call(ElectMasterRequest.of_new_term(CLUSTER, NAME, 1, *carried))
+    assert resp.code == C.SUCCESS and resp.header["master_broker_id"] == master
+    assert resp.header["master_epoch"] == 2 and h.info().body["sync_state_set"] == [master]
+    assert events == [ElectMasterEvent(True, NAME, master)]
+    assert h.replay_matches()
+
+
+def test_new_term_outside_the_set_old_rule_reelects_the_shorter_master(monkeypatch):
+    """Reverting the rule (only SyncStateSet members) re-elects the master with its shorter log."""
+    from rocketray.controller import decide as decide_mod
+
+    monkeypatch.setattr(decide_mod, "contains_log", lambda candidate, of: False)
+    h = only_master_in_sync()
+    h.heartbeat(1, 1, 500, 10**9)
+    h.heartbeat(2, 1, 300, 10**9)
+    resp, _events = h.call(ElectMasterRequest.of_new_term(CLUSTER, NAME, 1, 1, 200))
+    assert resp.header["master_broker_id"] == 1
+
+
+def test_contains_log():
+    def row(epoch: int, offset: int) -> BrokerLiveInfo:
+        return BrokerLiveInfo(CLUSTER, NAME, "a", 2, 0, epoch=epoch, max_offset=offset)
+    assert contains_log(row(3, 10), row(3, 9))
+    assert not contains_log(row(3, 9), row(3, 9)) and not contains_log(row(4, 10), row(3, 9))
+    assert not contains_log(row(3, 10), row(-1, 0)) and not contains_log(None, row(3, 9))
+    assert not contains_log(row(3, 10), None)
