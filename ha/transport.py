@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import mmap
 import sys
 from typing import TYPE_CHECKING, Callable, Protocol
 
@@ -139,31 +138,16 @@ def _close_writer(writer: asyncio.StreamWriter | None) -> None:
             pass
 
 
-def fill_receive_pool(pool: list[mmap.mmap]) -> None:
-    """Allocate the receive buffers a slave session reuses (IO thread, when it connects): the
-    stream then never waits for fresh pages, ~4-10 ms per 8 MiB buffer."""
-    while len(pool) < RECV_POOL:
-        pool.append(new_receive_buffer())
-
-
-def new_receive_buffer(size: int = RECV_BUFFER) -> mmap.mmap:
-    """Anonymous memory with its pages mapped by the kernel in one call, outside the GIL
-    (``MAP_POPULATE``): a ``bytearray`` of 8 MiB zeroes its pages under the GIL, one page fault
-    each, ~10 ms in a VM (the slave's event loop and IO thread both stop meanwhile)."""
-    flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_POPULATE", 0)
-    return mmap.mmap(-1, size, flags=flags)
-
-
 class ChunkReceiver(asyncio.BufferedProtocol):
     """The slave's receive side after authentication: the kernel copies straight into large
     buffers that are handed out once and never written again, so each received range becomes a
     read-only chunk the decoder and the IO thread keep without copying. Chunks queue here until
     the session takes them; beyond ``STREAM_LIMIT`` queued bytes the socket stops reading."""
 
-    def __init__(self, transport: asyncio.Transport, pool: list[mmap.mmap] | None = None) -> None:
+    def __init__(self, transport: asyncio.Transport) -> None:
         self._transport = transport
         self._buf = memoryview(bytearray(0))
-        self._pool: list[mmap.mmap] = [] if pool is None else pool
+        self._pool: list[bytearray] = []
         self._used = 0
         self._chunks: list[memoryview] = []
         self._queued = 0
@@ -179,15 +163,15 @@ class ChunkReceiver(asyncio.BufferedProtocol):
             self._used = 0
         return self._buf[self._used:]
 
-    def _free_buffer(self) -> mmap.mmap:
-        """A receive buffer no chunk refers to any more (its pages are already mapped), or a new
-        one while all of them are in use."""
+    def _free_buffer(self) -> bytearray:
+        """A receive buffer no chunk refers to any more (its pages are already mapped: a fresh
+        8 MiB buffer costs ~2,000 page faults), or a new one while all of them are in use."""
         for buf in self._pool:
             # The pool's reference, the loop variable and getrefcount's argument: three. A fourth
             # is a memoryview of it (a received chunk still in use somewhere).
             if sys.getrefcount(buf) <= 3:
                 return buf
-        buf = new_receive_buffer()
+        buf = bytearray(RECV_BUFFER)
         if len(self._pool) < RECV_POOL:
             self._pool.append(buf)
         return buf
@@ -401,7 +385,6 @@ class SlaveClient:
         self.connections = 0
         self.last_error = ""
         self._queued_jobs = 0       # chunks submitted to the IO thread whose acks are not written
-        self._recv_pool: list[mmap.mmap] = []   # receive buffers, kept across reconnections
 
     def expect_epoch(self, epoch: int) -> None:
         """The controller named ``epoch`` for this master; the next handshake must match it."""
@@ -549,10 +532,9 @@ class SlaveClient:
         io = service.io
         transport = writer.transport
         handshake = await io.run(self._connect, service.now_ms())
-        await io.run(fill_receive_pool, self._recv_pool)
         # The master sends nothing after authentication until our handshake, so the stream
         # reader holds no bytes: from here the socket reads straight into ``ChunkReceiver``.
-        receiver = ChunkReceiver(transport, self._recv_pool)
+        receiver = ChunkReceiver(transport)
         transport.set_protocol(receiver)
         transport.write(handshake)
         self.connected = True

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from rocketray.ha.loop_monitor import LoopStallMonitor, OrderedIO
-from rocketray.ha.transport import RECV_BUFFER, RECV_MIN_FREE, RECV_POOL, ChunkReceiver, fill_receive_pool
+from rocketray.ha.transport import RECV_BUFFER, RECV_MIN_FREE, ChunkReceiver
 
 from ha_helpers import (commitlog_bytes, fast_config, messages, put_all, run, start_node, stop_node,
                         switch, wait_caught_up, wait_for)
@@ -148,33 +148,6 @@ def test_chunk_receiver_hands_out_read_only_chunks_and_reuses_only_unreferenced_
         assert bytes(kept[0]) == b"a" * fill   # the live chunk's buffer was not reused
         assert bytes(third[0]) == b"c" * 10
         assert len(rx._pool) == 2
-
-    asyncio.run(main())
-
-
-def test_a_prefilled_pool_is_used_before_any_new_buffer_and_outlives_the_receiver():
-    """The slave fills its receive pool when it connects (IO thread) and hands it to each session's
-    receiver: the stream takes buffers from it and allocates none while one is free; a buffer a
-    live chunk of the last session still holds is not reused by the next."""
-    async def main() -> None:
-        pool: list = []
-        fill_receive_pool(pool)
-        fill_receive_pool(pool)                # already full: nothing more
-        assert len(pool) == RECV_POOL and all(len(b) == RECV_BUFFER for b in pool)
-        first = [id(b) for b in pool]          # ids: a reference would keep every buffer busy
-        rx = ChunkReceiver(_Transport(), pool)  # type: ignore[arg-type]
-        fill = RECV_BUFFER - RECV_MIN_FREE + 1
-        _receive(rx, b"a" * fill)
-        kept = rx.take()
-        rx2 = ChunkReceiver(_Transport(), pool)  # the next session, same pool
-        used = []
-        for n in range(2 * RECV_POOL):
-            _receive(rx2, bytes([n]) * fill)
-            rx2.take()
-            used.append(id(rx2._buf.obj))     # an id: holding the buffer would keep it busy
-        assert set(used) <= set(first), "every buffer came from the pool"
-        assert first[0] not in used, "the buffer the live chunk holds was skipped"
-        assert bytes(kept[0]) == b"a" * fill, "the old session's live chunk was not overwritten"
 
     asyncio.run(main())
 
