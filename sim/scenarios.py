@@ -74,6 +74,12 @@ def _cut_acks_and_heartbeats_while_a_put_waits(sim: Sim) -> None:
     sim.when(ready, cut, every_ms=1)
 
 
+def _steady(sim: Sim) -> bool:
+    """A serving master, every replica in the SyncStateSet, and 20 puts acknowledged."""
+    return (_serving(sim) is not None and len(sim.controller.sync_state_set("g0")) == sim.config.replicas
+            and sum(len(p.acked) for p in sim.producers) >= 20)
+
+
 def _isolate(sim: Sim, b: SimBroker) -> None:
     for other in list(sim.brokers) + [CONTROLLER]:
         if other != b.name:
@@ -98,11 +104,6 @@ def _lagging_member_dropped_while_an_expand_waits(sim: Sim) -> None:
     without J is lost if J is elected."""
     t = sim.config.timings
     st: dict[str, SimBroker] = {}
-
-    def steady() -> bool:
-        m = _serving(sim)
-        return (m is not None and len(sim.controller.sync_state_set("g0")) == sim.config.replicas
-                and sum(len(p.acked) for p in sim.producers) >= 20)
 
     def cut_joiner() -> None:
         m = _serving(sim)
@@ -135,7 +136,7 @@ def _lagging_member_dropped_while_an_expand_waits(sim: Sim) -> None:
         sim.controller.answer_lost = expand
         _rejoin(sim, j)
 
-    sim.when(steady, cut_joiner)
+    sim.when(lambda: _steady(sim), cut_joiner)
 
 
 def _master_restarts_with_less_than_it_reported(sim: Sim) -> None:
@@ -207,11 +208,6 @@ def _elected_slave_loses_power_before_taking_the_term(sim: Sim) -> None:
     the others truncate to its shorter log; asking for a new term ranks it by what it holds now."""
     st: dict[str, SimBroker] = {}
 
-    def steady() -> bool:
-        m = _serving(sim)
-        return (m is not None and len(sim.controller.sync_state_set("g0")) == sim.config.replicas
-                and sum(len(p.acked) for p in sim.producers) >= 20)
-
     def cut_master() -> None:
         m = _serving(sim)
         assert m is not None
@@ -235,7 +231,7 @@ def _elected_slave_loses_power_before_taking_the_term(sim: Sim) -> None:
         x.crash(CrashMode.POWER_LOSS)
         sim.net.mend(m.name, CONTROLLER)
         sim.net.mend(CONTROLLER, m.name)
-    sim.when(steady, cut_master)
+    sim.when(lambda: _steady(sim), cut_master)
 
 
 def _no_sessions(config: SimConfig) -> SimConfig:
