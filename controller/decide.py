@@ -250,11 +250,10 @@ def _elect_new_term(state: ControllerState, name: str, old: int, ctx: DecideCont
     sync, replica = state.sync_state[name], state.replica_info[name]
     getter = ctx.live_info
     info = None if getter is None else (lambda i: getter(name, i))
-    pool = set(sync.sync_state_set - {old})
+    pool = sync.sync_state_set - {old}
     if info is not None:
         mine = info(old)
-        pool |= {i for i in replica.broker_id_info
-                 if i not in sync.sync_state_set and ctx.alive(name, i) and contains_log(info(i), mine)}
+        pool |= {i for i in replica.broker_id_info if contains_log(info(i), mine)}
     other = elect(pool, None, None, None, lambda i: ctx.alive(name, i), info)
     if other is None:
         return None

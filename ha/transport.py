@@ -474,28 +474,48 @@ class SlaveClient:
         """IO thread: apply ``pending`` (actions the loop left to this thread), feed received chunks
         and apply every whole packet's store actions in order; each ack goes to ``send`` right
         after the bytes it names were appended. Raises ConnectionDropped / ProtocolError."""
-        store = self.service.store
         if pending:
             self._apply(pending, send)
+        self._feed(chunks, now_ms, send, lambda action: True)
+
+    def _process_inline(self, chunks: list[bytes | memoryview], now_ms: int,
+                        send: Callable[[bytes], object]) -> list[SlaveAction] | None:
+        """On the loop, with no job queued (so the loop owns the session): what ``_process`` does,
+        as long as every action is light. Returns the actions from the first heavy one on (the IO
+        thread must apply them, then go on with the session), or None when all is done."""
+        return self._feed(chunks, now_ms, send, self._light)
+
+    def _feed(self, chunks: list[bytes | memoryview], now_ms: int, send: Callable[[bytes], object],
+              may_apply: Callable[[SlaveAction], bool]) -> list[SlaveAction] | None:
+        """Feed ``chunks`` to the session and apply its actions in order while ``may_apply``
+        allows; the actions from the first it refuses on, or None when all were applied."""
+        store = self.service.store
         for chunk in chunks:
             self.session.receive_data(chunk, now_ms)
         while (actions := self.session.next_actions(local_log(store), now_ms)) is not None:
-            self._apply(actions, send)
+            for i, action in enumerate(actions):
+                if not may_apply(action):
+                    return actions[i:]
+                self._apply_one(action, send)
+        return None
 
     def _apply(self, actions: list[SlaveAction], send: Callable[[bytes], object]) -> None:
-        store = self.service.store
         for action in actions:
-            if isinstance(action, Send):
-                send(action.data)
-            elif isinstance(action, Close):
-                raise ConnectionDropped(action.reason)
-            else:
-                if isinstance(action, Truncate):
-                    log.info("ha slave %s: truncating at %d (max %d)",
-                             self.service.broker_id, action.offset, store.max_offset)
-                if not apply_to_store(store, action):
-                    log.warning("ha slave %s: epoch entry (%d, %d) refused by the epoch file",
-                                self.service.broker_id, action.epoch, action.start_offset)
+            self._apply_one(action, send)
+
+    def _apply_one(self, action: SlaveAction, send: Callable[[bytes], object]) -> None:
+        if isinstance(action, Send):
+            send(action.data)
+        elif isinstance(action, Close):
+            raise ConnectionDropped(action.reason)
+        else:
+            store = self.service.store
+            if isinstance(action, Truncate):
+                log.info("ha slave %s: truncating at %d (max %d)",
+                         self.service.broker_id, action.offset, store.max_offset)
+            if not apply_to_store(store, action):
+                log.warning("ha slave %s: epoch entry (%d, %d) refused by the epoch file",
+                            self.service.broker_id, action.epoch, action.start_offset)
 
     def _light(self, action: SlaveAction) -> bool:
         """Bounded work the loop may do itself: an ack, a close, an append of at most
@@ -510,21 +530,6 @@ class SlaveClient:
         if isinstance(action, SetConfirmOffset):
             return action.offset - store.dispatched_offset <= INLINE_MAX_BYTES
         return False
-
-    def _process_inline(self, chunks: list[bytes | memoryview], now_ms: int,
-                        send: Callable[[bytes], object]) -> list[SlaveAction] | None:
-        """On the loop, with no job queued (so the loop owns the session): what ``_process`` does,
-        as long as every action is light. Returns the actions from the first heavy one on (the IO
-        thread must apply them, then go on with the session), or None when all is done."""
-        store = self.service.store
-        for chunk in chunks:
-            self.session.receive_data(chunk, now_ms)
-        while (actions := self.session.next_actions(local_log(store), now_ms)) is not None:
-            for i, action in enumerate(actions):
-                if not self._light(action):
-                    return actions[i:]
-                self._apply([action], send)
-        return None
 
     async def _session(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                        leftover: bytes) -> None:

@@ -246,6 +246,9 @@ def _quiet(**timings: int) -> SimConfig:
     return dataclasses.replace(base, timings=dataclasses.replace(base.timings, **timings))
 
 
+#: async flush, and a crashed broker back within 0.3-0.6 s: before the controller notices (1.5 s)
+_ASYNC_QUICK_RESTART = _quiet(flush_mode=FlushMode.ASYNC, restart_min_ms=300, restart_max_ms=600)
+
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     Scenario("violation-1-confirm-offset-covers-a-joining-member",
              "the confirm offset covers a message a joining member lacks; consumers read it",
@@ -253,19 +256,19 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     Scenario("violation-6-restarted-master-ranked-by-lost-progress",
              "a master that lost unflushed bytes in a power loss wins the new-term election with the "
              "progress it reported before, and its slaves truncate acknowledged messages",
-             _quiet(flush_mode=FlushMode.ASYNC, restart_min_ms=300, restart_max_ms=600), 8,
+             _ASYNC_QUICK_RESTART, 8,
              _master_restarts_with_less_than_it_reported),
     Scenario("new-term-outside-sss",
              "a master that lost power before the controller applied its expand wins the new-term "
              "election among the committed members, and the joining member that holds what it "
              "acknowledged truncates it",
-             dataclasses.replace(_quiet(flush_mode=FlushMode.ASYNC, restart_min_ms=300, restart_max_ms=600),
+             dataclasses.replace(_ASYNC_QUICK_RESTART,
                                  replicas=2), 1, _master_loses_power_before_its_expand_commits),
     Scenario("elected-then-lost-power",
              "a slave elected by the progress it reported loses power before taking the term, "
              "restarts with less, and takes the term its registration names; the others truncate "
              "acknowledged messages to follow it",
-             _quiet(flush_mode=FlushMode.ASYNC, restart_min_ms=300, restart_max_ms=600), 1,
+             _ASYNC_QUICK_RESTART, 1,
              _elected_slave_loses_power_before_taking_the_term),
     Scenario("restarted-master-resumes-its-old-term",
              "a master restarted before the controller noticed resumes its term (#9689)",
