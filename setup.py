@@ -1,8 +1,8 @@
-"""The optional C extension ``rocketray.broker._records`` (the record loops of broker/message.py).
+"""The optional C extension ``rocketray.broker._records`` (the record loops of broker/batch.py).
 
 Everything else is declared in pyproject.toml. The extension links ISA-L's CRC-32 when its headers
 are installed (Debian: ``libisal-dev``), else zlib's. It is optional: without a C compiler the
-install still succeeds and message.py runs its pure-Python loops (``RECORDS_IMPLEMENTATION``
+install still succeeds and batch.py runs its pure-Python loops (``RECORDS_IMPLEMENTATION``
 says which one runs; the store-append and produce-allack benchmarks print it).
 """
 

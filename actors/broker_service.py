@@ -28,7 +28,8 @@ from rocketray.actors.controller_client import AsyncControllerClient
 from rocketray.actors.controller_session import ControllerSession
 from rocketray.actors.metrics import BrokerMetrics, configure_actor_logging
 from rocketray.spec import ClusterSpec
-from rocketray.broker.message import EncodedBatch, Message, encode_batch
+from rocketray.broker.message import Message
+from rocketray.broker.batch import EncodedBatch, encode_batch
 from rocketray.broker.register import FileIdentityStore
 from rocketray.broker.replicas_manager import ReplicasManager, Role, State
 from rocketray.broker.store import MessageStore

@@ -38,7 +38,8 @@ import ray
 
 from rocketray.actors.cluster import Cluster
 from rocketray.controller.api import GetReplicaInfoRequest
-from rocketray.broker.message import EncodedBatch, Message, encode_batch
+from rocketray.broker.message import Message
+from rocketray.broker.batch import EncodedBatch, encode_batch
 from rocketray.ha.ack import PutResult, PutStatus
 
 

@@ -38,7 +38,8 @@ import time
 from pathlib import Path
 
 from rocketray.broker.config import FlushMode, StoreConfig
-from rocketray.broker.message import RECORDS_IMPLEMENTATION, EncodedBatch, Message, encode_batch
+from rocketray.broker.message import Message
+from rocketray.broker.batch import RECORDS_IMPLEMENTATION, EncodedBatch, encode_batch
 from rocketray.broker.store import MessageStore
 
 TARGET_RATIO = 0.3

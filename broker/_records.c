@@ -1,6 +1,6 @@
-/* The record loops of rocketray.broker.message in C: seal a producer's batch, index received or
+/* The record loops of rocketray.broker.batch in C: seal a producer's batch, index received or
  * stored records.  Same checks, same bytes, same error messages as the pure-Python loops in
- * message.py, which stay the reference: tests/broker/test_records_c.py drives both with the same
+ * batch.py, which stay the reference: tests/broker/test_records_c.py drives both with the same
  * valid, damaged and adversarial inputs and requires equal results.
  *
  * What stays in Python (called back a few times per batch, not per record): the topic check
@@ -429,7 +429,7 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_records", "The record loops of message.py, in C.", -1,
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_records", "The record loops of batch.py, in C.", -1,
                                     methods};
 
 PyMODINIT_FUNC PyInit__records(void) {

@@ -1,4 +1,4 @@
-"""Types of the C extension built from broker/_records.c (see message.py)."""
+"""Types of the C extension built from broker/_records.c (see batch.py)."""
 
 from typing import Any, Callable, Mapping
 

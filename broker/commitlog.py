@@ -49,8 +49,8 @@ from typing import Sequence
 
 from rocketray.broker.checkpoint import nonzero_end, sync_files
 from rocketray.broker.fs import OS_DISK, Disk, DiskFile
-from rocketray.broker.message import (HEADER_SIZE, IndexedRecords, MessageCodecError, decode_index, index_records,
-                                      verify_record)
+from rocketray.broker.message import HEADER_SIZE, MessageCodecError, decode_index, verify_record
+from rocketray.broker.batch import IndexedRecords, index_records
 
 __all__ = ["CommitLog", "Segment", "StoreError", "first_gap", "first_scanned", "segment_name", "unlink_order"]
 

@@ -9,7 +9,7 @@ lookup is one ``pread`` at ``(queue_offset - base) * 20``.  Each queue is one fi
 offset of its first entry (non-zero when the queue was rebuilt after retention deleted its head).
 
 Entries are written by the store's dispatcher in commit-log order, one ``pwrite`` per run of
-consecutive queue offsets (``rocketray.broker.message.QueueRun``, built in the same pass that sealed
+consecutive queue offsets (``rocketray.broker.batch.QueueRun``, built in the same pass that sealed
 or received the batch), so physical offsets increase along a queue and truncating a queue at a
 physical offset is a binary search plus an ``ftruncate``.  These files are never mapped, so shrinking them is safe.  The queue offset of an
 entry comes from the record itself (assigned by the master's ``put_batch``); a record whose queue
@@ -32,7 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rocketray.broker.fs import OS_DISK, Disk, DiskFile, ensure_dir, remove_tree
-from rocketray.broker.message import CQ_ENTRY, QueueRun, valid_topic
+from rocketray.broker.message import valid_topic
+from rocketray.broker.batch import CQ_ENTRY, QueueRun
 
 __all__ = ["ConsumeQueue", "ConsumeQueues", "CqEntry", "ENTRY_SIZE"]
 

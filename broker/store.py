@@ -61,9 +61,9 @@ from rocketray.broker.config import FlushMode, StoreConfig
 from rocketray.broker.consume_queue import ConsumeQueues
 from rocketray.broker.epoch_file import EPOCH_FILE_NAME, EpochFileCache
 from rocketray.broker.fs import OS_DISK, Disk, ensure_dir
-from rocketray.broker.message import (EncodedBatch, IndexedRecords, Message, MessageCodecError, QueueRun,
-                                      decode_record, encode_batch, index_records, record_offsets, seal_batch,
-                                      whole_records_length)
+from rocketray.broker.message import Message, MessageCodecError, decode_record
+from rocketray.broker.batch import (EncodedBatch, IndexedRecords, QueueRun, encode_batch, index_records,
+                                    record_offsets, seal_batch, whole_records_length)
 
 __all__ = ["AppendResult", "MalformedBatch", "MessageStore", "StoreError"]
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Protocol, Sequence
 from rocketray.ha.ack import PutResult
 
 if TYPE_CHECKING:
-    from rocketray.broker.message import EncodedBatch
+    from rocketray.broker.batch import EncodedBatch
 
 __all__ = ["HAPort", "WritePort"]
 

@@ -23,7 +23,8 @@ import logging
 import time
 from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
-from rocketray.broker.message import EncodedBatch, Message, MessageCodecError, encode_batch
+from rocketray.broker.message import Message, MessageCodecError
+from rocketray.broker.batch import EncodedBatch, encode_batch
 from rocketray.broker.role import Role
 from rocketray.ha.ack import AckPolicy, PutResult, PutStatus, after_write, refused
 from rocketray.auth import AuthError, authenticate

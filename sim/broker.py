@@ -21,7 +21,8 @@ from typing import Callable
 
 from rocketray.broker import role as rm
 from rocketray.broker.config import FlushMode, StoreConfig
-from rocketray.broker.message import EncodedBatch, Message, MessageCodecError
+from rocketray.broker.message import Message, MessageCodecError
+from rocketray.broker.batch import EncodedBatch
 from rocketray.broker.role import MasterInfo, Role, RoleMachine, StoreFacts
 from rocketray.broker.store import MessageStore
 from rocketray.controller.api import (AlterSyncStateSetRequest, BrokerHeartbeatRequest, ElectMasterRequest,

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rocketray.broker.message import Message, encode_batch
+from rocketray.broker.message import Message
+from rocketray.broker.batch import encode_batch
 from rocketray.controller.api import GetReplicaInfoRequest
 from rocketray.ha.ack import PutResult, Written
 from rocketray.sim.broker import TOPIC, SimBroker

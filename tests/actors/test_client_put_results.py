@@ -93,7 +93,8 @@ def test_a_batch_refused_as_malformed_is_failed_and_not_resent():
 def test_the_producer_sends_one_encoded_batch_and_resends_the_same_bytes():
     """Each attempt carries one EncodedBatch (the records in the log layout, encoded once): the
     payloads in order with their ids as properties, the same object on a retry."""
-    from rocketray.broker.message import EncodedBatch, decode_record
+    from rocketray.broker.message import decode_record
+    from rocketray.broker.batch import EncodedBatch
 
     p = RecordingProducer([refused(PutStatus.NOT_MASTER), written(True, True)])
     p.batches = []

@@ -14,7 +14,8 @@ import ray
 
 from rocketray.actors import pipeline, remote
 from rocketray.actors.pipeline import Workload
-from rocketray.broker.message import Message, encode_batch
+from rocketray.broker.message import Message
+from rocketray.broker.batch import encode_batch
 from rocketray.controller.api import GetReplicaInfoRequest, GetSyncStateDataRequest
 from rr_testing import wait_until
 

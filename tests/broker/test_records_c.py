@@ -15,8 +15,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from rocketray.broker import batch as b
 from rocketray.broker import message as m
-from rocketray.broker.message import EncodedBatch, Message, MessageCodecError, encode_batch
+from rocketray.broker.message import Message, MessageCodecError
+from rocketray.broker.batch import EncodedBatch, encode_batch
 
 MAX = 4 << 20
 
@@ -24,7 +26,7 @@ MAX = 4 << 20
 def test_the_c_loops_are_built():
     """CI installs a compiler and libisal-dev: the product runs the C loops there, so this suite
     tests them (a user without a compiler gets the Python loops, also tested here)."""
-    assert m.RECORDS_IMPLEMENTATION == "c+isal", m.RECORDS_IMPLEMENTATION
+    assert b.RECORDS_IMPLEMENTATION == "c+isal", b.RECORDS_IMPLEMENTATION
 
 
 def outcome(fn, *args):
@@ -72,16 +74,16 @@ def assert_same_everywhere(data: bytes, count: int, rng: random.Random) -> None:
     base = rng.choice([0, 1 << 20, 7777])
     offsets = {("A", 1): 5, ("B_2", 0): 1 << 40}
     batch = EncodedBatch(data, count)
-    c, py = sealed(m.seal_batch, batch, base, offsets), sealed(m.seal_batch_py, batch, base, offsets)
+    c, py = sealed(b.seal_batch, batch, base, offsets), sealed(b.seal_batch_py, batch, base, offsets)
     assert c == py
     stored = c[1][0] if c[0] == "ok" else data
     if c[0] == "ok":
-        assert m.record_offsets(stored) == m.record_offsets_py(stored)
+        assert b.record_offsets(stored) == b.record_offsets_py(stored)
     for limit in (0, 1, 70, 300, len(stored) // 2, len(stored), 1 << 30):
-        assert m.whole_records_length(stored, limit) == m.whole_records_length_py(stored, limit)
+        assert b.whole_records_length(stored, limit) == b.whole_records_length_py(stored, limit)
     for verify in (True, False):
         for buf in (stored, bytearray(stored), memoryview(stored)):
-            assert outcome(m.index_records, buf, base, verify, 600) == outcome(m.index_records_py, buf, base, verify, 600)
+            assert outcome(b.index_records, buf, base, verify, 600) == outcome(b.index_records_py, buf, base, verify, 600)
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -115,8 +117,8 @@ def test_stored_records_with_gaps_in_queue_offsets_split_runs_alike() -> None:
     data = bytearray()
     for r in recs:
         data += m.encode_record(r.with_position(r.queue_offset, len(data), 1))
-    c = m.index_records(bytes(data), 0, True)
-    assert c == m.index_records_py(bytes(data), 0, True)
+    c = b.index_records(bytes(data), 0, True)
+    assert c == b.index_records_py(bytes(data), 0, True)
     assert [(r.first_queue_offset, r.count) for r in c.runs] == [(0, 2), (5, 2), (2, 1)]
 
 
@@ -137,11 +139,11 @@ def test_a_callback_error_in_the_trusted_scan_ends_it_with_the_reason() -> None:
     at = second.index(b"TAGS\x01y\x02")
     second[at + 6] = 0x01  # "TAGS 01 y 01": no pair separator
     stored = first + restamp(second, len(first))
-    c = m.index_records(stored, 0, False)
-    assert c == m.index_records_py(stored, 0, False)
+    c = b.index_records(stored, 0, False)
+    assert c == b.index_records_py(stored, 0, False)
     assert c.count == 1 and c.error is not None and "properties" in c.error
     with pytest.raises(MessageCodecError) as c_err:
-        m.index_records(stored, 0, True)
+        b.index_records(stored, 0, True)
     with pytest.raises(MessageCodecError) as py_err:
-        m.index_records_py(stored, 0, True)
+        b.index_records_py(stored, 0, True)
     assert str(c_err.value) == str(py_err.value)

@@ -14,8 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rocketray.broker.config import StoreConfig
-from rocketray.broker.message import (HEADER_SIZE, EncodedBatch, Message, MessageCodecError, decode_record,
-                                      encode_batch, encode_record, index_records, seal_batch, verify_record)
+from rocketray.broker.message import (HEADER_SIZE, Message, MessageCodecError, decode_record, encode_record,
+                                      verify_record)
+from rocketray.broker.batch import EncodedBatch, encode_batch, index_records, seal_batch
 from rocketray.broker.store import MalformedBatch, MessageStore, StoreError
 
 SMALL = StoreConfig(segment_size_bytes=4096, background_thread=False)

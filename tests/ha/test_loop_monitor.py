@@ -159,7 +159,7 @@ def test_the_slave_loop_does_only_bounded_store_work_itself(tmp_path, flush):
     and closes stay on the loop; truncations, epoch entries (fsynced), large or fsynced appends, an
     append that restarts the log and a large dispatch go to the IO thread."""
     from rocketray.broker.config import FlushMode, StoreConfig
-    from rocketray.broker.message import encode_batch
+    from rocketray.broker.batch import encode_batch
     from rocketray.broker.store import MessageStore
     from rocketray.ha.config import HAConfig
     from rocketray.ha.service import HAService
