@@ -7,8 +7,8 @@ named by their base offset, zero-padded to 20 digits.  A segment is *rolled befo
 would not fit, and no filler is written, so every segment boundary is a record boundary and the
 next segment's base is exactly the previous segment's end.
 
-The active (last) segment is preallocated to ``segment_size`` bytes (a sparse ``ftruncate``) and
-mapped once; its unwritten part is zeros, which never decode as a record.  When it is sealed by a
+The active (last) segment is preallocated to ``segment_size`` bytes (``fallocate`` where the file
+system can, a sparse ``ftruncate`` elsewhere) and mapped once; its unwritten part is zeros, which never decode as a record.  When it is sealed by a
 roll it is ``ftruncate``-d to its data length, so a sealed file's size is its data size.  Appends
 are one ``pwrite`` of a whole batch per segment it touches; reads are ``memoryview``-s over the maps.
 

@@ -22,6 +22,7 @@ within one directory.  Paths are absolute or relative strings or ``os.PathLike``
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import mmap
 import os
@@ -44,7 +45,8 @@ class DiskFile(Protocol):
         ...
 
     def truncate(self, size: int) -> None:
-        """Set the file's length (extends with zeros); page cache only until :meth:`fsync`."""
+        """Set the file's length (extends with zeros, blocks reserved where the file system can);
+        page cache only until :meth:`fsync`."""
         ...
 
     def size(self) -> int:
@@ -156,6 +158,28 @@ def remove_tree(disk: Disk, path: "str | os.PathLike[str]") -> None:
 
 
 # ---------------------------------------------------------------------- the real disk
+_LIBC = ctypes.CDLL(None, use_errno=True)
+_FALLOCATE = getattr(_LIBC, "fallocate", None)
+if _FALLOCATE is not None:
+    _FALLOCATE.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+    _FALLOCATE.restype = ctypes.c_int
+
+
+def _allocate(fd: int, offset: int, length: int) -> bool:
+    """Extend the file over ``[offset, offset + length)`` with blocks reserved (``fallocate``, mode
+    0: the range reads as zeros, like a sparse extension). An append into reserved blocks skips
+    the delayed-allocation work of a sparse range (ext4 writes it ~1.5x faster), and a full disk
+    shows here rather than at a later write. False where the file system cannot (the caller then
+    extends sparsely)."""
+    if _FALLOCATE is None:
+        return False
+    if _FALLOCATE(fd, 0, offset, length) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+        return False
+    raise OSError(err, f"fallocate: {os.strerror(err)}")
+
 class OsFile:
     """A real file; with ``mapped`` reads are views of an ``mmap`` (remapped when the file grew)."""
 
@@ -186,7 +210,9 @@ class OsFile:
             view, offset = view[written:], offset + written
 
     def truncate(self, size: int) -> None:
-        os.ftruncate(self.fd, size)
+        old = os.fstat(self.fd).st_size
+        if size <= old or not _allocate(self.fd, old, size - old):
+            os.ftruncate(self.fd, size)
         if self._mm is not None and size > len(self._mm):
             self._unmap()  # remapped lazily at the new size; readers keep their views
 

@@ -29,7 +29,7 @@ __all__ = [
     "encode_master_transfer_header", "encode_master_transfer", "SlavePacketDecoder",
     "MasterPacketDecoder", "MAX_EPOCH_ENTRIES", "DEFAULT_MAX_BODY_BYTES",
     "SLAVE_HANDSHAKE_SIZE", "SLAVE_ACK_SIZE", "MASTER_HANDSHAKE_HEADER_SIZE",
-    "MASTER_TRANSFER_HEADER_SIZE", "EPOCH_ENTRY_SIZE",
+    "MASTER_TRANSFER_HEADER_SIZE", "EPOCH_ENTRY_SIZE", "master_packet_length",
 ]
 
 INT64_MAX = 2**63 - 1
@@ -42,6 +42,7 @@ _MASTER_HANDSHAKE = struct.Struct(">iiqi")     # state, body size, master max of
 _EPOCH_ENTRY = struct.Struct(">iq")            # epoch, start offset
 _MASTER_TRANSFER = struct.Struct(">iiqiqq")    # state, body size, offset, epoch, epoch start, confirm
 _STATE = struct.Struct(">i")
+_STATE_AND_SIZE = struct.Struct(">ii")         # the first two fields of every master packet
 
 SLAVE_HANDSHAKE_SIZE = _SLAVE_HANDSHAKE.size            # 16
 SLAVE_ACK_SIZE = _SLAVE_ACK.size                        # 12
@@ -184,6 +185,23 @@ def _check_ascending(entries: tuple[EpochPoint, ...] | list[EpochPoint],
 
 # ---------------------------------------------------------------------------------------------
 # Incremental decoders
+
+
+def master_packet_length(head: bytes | memoryview, max_body_bytes: int) -> int | None:
+    """The length, header and body, of the master packet ``head`` starts with, once its first eight
+    bytes (state and body size) are in; None before that. Raises ProtocolError for a state or a
+    size no valid packet has. Lets a receiver keep each packet in one buffer, so that the decoder
+    takes a body as one view instead of joining the pieces it arrived in."""
+    if len(head) < _STATE_AND_SIZE.size:
+        return None
+    state, body_size = _STATE_AND_SIZE.unpack_from(head)
+    if not 0 <= body_size <= max_body_bytes:
+        raise ProtocolError(f"absurd body size {body_size}")
+    if state == ConnState.TRANSFER:
+        return MASTER_TRANSFER_HEADER_SIZE + body_size
+    if state == ConnState.HANDSHAKE:
+        return MASTER_HANDSHAKE_HEADER_SIZE + body_size
+    raise ProtocolError(f"bad state field {state} from master")
 
 
 class _Buffer:

@@ -34,8 +34,8 @@ from rocketray.ha.master import MasterReplication
 from rocketray.ha.port import HAPort, WritePort
 from rocketray.ha.session import AckEvent, HandshakeEvent
 from rocketray.ha.sync_state import SyncStateTracker
-from rocketray.ha.transport import (STREAM_LIMIT, ConnectionOwner, MasterConnection, SlaveClient,
-                                    StoreLogView)
+from rocketray.ha.slave_client import SlaveClient
+from rocketray.ha.transport import STREAM_LIMIT, ConnectionOwner, MasterConnection, StoreLogView
 
 __all__ = ["HAService", "PutStatus", "PutResult", "Role"]
 

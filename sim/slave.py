@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from rocketray.ha.protocol import ProtocolError
 from rocketray.ha.session import Close, Send, SlaveSession, Truncate
-from rocketray.ha.transport import apply_to_store, local_log
+from rocketray.ha.slave_client import apply_to_store, local_log
 from rocketray.sim.net import Connection
 
 if TYPE_CHECKING:

@@ -9,7 +9,7 @@ import random
 
 from rocketray.ha.protocol import encode_slave_ack, encode_slave_handshake
 from rocketray.ha.ack import PutStatus, Written
-from rocketray.ha.transport import authenticate
+from rocketray.auth import authenticate
 from ha_helpers import (SECRET, commitlog_bytes, fast_config, messages, put_all, run, start_node,
                         stop_node, switch, wait_caught_up, wait_for)
 

@@ -72,7 +72,7 @@ def test_master_housekeeping_closes_a_silent_slave(tmp_path):
         import asyncio
 
         from rocketray.ha.protocol import encode_slave_ack, encode_slave_handshake
-        from rocketray.ha.transport import authenticate
+        from rocketray.auth import authenticate
         from ha_helpers import SECRET
         cfg = fast_config(ha_send_heartbeat_interval_ms=100, ha_housekeeping_interval_ms=500)
         m = await start_node(tmp_path, 1, cfg)
