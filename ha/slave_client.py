@@ -46,7 +46,7 @@ __all__ = ["SlaveClient", "PacketBuffers", "apply_to_store", "local_log"]
 
 log = logging.getLogger(__name__)
 
-RECV_BUFFER = 8 << 20       # the kernel copies received bytes into buffers of this size
+RECV_BUFFER = 4 << 20       # the kernel copies received bytes into buffers of this size (or larger)
 RECV_MIN_FREE = 256 << 10   # ... and a new one starts when less than this is left
 RECV_POOL = 4               # receive buffers kept for reuse
 TICK_MAX_S = 0.1            # the receive timeout: how often an idle thread looks at the clock
@@ -113,17 +113,22 @@ class PacketBuffers:
 
     def _free_buffer(self, size: int) -> bytearray:
         """A buffer of ``size`` bytes or more that no view refers to any more (its pages are
-        already mapped: a fresh 8 MiB buffer costs ~2,000 page faults), or a new one while all of
-        them are in use. Buffers larger than ``RECV_BUFFER`` (for a huge packet) are not kept."""
+        already mapped: a fresh 4 MiB buffer costs ~1,000 page faults), or a new one, kept in the
+        pool in place of the smallest free buffer when the pool is full."""
+        free = []
         for buf in self._pool:
             # The pool's reference, the loop variable and getrefcount's argument: three. A fourth
             # is a view of it (a received packet still in use somewhere).
-            if len(buf) >= size and sys.getrefcount(buf) <= 3:
-                return buf
-        buf = bytearray(size)
-        if len(self._pool) < RECV_POOL and size == RECV_BUFFER:
-            self._pool.append(buf)
-        return buf
+            if sys.getrefcount(buf) <= 3:
+                if len(buf) >= size:
+                    return buf
+                free.append(buf)
+        new = bytearray(size)
+        if len(self._pool) < RECV_POOL:
+            self._pool.append(new)
+        elif free:
+            self._pool[self._pool.index(min(free, key=len))] = new
+        return new
 
     def received(self, nbytes: int) -> memoryview | None:
         self._used += nbytes

@@ -106,13 +106,19 @@ def test_the_decoder_takes_a_body_as_a_view_of_the_received_chunk():
     assert got.body.obj is rx._pool[0] and got.body == body
 
 
-def test_a_packet_larger_than_a_buffer_gets_its_own():
+def test_a_packet_larger_than_a_buffer_gets_one_of_its_size_which_is_reused():
     rx, chunks = _receiver(), []
     big = _transfer(0, RECV_BUFFER + 1000)
     _receive(rx, _transfer(0, 10) + big[:100], chunks)
     _receive(rx, big[100:], chunks)
     assert _packets(chunks) == [_transfer(0, 10), big]
-    assert all(len(b) == RECV_BUFFER for b in rx._pool)     # the large one is not kept
+    large = [id(b) for b in rx._pool if len(b) >= len(big)]
+    assert len(large) == 1
+    del chunks
+    again: list[memoryview] = []
+    _receive(rx, big, again)                   # the next large packet reuses that buffer
+    assert _packets(again) == [big] and id(again[0].obj) == large[0]
+    assert len([b for b in rx._pool if len(b) >= len(big)]) == 1
 
 
 def test_bytes_that_are_no_packet_pass_through_for_the_decoder_to_refuse():
