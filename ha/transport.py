@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 
 READ_CHUNK = 4 << 20
 STREAM_LIMIT = 8 << 20      # StreamReader pauses the socket beyond 2x this (default 64 KiB)
+YIELD_BYTES = 2 << 20       # the master's writer lets the loop run after sending this much
 
 
 class ConnectionDropped(Exception):
@@ -215,6 +216,7 @@ class MasterConnection:
         view = service.log_view
         hb_s = service.config.ha_send_heartbeat_interval_ms / 1000
         writer = self._writer
+        unyielded = 0
         while not self.closed:
             self.wake.clear()
             now = service.now_ms()
@@ -231,6 +233,12 @@ class MasterConnection:
                     self._write_out(out)
                     await writer.drain()
                 if out.body:
+                    unyielded += len(out.body)
+                    if unyielded >= YIELD_BYTES:
+                        # drain() returns without suspending while the socket takes every byte:
+                        # a fast slave's catch-up would hold the loop for tens of ms
+                        unyielded = 0
+                        await asyncio.sleep(0)
                     continue
                 if out.caught_up:
                     service.on_caught_up(self, now)
