@@ -16,8 +16,9 @@ from the master, verified, appended byte-for-byte so both logs stay identical). 
 batch's consume-queue entries in the same pass; they wait in a bounded in-memory backlog until the
 confirm offset covers them (a log scan dispatches whatever the backlog does not hold).  With
 ``FlushMode.SYNC`` both fsync before returning; with ``ASYNC`` a background thread fsyncs every
-``flush_interval_ms``.  The same thread writes the checkpoint after fsyncing the log and the queues
-it vouches for, and runs retention.
+``flush_interval_ms``, and fsyncs the log alone as soon as ``FLUSH_LEAST_BYTES`` were appended since
+its last flush.  At each periodic flush the same thread writes the checkpoint after fsyncing the log
+and the queues it vouches for; it also runs retention.
 
 The dispatcher indexes records into consume queues in log order but never past the confirm offset
 (reference 13.2) unless ``read_uncommitted``; raising the confirm offset dispatches synchronously,
@@ -69,8 +70,8 @@ __all__ = ["AppendResult", "MalformedBatch", "MessageStore", "StoreError"]
 
 log = logging.getLogger(__name__)
 
-#: Async mode: the background thread flushes as soon as this many bytes were appended since its last
-#: flush (and at least every ``flush_interval_ms``); it looks every ``FLUSH_TICK_MS``.
+#: Async mode: the background thread fsyncs the log as soon as this many bytes were appended since its
+#: last flush (and flushes everything every ``flush_interval_ms``); it looks every ``FLUSH_TICK_MS``.
 FLUSH_LEAST_BYTES = 4 << 20
 FLUSH_TICK_MS = 10
 
@@ -549,10 +550,22 @@ class MessageStore:
             if generation == self._generation:
                 save_checkpoint(self.root, checkpoint, self.disk)
 
+    def _flush_log_early(self) -> None:
+        """The early async flush: fsync only the log written since the last flush (outside the
+        store lock). The queues and the checkpoint wait for the periodic flush, which then has
+        little of the log left to sync; recovery rescans at most one interval of records."""
+        with self._lock:
+            if self._closed:
+                return
+            files, dir_dirty = self.commitlog.take_dirty_files()
+            self._flush_taken_offset = self.commitlog.max_offset
+        sync_files(files, self.disk, self.commitlog.dir if dir_dirty else None)
+
     def _background(self) -> None:
-        """Flush every ``flush_interval_ms``, and in async mode also as soon as ``FLUSH_LEAST_BYTES``
-        were appended since the last flush (like RocketMQ's flushLeastPages): small fsyncs, because
-        a large one makes the writer's next ``pwrite`` wait for the disk (tail latency)."""
+        """Flush every ``flush_interval_ms``, and in async mode fsync the log alone as soon as
+        ``FLUSH_LEAST_BYTES`` were appended since the last flush (like RocketMQ's flushLeastPages):
+        small fsyncs, because a large one makes the writer's next ``pwrite`` wait for the disk (tail
+        latency)."""
         interval_s = self.config.flush_interval_ms / 1000
         early = self.config.flush_mode is FlushMode.ASYNC
         tick_s = min(interval_s, FLUSH_TICK_MS / 1000) if early else interval_s
@@ -561,9 +574,11 @@ class MessageStore:
         while not self._stop.wait(tick_s):
             try:
                 now = time.monotonic()
-                if now >= next_flush or (early and self._unflushed_bytes() >= FLUSH_LEAST_BYTES):
+                if now >= next_flush:
                     next_flush = now + interval_s
                     self._flush_in_background()
+                elif early and self._unflushed_bytes() >= FLUSH_LEAST_BYTES:
+                    self._flush_log_early()
                 if now >= next_retention:
                     next_retention = now + self.config.retention_check_interval_ms / 1000
                     self.delete_expired_segments()

@@ -291,29 +291,69 @@ def test_background_flush_outside_the_lock_keeps_checkpoints_true(tmp_path: Path
         reopened.close()
 
 
-def test_async_flush_starts_early_after_flush_least_bytes(tmp_path: Path) -> None:
-    """Async mode with a one-minute interval: once FLUSH_LEAST_BYTES were appended the flusher fsyncs
-    and checkpoints them within a tick (small fsyncs keep writers' pwrites from waiting long),
-    while a few bytes alone wait for the interval."""
+class _SyncLog:
+    """The real disk, recording which files were fsynced (by name, through their duplicates too)."""
+
+    def __init__(self) -> None:
+        from rocketray.broker.fs import OS_DISK
+        self.disk = OS_DISK
+        self.synced: list[str] = []
+
+    def __getattr__(self, name: str):
+        return getattr(self.disk, name)
+
+    def open(self, path, *args, **kwargs):
+        return _SyncLogFile(self, Path(path).name, self.disk.open(path, *args, **kwargs))
+
+
+class _SyncLogFile:
+    def __init__(self, log: _SyncLog, name: str, inner) -> None:
+        self._log, self._name, self._inner = log, name, inner
+
+    def __getattr__(self, name: str):
+        return getattr(self._inner, name)
+
+    def fsync(self) -> None:
+        self._log.synced.append(self._name)
+        self._inner.fsync()
+
+    def dup(self) -> "_SyncLogFile":
+        return _SyncLogFile(self._log, self._name, self._inner.dup())
+
+
+def test_async_flush_syncs_the_log_early_after_flush_least_bytes(tmp_path: Path) -> None:
+    """Async mode with a one-minute interval: a few bytes alone wait for the interval; once
+    FLUSH_LEAST_BYTES were appended the flusher fsyncs the log within a tick (small fsyncs keep
+    writers' pwrites from waiting long) and leaves the queues and the checkpoint to the periodic
+    flush; that one then covers everything."""
     import time
 
     from rocketray.broker import store as store_module
     from rocketray.broker.checkpoint import load_checkpoint
 
+    disk = _SyncLog()
     config = StoreConfig(segment_size_bytes=1 << 24, flush_interval_ms=60_000)
-    store = MessageStore(tmp_path, config)
+    store = MessageStore(tmp_path, config, disk=disk)   # type: ignore[arg-type]
+    disk.synced.clear()                                     # what opening synced
     try:
         store.put_batch(encode_batch(mixed(3)), now_ms=0)
         small_end = store.max_offset
         time.sleep(5 * store_module.FLUSH_TICK_MS / 1000)
-        assert load_checkpoint(tmp_path).verified_offset < small_end
+        assert not disk.synced
         body = bytes(4096)
         while store.max_offset - small_end < store_module.FLUSH_LEAST_BYTES:
             store.put_batch(encode_batch(Message("T", 0, body) for _ in range(64)), now_ms=1)
         end = store.max_offset
+        segment = f"{0:020d}"
         deadline = time.monotonic() + 10
-        while load_checkpoint(tmp_path).verified_offset < end:
+        while segment not in disk.synced:
             assert time.monotonic() < deadline, "no early flush"
             time.sleep(0.01)
+        time.sleep(5 * store_module.FLUSH_TICK_MS / 1000)
+        assert set(disk.synced) == {segment}, disk.synced       # the log alone
+        assert load_checkpoint(tmp_path).verified_offset < end
+        store._flush_in_background()                            # the periodic flush
+        assert load_checkpoint(tmp_path).verified_offset == end
+        assert len(set(disk.synced)) > 1                        # the queues too
     finally:
         store.close()
