@@ -288,6 +288,9 @@ class SlaveClient:
         self._sock = socket.socket(fileno=os.dup(sock.fileno()))
         loop = asyncio.get_running_loop()
         done: asyncio.Future[None] = loop.create_future()
+        # Retrieved here too: after a cancelled session nobody awaits it, and an exception never
+        # retrieved is logged from the future's finalizer, at whatever point the GC runs it.
+        done.add_done_callback(lambda f: f.cancelled() or f.exception())
 
         def finish(error: BaseException | None) -> None:
             if not done.done():

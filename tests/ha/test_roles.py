@@ -102,3 +102,35 @@ def test_set_broker_id_before_the_first_role_change(tmp_path):
         assert n.ha.sync_state_set() == {5} and n.ha.status()["broker_id"] == 5
         await stop_node(n)
     run(body())
+
+
+def test_stopping_a_slave_ends_its_receive_thread_and_leaves_no_unretrieved_error(tmp_path):
+    """``stop`` returns only after the receive thread ended (no store work after it), and the
+    session's end ("stopped") is not left in a future nobody awaits: the loop's exception handler
+    hears of nothing, even after a garbage collection (an unretrieved future's finalizer logs at
+    whatever point the collector runs, once inside pytest's own module compilation)."""
+    import asyncio
+    import gc
+
+    async def body():
+        errors: list[dict] = []
+        asyncio.get_running_loop().set_exception_handler(lambda loop, context: errors.append(context))
+        m = await start_node(tmp_path, 1)
+        s = await start_node(tmp_path, 2)
+        await switch(m, [s], 1)
+        await put_all(m, messages(5))
+        await wait_caught_up(m, s)
+        client = s.ha._client
+        assert client is not None and client._thread is not None and client._thread.is_alive()
+        thread = client._thread
+        await client.stop()
+        assert not thread.is_alive()
+        await asyncio.sleep(0.05)           # the thread's last callback runs on the loop
+        del client
+        gc.collect()
+        await stop_node(s)
+        await stop_node(m)
+        gc.collect()
+        assert errors == []
+
+    run(body())
