@@ -169,7 +169,7 @@ class SlaveClient:
                                     housekeeping_interval_ms=cfg.ha_housekeeping_interval_ms,
                                     max_body_bytes=cfg.ha_max_body_bytes)
         self._stopped = asyncio.Event()
-        self._halt = threading.Event()      # the receive thread's copy of ``_stopped``
+        self._halt = threading.Event()      # set to end the current receive thread (one per session)
         self._task: asyncio.Task | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._sock: socket.socket | None = None        # the receive thread's socket
