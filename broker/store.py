@@ -61,7 +61,7 @@ from rocketray.broker.commitlog import CommitLog, StoreError
 from rocketray.broker.config import FlushMode, StoreConfig
 from rocketray.broker.consume_queue import ConsumeQueues
 from rocketray.broker.epoch_file import EPOCH_FILE_NAME, EpochFileCache
-from rocketray.broker.fs import OS_DISK, Disk, ensure_dir
+from rocketray.broker.fs import OS_DISK, Disk, DiskFile, ensure_dir
 from rocketray.broker.message import Message, MessageCodecError, decode_record
 from rocketray.broker.batch import (EncodedBatch, IndexedRecords, QueueRun, encode_batch, index_records,
                                     record_offsets, seal_batch, whole_records_length)
@@ -533,11 +533,10 @@ class MessageStore:
             if self._closed:
                 return
             generation = self._generation
-            files, dir_dirty = self.commitlog.take_dirty_files()
-            verified = self._flush_taken_offset = self.commitlog.max_offset
+            files, directory, verified = self._take_dirty_log()
             cq_files, cq_dirs = self.cqs.take_dirty()
             dispatched = self._dispatched
-        sync_files(files, self.disk, self.commitlog.dir if dir_dirty else None)
+        sync_files(files, self.disk, directory)
         sync_files(cq_files, self.disk, None)
         for directory in cq_dirs:
             self.disk.fsync_dir(directory)
@@ -557,9 +556,15 @@ class MessageStore:
         with self._lock:
             if self._closed:
                 return
-            files, dir_dirty = self.commitlog.take_dirty_files()
-            self._flush_taken_offset = self.commitlog.max_offset
-        sync_files(files, self.disk, self.commitlog.dir if dir_dirty else None)
+            files, directory, _ = self._take_dirty_log()
+        sync_files(files, self.disk, directory)
+
+    def _take_dirty_log(self) -> tuple[list[DiskFile], Path | None, int]:
+        """Under the lock: duplicated handles of the log files written since the last flush, the
+        log's directory if it changed, and the offset they reach once synced."""
+        files, dir_dirty = self.commitlog.take_dirty_files()
+        self._flush_taken_offset = self.commitlog.max_offset
+        return files, self.commitlog.dir if dir_dirty else None, self._flush_taken_offset
 
     def _background(self) -> None:
         """Flush every ``flush_interval_ms``, and in async mode fsync the log alone as soon as
