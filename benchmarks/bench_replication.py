@@ -7,16 +7,22 @@ takes, from its connection to its ack of the master's max offset, to copy everyt
 Baseline, same run: read the same commit-log files and send them over a loopback socket to a
 process that writes them into a file (no protocol, no verification). ``ratio`` = HA MB/s / raw
 MB/s, higher is better (1.0 would mean the protocol costs nothing). The two runs alternate
-``--rounds`` times (default 3), each after an ``os.sync`` so neither pays for the other's
+``--rounds`` times (default 5), each after an ``os.sync`` so neither pays for the other's
 writeback, and the medians are compared: the file system's write speed drifts by a factor of
 several between runs here, more than either side's cost.
+
+``--cold``: before each side, the master's store is closed and its segments are dropped from the
+page cache (``fsync`` + ``POSIX_FADV_DONTNEED``), so both sides read the backlog from disk, as a
+master does for a slave that fell far behind (old segments are no longer cached). The master's
+catch-up reads fault on its mapping of the log; ``max_loop_stall_ms`` shows what that costs its
+event loop.
 
 ``max_loop_stall_ms``: the worst lateness of a 5 ms wake-up on the master's and on the slave's
 event loop during the HA run (``rocketray.ha.loop_monitor``; the broker's target is <= 50 ms).
 
 Options: ``--size-mb N``, ``--batch-kb K`` (transfer batch size; default: the HAConfig default),
 ``--sweep K1,K2,...`` (repeat the HA run for several batch sizes; reported under ``sweep``),
-``--message-kb``.
+``--message-kb``, ``--rounds N``, ``--cold``.
 """
 
 from __future__ import annotations
@@ -49,12 +55,13 @@ SEGMENT = 64 * MiB
 
 
 def build_backlog(root: Path, size_mb: int, message_kb: int) -> MessageStore:
-    store = MessageStore(root, StoreConfig(segment_size_bytes=SEGMENT, background_thread=False))
+    store = open_master(root)
     store.epoch_file.append(1, 0)          # written as the master of epoch 1
     body = os.urandom(message_kb * 1024 - 80)
     batch = [Message("Bench", i % 8, body) for i in range(64)]
     while store.max_offset < size_mb * MiB:
         store.put_messages(batch, 0)
+    store.confirm_offset = store.max_offset   # a master alone confirms what it wrote
     store.flush()
     return store
 
@@ -70,8 +77,11 @@ async def ha_run(master_store: MessageStore, work: Path, batch_kb: int) -> tuple
     assert await ha.change_to_master(1)
     total = master_store.max_offset
     slave_dir = work / f"slave-{batch_kb}"
-    proc = subprocess.Popen([sys.executable, __file__, "--slave", str(slave_dir),
-                             f"127.0.0.1:{port}", str(batch_kb)])
+    # Spawned off the loop: forking this process can take 100 ms, which the loop monitor would
+    # count as the master's stall (the broker itself never spawns anything on its loop).
+    proc = await asyncio.to_thread(subprocess.Popen, [sys.executable, __file__, "--slave",
+                                                      str(slave_dir), f"127.0.0.1:{port}",
+                                                      str(batch_kb)])
     try:
         start = None
         deadline = time.monotonic() + 600
@@ -139,6 +149,24 @@ def raw_receiver_main(argv: list[str]) -> None:
         sock.sendall(b"k")
 
 
+def open_master(root: Path) -> MessageStore:
+    return MessageStore(root, StoreConfig(segment_size_bytes=SEGMENT, background_thread=False))
+
+
+def evict(store: MessageStore) -> MessageStore:
+    """Close ``store``, drop its segments from the page cache, and open it again (``--cold``)."""
+    root = store.root
+    store.close()
+    for path in sorted((root / "commitlog").iterdir()):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+    return open_master(root)
+
+
 def raw_run(master_store: MessageStore, work: Path) -> float:
     """Seconds to read the segment files and push them through a loopback socket into a file."""
     files = sorted((master_store.root / "commitlog").iterdir())
@@ -167,7 +195,7 @@ def raw_run(master_store: MessageStore, work: Path) -> float:
 
 
 #: ``benchmarks/run.py replication --smoke``: a size that finishes in seconds (CI runs it).
-SMOKE_ARGS = ["--size-mb", "4", "--rounds", "1"]
+SMOKE_ARGS = ["--size-mb", "4", "--rounds", "1", "--cold"]
 
 
 def run(argv: list[str]) -> dict:
@@ -176,7 +204,8 @@ def run(argv: list[str]) -> dict:
     ap.add_argument("--batch-kb", type=int, default=DEFAULT_TRANSFER_BATCH_SIZE // 1024)
     ap.add_argument("--message-kb", type=int, default=4)
     ap.add_argument("--sweep", default="")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--cold", action="store_true")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-repl-") as d:
         work = Path(d)
@@ -185,8 +214,12 @@ def run(argv: list[str]) -> dict:
         raws, has, stalls = [], [], []
         for _ in range(args.rounds):  # alternated, each after a sync (no writeback debt carried over)
             os.sync()
+            if args.cold:
+                store = evict(store)
             raws.append(raw_run(store, work))
             os.sync()
+            if args.cold:
+                store = evict(store)
             ha_s, stall_ms = asyncio.run(ha_run(store, work, args.batch_kb))
             has.append(ha_s)
             stalls.append(stall_ms)
@@ -206,6 +239,7 @@ def run(argv: list[str]) -> dict:
         "ratio": round((mb / ha_s) / (mb / raw_s), 3),
         "max_loop_stall_ms": round(stall_ms, 1),
         "rounds": args.rounds,
+        "cold": args.cold,
         "ha_MBps_each": [round(mb / t, 1) for t in has],
         "raw_MBps_each": [round(mb / t, 1) for t in raws],
     }
