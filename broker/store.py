@@ -13,9 +13,8 @@ Writes come from the master path (``put_batch``: a producer's encoded batch, che
 one pass -- queue offsets, physical offsets and the store timestamp filled in place, no message
 objects -- and appended with one write) or the slave path (``append_raw``: whole records received
 from the master, verified, appended byte-for-byte so both logs stay identical).  Both build the
-batch's consume-queue entries in the same pass; they wait in a bounded in-memory backlog until the
-confirm offset covers them (start-up indexes the unconfirmed tail into it the same way; a log scan
-dispatches whatever the backlog does not hold).  With
+batch's consume-queue entries in the same pass; the dispatcher (``rocketray.broker.dispatch``)
+keeps them until the confirm offset covers them.  With
 ``FlushMode.SYNC`` both fsync before returning; with ``ASYNC`` a background thread fsyncs every
 ``flush_interval_ms``, and fsyncs the log alone as soon as ``FLUSH_LEAST_BYTES`` were appended since
 its last flush.  At each periodic flush the same thread writes the checkpoint after fsyncing the log
@@ -47,8 +46,6 @@ calls ``flush()`` itself).
 
 from __future__ import annotations
 
-import bisect
-import collections
 import logging
 import os
 import threading
@@ -61,11 +58,12 @@ from rocketray.broker.checkpoint import StoreCheckpoint, load_checkpoint, save_c
 from rocketray.broker.commitlog import CommitLog, StoreError
 from rocketray.broker.config import FlushMode, StoreConfig
 from rocketray.broker.consume_queue import ConsumeQueues
+from rocketray.broker.dispatch import Dispatcher
 from rocketray.broker.epoch_file import EPOCH_FILE_NAME, EpochFileCache
 from rocketray.broker.fs import OS_DISK, Disk, DiskFile, ensure_dir
 from rocketray.broker.message import Message, MessageCodecError, decode_record
-from rocketray.broker.batch import (EncodedBatch, IndexedRecords, QueueRun, encode_batch, index_records,
-                                    record_offsets, seal_batch, whole_records_length)
+from rocketray.broker.batch import (EncodedBatch, encode_batch, index_records, record_offsets, seal_batch,
+                                    whole_records_length)
 
 __all__ = ["AppendResult", "MalformedBatch", "MessageStore", "StoreError"]
 
@@ -75,11 +73,6 @@ log = logging.getLogger(__name__)
 #: last flush (and flushes everything every ``flush_interval_ms``); it looks every ``FLUSH_TICK_MS``.
 FLUSH_LEAST_BYTES = 4 << 20
 FLUSH_TICK_MS = 10
-
-#: Consume-queue entries of appended, not yet dispatched records kept in memory (20 bytes each);
-#: beyond it the backlog is dropped and dispatched later by scanning the log.
-PENDING_MAX_ENTRIES = 1 << 20
-
 
 class MalformedBatch(StoreError, MessageCodecError):
     """A batch refused as bad input (a malformed or oversized record); nothing was written.  Both a
@@ -99,40 +92,6 @@ class AppendResult:
     def offsets(self) -> tuple[tuple[int, int], ...]:
         """``((queue_offset, physical_offset), ...)`` in batch order."""
         return record_offsets(self.data)
-
-
-class Backlog:
-    """Consume-queue runs of appended records the confirm offset does not cover yet, contiguous in
-    log order, at most ``max_entries`` entries: a batch that would exceed it (or that does not
-    continue the backlog) empties it, and the dispatcher scans the log for what is missing."""
-
-    def __init__(self, max_entries: int) -> None:
-        self.max_entries = max_entries
-        self._chunks: collections.deque[IndexedRecords] = collections.deque()
-        self._entries = 0
-
-    def add(self, chunk: IndexedRecords) -> None:
-        if self._chunks and self._chunks[-1].end_offset != chunk.start_offset:
-            self.clear()
-        if self._entries + chunk.count > self.max_entries:
-            self.clear()
-            return
-        self._chunks.append(chunk)
-        self._entries += chunk.count
-
-    def head(self) -> IndexedRecords | None:
-        return self._chunks[0] if self._chunks else None
-
-    def pop_head(self) -> None:
-        self._entries -= self._chunks.popleft().count
-
-    def replace_head(self, chunk: IndexedRecords) -> None:
-        self._entries += chunk.count - self._chunks[0].count
-        self._chunks[0] = chunk
-
-    def clear(self) -> None:
-        self._chunks.clear()
-        self._entries = 0
 
 
 class MessageStore:
@@ -161,16 +120,15 @@ class MessageStore:
         self._clamp_epoch_file(self.max_offset)
         rebuild = checkpoint is None or not disk.is_dir(self.root / "consumequeue")
         self.cqs = ConsumeQueues(self.root / "consumequeue", disk)
-        self._pending = Backlog(PENDING_MAX_ENTRIES)
         if rebuild:
             self.cqs.clear()
         lo, hi = self.min_offset, self.max_offset
         self._confirm = min(max(checkpoint.confirm_offset if checkpoint else lo, lo), hi)
-        self._dispatched = lo if rebuild or checkpoint is None else min(max(checkpoint.dispatched_offset, lo), hi)
-        self.cqs.truncate_physical(self._dispatched)
+        dispatched = lo if rebuild or checkpoint is None else min(max(checkpoint.dispatched_offset, lo), hi)
+        self.cqs.truncate_physical(dispatched)
+        self.dispatcher = Dispatcher(self.commitlog, self.cqs, dispatched)
         self._dispatch()
-        self._rebuild_queue_table()
-        self._index_unconfirmed_tail()
+        self.dispatcher.index_tail()
         self._write_checkpoint()
         self._flush_taken_offset = self.commitlog.max_offset
         self._stop = threading.Event()
@@ -207,7 +165,7 @@ class MessageStore:
     @property
     def dispatched_offset(self) -> int:
         """Every record ending at or before this offset is in the consume queues."""
-        return self._dispatched
+        return self.dispatcher.dispatched
 
     def last_segment_base_offset(self) -> int:
         with self._lock:
@@ -224,19 +182,17 @@ class MessageStore:
         """
         with self._lock:
             self._check_open()
-            self._catch_up_queue_table()
+            self.dispatcher.catch_up_queue_table()
             start = self.commitlog.max_offset
             try:
-                sealed = seal_batch(batch, start, self._queue_table, now_ms, self.config.segment_size_bytes)
+                sealed = seal_batch(batch, start, self.dispatcher.queue_table, now_ms,
+                                    self.config.segment_size_bytes)
             except MessageCodecError as exc:
                 raise MalformedBatch(str(exc)) from None
             if sealed.index.count == 0:
                 return AppendResult(start, start, 0)
             self.commitlog.append(sealed.data)
-            for run in sealed.index.runs:
-                self._queue_table[(run.topic, run.queue_id)] = run.next_queue_offset
-            self._queue_table_pos = sealed.index.end_offset
-            self._pending.add(sealed.index)
+            self.dispatcher.appended(sealed.index, master=True)
             self._after_append()
             return AppendResult(start, sealed.index.end_offset, sealed.index.count, sealed.data)
 
@@ -267,7 +223,7 @@ class MessageStore:
             if offset != self.commitlog.max_offset:
                 self._reset_empty(offset)
             self.commitlog.append(view)
-            self._pending.add(index)
+            self.dispatcher.appended(index, master=False)
             self._after_append()
             return self.commitlog.max_offset
 
@@ -275,9 +231,8 @@ class MessageStore:
         log.info("store %s: empty log restarts at offset %d", self.root, offset)
         self.commitlog.reset(offset)
         self.cqs.clear()
-        self._pending.clear()
-        self._confirm = self._dispatched = self._verified = offset
-        self._rebuild_queue_table()
+        self.dispatcher.restart(offset)
+        self._confirm = self._verified = offset
         self._generation += 1
         self._write_checkpoint()
 
@@ -351,63 +306,12 @@ class MessageStore:
     def next_queue_offset(self, topic: str, queue_id: int) -> int:
         """The queue offset ``put_messages`` would assign next (includes unconfirmed messages)."""
         with self._lock:
-            self._catch_up_queue_table()
-            return self._queue_table.get((topic, queue_id), 0)
+            return self.dispatcher.next_queue_offset(topic, queue_id)
 
-    # ------------------------------------------------------------------ dispatch and queue table
+    # ------------------------------------------------------------------ dispatch
     def _dispatch(self) -> None:
-        """Index records up to the confirm offset (the log end with ``read_uncommitted``): from the
-        runs built when they were appended, or by scanning the log where there are none (after
-        recovery, truncation or a dropped backlog).  One ``cqs.dispatch`` for the whole range."""
-        limit = self.commitlog.max_offset if self.config.read_uncommitted else self._confirm
-        runs: list[QueueRun] = []
-        dispatched = self._dispatched
-        while dispatched < limit:
-            head = self._pending.head()
-            if head is not None and head.start_offset < dispatched:
-                self._pending.clear()  # stale (cannot happen: runs are dropped with the bytes they index)
-                continue
-            if head is not None and head.start_offset == dispatched:
-                end = self._take_from_backlog(head, limit, runs)
-            else:
-                scan_end = min(limit, head.start_offset) if head is not None else limit
-                chunks = self.commitlog.index_range(dispatched, scan_end)
-                for chunk in chunks:
-                    runs += chunk.runs
-                end = chunks[-1].end_offset if chunks else dispatched
-            if end == dispatched:
-                break
-            dispatched = end
-        if dispatched != self._dispatched:
-            self.cqs.dispatch(runs)
-            self._dispatched = dispatched
-
-    def _take_from_backlog(self, chunk: IndexedRecords, limit: int, runs: list[QueueRun]) -> int:
-        """Move the runs of ``chunk`` (the head of the backlog) whose records end at or before
-        ``limit`` to ``runs``; returns the end of the last such record (a record boundary)."""
-        if chunk.end_offset <= limit:
-            self._pending.pop_head()
-            runs += chunk.runs
-            return chunk.end_offset
-        done: list[QueueRun] = []
-        rest: list[QueueRun] = []
-        end = chunk.start_offset
-        for run in chunk.runs:
-            k = bisect.bisect_right(range(run.count), limit, key=run.end_of)
-            if k:
-                end = max(end, run.end_of(k - 1))
-            if k == run.count:
-                done.append(run)
-            elif k == 0:
-                rest.append(run)
-            else:
-                rest.append(run.split(k))
-                done.append(run)
-        if end == chunk.start_offset:
-            return end
-        runs += done
-        self._pending.replace_head(IndexedRecords(end, chunk.end_offset, sum(r.count for r in rest), rest))
-        return end
+        """Index records up to the confirm offset (the log end with ``read_uncommitted``)."""
+        self.dispatcher.dispatch(self.commitlog.max_offset if self.config.read_uncommitted else self._confirm)
 
     def rebuild_consume_queues(self) -> None:
         """Throw the consume queues away and rebuild them from the commit log (up to the confirm offset)."""
@@ -415,35 +319,9 @@ class MessageStore:
             self._check_open()
             self._generation += 1
             self.cqs.clear()
-            self._dispatched = self.commitlog.min_offset
-            self._rebuild_queue_table()
+            self.dispatcher.rebuild()
             self._dispatch()
             self._write_checkpoint()
-
-    def _rebuild_queue_table(self) -> None:
-        self._queue_table = {key: cq.max_offset for key, cq in self.cqs.queues.items()}
-        self._queue_table_pos = self._dispatched
-
-    def _index_unconfirmed_tail(self) -> None:
-        """Start-up: index the records beyond the confirm offset into the backlog (and the queue
-        table), like appends do, so that the confirm offset moving over them later takes their runs
-        instead of scanning the log on the thread that moves it (a master's event loop: 260 ms for
-        256 MiB read from disk). Beyond the backlog's bound the rest is scanned then, as before."""
-        for chunk in self.commitlog.index_range(self._dispatched, self.commitlog.max_offset):
-            self._pending.add(chunk)
-            self._advance_queue_table(chunk)
-
-    def _advance_queue_table(self, chunk: IndexedRecords) -> None:
-        for run in chunk.runs:
-            key = (run.topic, run.queue_id)
-            self._queue_table[key] = max(self._queue_table.get(key, 0), run.next_queue_offset)
-        self._queue_table_pos = chunk.end_offset
-
-    def _catch_up_queue_table(self) -> None:
-        if self._queue_table_pos >= self.commitlog.max_offset:
-            return
-        for chunk in self.commitlog.index_range(self._queue_table_pos, self.commitlog.max_offset):
-            self._advance_queue_table(chunk)
 
     # ------------------------------------------------------------------ truncation
     def truncate(self, offset: int) -> None:
@@ -465,14 +343,12 @@ class MessageStore:
 
     def _truncate(self, offset: int) -> None:
         self._generation += 1
-        self._pending.clear()
         self.commitlog.flush()
         cut = self.commitlog.cut(offset)
         self.cqs.truncate_physical(offset)
+        self.dispatcher.cut(offset)
         self._confirm = min(self._confirm, offset)
-        self._dispatched = min(self._dispatched, offset)
         self._verified = min(self._verified, offset)
-        self._rebuild_queue_table()
         self._clamp_epoch_file(offset)
         self._write_checkpoint()
         log.info("store %s: truncated at %d (%d bytes cut)", self.root, offset, cut)
@@ -506,12 +382,12 @@ class MessageStore:
         with self._lock:
             self._check_open()
             deleted = self.commitlog.delete_expired(now_ms, self.config.retention_ms,
-                                                    self.config.retention_max_bytes, keep_from=self._dispatched)
+                                                    self.config.retention_max_bytes,
+                                                    keep_from=self.dispatcher.dispatched)
             if deleted:
                 lo = self.commitlog.min_offset
                 self._confirm = max(self._confirm, lo)
-                self._dispatched = max(self._dispatched, lo)
-                self._queue_table_pos = max(self._queue_table_pos, lo)
+                self.dispatcher.head_deleted(lo)
                 self.epoch_file.truncate_prefix_by_offset(lo - 1)
                 self._generation += 1
                 self.commitlog.flush()
@@ -528,7 +404,8 @@ class MessageStore:
         for directory in dirs:
             self.disk.fsync_dir(directory)
         with self._checkpoint_lock:
-            save_checkpoint(self.root, StoreCheckpoint(self._verified, self._confirm, self._dispatched), self.disk)
+            save_checkpoint(self.root, StoreCheckpoint(self._verified, self._confirm,
+                                                             self.dispatcher.dispatched), self.disk)
 
     def flush(self) -> None:
         """fsync the log and the queues and write the checkpoint."""
@@ -549,7 +426,7 @@ class MessageStore:
             generation = self._generation
             files, directory, verified = self._take_dirty_log()
             cq_files, cq_dirs = self.cqs.take_dirty()
-            dispatched = self._dispatched
+            dispatched = self.dispatcher.dispatched
         sync_files(files, self.disk, directory)
         sync_files(cq_files, self.disk, None)
         for directory in cq_dirs:

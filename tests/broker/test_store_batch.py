@@ -179,7 +179,7 @@ def test_dispatch_from_the_backlog_equals_a_rebuild(tmp_path: Path, backlog_max:
     record boundary (mid-batch included), equal the queues rebuilt from the log; also when the
     in-memory backlog is capped (3 entries) or off (0) and the dispatcher scans the log instead."""
     store = MessageStore(tmp_path / "m", SMALL)
-    store._pending.max_entries = backlog_max
+    store.dispatcher.pending.max_entries = backlog_max
     rng = random.Random(backlog_max)
     boundaries = []
     for b in range(8):
