@@ -243,6 +243,18 @@ class CommitLog:
         rel = offset - seg.base_offset
         return memoryview(seg.file.pread(rel, min(seg.size, rel + length) - rel))
 
+    def prefetch_handles(self, offset: int, length: int) -> list[tuple[DiskFile, int, int]]:
+        """``(handle, position, length)`` for each segment ``[offset, offset + length)`` touches
+        (clamped to the log): duplicated handles, for the caller to ``prefetch`` outside the store
+        lock and close."""
+        out = []
+        pos, end = max(offset, self.min_offset), min(offset + length, self.max_offset)
+        while pos < end and (seg := self.segment_for(pos)) is not None:
+            n = min(end, seg.base_offset + seg.size) - pos
+            out.append((seg.file.dup(), pos - seg.base_offset, n))
+            pos += n
+        return out
+
     def check_boundary(self, offset: int) -> memoryview:
         """The bytes from ``offset`` to its segment's end; :class:`StoreError` unless a record starts there."""
         view = self.read(offset, self.segment_size)

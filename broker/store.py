@@ -74,6 +74,7 @@ log = logging.getLogger(__name__)
 FLUSH_LEAST_BYTES = 4 << 20
 FLUSH_TICK_MS = 10
 
+
 class MalformedBatch(StoreError, MessageCodecError):
     """A batch refused as bad input (a malformed or oversized record); nothing was written.  Both a
     :class:`StoreError` (a refused store operation) and a :class:`MessageCodecError` (bad bytes)."""
@@ -255,6 +256,20 @@ class MessageStore:
             if len(view) <= max_bytes:
                 return view  # it ends at its segment's data end: a record boundary
             return view[:whole_records_length(view, max_bytes)]
+
+    def warm(self, offset: int, length: int) -> None:
+        """Bring the log's ``[offset, offset + length)`` (clamped to the log) into the page cache,
+        blocking without the store lock or the GIL: a helper thread does it before a replication
+        catch-up sends those bytes, so the sender does not wait for the disk."""
+        with self._lock:
+            if self._closed:
+                return
+            handles = self.commitlog.prefetch_handles(offset, length)
+        for handle, position, n in handles:
+            try:
+                handle.prefetch(position, n)
+            finally:
+                handle.close()
 
     def get_messages(self, topic: str, queue_id: int, queue_offset: int, max_count: int) -> list[Message]:
         """Messages of a queue from ``queue_offset``, never beyond the confirm offset unless

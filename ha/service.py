@@ -73,6 +73,10 @@ class HAService:
         # IO thread, never on the event loop; shared with the broker actor when it passes one.
         self.io = io if io is not None else OrderedIO(f"ha-{broker_id}")
         self._owns_io = io is None
+        # A catch-up's log is read into the page cache here before the event loop sends it (a backlog
+        # no longer cached would otherwise make the loop wait for the disk); never the IO thread,
+        # whose puts must not queue behind a read.
+        self.reader = OrderedIO(f"ha-read-{broker_id}")
         self.role = Role.NONE
         self.epoch = -1
         # Every replication decision (acks, SyncStateSet, confirm offset) is this pure core's.
@@ -121,6 +125,7 @@ class HAService:
             await self._server.wait_closed()
             self._server = None
         self._notify_ack_waiters()
+        self.reader.close()
         if self._owns_io:
             self.io.close()
 

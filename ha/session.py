@@ -377,12 +377,18 @@ class MasterSession:
                                 f"offset {log.min_offset}")
         return self.request_offset
 
-    def next_send(self, log: MasterLogView, now_ms: int) -> Outgoing | None:
-        """The next batch (or heartbeat) to write, or None when there is nothing to write."""
+    def send_offset(self, log: MasterLogView) -> int:
+        """Where the next transfer starts (chosen when first asked in TRANSFER); -1 before."""
         if self.state != ConnState.TRANSFER:
-            return None
+            return -1
         if self.next_offset < 0:
             self.next_offset = self._choose_start(log)
+        return self.next_offset
+
+    def next_send(self, log: MasterLogView, now_ms: int) -> Outgoing | None:
+        """The next batch (or heartbeat) to write, or None when there is nothing to write."""
+        if self.send_offset(log) < 0:
+            return None
         max_offset = log.max_offset
         points = log.epoch_points()
         owner = epoch_owning(points, self.next_offset, max_offset) if points else None

@@ -4,7 +4,9 @@ Theory of operation. A master connection runs on the broker's event loop as a re
 ``MasterSession`` events -> the service) and a writer task (handshake reply, then batches from the
 commit log through ``MasterSession.next_send``, heartbeats when idle, housekeeping close), woken by
 ``Wake`` when the service has new data or the reader saw a packet. Blocking store work runs on the
-owner's ordered IO thread (``ConnectionOwner.io``, one per broker). Authentication
+owner's ordered IO thread (``ConnectionOwner.io``, one per broker); a catch-up's log is read into
+the page cache ahead of the sends on the owner's reader thread (``ConnectionOwner.reader``), so the
+loop does not wait for the disk on a backlog no longer cached. Authentication
 (``rocketray.auth``) runs before any RocketMQ packet in both directions; a failure closes the
 connection with a logged reason. The slave side is ``rocketray.ha.slave_client``.
 """
@@ -28,6 +30,7 @@ __all__ = ["StoreLogView", "MasterConnection", "ConnectionDropped", "ConnectionO
 log = logging.getLogger(__name__)
 
 READ_CHUNK = 4 << 20
+WARM_BYTES = 4 << 20        # a catch-up's log is read ahead of the sends in steps of this
 STREAM_LIMIT = 8 << 20      # StreamReader pauses the socket beyond 2x this (default 64 KiB)
 YIELD_BYTES = 2 << 20       # the master's writer lets the loop run after sending this much
 
@@ -64,6 +67,10 @@ class StoreLogView:
     def last_segment_base_offset(self) -> int:
         return self._store.last_segment_base_offset()
 
+    def warm(self, offset: int, length: int) -> None:
+        """A helper thread: bring the log's ``[offset, offset + length)`` into the page cache."""
+        self._store.warm(offset, length)
+
 
 class ConnectionOwner(Protocol):
     """What the connection shells need from their owner (``HAService`` implements it). The shells
@@ -75,6 +82,7 @@ class ConnectionOwner(Protocol):
     store: "MessageStore"
     log_view: "StoreLogView"
     io: OrderedIO
+    reader: OrderedIO
 
     def now_ms(self) -> int: ...
 
@@ -158,6 +166,7 @@ class MasterConnection:
         self.closed = False
         self.close_reason = ""
         self.bytes_sent = 0
+        self._warming: dict[int, asyncio.Future] = {}   # WARM_BYTES step start -> its read-ahead
 
     @property
     def slave_id(self) -> int | None:
@@ -227,6 +236,8 @@ class MasterConnection:
                 writer.write(self.session.handshake_reply(view, now))
                 await writer.drain()
                 continue
+            if self._catching_up(view):
+                await self._warm_ahead(view)
             out = self.session.next_send(view, now)
             if out is not None:
                 if out.header:
@@ -243,6 +254,31 @@ class MasterConnection:
                 if out.caught_up:
                     service.on_caught_up(self, now)
             await self.wake.wait(min(hb_s, 0.1))
+
+    def _catching_up(self, view: StoreLogView) -> bool:
+        offset = self.session.send_offset(view)
+        return offset >= 0 and view.max_offset - offset >= 2 * self.session.batch_size
+
+    async def _warm_ahead(self, view: StoreLogView) -> None:
+        """A catch-up: wait until the log the next transfer reads is in the page cache, read there
+        on the service's reader thread (the loop would wait for the disk on a backlog no longer
+        cached), and start on the step after it, so the thread keeps ahead of the sends."""
+        offset = self.session.next_offset
+        first = offset - offset % WARM_BYTES
+        steps = range(first, min(offset + self.session.batch_size, view.max_offset), WARM_BYTES)
+        for start in (*steps, steps[-1] + WARM_BYTES):
+            if start not in self._warming and start < view.max_offset:
+                future = self._warming[start] = self.service.reader.submit(view.warm, start,
+                                                                           WARM_BYTES)
+                # retrieved even when the connection ends first (else logged from its finalizer)
+                future.add_done_callback(lambda f: f.cancelled() or f.exception())
+        for start in [s for s in self._warming if s < first]:
+            del self._warming[start]
+        for start in steps:
+            try:
+                await self._warming[start]
+            except Exception as exc:  # noqa: BLE001 - the send reads again and reports its error
+                log.debug("ha master: read-ahead at %d failed: %r", start, exc)
 
     def _write_out(self, out: Outgoing) -> None:
         writer = self._writer

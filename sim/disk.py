@@ -134,6 +134,9 @@ class SimFile:
         node.durable = bytes(node.data)
         node.pending.clear()
 
+    def prefetch(self, offset: int, length: int) -> None:
+        """No page cache to fill."""
+
     def dup(self) -> "SimFile":
         self._live()
         return SimFile(self._disk, self._node)

@@ -61,6 +61,10 @@ class LockedFile:
         with self._lock:
             return self._inner.mtime_ns()
 
+    def prefetch(self, offset, length):
+        with self._lock:
+            self._inner.prefetch(offset, length)
+
     def data_end(self, start, end):
         with self._lock:
             return self._inner.data_end(start, end)
