@@ -179,8 +179,10 @@ SETTLE_KEYS = ("replica", "broker_id", "state", "role", "fenced", "master_epoch"
                "confirm_offset", "master_address")
 
 
-def settle(cluster: Cluster, timeout_s: float = 120) -> None:
-    """Wait until every replica runs and each group's slaves confirmed the master's whole log."""
+def settle(cluster: Cluster, timeout_s: float = 120, in_sync: bool = False) -> None:
+    """Wait until every replica runs and each group's slaves confirmed the master's whole log; with
+    ``in_sync`` also until each master's SyncStateSet (as the controller confirmed it) holds every
+    replica, so that losing any one of them leaves an electable replica."""
 
     def settled():
         for group in cluster.spec.groups:
@@ -194,6 +196,8 @@ def settle(cluster: Cluster, timeout_s: float = 120) -> None:
             end = masters[0]["max_offset"]
             if any(s["confirm_offset"] < end or s["max_offset"] < end for s in statuses):
                 return NotYet(f"{group}: a replica has not confirmed the master's end {end}: {brief}")
+            if in_sync and not {s["broker_id"] for s in statuses} <= set(masters[0]["sync_state_set"]):
+                return NotYet(f"{group}: the SyncStateSet does not hold every replica yet: {brief}")
         return True
 
     wait_for(settled, timeout_s, "every replica to run and confirm its master's log", interval_s=0.2)
@@ -246,9 +250,11 @@ def run(cluster: Cluster, messages: int, progress_factory=None, say: Callable[[s
     node_step = None
     old_status = None
     if nodes is not None:
-        # the node step starts from a settled cluster; the killed master's rejoin is judged here, as
-        # the node loss may legitimately make it master again
-        settle(cluster)
+        # the node step starts from a settled cluster whose SyncStateSets hold every replica (a
+        # master lost while its set is itself alone has no electable successor: after the controller
+        # kill, the set's expansion can still be waiting for the new leader); the killed master's
+        # rejoin is judged here, as the node loss may legitimately make it master again
+        settle(cluster, in_sync=True)
         old_status = cluster.broker_status(group, old_master) or {}
         node_step = lose_node_and_time(cluster, workload, nodes, group, produce_while_down=third // 2, say=say)
     workload.produce(max(BATCH, messages - 2 * third), bar)

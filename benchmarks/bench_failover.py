@@ -2,7 +2,8 @@
 
 For each profile (fast, default) a cluster of 3 controllers and one group of 3 replicas (all-ack on)
 runs on an embedded local Ray (or the Ray already initialised). Each round waits for the group to
-settle, kills the master actor and sends batches until one is acknowledged by the group's next
+settle with every replica back in the SyncStateSet (a master killed while its set is itself alone
+has no electable successor), kills the master actor and sends batches until one is acknowledged by the group's next
 master. The controller notices the death when the kernel closes the master's session connection
 (``rocketray.controller.session``), not a heartbeat timeout later; Ray restarts the killed actor
 meanwhile, and if it is back before the election it asks for a new term and may itself be that next
@@ -120,7 +121,7 @@ def measure(profile: str, kills: int, data_dir: str) -> dict:
         pipeline.settle(cluster, timeout_s=180)
         floor = floor_ms(cluster, w)
         for _ in range(kills):
-            pipeline.settle(cluster, timeout_s=180)
+            pipeline.settle(cluster, timeout_s=180, in_sync=True)
             elected = ElectionClock(cluster)
             ms, old, new = pipeline.kill_master_and_time(cluster, w, GROUP)
             same += int(new == old)
@@ -159,7 +160,7 @@ def measure_node_loss(rounds: int, data_dir: str) -> dict:
             w = pipeline.Workload(cluster)
             w.produce(200)
             for _ in range(rounds):
-                pipeline.settle(cluster, timeout_s=180)
+                pipeline.settle(cluster, timeout_s=180, in_sync=True)
                 leader = cluster.wait_for_leader(60)
                 elected = ElectionClock(cluster)
                 r = pipeline.lose_node_and_time(cluster, w, nodes, GROUP, produce_while_down=100, say=lambda m: None)
