@@ -240,6 +240,7 @@ def run(cluster: Cluster, messages: int, progress_factory=None, say: Callable[[s
     bar = progress_factory(total=messages) if progress_factory else None
     say(f"producing {messages} messages to {len(cluster.spec.groups)} group(s)")
     workload.produce(third, bar)
+    settle(cluster, in_sync=True)   # another replica must be electable (see the node step below)
     say(f"killing the master broker of {group}")
     broker_failover_ms, old_master, new_master = kill_master_and_time(cluster, workload, group)
     say(f"writes resumed after {broker_failover_ms:.0f} ms")
