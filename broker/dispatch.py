@@ -73,9 +73,9 @@ class Dispatcher:
         self.cqs = cqs
         self.pending = Backlog(max_entries)
         self.dispatched = dispatched     # every record ending at or before it is in the queues
+        # built by ``index_tail`` once start-up has dispatched up to the confirm offset
         self.queue_table: dict[tuple[str, int], int] = {}
         self.table_pos = dispatched      # the queue table counts the records before this offset
-        self.rebuild_queue_table()
 
     # ------------------------------------------------------------------ dispatch
     def dispatch(self, limit: int) -> None:
