@@ -29,7 +29,8 @@ import os
 import posixpath
 from typing import Protocol, runtime_checkable
 
-__all__ = ["Disk", "DiskFile", "OS_DISK", "OsDisk", "OsFile", "ensure_dir", "read_file", "remove_tree"]
+__all__ = ["Disk", "DiskFile", "OS_DISK", "OsDisk", "OsFile", "cached", "ensure_dir", "read_file",
+           "remove_tree"]
 
 
 @runtime_checkable
@@ -187,6 +188,40 @@ def _allocate(fd: int, offset: int, length: int) -> bool:
         return False
     raise OSError(err, f"fallocate: {os.strerror(err)}")
 
+class _CachestatRange(ctypes.Structure):
+    _fields_ = [("off", ctypes.c_uint64), ("len", ctypes.c_uint64)]
+
+
+class _Cachestat(ctypes.Structure):
+    _fields_ = [("nr_cache", ctypes.c_uint64), ("nr_dirty", ctypes.c_uint64),
+                ("nr_writeback", ctypes.c_uint64), ("nr_evicted", ctypes.c_uint64),
+                ("nr_recently_evicted", ctypes.c_uint64)]
+
+
+_SYS_CACHESTAT = 451        # Linux 6.5+, the same number on every architecture (>= 424 are shared)
+_PAGE = mmap.PAGESIZE
+_cachestat_works = hasattr(_LIBC, "syscall")
+
+
+def cached(fd: int, offset: int, length: int) -> bool | None:
+    """Whether every page of ``[offset, offset + length)`` (clamped to the file) is in the page
+    cache, asked of the kernel without reading (``cachestat``); None where it cannot tell."""
+    global _cachestat_works
+    if not _cachestat_works:
+        return None
+    end = min(offset + length, os.fstat(fd).st_size)
+    if end <= offset:
+        return True
+    first, last = offset // _PAGE, (end - 1) // _PAGE
+    rng = _CachestatRange(first * _PAGE, (last - first + 1) * _PAGE)
+    stat = _Cachestat()
+    if _LIBC.syscall(_SYS_CACHESTAT, fd, ctypes.byref(rng), ctypes.byref(stat), 0) != 0:
+        if ctypes.get_errno() in (errno.ENOSYS, errno.EPERM):   # older kernel, or a seccomp filter
+            _cachestat_works = False
+        return None
+    return stat.nr_cache >= last - first + 1
+
+
 class OsFile:
     """A real file; with ``mapped`` reads are views of an ``mmap`` (remapped when the file grew)."""
 
@@ -233,6 +268,8 @@ class OsFile:
         return OsFile(os.dup(self.fd), False)
 
     def prefetch(self, offset: int, length: int) -> None:
+        if cached(self.fd, offset, length):
+            return          # a warm catch-up: copying it through the scratch buffer is wasted CPU
         scratch = memoryview(bytearray(min(length, PREFETCH_CHUNK)))
         end = offset + length
         while offset < end:

@@ -350,6 +350,18 @@ class MasterPacketDecoder(_Decoder):
             return self._transfer()
         raise self._fail(f"bad state field {state} from master")
 
+    def packet_buffered(self) -> bool:
+        """True when the bytes of a whole packet are buffered: ``next_packet`` then returns it (or
+        fails on its content). False tells nothing (the next call may still fail)."""
+        buf = self._buf
+        if self._dead is not None or buf.available() < _STATE_AND_SIZE.size:
+            return False
+        try:
+            need = master_packet_length(buf._peek(_STATE_AND_SIZE.size), self._max_body_bytes)
+        except ProtocolError:
+            return False
+        return need is not None and buf.available() >= need
+
     def _handshake(self) -> MasterHandshake | None:
         buf = self._buf
         if buf.available() < MASTER_HANDSHAKE_HEADER_SIZE:

@@ -8,7 +8,8 @@ Slave: ``connect()`` starts a connection (state HANDSHAKE) and returns the 16-by
 master's reply yields a truncation decision (reference 12.3): cut the log at the consistent point,
 then ack at once (quirk 11: upstream waits up to a heartbeat interval). TRANSFER packets yield
 "record epoch" (when the batch label changes and carries data), "append", "set confirm offset"
-(min of the master's confirm offset and the new local max) and an ack when the local max grew. The
+(min of the master's confirm offset and the new local max) and an ack when the local max grew;
+the last two only after the last whole packet received so far (upstream reports once per read). The
 last received epoch is reset on every connection (quirk 10).
 
 Master: the 16-byte handshake registers the slave; the shell answers with ``handshake_reply()``.
@@ -209,6 +210,10 @@ class SlaveSession:
                     actions.append(RecordEpoch(packet.epoch, packet.epoch_start_offset))
             actions.append(Append(packet.offset, packet.body))
             new_max = packet.offset + len(packet.body)
+        if self._decoder.packet_buffered():
+            # Like upstream's HAClient, report once per read: the confirm offset and the ack
+            # follow the last whole packet received, not each one (the next packet's cover these).
+            return actions
         confirm = min(packet.confirm_offset, new_max)
         if confirm != self.master_confirm_offset:
             self.master_confirm_offset = confirm

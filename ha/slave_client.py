@@ -49,6 +49,7 @@ log = logging.getLogger(__name__)
 RECV_BUFFER = 4 << 20       # the kernel copies received bytes into buffers of this size (or larger)
 RECV_MIN_FREE = 256 << 10   # ... and a new one starts when less than this is left
 RECV_POOL = 4               # receive buffers kept for reuse
+RCVLOWAT_MAX = 1 << 20     # a receive returns once this much of the packet being received is in
 TICK_MAX_S = 0.1            # the receive timeout: how often an idle thread looks at the clock
 
 
@@ -129,6 +130,11 @@ class PacketBuffers:
         elif free:
             self._pool[self._pool.index(min(free, key=len))] = new
         return new
+
+    def missing(self) -> int:
+        """Bytes still to receive of the packet being received (1 while its length is unknown)."""
+        need = self._need
+        return 1 if need is None or self._raw else max(1, need - (self._used - self._start))
 
     def received(self, nbytes: int) -> memoryview | None:
         self._used += nbytes
@@ -341,7 +347,12 @@ class SlaveClient:
         next_tick = service.now_ms() + tick_ms
         if leftover:
             self._feed(leftover, service.now_ms(), sock)
+        lowat = 1
         while not self._halt.is_set():
+            want = min(buffers.missing(), RCVLOWAT_MAX)
+            if want != lowat:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, want)
+                lowat = want
             try:
                 n = sock.recv_into(buffers.free())
             except TimeoutError:

@@ -179,3 +179,20 @@ def test_a_receive_stops_at_a_packet_boundary_rather_than_split_the_next_packet(
             chunks.append(chunk)
     assert _packets(chunks) == packets
     assert moved and set(moved) == {0}, moved
+
+
+def test_missing_is_what_the_packet_being_received_still_needs():
+    """The receive thread sets ``SO_RCVLOWAT`` to ``missing()``: a receive then returns once the
+    packet being received is whole, not with each piece the network delivers."""
+    rx = _receiver()
+    out: list[memoryview] = []
+    assert rx.missing() == 1                                 # nothing yet: any byte will do
+    packet = _transfer(0, 100_000)
+    _receive(rx, packet[:5], out)
+    assert rx.missing() == 1                                 # its length is not in yet
+    _receive(rx, packet[5:1000], out)
+    assert rx.missing() == len(packet) - 1000
+    _receive(rx, packet[1000:] + _transfer(100_000, 10)[:20], out)
+    assert rx.missing() == 36 + 10 - 20                      # the next one's rest
+    _receive(rx, _transfer(100_000, 10)[20:], out)
+    assert rx.missing() == 1 and len(_packets(out)) == 2

@@ -205,3 +205,35 @@ def test_corrupted_valid_stream_never_raises_anything_else(packets, where, value
 def test_conn_state_ordinals():
     assert [s.value for s in ConnState] == [0, 1, 2, 3, 4]
     assert [s.name for s in ConnState] == ["READY", "HANDSHAKE", "TRANSFER", "SUSPEND", "SHUTDOWN"]
+
+
+@FAST
+@given(st.lists(master_packets(), max_size=4), st.lists(st.integers(0, 10_000), max_size=8),
+       st.one_of(st.none(), st.tuples(st.integers(0, 10_000), st.integers(0, 255))))
+def test_packet_buffered_means_the_next_call_returns_a_packet_or_fails(packets, cuts, damage):
+    """The slave defers its ack while ``packet_buffered()``: it must then get another packet (or
+    an error) at once, never wait for bytes that may not come. Valid and damaged streams, any
+    chunking; on a valid stream a whole packet buffered is always reported."""
+    encoded = [encode_master(p) for p in packets]
+    ends = [sum(map(len, encoded[:i + 1])) for i in range(len(encoded))]
+    data = bytearray(b"".join(encoded))
+    if damage is not None and data:
+        data[damage[0] % len(data)] = damage[1]
+    dec = MasterPacketDecoder(max_body_bytes=1 << 16)
+    fed = taken = 0
+    try:
+        for chunk in chunked(bytes(data), cuts):
+            dec.receive_data(chunk)
+            fed += len(chunk)
+            while True:
+                buffered = dec.packet_buffered()
+                if damage is None:
+                    assert buffered == (taken < len(ends) and fed >= ends[taken])
+                packet = dec.next_packet()
+                if buffered:
+                    assert packet is not None
+                if packet is None:
+                    break
+                taken += 1
+    except ProtocolError:
+        pass

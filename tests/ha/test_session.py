@@ -140,6 +140,27 @@ def test_slave_transfer_actions_and_confirm_offset():
     assert isinstance(close, Close)
 
 
+def test_slave_reports_once_per_read():
+    """Upstream's HAClient reports its max offset once per read, after every whole packet read:
+    two batches in one receive give one confirm offset and one ack, covering both; a batch whose
+    successor is not whole yet is acked at once (the rest may never come)."""
+    s = SlaveSession(2)
+    s.connect(LocalLog(0, 0, ()), 0)
+    s.receive_data(encode_master_handshake(100, [EpochPoint(1, 0)]), 0)
+    s.next_actions(LocalLog(0, 0, ()), 0)
+    second = encode_master_transfer(30, 1, 0, 100, b"y" * 20)
+    s.receive_data(encode_master_transfer(0, 1, 0, 100, b"x" * 30) + second[:-1], 1)
+    assert s.next_actions(LocalLog(0, 0, ()), 1) == [RecordEpoch(1, 0), Append(0, b"x" * 30),
+                                                     SetConfirmOffset(30),
+                                                     Send(encode_slave_ack(30))]
+    s.receive_data(second[-1:] + encode_master_transfer(50, 1, 0, 100, b"z" * 10), 2)
+    assert s.next_actions(LocalLog(0, 30, ((1, 0),)), 2) == [Append(30, b"y" * 20)]
+    assert s.next_actions(LocalLog(0, 50, ((1, 0),)), 2) == [Append(50, b"z" * 10),
+                                                             SetConfirmOffset(60),
+                                                             Send(encode_slave_ack(60))]
+    assert s.next_actions(LocalLog(0, 60, ((1, 0),)), 2) is None
+
+
 def test_slave_heartbeat_and_housekeeping():
     s = SlaveSession(2, heartbeat_interval_ms=100, housekeeping_interval_ms=1000)
     s.connect(LocalLog(0, 0, ()), 0)
