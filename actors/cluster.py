@@ -137,6 +137,7 @@ class Cluster:
 
     def __init__(self, spec: ClusterSpec):
         self.spec = spec
+        self.leader_hint = 0   # the controller that last answered a call as leader: calls start there
 
     # --- actors -------------------------------------------------------------------------
     def controller(self, index: int):

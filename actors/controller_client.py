@@ -115,7 +115,9 @@ def call_leader_sync(cluster, request, timeout_s: float = 10.0, call_timeout_s: 
     spec: ClusterSpec = cluster.spec
     call_timeout_s = call_timeout_for(spec) if call_timeout_s is None else call_timeout_s
     deadline = time.monotonic() + timeout_s
-    index = 0
+    # The last leader first: starting at controller 0 made every call after losing that
+    # controller's node wait for it to time out (a producer's failover took 1.5-2.1 s, not 70 ms).
+    index = cluster.leader_hint
     last: Response | None = None
     while time.monotonic() < deadline:
         try:
@@ -125,6 +127,7 @@ def call_leader_sync(cluster, request, timeout_s: float = 10.0, call_timeout_s: 
             time.sleep(0.05)
             continue
         if response.code != ResponseCode.CONTROLLER_NOT_LEADER:
+            cluster.leader_hint = index
             return response
         last = response
         index = _next_index(spec, response, index)
