@@ -188,6 +188,7 @@ def _allocate(fd: int, offset: int, length: int) -> bool:
         return False
     raise OSError(err, f"fallocate: {os.strerror(err)}")
 
+
 class _CachestatRange(ctypes.Structure):
     _fields_ = [("off", ctypes.c_uint64), ("len", ctypes.c_uint64)]
 

@@ -6,11 +6,13 @@ after every queued store job), run the session, and on any failure close and rec
 exponential backoff. The session itself runs on a receive thread of its own, like RocketMQ's
 ``HAClient`` service thread: the thread owns a duplicate of the connected socket (the asyncio
 transport is paused and never used meanwhile) and does, in one pass per receive, what the protocol
-asks: ``recv_into`` a large buffer, hand the whole packets that completed to the session, apply its
-store actions in order (verify and append, record epochs, set the confirm offset, truncate) and
-send each ack right after the bytes it names were appended. Nothing of it runs on the event loop,
-so a large append or truncation never stalls the loop, and there is no hop between threads per
-packet (each cost more than appending a small batch). With a receive timeout of at most 100 ms the
+asks: ``recv_into`` a large buffer (``SO_RCVLOWAT`` set to the rest of the packet being received,
+so a receive returns a whole transfer, not each piece the network delivers), hand the whole packets
+that completed to the session, apply its store actions in order (verify and append, record epochs,
+set the confirm offset, truncate) and send each ack right after the bytes it names were appended
+(one per receive: the session reports after the last whole packet, like upstream). Nothing of
+it runs on the event loop, so a large append or truncation never stalls the loop, and there is no
+hop between threads per packet (each cost more than appending a small batch). With a receive timeout of at most 100 ms the
 same thread sends heartbeat acks when idle and closes the connection when the master went quiet
 (``SlaveSession.tick``). ``stop`` sets a flag, shuts the socket down (waking a blocked receive) and
 waits for the thread to end: after it returns the client touches the store no more.
