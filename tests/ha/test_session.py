@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rocketray.ha.memlog import MemoryLog, apply_slave_actions
 from rocketray.ha.protocol import (
@@ -238,3 +240,51 @@ def test_async_learner_is_never_a_caught_up_candidate():
     m.handshake_reply(log, 0)
     m.receive_data(encode_slave_ack(84), 1)
     assert m.next_event(84, 1) == AckEvent(3, 84, None)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.integers(0, 3), st.integers(1, 60)), min_size=1, max_size=40),
+       st.lists(st.integers(0, 20_000), max_size=30), st.integers(20, 200))
+def test_reports_once_per_read_never_early_never_left_behind(writes, cuts, batch_size):
+    """Any master stream (two epochs, batches of any size, confirm-offset heartbeats between them)
+    received in any chunking, coalesced or split: no ack names bytes before they were appended, no
+    confirm offset passes the local log, and once a receive's whole packets are applied the last
+    ack names the whole local log (a report is deferred only to a packet already received)."""
+    master = MemoryLog()
+    master.become_master(1)
+    m = start_master(master, 0, batch_size=batch_size)
+    stream = bytearray(encode_master_handshake(master.max_offset, master.points))
+    for i, (new_epoch, heartbeats, size) in enumerate(writes):
+        if new_epoch and i:
+            master.become_master(master.points[-1].epoch + 1)
+        master.append_record(bytes([i % 251]) * size)
+        master.confirm_offset = master.max_offset - size // 2
+        while (out := m.next_send(master, 10 + i)) is not None and out.body:
+            stream += out.header + bytes(out.body)
+        for _ in range(heartbeats):
+            master.confirm_offset = min(master.max_offset, master.confirm_offset + 7)
+            out = m.next_send(master, 10 + i)
+            if out is not None and out.header:
+                stream += out.header
+    s = SlaveSession(2)
+    slave = MemoryLog()
+    s.connect(slave.local(), 0)
+    data = bytes(stream)
+    acked = 0
+    for chunk in chunked(data, cuts):
+        s.receive_data(chunk, 1)
+        while (actions := s.next_actions(slave.local(), 1)) is not None:
+            for action in actions:
+                apply_slave_actions(slave, [action])
+                if isinstance(action, Send):
+                    acked = int.from_bytes(action.data[4:], "big")
+                    assert acked <= slave.max_offset            # never before the append
+                assert slave.confirm_offset <= slave.max_offset
+        assert acked == slave.max_offset                       # nothing left unreported
+    assert bytes(slave.data) == bytes(master.data[:len(slave.data)])
+    assert slave.max_offset == master.max_offset
+
+
+def chunked(data: bytes, cuts: list[int]) -> list[bytes]:
+    points = sorted({c % (len(data) + 1) for c in cuts} | {0, len(data)})
+    return [data[a:b] for a, b in zip(points, points[1:])]
