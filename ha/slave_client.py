@@ -12,8 +12,9 @@ that completed to the session, apply its store actions in order (verify and appe
 set the confirm offset, truncate) and send each ack right after the bytes it names were appended
 (one per receive: the session reports after the last whole packet, like upstream). Nothing of
 it runs on the event loop, so a large append or truncation never stalls the loop, and there is no
-hop between threads per packet (each cost more than appending a small batch). With a receive timeout of at most 100 ms the
-same thread sends heartbeat acks when idle and closes the connection when the master went quiet
+hop between threads per packet (each cost more than appending a small batch). With a receive
+timeout of at most 100 ms the same thread sends heartbeat acks when idle and closes the
+connection when the master went quiet
 (``SlaveSession.tick``). ``stop`` sets a flag, shuts the socket down (waking a blocked receive) and
 waits for the thread to end: after it returns the client touches the store no more.
 

@@ -121,3 +121,9 @@ def served(store: MessageStore, n: int, start: int = 0) -> int:
 
 def run(coro):
     return asyncio.run(asyncio.wait_for(coro, 120))
+
+
+def chunked(data: bytes, cuts: list[int]) -> list[bytes]:
+    """``data`` cut at the points ``cuts`` name (modulo its length): any chunking of a stream."""
+    points = sorted({c % (len(data) + 1) for c in cuts} | {0, len(data)})
+    return [data[a:b] for a, b in zip(points, points[1:])]

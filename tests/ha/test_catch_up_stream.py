@@ -40,7 +40,6 @@ def test_catch_up_with_large_and_small_transfers_copies_the_log_on_one_connectio
     run(body())
 
 
-
 def test_a_transfer_arriving_in_pieces_is_received_in_one_receive(tmp_path, monkeypatch):
     """The slave's receive thread asks the kernel (``SO_RCVLOWAT``) to return a receive once the
     transfer being received is whole: a master that writes a 1 MiB transfer in 64 KiB pieces,

@@ -8,6 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ha_helpers import chunked
+
 from rocketray.ha.protocol import (
     ConnState, EpochPoint, MasterHandshake, MasterPacketDecoder, MasterTransfer, ProtocolError,
     SlaveAck, SlaveHandshake, SlavePacketDecoder, encode_master_handshake,
@@ -87,11 +89,6 @@ def drain(decoder):
     while (p := decoder.next_packet()) is not None:
         out.append(p)
     return out
-
-
-def chunked(data: bytes, cuts: list[int]) -> list[bytes]:
-    points = sorted({c % (len(data) + 1) for c in cuts} | {0, len(data)})
-    return [data[a:b] for a, b in zip(points, points[1:])]
 
 
 @FAST

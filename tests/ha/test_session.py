@@ -6,6 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ha_helpers import chunked
+
 from rocketray.ha.memlog import MemoryLog, apply_slave_actions
 from rocketray.ha.protocol import (
     ConnState, EpochPoint, MasterPacketDecoder, MasterTransfer, ProtocolError,
@@ -283,8 +285,3 @@ def test_reports_once_per_read_never_early_never_left_behind(writes, cuts, batch
         assert acked == slave.max_offset                       # nothing left unreported
     assert bytes(slave.data) == bytes(master.data[:len(slave.data)])
     assert slave.max_offset == master.max_offset
-
-
-def chunked(data: bytes, cuts: list[int]) -> list[bytes]:
-    points = sorted({c % (len(data) + 1) for c in cuts} | {0, len(data)})
-    return [data[a:b] for a, b in zip(points, points[1:])]
