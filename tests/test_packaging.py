@@ -1,10 +1,13 @@
 """One import name: the wheel holds only ``rocketray/...``, installs and runs from a fresh environment
 where none of the source folders is importable as a top-level name; ``pip install -e .`` works too;
-the pyproject package list is the folders that hold an ``__init__.py``; one version everywhere."""
+the pyproject package list is the folders that hold an ``__init__.py``; one version everywhere; one
+Python floor everywhere, and it is what the code needs."""
 
 from __future__ import annotations
 
+import ast
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -53,6 +56,50 @@ def test_version_has_one_source():
     meta = pyproject()
     assert "version" not in meta["project"] and "version" in meta["project"]["dynamic"]
     assert meta["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "rocketray.__version__"}
+
+
+#: Standard-library modules that older Pythons lack, with the release that added them.
+NEWER_STDLIB = {"tomllib": (3, 11), "wsgiref.types": (3, 11)}
+
+
+def _sources() -> list[Path]:
+    skip = {".git", ".venv", "build", "dist", "__pycache__"}
+    return sorted(p for p in ROOT.rglob("*.py")
+                  if not skip.intersection(p.relative_to(ROOT).parts) and ".egg-info" not in str(p))
+
+
+def _imported_modules(tree: ast.AST) -> set[str]:
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module)
+    return names
+
+
+def test_python_floor_is_what_the_code_needs_and_is_stated_once():
+    """requires-python is the newest release any source needs (by stdlib modules it imports and by
+    the syntax it parses under), and mypy, the README and docs/cluster.md state the same floor."""
+    meta = pyproject()
+    match = re.fullmatch(r">=\s*(\d+)\.(\d+)", meta["project"]["requires-python"])
+    assert match, meta["project"]["requires-python"]
+    floor = (int(match[1]), int(match[2]))
+    needed: dict[str, tuple[int, int]] = {}
+    for path in _sources():
+        tree = ast.parse(path.read_text(), str(path), feature_version=floor)  # syntax no newer than the floor
+        for module in _imported_modules(tree) & NEWER_STDLIB.keys():
+            needed[f"{path.relative_to(ROOT)}: {module}"] = NEWER_STDLIB[module]
+    assert needed, "rocketray/config.py imports tomllib"
+    assert all(version <= floor for version in needed.values()), needed
+    assert max(needed.values()) == floor, f"the floor {floor} is above what the code needs: {needed}"
+    text = f"{floor[0]}.{floor[1]}"
+    assert meta["tool"]["mypy"]["python_version"] == text
+    assert f"Python >= {text} " in (ROOT / "README.md").read_text()
+    assert f"Python {text}+ " in (ROOT / "docs" / "cluster.md").read_text()
+    for classifier in meta["project"].get("classifiers", []):
+        m = re.fullmatch(r"Programming Language :: Python :: (\d+)\.(\d+)", classifier)
+        assert m is None or (int(m[1]), int(m[2])) >= floor, classifier
 
 
 def _fresh_venv(path: Path) -> Path:
