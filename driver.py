@@ -8,6 +8,11 @@ leader, verifies nothing acknowledged was lost and replicas agree, and prints th
 same JSON contract as ``rocketray demo --json`` (last stdout line). Exit code 0
 only if every check passed. ``--keep`` leaves the cluster running afterwards.
 
+``--name`` defaults to the CLI's cluster name (``default``), so ``rocketray status`` and
+``rocketray stop`` find a cluster the driver started without ``--name``. The configuration flags are
+``rocketray start``'s: ``--config FILE`` (TOML or YAML), ``--profile``, ``--set SECTION.KEY=VALUE``
+(``--set`` wins over the file); the profile defaults to the file's, else ``fast``.
+
 ``--analytics`` then runs the offset/epoch analytics with PySpark on the same Ray
 cluster (RayDP) over what the cluster holds (epochs, offsets, samples, the
 controllers' event log), before the cluster is stopped. The JSON summary is also
@@ -24,23 +29,41 @@ import json
 import sys
 from pathlib import Path
 
+from rocketray.actors.cluster import DEFAULT_NAME
+from rocketray.config import ConfigError, add_config_arguments, cluster_settings
 
-def main(argv: list[str] | None = None) -> int:
+#: The pipeline's kills must fail over within its deadlines: sub-second timings unless told otherwise.
+DEFAULT_PROFILE = "fast"
+
+
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--json", action="store_true")
     p.add_argument("--messages", type=int, default=3000)
     p.add_argument("--groups", type=int, default=1)
     p.add_argument("--replicas", type=int, default=3)
     p.add_argument("--controllers", type=int, default=3)
-    p.add_argument("--name", default="driver", help="cluster name (namespace rocketray-NAME)")
-    p.add_argument("--connect", action="store_true", help="use the running cluster NAME instead of starting one")
+    p.add_argument("--name", default=DEFAULT_NAME,
+                   help=f"cluster name (namespace rocketray-NAME; default: {DEFAULT_NAME}, as in rocketray start)")
+    p.add_argument("--connect", action="store_true",
+                   help="use the running cluster NAME instead of starting one (the configuration flags are then unused)")
     p.add_argument("--data-dir", default="/tmp/rocketray-data")
-    p.add_argument("--profile", default="fast", choices=["fast", "default"])
+    add_config_arguments(p, default_profile=DEFAULT_PROFILE)
     p.add_argument("--keep", action="store_true", help="leave the cluster running")
     p.add_argument("--analytics", action="store_true",
                    help="after the pipeline, run the RayDP analytics on the same cluster (report in OUT/analytics)")
     p.add_argument("--out", default=None, help="where summary.json and analytics/ go (default /tmp/rocketray-out/NAME)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = build_parser()
     args = p.parse_args(argv)
+    try:  # checked before Ray: the actors get plain section.key=text overrides, never the file
+        profile, overrides = cluster_settings(args, default_profile=DEFAULT_PROFILE)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2  # a usage error, as in rocketray start
     out = Path(args.out or f"/tmp/rocketray-out/{args.name}").absolute()
 
     import ray
@@ -60,7 +83,8 @@ def main(argv: list[str] | None = None) -> int:
             cluster = connect(args.name)
         else:
             cluster = start_cluster(args.name, controllers=args.controllers, groups=args.groups,
-                                    replicas=args.replicas, data_dir=args.data_dir, profile=args.profile)
+                                    replicas=args.replicas, data_dir=args.data_dir, profile=profile,
+                                    overrides=overrides)
         summary = pipeline.run(cluster, args.messages, say=say)
         if args.analytics:
             summary = {**summary, **run_analytics(cluster, out / "analytics", say)}

@@ -4,14 +4,21 @@
 ``--address ADDR`` the Ray to join, in ``start``, ``status``, ``stop``, ``admin`` and
 ``analytics --live``. ``--cluster`` (admin, analytics) and ``--ray-address`` (analytics) were the old
 spellings: still accepted, hidden from ``--help``.
+
+The default name is ``actors.cluster.DEFAULT_NAME``, the one ``start_cluster``, ``connect`` and
+``driver.py`` use. It is spelled here again because that module imports Ray, which would make every
+``rocketray --help`` wait for it; ``tests/test_cli_config.py`` holds the two equal.
 """
 
 from __future__ import annotations
 
 import argparse
 
+#: ``rocketray.actors.cluster.DEFAULT_NAME`` (a test holds them equal).
+DEFAULT_NAME = "default"
 
-def add_cluster_flags(p: argparse.ArgumentParser, *, name_default: str | None = "default",
+
+def add_cluster_flags(p: argparse.ArgumentParser, *, name_default: str | None = DEFAULT_NAME,
                       address_default: str = "auto") -> None:
     p.add_argument("--address", default=address_default,
                    help="Ray address (default: auto, the running Ray)")

@@ -137,15 +137,7 @@ class RocketrayConfig:
     def with_overrides(self, overrides: Iterable[str] | Mapping[str, Any]) -> "RocketrayConfig":
         """Apply ``section.key=value`` strings (the ``--set`` flags) or a ``{section.key: value}`` map
         whose values are text (parsed like ``--set``) or already typed."""
-        if isinstance(overrides, Mapping):
-            pairs = list(overrides.items())
-        else:
-            pairs = []
-            for item in overrides:
-                if "=" not in item:
-                    raise ConfigError(f"--set {item!r}: expected section.key=value")
-                dotted, raw = item.split("=", 1)
-                pairs.append((dotted, raw.strip()))
+        pairs = list(overrides.items()) if isinstance(overrides, Mapping) else set_pairs(overrides)
         changes: dict[str, dict[str, Any]] = {}
         for dotted, raw in pairs:
             section, key = _split_key(str(dotted).strip())
@@ -154,6 +146,17 @@ class RocketrayConfig:
             value = _parse_text(cls, key, raw) if isinstance(raw, str) else _check_value(cls, key, raw, where)
             changes.setdefault(section, {})[key] = value
         return _replace_sections(self, changes, "--set")
+
+
+def set_pairs(items: Iterable[str]) -> list[tuple[str, str]]:
+    """``--set section.key=value`` strings as ``(section.key, value)`` text pairs (keys not yet checked)."""
+    pairs = []
+    for item in items:
+        if "=" not in item:
+            raise ConfigError(f"--set {item!r}: expected section.key=value")
+        dotted, raw = item.split("=", 1)
+        pairs.append((dotted.strip(), raw.strip()))
+    return pairs
 
 
 def _unknown(dotted: str) -> str:
@@ -243,11 +246,13 @@ def _replace_sections(cfg: RocketrayConfig, changes: Mapping[str, Mapping[str, A
         try:
             cfg = dataclasses.replace(cfg, **{section: dataclasses.replace(getattr(cfg, section), **values)})
         except (ValueError, AssertionError) as e:
-            raise ConfigError(f"{where}: invalid [{section}] {dict(values)}: {e}") from None
+            reason = str(e) or f"{SECTIONS[section].__name__}'s own check failed (out of range or inconsistent)"
+            raise ConfigError(f"{where}: invalid [{section}] {dict(values)}: {reason}") from None
     return cfg
 
 
-def _merge(cfg: RocketrayConfig, data: Mapping[str, Any], where: str) -> RocketrayConfig:
+def _checked_sections(data: Mapping[str, Any], where: str) -> dict[str, dict[str, Any]]:
+    """``{section: {key: value}}`` data with every section, key and value type checked."""
     changes = {}
     for section, values in data.items():
         if section not in SECTIONS:
@@ -262,7 +267,11 @@ def _merge(cfg: RocketrayConfig, data: Mapping[str, Any], where: str) -> Rocketr
                 raise ConfigError(f"{where}: {_unknown(f'{section}.{key!s}')}")
             checked[key] = _check_value(cls, key, value, where)
         changes[section] = checked
-    return _replace_sections(cfg, changes, where)
+    return changes
+
+
+def _merge(cfg: RocketrayConfig, data: Mapping[str, Any], where: str) -> RocketrayConfig:
+    return _replace_sections(cfg, _checked_sections(data, where), where)
 
 
 def profile_config(profile: str = "default") -> RocketrayConfig:
@@ -278,19 +287,35 @@ def profile_config(profile: str = "default") -> RocketrayConfig:
 
 
 def read_file(path: str | Path) -> dict:
-    """A config file as plain data: TOML (``.toml``) or YAML (``.yaml``/``.yml``)."""
-    p = Path(path)
-    if p.suffix == ".toml":
-        with p.open("rb") as fh:
-            return tomllib.load(fh)
-    if p.suffix in (".yaml", ".yml"):
-        import yaml
+    """A config file as plain data: TOML (``.toml``) or YAML (``.yaml``/``.yml``).
 
-        data = yaml.safe_load(p.read_text()) or {}
-        if not isinstance(data, dict):
-            raise ConfigError(f"{p}: expected a mapping at the top level")
-        return data
-    raise ConfigError(f"{p}: unsupported config file type (use .toml, .yaml or .yml)")
+    A missing or unreadable file, a syntax error, or a top level that is not a table is a
+    ``ConfigError`` naming the file."""
+    p = Path(path)
+    if p.suffix not in (".toml", ".yaml", ".yml"):
+        raise ConfigError(f"{p}: unsupported config file type (use .toml, .yaml or .yml)")
+    try:
+        text = p.read_text()
+    except FileNotFoundError:
+        raise ConfigError(f"{p}: no such config file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{p}: cannot read the config file: {e}") from None
+    if p.suffix == ".toml":
+        try:
+            return tomllib.loads(text)
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"{p}: not valid TOML: {e}") from None
+    import yaml
+
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{p}: not valid YAML: {e}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p}: expected a mapping at the top level")
+    return data
 
 
 def load_config(profile: str | None = None, overrides: Iterable[str] | Mapping[str, Any] = (), *,
@@ -301,7 +326,7 @@ def load_config(profile: str | None = None, overrides: Iterable[str] | Mapping[s
     (what a ClusterSpec carries).
     """
     data = read_file(path) if path is not None else {}
-    file_profile = data.pop("profile", None)
+    file_profile = _file_profile(data, path)
     cfg = profile_config(profile or file_profile or "default")
     cfg = _merge(cfg, data, str(path))
     cfg = cfg.with_overrides(overrides)
@@ -310,17 +335,75 @@ def load_config(profile: str | None = None, overrides: Iterable[str] | Mapping[s
     return cfg
 
 
-def add_config_arguments(parser: Any) -> None:
-    """``--config FILE``, ``--profile NAME``, ``--set section.key=value`` (repeatable) for a CLI command."""
-    parser.add_argument("--config", default=None, help="TOML or YAML file with [controller]/[broker]/[store]/[ha]")
-    parser.add_argument("--profile", default=None, choices=PROFILES, help="default or fast (sub-second timings)")
+def _file_profile(data: dict, path: str | Path | None) -> str | None:
+    """Pops the file's top-level ``profile`` (None if absent); an unknown one names the file."""
+    profile = data.pop("profile", None)
+    if profile is not None and profile not in PROFILES:
+        raise ConfigError(f"{path}: unknown profile {profile!r}; profiles: {list(PROFILES)}")
+    return profile
+
+
+def _text(value: Any) -> str:
+    """A checked value in the form ``--set`` takes (``_parse_text`` reads it back to the same value)."""
+    if value is None:
+        return "none"
+    if isinstance(value, enum.Enum):
+        return str(value.value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def file_overrides(path: str | Path) -> tuple[str | None, dict[str, str]]:
+    """A config file as a ClusterSpec carries it: the file's ``profile`` (None if it names none) and
+    its keys flattened to ``{"section.key": text}`` in ``--set``'s form.
+
+    The file is checked here, so an unknown section or key, or a value of the wrong type, is a
+    ``ConfigError`` naming the key and the file; the actors, possibly on other nodes, never read it.
+    """
+    data = read_file(path)
+    profile = _file_profile(data, path)
+    flat = {}
+    for section, values in _checked_sections(data, str(path)).items():
+        for key, value in values.items():
+            flat[f"{section}.{key}"] = _text(value)
+    return profile, flat
+
+
+def add_config_arguments(parser: Any, default_profile: str = "default") -> None:
+    """``--config FILE``, ``--profile NAME``, ``--set section.key=value`` (repeatable) for a CLI command.
+
+    ``default_profile`` is only the help text; ``cluster_settings`` takes the same fallback."""
+    parser.add_argument("--config", default=None, metavar="FILE",
+                        help="TOML or YAML file with [controller]/[broker]/[store]/[ha] tables and an optional "
+                             "top-level profile; --profile and --set win over it")
+    parser.add_argument("--profile", default=None, choices=PROFILES,
+                        help=f"default or fast (sub-second timings); default: the file's profile, else "
+                             f"{default_profile}")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                        help="override one setting (repeatable)")
+                        help="override one setting (repeatable; wins over --config)")
 
 
 def config_from_args(args: Any) -> RocketrayConfig:
     return load_config(getattr(args, "profile", None), getattr(args, "overrides", None) or (),
                        path=getattr(args, "config", None))
+
+
+def cluster_settings(args: Any, default_profile: str = "default") -> tuple[str, dict[str, str]]:
+    """``--config``/``--profile``/``--set`` as a ClusterSpec's ``profile`` and ``config_overrides``.
+
+    Profile: the flag, else the file's, else ``default_profile``. Overrides: the file's keys, then the
+    ``--set`` pairs (the later wins). The composition is checked here, on the driver, so a bad key or
+    value fails before any actor starts, naming the key (and the file when it came from there).
+    """
+    path = getattr(args, "config", None)
+    sets = list(getattr(args, "overrides", None) or ())
+    file_profile, overrides = file_overrides(path) if path is not None else (None, {})
+    overrides.update(set_pairs(sets))
+    profile = getattr(args, "profile", None) or file_profile or default_profile
+    checked = load_config(profile, sets, path=path)  # what load_config makes of the file itself
+    assert load_config(profile, overrides) == checked, "the flattened file must read back to the same values"
+    return profile, overrides
 
 
 def _fmt(value: Any) -> str:

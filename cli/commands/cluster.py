@@ -6,7 +6,9 @@ import argparse
 import json
 import sys
 
+from rocketray.cli.main import EXIT_USAGE
 from rocketray.cli.options import add_cluster_flags
+from rocketray.config import ConfigError, add_config_arguments, cluster_settings
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -16,9 +18,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--groups", type=int, default=1)
     p.add_argument("--replicas", type=int, default=3)
     p.add_argument("--data-dir", default="/tmp/rocketray-data")
-    p.add_argument("--profile", default="default", choices=["default", "fast"])
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                   help="override one configuration key (repeatable)")
+    add_config_arguments(p)
     p.set_defaults(func=run_start)
 
     p = subparsers.add_parser("status", help="one screen: controller leader, masters, SyncStateSets, offsets, lag")
@@ -42,17 +42,15 @@ def _ray(address: str) -> None:
 def run_start(args: argparse.Namespace) -> int:
     from rocketray.actors.cluster import ClusterError, start_cluster
 
-    overrides = {}
-    for item in args.overrides:
-        key, sep, value = item.partition("=")
-        if not sep:
-            print(f"error: --set takes SECTION.KEY=VALUE, got {item!r}", file=sys.stderr)
-            return 2
-        overrides[key.strip()] = value.strip()
+    try:  # checked here, before Ray: the actors get plain section.key=text overrides, never the file
+        profile, overrides = cluster_settings(args)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     _ray(args.address)
     try:
         cluster = start_cluster(args.name, controllers=args.controllers, groups=args.groups,
-                                replicas=args.replicas, data_dir=args.data_dir, profile=args.profile,
+                                replicas=args.replicas, data_dir=args.data_dir, profile=profile,
                                 overrides=overrides)
     except ClusterError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from rocketray.actors import pipeline
-    from rocketray.actors.cluster import start_cluster
+    from rocketray.actors.cluster import DEFAULT_NAME, start_cluster
 
     def say(msg: str) -> None:
         print(f"[demo] {msg}", file=sys.stderr if args.json else sys.stdout, flush=True)
@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     summary: dict = {"ok": False, "checks": {}}
     try:
         say(f"starting {args.controllers} controllers and {args.groups} group(s) x {args.replicas} replicas")
-        cluster = start_cluster("demo", controllers=args.controllers, groups=args.groups,
+        cluster = start_cluster(DEFAULT_NAME, controllers=args.controllers, groups=args.groups,
                                 replicas=args.replicas, data_dir=data_dir, profile="fast")
         summary = pipeline.run(cluster, args.messages,
                                progress_factory=lambda total: tqdm(total=total, unit="msg", file=sys.stderr,

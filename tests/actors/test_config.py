@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+import re
 
 import pytest
 
@@ -122,6 +123,44 @@ def test_unknown_profile_and_file_type(tmp_path):
         C.load_config(path=tmp_path / "x.ini")
 
 
+@pytest.mark.parametrize("name, text, needle", [
+    ("missing.toml", None, "no such config file"),
+    ("bad.toml", "[ha\n", "not valid TOML"),
+    ("bad.yaml", "ha: [1\n", "not valid YAML"),
+    ("list.yaml", "- 1\n", "expected a mapping at the top level"),
+    ("profile.yaml", "profile: turbo\n", "unknown profile 'turbo'"),
+])
+def test_unreadable_files_are_config_errors_naming_the_file(tmp_path, name, text, needle):
+    path = tmp_path / name
+    if text is not None:
+        path.write_text(text)
+    with pytest.raises(C.ConfigError, match=f"^{re.escape(str(path))}: {needle}"):
+        C.load_config(path=path)
+    with pytest.raises(C.ConfigError, match=f"^{re.escape(str(path))}: {needle}"):
+        C.file_overrides(path)
+
+
+def test_an_empty_yaml_file_is_no_settings(tmp_path):
+    path = tmp_path / "empty.yaml"
+    path.write_text("")
+    assert C.file_overrides(path) == (None, {})
+    assert C.load_config(path=path) == C.profile_config()
+
+
+def test_file_overrides_are_set_text(tmp_path):
+    """A file as a ClusterSpec carries it: its profile, and each key as the text ``--set`` would take."""
+    path = tmp_path / "c.toml"
+    path.write_text('profile = "fast"\n[store]\nflush_mode = "SYNC"\nretention_ms = "none"\n'
+                    '[ha]\nasync_learner = true\nha_transfer_batch_size = 65536\n')
+    assert C.file_overrides(path) == ("fast", {"store.flush_mode": "sync", "store.retention_ms": "none",
+                                               "ha.async_learner": "true", "ha.ha_transfer_batch_size": "65536"})
+
+
+def test_a_section_check_without_a_message_still_says_what_failed():
+    with pytest.raises(C.ConfigError, match=r"invalid \[ha\] .*HAConfig's own check failed"):
+        C.load_config(overrides=["ha.ha_housekeeping_interval_ms=1"])
+
+
 def test_secret_is_generated_per_cluster_and_never_shown(caplog):
     a, b = C.load_config(), C.load_config()
     assert len(a.cluster_secret) == 64 and a.cluster_secret != b.cluster_secret
@@ -170,6 +209,8 @@ def test_cli_arguments():
                               "broker.broker_election_priority=1"])
     cfg = C.config_from_args(args)
     assert cfg.profile == "fast" and cfg.ha.in_sync_replicas == 2 and cfg.broker.broker_election_priority == 1
+    assert C.cluster_settings(args) == ("fast", {"ha.in_sync_replicas": "2", "broker.broker_election_priority": "1"})
+    assert C.cluster_settings(parser.parse_args([]), default_profile="fast") == ("fast", {})
 
 
 def test_store_section_is_the_stores_own_config():
