@@ -26,12 +26,14 @@ import time
 from rocketray.config import load_config
 from rocketray.actors.controller_client import AsyncControllerClient
 from rocketray.actors.controller_session import ControllerSession
+from rocketray.actors.consumer_path import ConsumerPath
 from rocketray.actors.metrics import BrokerMetrics, configure_actor_logging
 from rocketray.spec import ClusterSpec
 from rocketray.broker.message import Message
 from rocketray.broker.batch import EncodedBatch, encode_batch
 from rocketray.broker.register import FileIdentityStore
 from rocketray.broker.replicas_manager import ReplicasManager, Role, State
+from rocketray.broker.pull import OffsetsResult, PullResult
 from rocketray.broker.store import MessageStore
 from rocketray.controller.session import Hello
 from rocketray.ha.ack import PutResult, PutStatus, refused
@@ -87,6 +89,8 @@ class BrokerService:
             controller_addresses=[c.raft_address for c in self._spec.controllers],
             config=self._config.replicas_manager_config())
         self.manager.start()
+        self.consumers = ConsumerPath(self.store, lambda: self.manager.role == Role.SYNC_MASTER and self.ha is not None,
+                                      lambda: self.manager.writable, lambda: self.ha)
         self.session = ControllerSession(self._spec, self._session_hello, lambda: self.manager.controller_leader_address,
                                          self.manager.sync_controller_metadata_once).start()
         self._samples: collections.deque[dict] = collections.deque(maxlen=SAMPLES_KEPT)
@@ -139,6 +143,24 @@ class BrokerService:
         """Messages of one queue from ``queue_offset``, never beyond this replica's confirm offset."""
         broker_id = self.manager.broker_id
         return [_message_dict(m, broker_id) for m in self.store.get_messages(topic, queue_id, queue_offset, max_count)]
+
+    async def pull(self, topic: str, queue_id: int, queue_offset: int, max_count: int, max_bytes: int,
+                   hold_ms: int, group: str | None = None) -> PullResult:
+        """A consumer's pull, held up to ``hold_ms`` for a confirmed message, never below ``group``'s
+        committed offset (``actors/consumer_path.py``)."""
+        return await self.consumers.pull(topic, queue_id, queue_offset, max_count, max_bytes, hold_ms, group)
+
+    async def commit_offsets(self, group: str, entries: list[tuple[str, int, int]]) -> PutResult:
+        """Commit ``group``'s ``(topic, queue_id, offset)`` entries as one replicated record."""
+        result = await self.consumers.commit(group, entries)
+        return dataclasses.replace(result, broker_id=self.manager.broker_id)
+
+    async def committed_offsets(self, group: str, topics: list[str] | None = None) -> OffsetsResult:
+        """``group``'s committed offsets on this broker group (the master answers)."""
+        return await self.consumers.committed(group, topics)
+
+    async def queue_max_offsets(self, queues: list[tuple[str, int]]) -> tuple[tuple[str, int, int], ...]:
+        return await self.consumers.queue_max_offsets(queues)
 
     async def digest(self, start: int, end: int, plain: bool = False) -> str:
         """SHA-256 of the commit-log bytes [start, end): replicas agree iff their digests do.

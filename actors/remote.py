@@ -78,12 +78,17 @@ def start_controller(spec: ClusterSpec, index: int):
     return ray.remote(concurrency_groups=groups)(ControllerService).options(**options).remote(spec.to_dict(), index)
 
 
+#: Calls a broker actor runs at once: consumers' held pulls wait on its event loop, one per queue a
+#: consumer owns, so this bounds held pulls plus puts in flight (an async actor's waits cost no thread).
+BROKER_MAX_CONCURRENCY = 1024
+
+
 def start_broker(spec: ClusterSpec, group: str, replica: int):
     from rocketray.actors.broker_service import BrokerService
 
     b = next(x for x in spec.brokers_of(group) if x.replica == replica)
     options = {**_common(spec, spec.broker_actor_name(group, replica)), **_placement(b.node_id, b.node_resource),
-               "max_concurrency": 64}
+               "max_concurrency": BROKER_MAX_CONCURRENCY}
     return ray.remote(BrokerService).options(**options).remote(spec.to_dict(), group, replica)
 
 

@@ -289,6 +289,35 @@ class MessageStore:
                 result.append(msg)
             return result
 
+    def read_queue(self, topic: str, queue_id: int, queue_offset: int, max_count: int,
+                   max_bytes: int) -> tuple[bytes, int, int, int]:
+        """A consumer pull's raw records: ``(records, count, first_queue_offset, queue_max_offset)``.
+
+        ``records`` are whole stored records of the queue from ``queue_offset`` (moved up to the first
+        one retention kept), joined, at most ``max_count`` of them and at most ``max_bytes`` unless the
+        first alone is larger; never a record ending beyond the confirm offset (as ``get_messages``).
+        ``first_queue_offset`` is the queue offset of the first record (``queue_offset`` or past it,
+        where retention left the queue to start); ``queue_max_offset`` one past the queue's last
+        dispatched entry."""
+        with self._lock:
+            cq = self.cqs.get(topic, queue_id)
+            if cq is None or max_count <= 0:
+                return b"", 0, queue_offset, 0
+            limit = self.commitlog.max_offset if self.config.read_uncommitted else self._confirm
+            if self.commitlog.min_offset > 0:
+                queue_offset = max(queue_offset, cq.first_at_or_after(self.commitlog.min_offset))
+            parts: list[bytes | memoryview] = []
+            size = 0
+            for entry in cq.read(queue_offset, max_count):
+                if entry.physical_offset + entry.size > limit or (parts and size + entry.size > max_bytes):
+                    break
+                record = self.commitlog.read(entry.physical_offset, entry.size)
+                if len(record) != entry.size:
+                    break
+                parts.append(record)
+                size += entry.size
+            return b"".join(parts), len(parts), queue_offset, cq.max_offset
+
     def queue_max_offset(self, topic: str, queue_id: int) -> int:
         """One past the last dispatched (consumer-visible) queue offset; 0 for an unknown queue."""
         with self._lock:

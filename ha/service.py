@@ -89,6 +89,7 @@ class HAService:
         self._server: asyncio.AbstractServer | None = None
         self._listeners: list[Callable[[frozenset[int]], object]] = []
         self._ack_waiters: list[asyncio.Future] = []
+        self._confirm_listeners: list[Callable[[int], object]] = []
         self._switching = False
         self._closed = False
         self.rejected_connections = 0
@@ -278,6 +279,12 @@ class HAService:
         if value != self.store.confirm_offset:
             self.store.confirm_offset = value
             self._notify_writers()      # slaves learn the new confirm offset at once
+            for listener in self._confirm_listeners:
+                listener(value)         # e.g. consumers' held pulls (on this loop)
+
+    def add_confirm_listener(self, cb: Callable[[int], object]) -> None:
+        """Call ``cb(confirm_offset)`` on the event loop whenever the master's confirm offset moves."""
+        self._confirm_listeners.append(cb)
 
     # ------------------------------------------------------------------ put (13.4)
     async def put(self, msgs: EncodedBatch | Sequence[Message], now_ms: int) -> PutResult:

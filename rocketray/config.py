@@ -35,6 +35,7 @@ from typing import Any, Iterable, Mapping
 
 from rocketray.broker.config import StoreConfig
 from rocketray.broker.replicas_model import ReplicasManagerConfig
+from rocketray.client.config import ClientConfig
 from rocketray.controller.config import ControllerConfig
 from rocketray.ha.config import HAConfig
 from rocketray.schema import GIB, MIB
@@ -47,7 +48,7 @@ class ConfigError(ValueError):
 
 
 SECTIONS: dict[str, type] = {"controller": ControllerConfig, "broker": ReplicasManagerConfig, "store": StoreConfig,
-                             "ha": HAConfig}
+                             "ha": HAConfig, "client": ClientConfig}
 
 #: Keys of earlier versions: an error naming one says what replaced it.
 RENAMED = {"store.mapped_file_size_commit_log": "store.segment_size_bytes",
@@ -91,6 +92,7 @@ class RocketrayConfig:
     broker: ReplicasManagerConfig = field(default_factory=ReplicasManagerConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
     ha: HAConfig = field(default_factory=HAConfig)
+    client: ClientConfig = field(default_factory=ClientConfig)
     profile: str = "default"
     cluster_secret: str = field(default_factory=_new_secret, repr=False, compare=False)
 

@@ -1,0 +1,151 @@
+"""Committed consumer offsets, kept as records of a system topic in the commit log.
+
+Theory of operation. A consumer group's committed offset of a queue (the next queue offset the
+group will read) is stored by the broker group that holds the queue, as Kafka keeps
+``__consumer_offsets``: a commit is one record of the system topic :data:`OFFSETS_TOPIC`, queue
+:data:`OFFSETS_QUEUE`, appended by the master through the same put path as a message. So it is
+replicated, acknowledged only when every SyncStateSet member has it, truncated to the consistent
+point with the rest of the log, crash-safe with the store, and visible (served) only up to the
+confirm offset. Nothing here is new durability code: this module is the record's codec and the
+fold that turns the records into a table.
+
+The table is a fold with one rule: a (group, topic, queue) offset never goes backwards. Folding
+takes the maximum of what was committed, so a late commit from a consumer that lost the queue in a
+rebalance, or from before a failover, cannot roll a group's progress back (the upstream losses of
+apache/rocketmq#1094, #7790 and #9711 came from offsets copied master -> slave by polling, where a
+stale copy could win). Resetting an offset backwards on purpose is an admin operation this module
+does not offer.
+
+Record body (msgpack, versioned): ``[1, group, [[topic, queue_id, offset], ...]]``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import msgpack
+
+from rocketray.broker.message import Message, valid_topic
+
+__all__ = ["OFFSETS_TOPIC", "OFFSETS_QUEUE", "OffsetCommit", "OffsetRecordError", "OffsetTable",
+           "encode_commit", "decode_commit", "commit_message", "MAX_COMMITS_PER_RECORD"]
+
+OFFSETS_TOPIC = "__consumer_offsets"
+OFFSETS_QUEUE = 0
+VERSION = 1
+MAX_COMMITS_PER_RECORD = 4096
+MAX_GROUP_CHARS = 255
+
+
+class OffsetRecordError(ValueError):
+    """Bytes that are not a valid offset-commit record, or a commit that cannot be encoded."""
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommit:
+    """``group`` has consumed ``topic``/``queue_id`` up to (not including) ``offset``."""
+
+    group: str
+    topic: str
+    queue_id: int
+    offset: int
+
+
+def _check(group: str, topic: str, queue_id: int, offset: int) -> None:
+    if not isinstance(group, str) or not 0 < len(group) <= MAX_GROUP_CHARS:
+        raise OffsetRecordError(f"consumer group must be a name of 1..{MAX_GROUP_CHARS} characters: {group!r}")
+    if not isinstance(topic, str) or not valid_topic(topic):
+        raise OffsetRecordError(f"invalid topic in an offset commit: {topic!r}")
+    for name, value in (("queue_id", queue_id), ("offset", offset)):
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63:
+            raise OffsetRecordError(f"{name} must be a non-negative int64: {value!r}")
+
+
+def encode_commit(group: str, entries: Sequence[tuple[str, int, int]]) -> bytes:
+    """The record body committing ``(topic, queue_id, offset)`` entries of ``group``."""
+    if not 0 < len(entries) <= MAX_COMMITS_PER_RECORD:
+        raise OffsetRecordError(f"an offset commit holds 1..{MAX_COMMITS_PER_RECORD} entries, not {len(entries)}")
+    for topic, queue_id, offset in entries:
+        _check(group, topic, queue_id, offset)
+    return msgpack.packb([VERSION, group, [[t, q, o] for t, q, o in entries]], use_bin_type=True)
+
+
+def decode_commit(body: bytes | memoryview) -> list[OffsetCommit]:
+    """The commits a record body carries; raises :class:`OffsetRecordError` on anything invalid."""
+    try:
+        item = msgpack.unpackb(bytes(body), raw=False, use_list=True, strict_map_key=True)
+    except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
+        raise OffsetRecordError(f"offset record is not msgpack: {exc}") from None
+    if not (isinstance(item, list) and len(item) == 3 and item[0] == VERSION and isinstance(item[2], list)):
+        raise OffsetRecordError("offset record is not [version 1, group, entries]")
+    group, entries = item[1], item[2]
+    if not 0 < len(entries) <= MAX_COMMITS_PER_RECORD:
+        raise OffsetRecordError(f"offset record holds {len(entries)} entries")
+    out = []
+    for entry in entries:
+        if not (isinstance(entry, list) and len(entry) == 3):
+            raise OffsetRecordError(f"offset entry is not [topic, queue_id, offset]: {entry!r}")
+        topic, queue_id, offset = entry
+        _check(group, topic, queue_id, offset)
+        out.append(OffsetCommit(group, topic, queue_id, offset))
+    return out
+
+
+def commit_message(group: str, entries: Sequence[tuple[str, int, int]], born_timestamp_ms: int) -> Message:
+    """The system-topic message a master appends for one commit request."""
+    return Message(OFFSETS_TOPIC, OFFSETS_QUEUE, encode_commit(group, entries), {"GROUP": group},
+                   born_timestamp_ms=born_timestamp_ms)
+
+
+class OffsetTable:
+    """The fold of commit records: (group, topic, queue_id) -> the highest committed offset.
+
+    ``position`` is the next system-queue offset to fold (the shell reads records from there);
+    records that do not decode are counted in ``skipped`` and ignored (a master never appends one:
+    it encodes the record itself)."""
+
+    __slots__ = ("_offsets", "position", "skipped")
+
+    def __init__(self) -> None:
+        self._offsets: dict[tuple[str, str, int], int] = {}
+        self.position = 0
+        self.skipped = 0
+
+    def fold(self, queue_offset: int, body: bytes | memoryview) -> None:
+        """Fold the record at system-queue offset ``queue_offset`` (records in queue order)."""
+        assert queue_offset == self.position, (queue_offset, self.position)
+        self.position += 1
+        try:
+            commits = decode_commit(body)
+        except OffsetRecordError:
+            self.skipped += 1
+            return
+        for c in commits:
+            self.apply(c)
+
+    def apply(self, c: OffsetCommit) -> None:
+        key = (c.group, c.topic, c.queue_id)
+        if c.offset > self._offsets.get(key, -1):
+            self._offsets[key] = c.offset
+
+    def committed(self, group: str, topic: str, queue_id: int) -> int | None:
+        return self._offsets.get((group, topic, queue_id))
+
+    def of_group(self, group: str) -> dict[tuple[str, int], int]:
+        """``(topic, queue_id) -> offset`` of every queue ``group`` committed on this broker group."""
+        return {(t, q): o for (g, t, q), o in self._offsets.items() if g == group}
+
+    def groups(self) -> list[str]:
+        return sorted({g for g, _t, _q in self._offsets})
+
+    def as_rows(self) -> list[tuple[str, str, int, int]]:
+        return sorted((g, t, q, o) for (g, t, q), o in self._offsets.items())
+
+
+def fold_all(records: Iterable[tuple[int, bytes]]) -> OffsetTable:
+    """A table folded from ``(queue_offset, body)`` records in order (tests, the simulator)."""
+    table = OffsetTable()
+    for queue_offset, body in records:
+        table.fold(queue_offset, body)
+    return table

@@ -1,0 +1,170 @@
+"""The client's pure rules: queue selection, rebalance, send batching and the commit position.
+
+Theory of operation. Nothing here does IO or reads a clock: the producer and consumer shells pass
+``now_ms`` and act on what these return.
+
+- **Queue selection** (:func:`select_queue`): a message with a key goes to ``crc32(key) mod N``, so
+  every message of one key lands in one queue and stays ordered; without a key, round robin.
+- **Rebalance** (:func:`allocate_averagely`): RocketMQ's AllocateMessageQueueAveragely. Every member
+  of a group computes the same split from the same sorted member list, so each queue has exactly
+  one owner once the members agree on the list; members beyond the number of queues get none.
+- **Batching** (:class:`Accumulator`): Kafka's producer batching. ``send_async`` appends to its
+  queue's open batch; a batch is ready when it holds ``batch_bytes``, when its first message waited
+  ``linger_ms``, or when someone waits for it (``flush``, a synchronous ``send``). At most one batch
+  per queue is in flight, so a queue's messages are stored in the order they were sent.
+- **Positions** (:class:`Positions`): what ``commit`` commits is, per queue, one past the last
+  message ``poll`` returned; a queue's commit is pending until acknowledged.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, field
+from typing import Generic, Hashable, Sequence, TypeVar
+
+__all__ = ["select_queue", "key_queue", "allocate_averagely", "Accumulator", "Batch", "Positions"]
+
+Q = TypeVar("Q", bound=Hashable)
+T = TypeVar("T")
+
+
+def key_queue(key: str, queues: int) -> int:
+    """The queue every message with ``key`` goes to (stable across processes and restarts)."""
+    assert queues > 0
+    return zlib.crc32(key.encode("utf-8")) % queues
+
+
+def select_queue(key: str | None, queues: int, counter: int) -> int:
+    """``key``'s queue, or round robin by ``counter`` (the caller's running send count)."""
+    assert queues > 0
+    return key_queue(key, queues) if key is not None else counter % queues
+
+
+def allocate_averagely(queues: Sequence[Q], members: Sequence[str], me: str) -> list[Q]:
+    """The queues ``me`` owns among ``members`` (RocketMQ's AllocateMessageQueueAveragely): sorted
+    members take contiguous, near-equal slices of ``queues`` in order; a non-member owns nothing."""
+    ordered = sorted(set(members))
+    if me not in ordered or not queues:
+        return []
+    n, m, index = len(queues), len(ordered), ordered.index(me)
+    mod = n % m
+    if n <= m:
+        size = 1
+    else:
+        size = n // m + 1 if mod > 0 and index < mod else n // m
+    start = index * size if mod > 0 and index < mod else index * size + mod
+    return [queues[(start + i) % n] for i in range(max(0, min(size, n - start)))]
+
+
+@dataclass(slots=True)
+class Batch(Generic[Q, T]):
+    queue: Q
+    items: list[T] = field(default_factory=list)
+    sizes: list[int] = field(default_factory=list)
+    size_bytes: int = 0
+    first_ms: int = 0
+    urgent: bool = False
+
+
+class Accumulator(Generic[Q, T]):
+    """Open batches per queue (see the module docstring). Not thread-safe: the shell holds a lock."""
+
+    def __init__(self, linger_ms: int, batch_bytes: int, max_batch_count: int) -> None:
+        assert linger_ms >= 0 and batch_bytes > 0 and max_batch_count > 0
+        self.linger_ms = linger_ms
+        self.batch_bytes = batch_bytes
+        self.max_batch_count = max_batch_count
+        self._open: dict[Q, Batch[Q, T]] = {}
+        self._in_flight: set[Q] = set()
+
+    def add(self, queue: Q, item: T, size_bytes: int, now_ms: int, urgent: bool = False) -> None:
+        batch = self._open.get(queue)
+        if batch is None:
+            batch = self._open[queue] = Batch(queue, first_ms=now_ms)
+        batch.items.append(item)
+        batch.sizes.append(size_bytes)
+        batch.size_bytes += size_bytes
+        batch.urgent = batch.urgent or urgent
+
+    def flush_all(self) -> None:
+        """Make every open batch ready now (``Producer.flush``)."""
+        for batch in self._open.values():
+            batch.urgent = True
+
+    def _ready(self, batch: Batch[Q, T], now_ms: int) -> bool:
+        return (batch.urgent or batch.size_bytes >= self.batch_bytes or len(batch.items) >= self.max_batch_count
+                or now_ms - batch.first_ms >= self.linger_ms)
+
+    def take_ready(self, now_ms: int) -> list[Batch[Q, T]]:
+        """Ready batches of queues with nothing in flight, now marked in flight. A batch over the
+        byte or count bound is split: what fits is taken, the rest stays open (still urgent)."""
+        out = []
+        for queue in list(self._open):
+            batch = self._open[queue]
+            if queue in self._in_flight or not self._ready(batch, now_ms):
+                continue
+            take, size = self._fitting(batch)
+            if take == len(batch.items):
+                del self._open[queue]
+                out.append(batch)
+            else:
+                head = Batch(queue, batch.items[:take], batch.sizes[:take], size, batch.first_ms, batch.urgent)
+                del batch.items[:take]
+                del batch.sizes[:take]
+                batch.size_bytes -= size
+                batch.urgent = True  # the rest was due too
+                out.append(head)
+            self._in_flight.add(queue)
+        return out
+
+    def _fitting(self, batch: Batch[Q, T]) -> tuple[int, int]:
+        """How many of the batch's first items fit the bounds (at least one), and their bytes."""
+        take, size = 0, 0
+        for item_size in batch.sizes[: self.max_batch_count]:
+            if take and size + item_size > self.batch_bytes:
+                break
+            take, size = take + 1, size + item_size
+        return take, size
+
+    def done(self, queue: Q) -> None:
+        """The queue's batch in flight finished (acknowledged or not)."""
+        self._in_flight.discard(queue)
+
+    def next_due_ms(self) -> int | None:
+        """When the earliest open batch of an idle queue becomes ready by linger (None: none open)."""
+        due = [b.first_ms + self.linger_ms for q, b in self._open.items() if q not in self._in_flight]
+        return min(due) if due else None
+
+    def pending(self) -> int:
+        return sum(len(b.items) for b in self._open.values()) + len(self._in_flight)
+
+    def drain(self) -> list[Batch[Q, T]]:
+        """Every open batch, removed (closing: the shell fails them)."""
+        out, self._open = list(self._open.values()), {}
+        return out
+
+
+class Positions:
+    """Per queue: the offset ``commit`` would commit (one past the last polled message) and the
+    offset last acknowledged as committed."""
+
+    def __init__(self) -> None:
+        self.polled: dict[tuple[str, int], int] = {}
+        self.committed: dict[tuple[str, int], int] = {}
+
+    def returned(self, topic: str, queue_id: int, next_offset: int) -> None:
+        key = (topic, queue_id)
+        if next_offset > self.polled.get(key, -1):
+            self.polled[key] = next_offset
+
+    def to_commit(self) -> dict[tuple[str, int], int]:
+        """Queues whose polled position is past what was acknowledged."""
+        return {k: o for k, o in self.polled.items() if o > self.committed.get(k, -1)}
+
+    def acknowledged(self, key: tuple[str, int], offset: int) -> None:
+        if offset > self.committed.get(key, -1):
+            self.committed[key] = offset
+
+    def forget(self, key: tuple[str, int]) -> None:
+        self.polled.pop(key, None)
+        self.committed.pop(key, None)

@@ -1,0 +1,99 @@
+"""The client's exceptions: each says what happened and whether doing the same again may succeed.
+
+Like aiokafka's errors, every exception carries ``retriable``: True when the same call may succeed
+later with nothing changed on the caller's side (no master for a while, a timeout before anything
+was written), False when it cannot (the topic does not exist, the message is invalid) or when
+repeating it could store a message twice (:class:`SendUnknown`). ``code`` is a short stable name
+for logs and dashboards.
+"""
+
+from __future__ import annotations
+
+__all__ = ["ClientError", "ClusterNotFound", "TopicNotFound", "InvalidMessage", "InvalidRequest", "SendFailed",
+           "SendUnknown", "CommitFailed", "ClientClosed", "AdminError"]
+
+
+class ClientError(Exception):
+    """Base of every rocketray client error."""
+
+    code = "CLIENT_ERROR"
+    retriable = False
+
+    def __init__(self, message: str, *, retriable: bool | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        if retriable is not None:
+            self.retriable = retriable
+        if code is not None:
+            self.code = code
+
+
+class ClusterNotFound(ClientError):
+    """No rocketray cluster of that name runs on the connected Ray (start it, or check the name)."""
+
+    code = "CLUSTER_NOT_FOUND"
+
+
+class TopicNotFound(ClientError):
+    """The topic does not exist: create it (``Admin.create_topic`` or ``rocketray admin update-topic``)."""
+
+    code = "TOPIC_NOT_EXIST"
+
+    def __init__(self, topic: str) -> None:
+        super().__init__(f"topic {topic!r} does not exist; create it with Admin(...).create_topic({topic!r}, queues=N) "
+                         f"or `rocketray admin update-topic -t {topic} -q N`")
+        self.topic = topic
+
+
+class InvalidMessage(ClientError):
+    """The message cannot be sent as it is (too large, a reserved or malformed property, a bad key)."""
+
+    code = "MESSAGE_ILLEGAL"
+
+
+class InvalidRequest(ClientError):
+    """An argument is invalid (a bad topic name, queue count, group name, timeout)."""
+
+    code = "INVALID_REQUEST"
+
+
+class SendFailed(ClientError):
+    """Nothing was written: every attempt was refused before writing (no master, not enough in-sync
+    replicas) until the send's deadline. Sending again is safe."""
+
+    code = "SEND_FAILED"
+    retriable = True
+
+
+class SendUnknown(ClientError):
+    """The message may have been stored but was not acknowledged (replicas did not confirm it in time,
+    the master changed during the wait, or the call was never answered). Sending it again may store a
+    second copy; consumers de-duplicate by ``msg_id``. ``status`` is the broker's answer when there was
+    one (e.g. ``SendStatus.FLUSH_SLAVE_TIMEOUT``), else None."""
+
+    code = "SEND_UNKNOWN"
+    retriable = False
+
+    def __init__(self, message: str, msg_id: str, status: object | None = None) -> None:
+        super().__init__(message)
+        self.msg_id = msg_id
+        self.status = status
+
+
+class CommitFailed(ClientError):
+    """Some offsets were not acknowledged as committed. Committing again is always safe (a group's
+    offset never moves backwards), so this is retriable; until it succeeds, a failover may redeliver."""
+
+    code = "COMMIT_FAILED"
+    retriable = True
+
+
+class ClientClosed(ClientError):
+    """The producer or consumer was closed."""
+
+    code = "CLIENT_CLOSED"
+
+
+class AdminError(ClientError):
+    """The controller refused an admin request; ``code`` is its response code name."""
+
+    code = "ADMIN_ERROR"

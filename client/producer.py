@@ -1,0 +1,254 @@
+"""``Producer``: send messages to a topic, synchronously or batched in the background.
+
+    >>> from rocketray.client import Producer, SendStatus
+    >>> with Producer("demo") as p:                                       # doctest: +SKIP
+    ...     r = p.send("orders", b"paid", key="order-17", tags="paid")
+    ...     assert r.status is SendStatus.SEND_OK
+    ...     futures = [p.send_async("orders", b"x") for _ in range(1000)]
+    ...     p.flush()
+
+A send is acknowledged (``SEND_OK``) only when every in-sync replica of the queue's broker group
+has the message, so an acknowledged message survives any failover the cluster survives. Messages go
+to a queue chosen by ``key`` (one key, one queue, in order) or round robin; ``send_async`` batches
+per queue (``linger_ms``, ``batch_bytes``) and keeps one batch in flight per queue, so a queue's
+messages are stored in the order they were sent.
+
+Failures (typed, with ``retriable``): a refused attempt (no master during a failover, not enough
+in-sync replicas) is retried with backoff until ``send_timeout_ms``, then :class:`SendFailed`
+(nothing was written). An answer saying the batch was written but not acknowledged raises
+:class:`SendUnknown` at once and is never resent by the producer, so a message is stored at most
+once per send, except when a call was never answered (the master died mid call): that call is
+resent, the only case where a message may be stored twice (consumers de-duplicate by ``msg_id``).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import itertools
+import logging
+import threading
+import time
+import uuid
+from dataclasses import dataclass, replace
+from typing import Any, Mapping
+
+from rocketray.broker.batch import encode_batch
+from rocketray.broker.message import Message, MessageCodecError
+from rocketray.client.config import ClientConfig
+from rocketray.client.core import Accumulator, Batch, select_queue
+from rocketray.client.errors import ClientClosed, InvalidMessage, InvalidRequest, SendFailed, SendUnknown
+from rocketray.client.routes import Routes
+from rocketray.client.transport import Transport, Unanswered, connect_transport
+from rocketray.client.types import SendResult, SendStatus
+from rocketray.ha.ack import PutResult, PutStatus
+
+__all__ = ["Producer", "RESERVED_PROPERTIES"]
+
+log = logging.getLogger("rocketray.client")
+
+#: Properties the client sets itself (RocketMQ's names): a user property may not use them.
+RESERVED_PROPERTIES = frozenset({"KEYS", "TAGS", "UNIQ_KEY"})
+BACKOFF_MIN_S = 0.02
+BACKOFF_MAX_S = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class _Pending:
+    message: Message
+    msg_id: str
+    future: concurrent.futures.Future
+
+
+def new_msg_id_prefix() -> str:
+    return uuid.uuid4().hex[:20].upper()
+
+
+def build_message(topic: str, queue_id: int, body: bytes, key: str | None, tags: str | None,
+                  properties: Mapping[str, str] | None, msg_id: str, born_ms: int) -> Message:
+    """The message as stored, with RocketMQ's KEYS, TAGS and UNIQ_KEY properties; InvalidMessage if
+    the body is not bytes or a property is reserved or not a string."""
+    if not isinstance(body, (bytes, bytearray, memoryview)):
+        raise InvalidMessage(f"a message body must be bytes, not {type(body).__name__}")
+    props: dict[str, str] = {}
+    for name, value in (properties or {}).items():
+        if not isinstance(name, str) or not isinstance(value, str):
+            raise InvalidMessage(f"properties must map str to str: {name!r}: {value!r}")
+        if name in RESERVED_PROPERTIES:
+            raise InvalidMessage(f"property {name!r} is reserved (use key=, tags=; msg_id is assigned)")
+        props[name] = value
+    for name, value in (("KEYS", key), ("TAGS", tags)):
+        if value is not None:
+            if not isinstance(value, str) or not value:
+                raise InvalidMessage(f"{name.lower()} must be a non-empty str: {value!r}")
+            props[name] = value
+    props["UNIQ_KEY"] = msg_id
+    return Message(topic, queue_id, bytes(body), props, born_timestamp_ms=born_ms)
+
+
+class Producer:
+    """Sends messages to topics of the cluster ``cluster`` (see the module docstring).
+
+    Keyword arguments override the cluster's ``client`` configuration (``linger_ms``,
+    ``batch_bytes``, ``max_batch_messages``, ``max_message_bytes``, ``send_timeout_ms``,
+    ``request_timeout_ms``, ``sender_threads``)."""
+
+    def __init__(self, cluster: str = "default", *, transport: Transport | None = None, **settings: Any) -> None:
+        self._transport = transport if transport is not None else connect_transport(cluster)
+        self.config: ClientConfig = _client_config(self._transport, settings)
+        self._routes = Routes(self._transport)
+        self._lock = threading.Condition()
+        self._acc: Accumulator[tuple[str, int], _Pending] = Accumulator(
+            self.config.linger_ms, self.config.batch_bytes, self.config.max_batch_messages)
+        self._counter = itertools.count()
+        self._id_prefix = new_msg_id_prefix()
+        self._ids = itertools.count()
+        self._pool = concurrent.futures.ThreadPoolExecutor(self.config.sender_threads,
+                                                           thread_name_prefix="rocketray-send")
+        self._closed = False
+        self._sender = threading.Thread(target=self._sender_loop, name="rocketray-producer", daemon=True)
+        self._sender.start()
+
+    # --- public API -----------------------------------------------------------------------------
+    def send(self, topic: str, body: bytes, *, key: str | None = None, tags: str | None = None,
+             properties: Mapping[str, str] | None = None) -> SendResult:
+        """Send one message and wait until it is acknowledged; raises a :class:`ClientError`."""
+        return self._enqueue(topic, body, key, tags, properties, urgent=True).result()
+
+    def send_async(self, topic: str, body: bytes, *, key: str | None = None, tags: str | None = None,
+                   properties: Mapping[str, str] | None = None) -> concurrent.futures.Future:
+        """Queue one message for a batched send; the future gives its :class:`SendResult` or raises.
+        Invalid input and unknown topics raise here, at once."""
+        return self._enqueue(topic, body, key, tags, properties, urgent=False)
+
+    def flush(self, timeout_s: float | None = None) -> None:
+        """Send every queued message now and wait until each send finished (acknowledged or failed)."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        with self._lock:
+            self._acc.flush_all()
+            self._lock.notify_all()
+            while self._acc.pending():
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise TimeoutError(f"flush: {self._acc.pending()} sends still pending after {timeout_s} s")
+                self._lock.wait(left)
+
+    def close(self, timeout_s: float | None = None) -> None:
+        """Flush, then stop the background threads. Idempotent."""
+        if self._closed:
+            return
+        try:
+            self.flush(timeout_s)
+        finally:
+            with self._lock:
+                self._closed = True
+                for batch in self._acc.drain():
+                    for p in batch.items:
+                        p.future.set_exception(ClientClosed("producer closed before this message was sent"))
+                self._lock.notify_all()
+            self._pool.shutdown(wait=True)
+
+    def __enter__(self) -> "Producer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- queueing ---------------------------------------------------------------------------------
+    def _enqueue(self, topic: str, body: bytes, key: str | None, tags: str | None,
+                 properties: Mapping[str, str] | None, urgent: bool) -> concurrent.futures.Future:
+        if self._closed:
+            raise ClientClosed("producer is closed")
+        route = self._routes.get(topic)
+        queue_id = select_queue(key, len(route.queues), next(self._counter))
+        msg_id = f"{self._id_prefix}{next(self._ids):012X}"
+        message = build_message(topic, queue_id, body, key, tags, properties, msg_id, int(time.time() * 1000))
+        size = len(message.body) + sum(len(k) + len(v) + 2 for k, v in message.properties.items())
+        if size > self.config.max_message_bytes:
+            raise InvalidMessage(f"message of {size} bytes is over max_message_bytes {self.config.max_message_bytes}")
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        with self._lock:
+            if self._closed:
+                raise ClientClosed("producer is closed")
+            self._acc.add((topic, queue_id), _Pending(message, msg_id, future), size + 80, _now_ms(), urgent)
+            self._lock.notify_all()
+        return future
+
+    def _sender_loop(self) -> None:
+        while True:
+            with self._lock:
+                if self._closed:
+                    return
+                ready = self._acc.take_ready(_now_ms())
+                if not ready:
+                    due = self._acc.next_due_ms()
+                    self._lock.wait(None if due is None else max(0.0, (due - _now_ms()) / 1000))
+                    continue
+            for batch in ready:
+                self._pool.submit(self._send_batch, batch)
+
+    def _send_batch(self, batch: Batch[tuple[str, int], _Pending]) -> None:
+        topic, queue_id = batch.queue
+        try:
+            results = self._send_with_retries(topic, queue_id, batch.items)
+            for p, (queue_offset, _physical) in zip(batch.items, results):
+                p.future.set_result(SendResult(SendStatus.SEND_OK, p.msg_id, topic, queue_id, queue_offset))
+        except Exception as exc:  # noqa: BLE001 - every outcome reaches the futures
+            for p in batch.items:
+                p.future.set_exception(_per_message(exc, p.msg_id))
+        finally:
+            with self._lock:
+                self._acc.done(batch.queue)
+                self._lock.notify_all()
+
+    def _send_with_retries(self, topic: str, queue_id: int, items: list[_Pending]) -> tuple[tuple[int, int], ...]:
+        """Put one batch until acknowledged; returns its (queue_offset, physical_offset) pairs."""
+        try:
+            encoded = encode_batch(p.message for p in items)
+        except MessageCodecError as exc:
+            raise InvalidMessage(str(exc)) from None
+        timeout_s = self.config.request_timeout_ms / 1000
+        deadline = time.monotonic() + self.config.send_timeout_ms / 1000
+        backoff_s, maybe_written, last = BACKOFF_MIN_S, False, "no attempt"
+        while time.monotonic() < deadline:
+            group = self._routes.get(topic).group_of(queue_id)
+            reply = self._transport.put(group, encoded, timeout_s)
+            if isinstance(reply, PutResult):
+                if reply.ok:
+                    return reply.offsets
+                last = reply.status.name
+                if reply.status is PutStatus.MESSAGE_ILLEGAL:
+                    raise InvalidMessage(f"the broker refused the batch as malformed or oversized ({last})")
+                if not reply.retriable:
+                    status = SendStatus.FLUSH_SLAVE_TIMEOUT if reply.status is PutStatus.FLUSH_SLAVE_TIMEOUT else None
+                    raise SendUnknown(f"written to {group} but not acknowledged ({last}); not resent", "", status)
+            else:
+                maybe_written, last = True, reply.error
+                if reply.master_moved:
+                    continue  # the watch named the new master: send there at once
+            self._transport.forget_master(group)
+            time.sleep(backoff_s)
+            backoff_s = min(backoff_s * 2, BACKOFF_MAX_S)
+        if maybe_written:
+            raise SendUnknown(f"no answer from {topic}/{queue_id}'s master before the send timeout ({last})", "")
+        raise SendFailed(f"every attempt to send to {topic}/{queue_id} was refused before writing ({last})")
+
+
+def _per_message(exc: BaseException, msg_id: str) -> BaseException:
+    if isinstance(exc, SendUnknown):
+        return SendUnknown(str(exc), msg_id, exc.status)
+    return exc
+
+
+def _now_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+def _client_config(transport: Transport, settings: dict[str, Any]) -> ClientConfig:
+    try:
+        base = transport.config().client
+    except Exception:  # noqa: BLE001 - a transport without the cluster's config: the defaults
+        base = ClientConfig()
+    unknown = set(settings) - set(ClientConfig.__dataclass_fields__)
+    if unknown:
+        raise InvalidRequest(f"unknown client setting(s): {', '.join(sorted(unknown))}")
+    return replace(base, **settings)

@@ -1,0 +1,67 @@
+"""Topic routes (which broker group holds each queue of a topic), cached from the controller."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from rocketray.client.errors import AdminError, ClientError, TopicNotFound
+from rocketray.client.transport import Transport
+from rocketray.client.types import QueueRoute, TopicRoute
+from rocketray.controller.api import GetTopicRouteRequest, Response
+from rocketray.controller.codes import ResponseCode, is_retriable
+
+__all__ = ["Routes", "raise_for", "route_from_header"]
+
+ROUTE_TTL_S = 30.0
+
+
+def raise_for(response: Response, what: str) -> Response:
+    """``response`` if it succeeded, else the matching client error."""
+    if response.ok:
+        return response
+    if response.code == ResponseCode.TOPIC_NOT_EXIST:
+        raise TopicNotFound(str(response.header.get("topic") or what))
+    raise AdminError(f"{what}: {response.code.name} ({int(response.code)}): {response.remark}",
+                     retriable=is_retriable(response.code), code=response.code.name)
+
+
+def route_from_header(header: dict) -> TopicRoute:
+    return TopicRoute(header["topic"], tuple(QueueRoute(int(q), str(g)) for q, g in sorted(header["queues"])))
+
+
+class Routes:
+    """``get(topic)``: the topic's route, asked of the controller at most every ``ROUTE_TTL_S``."""
+
+    def __init__(self, transport: Transport, ttl_s: float = ROUTE_TTL_S) -> None:
+        self._transport = transport
+        self._ttl_s = ttl_s
+        self._lock = threading.Lock()
+        self._cache: dict[str, tuple[float, TopicRoute]] = {}
+
+    def get(self, topic: str) -> TopicRoute:
+        with self._lock:
+            hit = self._cache.get(topic)
+        if hit is not None and time.monotonic() - hit[0] < self._ttl_s:
+            return hit[1]
+        try:
+            response = self._transport.call_controller(GetTopicRouteRequest(topic), timeout_s=10.0)
+        except Exception as exc:  # noqa: BLE001 - no controller answered
+            if hit is not None:
+                return hit[1]          # keep sending on the last known route
+            raise ClientError(f"no controller answered the route of {topic!r}: {exc}", retriable=True,
+                              code="CONTROLLER_UNAVAILABLE") from None
+        if response.code == ResponseCode.TOPIC_NOT_EXIST:
+            with self._lock:
+                self._cache.pop(topic, None)
+            raise TopicNotFound(topic)
+        if not response.ok and hit is not None and is_retriable(response.code):
+            return hit[1]
+        route = route_from_header(raise_for(response, f"route of {topic!r}").header)
+        with self._lock:
+            self._cache[topic] = (time.monotonic(), route)
+        return route
+
+    def invalidate(self, topic: str) -> None:
+        with self._lock:
+            self._cache.pop(topic, None)

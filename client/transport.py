@@ -1,0 +1,248 @@
+"""How the client reaches the cluster: the one seam between the client's rules and Ray.
+
+Everything the producer, consumer and admin do to the cluster goes through :class:`Transport`:
+controller requests, one put or commit to a broker group's master, a held pull, committed offsets.
+:class:`RayTransport` carries them as Ray actor calls (one call per batch, per pull of many
+messages, per commit of many queues); another transport (e.g. a socket served by the broker actor)
+can replace it without touching the rules above it.
+
+Finding the master. A group's master is cached; it is looked up from the controller leader
+(GET_REPLICA_INFO), falling back to asking the replicas. A put learns of a new master as soon as
+the controller elects it: it holds a long-poll *watch* per group on every controller
+(``ControllerService.watch_master``, answered when that controller applies a higher master epoch);
+a put still waiting when the watch names another master is abandoned as *unanswered* (it may have
+run) and the caller decides what that means (the producer never resends a batch that may have been
+written). This matters when the master's actor died and Ray is restarting it: a call to it waits for
+the restart, seconds after the controller elected its successor.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import ray
+
+from rocketray.broker.batch import EncodedBatch
+from rocketray.broker.pull import OffsetsResult, PullResult
+from rocketray.client.errors import ClusterNotFound
+from rocketray.controller.api import GetReplicaInfoRequest, Response
+from rocketray.ha.ack import PutResult
+
+__all__ = ["Transport", "RayTransport", "Unanswered", "connect_transport"]
+
+
+@dataclass(frozen=True, slots=True)
+class Unanswered:
+    """A call that never answered (timeout, actor death, master moved): it may or may not have run."""
+
+    error: str
+    master_moved: bool = False
+
+
+class Transport(Protocol):
+    """What the client needs from the cluster (see the module docstring)."""
+
+    def groups(self) -> list[str]: ...
+    def call_controller(self, request: Any, timeout_s: float = 10.0) -> Response: ...
+    def controller_broadcast(self, method: str, *args: Any, timeout_s: float = 3.0) -> list[Any]: ...
+    def master(self, group: str) -> int | None: ...
+    def forget_master(self, group: str) -> None: ...
+    def put(self, group: str, batch: EncodedBatch, timeout_s: float) -> PutResult | Unanswered: ...
+    def commit(self, group: str, consumer_group: str, entries: list[tuple[str, int, int]],
+               timeout_s: float) -> PutResult | Unanswered: ...
+    def committed(self, group: str, consumer_group: str, topics: list[str] | None,
+                  timeout_s: float) -> OffsetsResult | Unanswered: ...
+    def queue_max_offsets(self, group: str, queues: list[tuple[str, int]],
+                          timeout_s: float) -> tuple[tuple[str, int, int], ...] | Unanswered: ...
+    def pull(self, group: str, topic: str, queue_id: int, offset: int, max_count: int, max_bytes: int,
+             hold_ms: int, consumer_group: str | None = None) -> concurrent.futures.Future: ...
+    def config(self) -> Any: ...
+
+
+def connect_transport(cluster: str) -> "RayTransport":
+    """A transport to the cluster named ``cluster`` on the Ray this process is connected to
+    (``ray.init`` first; an embedded Ray is started if none is)."""
+    from rocketray.actors.cluster import ClusterError, connect
+
+    if not ray.is_initialized():
+        ray.init(address="auto", logging_level="ERROR", log_to_driver=False)
+    try:
+        return RayTransport(connect(cluster))
+    except ClusterError as exc:
+        raise ClusterNotFound(str(exc)) from None
+
+
+class RayTransport:
+    """:class:`Transport` over Ray actor calls to a :class:`rocketray.actors.cluster.Cluster`.
+    Thread-safe: the producer's senders and the consumer's pulls share one."""
+
+    def __init__(self, cluster: Any) -> None:
+        self.cluster = cluster
+        self._lock = threading.Lock()
+        self._master: dict[str, int] = {}
+        self._watches: dict[str, dict[int, Any]] = {}  # group -> controller index -> pending watch
+        self._epochs: dict[str, int] = {}              # group -> highest master epoch a watch reported
+
+    def groups(self) -> list[str]:
+        return list(self.cluster.spec.groups)
+
+    def config(self) -> Any:
+        from rocketray.config import load_config
+
+        spec = self.cluster.spec
+        return load_config(spec.profile, dict(spec.config_overrides))
+
+    def call_controller(self, request: Any, timeout_s: float = 10.0) -> Response:
+        return self.cluster.call_controller(request, timeout_s=timeout_s)
+
+    def controller_broadcast(self, method: str, *args: Any, timeout_s: float = 3.0) -> list[Any]:
+        refs = []
+        for c in self.cluster.spec.controllers:
+            try:
+                refs.append(getattr(self.cluster.controller(c.index), method).remote(*args))
+            except ValueError:
+                refs.append(None)
+        out = []
+        for ref in refs:
+            try:
+                out.append(None if ref is None else ray.get(ref, timeout=timeout_s))
+            except Exception:  # noqa: BLE001 - an unreachable controller answers nothing
+                out.append(None)
+        return out
+
+    # --- masters ------------------------------------------------------------------------------
+    def _lookup_master(self, group: str) -> int | None:
+        try:
+            resp = self.cluster.call_controller(GetReplicaInfoRequest(broker_name=group), timeout_s=3.0)
+            address = (resp.header or {}).get("master_address") if resp.ok else None
+            if address:
+                b = self.cluster.spec.broker_by_ha_address(address)
+                if b is not None:
+                    return b.replica
+        except Exception:  # noqa: BLE001 - fall back to asking the replicas
+            pass
+        return self.cluster.master_of(group)
+
+    def master(self, group: str) -> int | None:
+        with self._lock:
+            cached = self._master.get(group)
+        if cached is not None:
+            return cached
+        found = self._lookup_master(group)
+        if found is not None:
+            with self._lock:
+                self._master[group] = found
+        return found
+
+    def forget_master(self, group: str) -> None:
+        with self._lock:
+            self._master.pop(group, None)
+
+    def _watches_of(self, group: str) -> list[Any]:
+        """The pending master watches of ``group``, one on every controller (armed with the highest
+        epoch seen): one whose controller died with the master's node may not answer for seconds."""
+        with self._lock:
+            watches = self._watches.setdefault(group, {})
+            for index in range(len(self.cluster.spec.controllers)):
+                if index not in watches:
+                    try:
+                        watches[index] = self.cluster.controller(index).watch_master.remote(
+                            group, self._epochs.get(group, -1))
+                    except ValueError:  # that controller was killed for good
+                        continue
+            return list(watches.values())
+
+    def _take_watch(self, group: str, watch: Any) -> int | None:
+        """Take a fired watch: the replica it names as a newer master, or None."""
+        with self._lock:
+            watches = self._watches.get(group, {})
+            for index, ref in list(watches.items()):
+                if ref == watch:
+                    del watches[index]
+        try:
+            view = ray.get(watch, timeout=0)
+        except (ray.exceptions.RayError, ValueError):
+            time.sleep(0.01)                # that controller died: re-armed next time (no hot loop)
+            return None
+        with self._lock:
+            if view["master_epoch"] <= self._epochs.get(group, -1):
+                return None
+            self._epochs[group] = view["master_epoch"]
+        b = self.cluster.spec.broker_by_ha_address(view["master_address"] or "")
+        if b is None:
+            return None
+        with self._lock:
+            self._master[group] = b.replica
+        return b.replica
+
+    def _call_master(self, group: str, method: str, args: tuple, timeout_s: float) -> Any:
+        """Call ``method`` on ``group``'s master, abandoning it (Unanswered) when it times out, the
+        actor dies, or a watch names another master first."""
+        replica = self.master(group)
+        if replica is None:
+            return Unanswered("NO_MASTER")
+        deadline = time.monotonic() + timeout_s
+        try:
+            ref = getattr(self.cluster.broker(group, replica), method).remote(*args)
+            while True:
+                ready, _ = ray.wait([ref, *self._watches_of(group)], num_returns=1,
+                                    timeout=max(0.0, deadline - time.monotonic()))
+                if ref in ready:
+                    return ray.get(ref)
+                if not ready:
+                    return Unanswered("TIMEOUT")
+                new = self._take_watch(group, ready[0])
+                if new is not None and new != replica:
+                    return Unanswered("MASTER_MOVED", master_moved=True)
+        except (ray.exceptions.RayError, ValueError) as exc:
+            self.forget_master(group)
+            return Unanswered(type(exc).__name__)
+
+    # --- data path ----------------------------------------------------------------------------
+    def put(self, group: str, batch: EncodedBatch, timeout_s: float) -> PutResult | Unanswered:
+        return self._call_master(group, "put", (batch,), timeout_s)
+
+    def commit(self, group: str, consumer_group: str, entries: list[tuple[str, int, int]],
+               timeout_s: float) -> PutResult | Unanswered:
+        return self._call_master(group, "commit_offsets", (consumer_group, entries), timeout_s)
+
+    def committed(self, group: str, consumer_group: str, topics: list[str] | None,
+                  timeout_s: float) -> OffsetsResult | Unanswered:
+        return self._call_master(group, "committed_offsets", (consumer_group, topics), timeout_s)
+
+    def queue_max_offsets(self, group: str, queues: list[tuple[str, int]],
+                          timeout_s: float) -> tuple[tuple[str, int, int], ...] | Unanswered:
+        return self._call_master(group, "queue_max_offsets", (queues,), timeout_s)
+
+    def pull(self, group: str, topic: str, queue_id: int, offset: int, max_count: int, max_bytes: int,
+             hold_ms: int, consumer_group: str | None = None) -> concurrent.futures.Future:
+        """A future of the master's :class:`PullResult` (or :class:`Unanswered`); with
+        ``consumer_group`` the broker starts no lower than that group's committed offset."""
+        out: concurrent.futures.Future = concurrent.futures.Future()
+        replica = self.master(group)
+        if replica is None:
+            out.set_result(Unanswered("NO_MASTER"))
+            return out
+        try:
+            ref = self.cluster.broker(group, replica).pull.remote(topic, queue_id, offset, max_count, max_bytes,
+                                                                  hold_ms, consumer_group)
+        except ValueError as exc:
+            out.set_result(Unanswered(type(exc).__name__))
+            return out
+        inner = ref.future()
+
+        def done(f: concurrent.futures.Future) -> None:
+            try:
+                out.set_result(f.result())
+            except Exception as exc:  # noqa: BLE001 - a dead or restarting actor: unanswered
+                self.forget_master(group)
+                out.set_result(Unanswered(type(exc).__name__))
+
+        inner.add_done_callback(done)
+        return out
+
+

@@ -1,0 +1,79 @@
+"""The client's results: frozen data with enum statuses, nothing of Ray or of the broker's internals."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Mapping
+
+__all__ = ["SendStatus", "SendResult", "ReceivedMessage", "QueueRoute", "TopicRoute", "QueueProgress"]
+
+
+class SendStatus(enum.Enum):
+    """RocketMQ's send statuses. ``Producer.send`` returns only ``SEND_OK`` (acknowledged: every
+    in-sync replica has the message); the others travel inside :class:`~rocketray.client.SendUnknown`
+    so that a message not known to be safe is never mistaken for a sent one."""
+
+    SEND_OK = "SEND_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"   # written on the master, the replicas did not ack in time
+    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
+
+
+@dataclass(frozen=True, slots=True)
+class SendResult:
+    """An acknowledged send: where the message is (``queue_id``, ``queue_offset``) and its id."""
+
+    status: SendStatus
+    msg_id: str
+    topic: str
+    queue_id: int
+    queue_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReceivedMessage:
+    """One consumed message. ``queue_offset`` is its position in its queue (consecutive per queue)."""
+
+    topic: str
+    queue_id: int
+    queue_offset: int
+    msg_id: str
+    key: str | None
+    tags: str | None
+    properties: Mapping[str, str]
+    body: bytes
+    born_timestamp_ms: int
+    store_timestamp_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRoute:
+    queue_id: int
+    broker_group: str
+
+
+@dataclass(frozen=True, slots=True)
+class TopicRoute:
+    """A topic's queues and the broker group that stores each."""
+
+    topic: str
+    queues: tuple[QueueRoute, ...] = field(default_factory=tuple)
+
+    def group_of(self, queue_id: int) -> str:
+        return self.queues[queue_id].broker_group
+
+
+@dataclass(frozen=True, slots=True)
+class QueueProgress:
+    """A consumer group's position in one queue: ``lag = max_offset - committed_offset``."""
+
+    topic: str
+    queue_id: int
+    broker_group: str
+    committed_offset: int
+    max_offset: int
+
+    @property
+    def lag(self) -> int:
+        return max(0, self.max_offset - self.committed_offset)
