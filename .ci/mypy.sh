@@ -15,7 +15,7 @@ done
 MODULES=(
     rocketray.controller.api rocketray.controller.codes rocketray.controller.config rocketray.controller.decide
     rocketray.controller.election rocketray.controller.events rocketray.controller.heartbeat
-    rocketray.controller.state rocketray.controller.session
+    rocketray.controller.state rocketray.controller.session rocketray.controller.topics rocketray.controller.consumers
     rocketray.ha.protocol rocketray.ha.session rocketray.ha.truncation rocketray.ha.sync_state
     rocketray.snapshot.format
     rocketray.broker.message rocketray.broker.role rocketray.broker.role_io

@@ -1,9 +1,11 @@
 """Requests and responses of the controller API, as plain frozen data.
 
-These types are the seam between the broker (ReplicasManager), the admin tools, the Raft shell and
-the pure decide functions. Everything is plain data (str, int, bool, None, tuples/frozensets of
-ints, dicts) so that a Ray call or a socket can carry it; nothing here knows about transport.
-Field names are the snake_case forms of the RocketMQ header fields (reference section 6.1).
+These types are the seam between the broker (ReplicasManager), the clients, the admin tools, the
+Raft shell and the pure decide functions. Everything is plain data (str, int, bool, None, tuples of
+str or int, frozensets of ints, dicts) so that a Ray call or a socket can carry it; nothing here
+knows about transport. Field names are the snake_case forms of the RocketMQ header fields
+(reference section 6.1). Topics and consumer-group membership are rocketray's own (no nameserver:
+the controller holds the topic table, see docs/controller.md).
 """
 
 from __future__ import annotations
@@ -122,10 +124,55 @@ class BrokerHeartbeatRequest:
     election_priority: int = INT32_MAX
 
 
+@dataclass(frozen=True, slots=True)
+class CreateTopicRequest:
+    """Create ``topic`` with ``queues`` queues, or extend it to that many (a write; idempotent).
+
+    Queue ``i`` of a new topic goes to broker group ``sorted(groups)[i % len(groups)]``; an extension
+    keeps every existing assignment and continues the round robin. Shrinking is refused (2005).
+    Answer header: ``{"topic", "queues": [[queue_id, broker_name], ...], "created": bool}``."""
+
+    topic: str
+    queues: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteTopicRequest:
+    """Forget ``topic`` (a write). TOPIC_NOT_EXIST (17) if unknown; header ``{"topic"}``."""
+
+    topic: str
+
+
+@dataclass(frozen=True, slots=True)
+class GetTopicRouteRequest:
+    """The queue -> broker group assignment of ``topic`` (a read). Header ``{"topic", "queues"}``;
+    TOPIC_NOT_EXIST (17) if unknown."""
+
+    topic: str
+
+
+@dataclass(frozen=True, slots=True)
+class ListTopicsRequest:
+    """Every topic with its queue count (a read). Header ``{"topics": {name: queue_count}}``."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerHeartbeatRequest:
+    """A consumer group member's heartbeat, served by the controller leader from a local table that
+    is not replicated (``rocketray.controller.consumers``). ``leaving=True`` removes the member at
+    once. Header ``{"group", "members": sorted live client ids}``; a follower answers NOT_LEADER."""
+
+    group: str
+    client_id: str
+    topics: tuple[str, ...]
+    leaving: bool = False
+
+
 Request = Union[
     GetNextBrokerIdRequest, ApplyBrokerIdRequest, RegisterBrokerRequest, ElectMasterRequest,
     AlterSyncStateSetRequest, GetReplicaInfoRequest, GetSyncStateDataRequest, CleanBrokerDataRequest,
-    BrokerHeartbeatRequest,
+    BrokerHeartbeatRequest, CreateTopicRequest, DeleteTopicRequest, GetTopicRouteRequest, ListTopicsRequest,
+    ConsumerHeartbeatRequest,
 ]
 
 

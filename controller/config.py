@@ -37,6 +37,9 @@ class ControllerConfig:
     # -- event log (controller/event_log.py) ------------------------------------------------------
     event_log_segment_bytes: int = key(8 * MIB, "controller event-log segment size in bytes")
     event_log_segments_kept: int = key(8, "controller event-log segments kept (bounds its disk use)")
+    # -- consumer groups (controller/consumers.py) -------------------------------------------------
+    consumer_heartbeat_timeout_ms: int = key(10000, "a consumer group member without a heartbeat this long "
+                                                    "leaves its group", 1500)
     # -- request pipeline -----------------------------------------------------------------------
     # RocketMQ's WAIT_TIMEOUT_OUT: commit wait per request
     request_timeout_ms: int = key(5000, "wait for a write's commit before failing the request", 3000)
@@ -76,6 +79,8 @@ class ControllerConfig:
             problems.append("leader_fallback_timeout_ms must exceed append_entries_period_ms")
         if self.tick_period_ms <= 0 or self.request_timeout_ms <= 0:
             problems.append("tick_period_ms and request_timeout_ms must be positive")
+        if self.consumer_heartbeat_timeout_ms <= 0:
+            problems.append("consumer_heartbeat_timeout_ms must be positive")
         if self.elect_master_max_retry_count < 1:
             problems.append("elect_master_max_retry_count must be >= 1")
         if problems:

@@ -39,7 +39,7 @@ ALWAYS_BLACKLISTED = frozenset({"rocketmq_home", "config_black_list", "config_st
 LIVE_KEYS = frozenset({
     "scan_not_active_broker_interval_ms", "scan_inactive_master_interval_ms", "elect_master_max_retry_count",
     "enable_elect_unclean_master", "is_process_read_event", "notify_broker_role_changed", "snapshot_threshold",
-    "request_timeout_ms", "elect_master_attempt_timeout_ms",
+    "request_timeout_ms", "elect_master_attempt_timeout_ms", "consumer_heartbeat_timeout_ms",
 })
 
 

@@ -3,7 +3,8 @@
 Each ``decide_*`` reads a ``ControllerState`` and returns ``(Response, events)`` without mutating
 anything. The Raft shell replicates the events and applies them (on every node) before it
 answers; reads return no events. Liveness and live info come in through ``DecideContext`` so the
-decisions are deterministic functions of (state, request, context).
+decisions are deterministic functions of (state, request, context). Topic requests (rocketray's
+own) are decided in ``controller/topics.py``; ``decide`` dispatches to them like to the others.
 
 Deliberate fixes of reference section 18 made here (each pinned by a ``test_quirk*`` test):
 - Q2: a controller-triggered election that finds nobody emits ``ElectMasterEvent(False)`` only
@@ -35,14 +36,17 @@ from dataclasses import dataclass, fields, is_dataclass
 from typing import Any, Callable, Optional
 
 from rocketray.controller.api import (AlterSyncStateSetRequest, ApplyBrokerIdRequest, CleanBrokerDataRequest,
-                            ElectMasterRequest, GetNextBrokerIdRequest, GetReplicaInfoRequest,
-                            GetSyncStateDataRequest, RegisterBrokerRequest, Response)
+                            CreateTopicRequest, DeleteTopicRequest, ElectMasterRequest, GetNextBrokerIdRequest,
+                            GetReplicaInfoRequest, GetSyncStateDataRequest, GetTopicRouteRequest,
+                            ListTopicsRequest, RegisterBrokerRequest, Response)
 from rocketray.controller.codes import ResponseCode as C
 from rocketray.controller.election import contains_log, elect, rank_key
 from rocketray.controller.events import (AlterSyncStateSetEvent, ApplyBrokerIdEvent, CleanBrokerDataEvent,
                                ElectMasterEvent, Event, UpdateBrokerAddressEvent)
 from rocketray.controller.heartbeat import BrokerLiveInfo, HeartbeatTable
 from rocketray.controller.state import FIRST_BROKER_CONTROLLER_ID, ControllerState
+from rocketray.controller.topics import (decide_create_topic, decide_delete_topic, decide_get_topic_route,
+                                         decide_list_topics)
 
 Decision = tuple[Response, list[Event]]
 Alive = Callable[[str, int], bool]
@@ -395,7 +399,7 @@ def master_session_closed(state: ControllerState, broker_name: str, broker_id: i
 
 
 _WRITES = (ApplyBrokerIdRequest, RegisterBrokerRequest, ElectMasterRequest, AlterSyncStateSetRequest,
-           CleanBrokerDataRequest)
+           CleanBrokerDataRequest, CreateTopicRequest, DeleteTopicRequest)
 
 
 def is_write(request: object) -> bool:
@@ -425,5 +429,13 @@ def decide(state: ControllerState, request: object, ctx: DecideContext) -> Decis
         return decide_get_sync_state_data(state, request, ctx.alive)
     if isinstance(request, CleanBrokerDataRequest):
         return decide_clean_broker_data(state, request, ctx.alive)
+    if isinstance(request, CreateTopicRequest):
+        return decide_create_topic(state, request)
+    if isinstance(request, DeleteTopicRequest):
+        return decide_delete_topic(state, request)
+    if isinstance(request, GetTopicRouteRequest):
+        return decide_get_topic_route(state, request)
+    if isinstance(request, ListTopicsRequest):
+        return decide_list_topics(state, request)
     return Response.error(C.REQUEST_CODE_NOT_SUPPORTED,
                           f" request type {type(request).__name__} not supported"), []

@@ -2,12 +2,13 @@
 
 The leader decides, producing events; only events travel through Raft and only events change
 state (``ControllerState.apply``). Each event is a frozen dataclass with a fixed type id (the
-RocketMQ short type ids 1..6). On the wire:
+RocketMQ short type ids 1..6; rocketray's topic events 7 and 8). On the wire:
 
 - one event:   msgpack ``[CODEC_VERSION, type_id, field, field, ...]``
 - a batch:     msgpack ``[CODEC_VERSION, [[type_id, field, ...], ...]]``
 
-Fields are encoded positionally in dataclass order; sets travel as sorted lists of ints. The
+Fields are encoded positionally in dataclass order; sets travel as sorted lists of ints, tuples of
+strings as lists in their order. The
 decoder trusts nothing: any input that is not exactly a well-typed frame of a known version and
 type raises ``EventCodecError`` (a ``ValueError``) and nothing else.
 """
@@ -69,11 +70,25 @@ class UpdateBrokerAddressEvent:
     broker_id: int
 
 
+@dataclass(frozen=True, slots=True)
+class CreateTopicEvent:
+    """Set ``topic``'s whole queue assignment: queue ``i`` lives in broker group ``broker_names[i]``.
+    Used both to create a topic and to extend it (the list then starts with the old one)."""
+
+    topic: str
+    broker_names: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteTopicEvent:
+    topic: str
+
+
 Event = Union[AlterSyncStateSetEvent, ApplyBrokerIdEvent, ElectMasterEvent, ReadEvent,
-              CleanBrokerDataEvent, UpdateBrokerAddressEvent]
+              CleanBrokerDataEvent, UpdateBrokerAddressEvent, CreateTopicEvent, DeleteTopicEvent]
 
 # type id -> (class, field kinds). Kinds: s=str, i=int64, b=bool, I=int64 or None,
-# S=set of int64, N=set of int64 or None.
+# S=set of int64, N=set of int64 or None, T=tuple of str (order kept).
 _SCHEMA: dict[int, tuple[type, str]] = {
     1: (AlterSyncStateSetEvent, "sS"),
     2: (ApplyBrokerIdEvent, "ssssi"),
@@ -81,13 +96,24 @@ _SCHEMA: dict[int, tuple[type, str]] = {
     4: (ReadEvent, ""),
     5: (CleanBrokerDataEvent, "sN"),
     6: (UpdateBrokerAddressEvent, "sssi"),
+    7: (CreateTopicEvent, "sT"),
+    8: (DeleteTopicEvent, "s"),
 }
 _TYPE_ID: dict[type, int] = {cls: tid for tid, (cls, _) in _SCHEMA.items()}
+
+
+def broker_name_of(event: Event) -> str | None:
+    """The broker group an event is about, or None (``ReadEvent`` and the topic events)."""
+    if isinstance(event, (ReadEvent, CreateTopicEvent, DeleteTopicEvent)):
+        return None
+    return event.broker_name
 
 
 def _to_wire(value: Any, kind: str) -> Any:
     if kind in "SN":
         return None if value is None else sorted(value)
+    if kind == "T":
+        return list(value)
     return value
 
 
@@ -120,6 +146,12 @@ def _int_set(value: Any) -> frozenset[int]:
     return frozenset(value)
 
 
+def _str_tuple(value: Any) -> tuple[str, ...]:
+    if type(value) is not list or not all(type(v) is str for v in value):
+        raise EventCodecError(f"expected a list of str, got {value!r:.80}")
+    return tuple(value)
+
+
 def _from_wire(value: Any, kind: str) -> Any:
     if kind == "s" and type(value) is str:
         return value
@@ -133,6 +165,8 @@ def _from_wire(value: Any, kind: str) -> Any:
         return _int_set(value)
     if kind == "N":
         return None if value is None else _int_set(value)
+    if kind == "T":
+        return _str_tuple(value)
     raise EventCodecError(f"field kind {kind!r} does not accept {value!r:.80}")
 
 

@@ -16,9 +16,14 @@ request goes through one pipeline, one request at a time (`_pipeline` lock):
 State changes only on the tick thread, in log order (`_apply`); entries at or below the loaded
 snapshot index are skipped. Liveness (heartbeat table) is local to each node, as in RocketMQ.
 
+Consumer-group membership (`consumer_heartbeat`) is served by the ready leader from a local,
+non-replicated table (`controller/consumers.py`) without entering the pipeline; a follower answers
+NOT_LEADER so that clients follow the leader. The table is cleared whenever the Raft role changes.
+
 Threading: `handle`, `trigger_elect_master`, `scan_inactive_masters` and `expire_heartbeats`
 block (up to the request timeout per replication); call them from worker threads or an
-executor, never from an event loop. `heartbeat` and `metadata` do not block on Raft.
+executor, never from an event loop. `heartbeat`, `consumer_heartbeat` and `metadata` do not
+block on Raft.
 """
 
 from __future__ import annotations
@@ -30,19 +35,21 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from rocketray.controller.api import ElectMasterRequest, Response
+from rocketray.controller.api import ConsumerHeartbeatRequest, ElectMasterRequest, Response
 from rocketray.controller.codes import ResponseCode
 from rocketray.controller.config import ControllerConfig
+from rocketray.controller.consumers import ConsumerGroups
 from rocketray.controller.decide import (DecideContext, decide, is_write, master_session_closed,
                                         scan_need_reelect_broker_sets)
 from rocketray.controller.event_log import EventLog, EventLogError, EventLogRecord
-from rocketray.controller.events import Event, ReadEvent, decode_events, encode_events
+from rocketray.controller.events import Event, broker_name_of, decode_events, encode_events
 from rocketray.controller.heartbeat import HeartbeatTable
 from rocketray.controller.notify import ElectionTrigger, RoleChangeNotice, role_change_notice
 from rocketray.broker.fs import OS_DISK, Disk, ensure_dir
 from rocketray.controller.raft import (PayloadError, RaftHost, RecoveryRefused, SnapshotHooks, decode_payload,
                                        encode_payload, import_pysyncobj_journal, plan_recovery, sync_obj_conf)
 from rocketray.controller.state import ControllerState
+from rocketray.snapshot.format import SECTION_CONTROLLER_STATE, SECTION_TOPICS
 from rocketray.snapshot.store import SnapshotStore
 
 log = logging.getLogger(__name__)
@@ -84,6 +91,11 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def _state_of(sections: dict[int, dict[str, Any]]) -> ControllerState:
+    """The state a snapshot's sections hold; one written before topics existed has no topics."""
+    return ControllerState.from_snapshot(sections[SECTION_CONTROLLER_STATE], sections.get(SECTION_TOPICS))
+
+
 class ControllerNode:
     """One controller replica. See the module docstring for the pipeline and threading."""
 
@@ -117,6 +129,8 @@ class ControllerNode:
         self._pipeline = threading.Lock()     # one request at a time
         self.state = ControllerState()
         self.heartbeats = HeartbeatTable()
+        self._consumers_lock = threading.Lock()
+        self.consumers = ConsumerGroups(self.config.consumer_heartbeat_timeout_ms)
         self.applied_index = 0
         self.fenced_batches = 0
         self.failed_batches = 0
@@ -130,8 +144,7 @@ class ControllerNode:
         import_pysyncobj_journal(self.store_dir / LEGACY_JOURNAL_FILE, journal_file, disk)
         plan = plan_recovery(self.snapshots, journal_file, dump_file)
         if plan.snapshot is not None:
-            assert plan.state_section is not None
-            self.state = ControllerState.from_snapshot(plan.state_section)
+            self.state = _state_of(plan.state_sections)
             self.applied_index = plan.snapshot.index
         self.loaded_snapshot_index = plan.snapshot.index if plan.snapshot else 0
         self.event_log = EventLog(self.store_dir / "events", self.config.event_log_segment_bytes,
@@ -215,7 +228,7 @@ class ControllerNode:
 
         def describe(event: Event) -> None:
             seq = len(records)
-            name = None if isinstance(event, ReadEvent) else event.broker_name
+            name = broker_name_of(event)
             info = self.state.sync_state.get(name) if name is not None else None
             if info is None:
                 records.append(EventLogRecord(index, seq, term, decided_ms, event))
@@ -248,17 +261,18 @@ class ControllerNode:
         page["last_index"] = self.event_log.last_index
         return page
 
-    def _capture(self) -> tuple[int, dict[str, Any]]:
+    def _capture(self) -> tuple[int, dict[int, dict[str, Any]]]:
         with self._state_lock:
             try:
                 self.event_log.sync()  # every entry the snapshot covers is durable in the event log
             except OSError:
                 self.event_log_errors += 1
                 log.exception("event log sync failed self=%s", self.self_address)
-            return self.applied_index, self.state.to_snapshot()
+            return self.applied_index, {SECTION_CONTROLLER_STATE: self.state.to_snapshot(),
+                                        SECTION_TOPICS: self.state.topics_to_snapshot()}
 
-    def _install(self, index: int, state_section: dict[str, Any]) -> None:
-        state = ControllerState.from_snapshot(state_section)
+    def _install(self, index: int, sections: dict[int, dict[str, Any]]) -> None:
+        state = _state_of(sections)
         with self._state_lock:
             self.state = state
             self.applied_index = index
@@ -277,6 +291,8 @@ class ControllerNode:
         log.info("raft role %s -> %s self=%s term=%d", _ROLE_NAMES.get(old), _ROLE_NAMES.get(new),
                  self.self_address, self._raft.raftCurrentTerm if hasattr(self, "_raft") else -1)
         self._ready_term = None
+        with self._consumers_lock:  # members re-register with whoever leads next
+            self.consumers.clear()
         if new == _LEADER:
             threading.Thread(target=self._become_ready, name="controller-leader-noop", daemon=True).start()
 
@@ -352,6 +368,8 @@ class ControllerNode:
         longer than this one always gets the answer (``actors/controller_client.py``)."""
         if self._closed:
             return Response.error(ResponseCode.CONTROLLER_NOT_LEADER, "controller node closed")
+        if isinstance(request, ConsumerHeartbeatRequest):
+            return self.consumer_heartbeat(request)  # leader-local, never through Raft
         deadline = time.monotonic() + (timeout_ms or self.config.request_timeout_ms) / 1000
 
         def left() -> float:
@@ -399,6 +417,28 @@ class ControllerNode:
         with self._state_lock:
             return self.heartbeats.on_heartbeat(request, self._clock_ms())
 
+    def consumer_heartbeat(self, request: Any) -> Response:
+        """A consumer group member's heartbeat (``ConsumerHeartbeatRequest``): on the ready leader,
+        refresh it in the local membership table and answer the group's live members; elsewhere
+        NOT_LEADER with the leader's identity. Not replicated; never blocks on Raft."""
+        if not isinstance(request, ConsumerHeartbeatRequest):
+            return Response.error(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                                  f"not a consumer heartbeat: {type(request).__name__}")
+        if self._closed or not self.is_leader():
+            return self._not_leader()
+        with self._consumers_lock:
+            return self._consumer_table().on_heartbeat(request, self._clock_ms())
+
+    def consumer_groups(self) -> dict[str, list[str]]:
+        """group -> live member client ids in this node's table (empty on a follower)."""
+        with self._consumers_lock:
+            return self._consumer_table().groups(self._clock_ms())
+
+    def _consumer_table(self) -> ConsumerGroups:
+        """The membership table with the current timeout (update-controller-config applies at once)."""
+        self.consumers.timeout_ms = self.config.consumer_heartbeat_timeout_ms
+        return self.consumers
+
     def expire_heartbeats(self) -> list[tuple[str, str, int]]:
         """Drop expired heartbeat rows; on the leader, a dead master triggers an election (5.4).
 
@@ -407,6 +447,8 @@ class ControllerNode:
         """
         with self._state_lock:
             expired = self.heartbeats.expire(self._clock_ms())
+        with self._consumers_lock:
+            self._consumer_table().expire(self._clock_ms())
         for _cluster, name, broker_id in expired:
             if not self.is_leader():
                 continue
@@ -527,9 +569,10 @@ class ControllerNode:
         return status
 
     def snapshot_state(self) -> dict[str, Any]:
-        """A copy of the replicated tables (for tests and admin)."""
+        """A copy of the replicated tables (for tests and admin): ``ControllerState.to_snapshot()``
+        plus ``"topics"``, the rows of ``topics_to_snapshot()``."""
         with self._state_lock:
-            return self.state.to_snapshot()
+            return {**self.state.to_snapshot(), "topics": self.state.topics_to_snapshot()["topics"]}
 
     def close(self) -> None:
         """Stop ticking, close sockets and the journal. Idempotent."""

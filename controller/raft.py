@@ -63,6 +63,7 @@ PAYLOAD_VERSION = 2
 PAYLOAD_HEADER_V1 = struct.Struct(">BQ")    # version 1, term
 PAYLOAD_HEADER = struct.Struct(">BQQ")      # version 2, term, decided_ms (leader clock)
 Entry = tuple[bytes, int, int]  # pysyncobj journal entry: (command, index, term)
+_RAFT_SECTIONS = frozenset({SECTION_RAFT_META, SECTION_SNAPSHOT_META})  # written by SnapshotHooks itself
 
 
 class PayloadError(ValueError):
@@ -260,7 +261,9 @@ class RecoveryPlan:
     """What the node loads before pysyncobj starts."""
 
     snapshot: SnapshotMeta | None
-    state_section: dict[str, Any] | None
+    #: The snapshot's sections other than the Raft ones (SECTION_CONTROLLER_STATE, SECTION_TOPICS
+    #: when present), empty without a snapshot.
+    state_sections: dict[int, dict[str, Any]]
     startup_entries: tuple[Entry, Entry, list[str]] | None  # what the deserializer returns at start
     journal: JournalHead
 
@@ -283,7 +286,7 @@ def plan_recovery(store: SnapshotStore, journal_file: Path, dump_file: Path) -> 
                 "Refusing to start with a partial state; restore a snapshot, or wipe this node's store "
                 "so it rejoins empty and catches up from the leader.")
         dump_file.unlink(missing_ok=True)
-        return RecoveryPlan(None, None, None, head)
+        return RecoveryPlan(None, {}, None, head)
     meta, sections = loaded
     if compacted and meta.index < first + 1:
         raise RecoveryRefused(
@@ -293,13 +296,13 @@ def plan_recovery(store: SnapshotStore, journal_file: Path, dump_file: Path) -> 
     if head.last_index and meta.index > head.last_index:
         log.warning("snapshot index %d is beyond the journal end %d (journal lost its tail?)",
                     meta.index, head.last_index)
-    state_section = sections.get(SECTION_CONTROLLER_STATE)
     raft_meta = sections.get(SECTION_RAFT_META)
-    if state_section is None or raft_meta is None:
+    if SECTION_CONTROLLER_STATE not in sections or raft_meta is None:
         raise RecoveryRefused(f"snapshot {meta.path} lacks the controller or raft section")
+    state_sections = {t: body for t, body in sections.items() if t not in _RAFT_SECTIONS}
     if not compacted:
         dump_file.unlink(missing_ok=True)
-        return RecoveryPlan(meta, state_section, None, head)
+        return RecoveryPlan(meta, state_sections, None, head)
     cluster = list(raft_meta.get("cluster", []))
     if head.second is not None:
         startup = (head.second, head.first, cluster)
@@ -308,7 +311,7 @@ def plan_recovery(store: SnapshotStore, journal_file: Path, dump_file: Path) -> 
     _write_file(dump_file, store.read_bytes(meta.index))
     log.info("recovery: snapshot index=%d, journal %d..%d (%d entries) replayed above it",
              meta.index, first, head.last_index, head.length)
-    return RecoveryPlan(meta, state_section, startup, head)  # type: ignore[arg-type]
+    return RecoveryPlan(meta, state_sections, startup, head)  # type: ignore[arg-type]
 
 
 def _write_file(path: Path, data: bytes) -> None:
@@ -318,14 +321,15 @@ def _write_file(path: Path, data: bytes) -> None:
 class SnapshotHooks:
     """pysyncobj's serializer / deserializer / serializeChecker, bound to one node.
 
-    `capture()` returns `(applied_index, controller_state_section)` consistently (it runs on the
-    tick thread, the only thread that applies). `install(index, state_section)` replaces the
-    node's state with a snapshot received from the leader.
+    `capture()` returns `(applied_index, {section type: body})` consistently (it runs on the
+    tick thread, the only thread that applies): the controller's own sections, to which the Raft
+    ones are added here. `install(index, sections)` replaces the node's state with a snapshot
+    received from the leader (every section of it, the Raft ones included).
     """
 
     def __init__(self, store: SnapshotStore, dump_file: Path,
-                 capture: Callable[[], tuple[int, dict[str, Any]]],
-                 install: Callable[[int, dict[str, Any]], None],
+                 capture: Callable[[], tuple[int, dict[int, dict[str, Any]]]],
+                 install: Callable[[int, dict[int, dict[str, Any]]], None],
                  startup_entries: tuple[Entry, Entry, list[str]] | None) -> None:
         self.store = store
         self.dump_file = dump_file
@@ -371,12 +375,14 @@ class SnapshotHooks:
             self.max_snapshot_ms = max(self.max_snapshot_ms, self.last_snapshot_ms)
 
     def _encode(self, last: Entry, prev: Entry, cluster: Any) -> tuple[bytes, Entry]:
-        applied_index, state_section = self.capture()
+        applied_index, state_sections = self.capture()
         if applied_index > last[1]:
             raise RuntimeError(f"state at {applied_index} is ahead of the raft log at {last[1]} (replay)")
+        assert SECTION_CONTROLLER_STATE in state_sections, "capture must return the controller state"
+        assert not set(state_sections) & _RAFT_SECTIONS, "capture must not write the Raft sections"
         members = sorted(getattr(n, "address", str(n)) for n in cluster)
         sections = {
-            SECTION_CONTROLLER_STATE: state_section,
+            **state_sections,
             SECTION_RAFT_META: {"last": list(last), "prev": list(prev), "cluster": members},
             SECTION_SNAPSHOT_META: {"index": last[1], "term": last[2]},
         }
@@ -425,7 +431,7 @@ class SnapshotHooks:
         sections = decode_snapshot(blob)
         raft_meta = sections[SECTION_RAFT_META]
         last, prev = _entry(raft_meta["last"]), _entry(raft_meta["prev"])
-        self.install(last[1], sections[SECTION_CONTROLLER_STATE])
+        self.install(last[1], sections)
         self.store.save_bytes(last[1], last[2], blob)
         self.last_snapshot_index = last[1]
         self.dumps_installed += 1

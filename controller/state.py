@@ -7,12 +7,18 @@ Two tables keyed by broker name, exactly as RocketMQ's ReplicasInfoManager keeps
 - ``sync_state``: per broker-set, the master id (or None), the master epoch, the SyncStateSet and
   the SyncStateSet epoch.
 
+and rocketray's own third table (there is no nameserver):
+
+- ``topics``: topic name -> the broker group of each queue (index = queue id). It names groups,
+  never replicas, so a master switch inside a group leaves every route as it is.
+
 A broker-set "exists" only when it is present in both tables. State changes only through
 ``apply``, which is deterministic, has no clock or randomness, and never raises for a well-typed
 event: events that refer to missing sets are ignored as the reference does. Applying the same
 event sequence to a fresh state therefore yields equal tables, which is what lets every Raft node
 (and a snapshot + journal replay) agree. ``to_snapshot``/``from_snapshot`` turn the tables into
-plain lists/dicts (msgpack-encodable, no int map keys) and back.
+plain lists/dicts (msgpack-encodable, no int map keys) and back; the topic table travels in its own
+snapshot section (``topics_to_snapshot``), so a snapshot written before topics existed still loads.
 """
 
 from __future__ import annotations
@@ -22,7 +28,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, NewType
 
 from rocketray.controller.events import (AlterSyncStateSetEvent, ApplyBrokerIdEvent, CleanBrokerDataEvent,
-                               ElectMasterEvent, Event, ReadEvent, UpdateBrokerAddressEvent)
+                                         CreateTopicEvent, DeleteTopicEvent, ElectMasterEvent, Event, ReadEvent,
+                                         UpdateBrokerAddressEvent, broker_name_of)
 
 BrokerId = NewType("BrokerId", int)
 Epoch = NewType("Epoch", int)
@@ -30,6 +37,7 @@ Offset = NewType("Offset", int)
 
 FIRST_BROKER_CONTROLLER_ID = 1
 SNAPSHOT_VERSION = 1
+TOPICS_SNAPSHOT_VERSION = 1
 
 
 @dataclass(slots=True)
@@ -76,21 +84,23 @@ class SyncStateInfo:
 
 
 class ControllerState:
-    """The two replicated tables plus ``apply``. Compare with ``==`` (tables only)."""
+    """The replicated tables plus ``apply``. Compare with ``==`` (tables only)."""
 
-    __slots__ = ("replica_info", "sync_state")
+    __slots__ = ("replica_info", "sync_state", "topics")
 
     def __init__(self) -> None:
         self.replica_info: dict[str, BrokerReplicaInfo] = {}
         self.sync_state: dict[str, SyncStateInfo] = {}
+        self.topics: dict[str, tuple[str, ...]] = {}
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, ControllerState):
             return NotImplemented
-        return self.replica_info == other.replica_info and self.sync_state == other.sync_state
+        return (self.replica_info == other.replica_info and self.sync_state == other.sync_state
+                and self.topics == other.topics)
 
     def __repr__(self) -> str:
-        return f"ControllerState({self.to_snapshot()!r})"
+        return f"ControllerState({self.to_snapshot()!r}, topics={self.topics!r})"
 
     # -- queries ----------------------------------------------------------------------------
     def contains(self, broker_name: str) -> bool:
@@ -113,6 +123,11 @@ class ControllerState:
             self._apply_clean(event)
         elif isinstance(event, UpdateBrokerAddressEvent):
             self._apply_update_address(event)
+        elif isinstance(event, CreateTopicEvent):
+            if event.broker_names:  # a topic without queues is malformed: ignored
+                self.topics[event.topic] = tuple(event.broker_names)
+        elif isinstance(event, DeleteTopicEvent):
+            self.topics.pop(event.topic, None)
         elif isinstance(event, ReadEvent):
             return
         else:
@@ -126,9 +141,11 @@ class ControllerState:
         """Apply a committed batch all or nothing: if an event raises, the rows the batch touched
         are put back as they were and the exception propagates. ``apply`` is deterministic, so
         every replica fails the same batch the same way and ends in the same state."""
-        names = {e.broker_name for e in events if not isinstance(e, ReadEvent)}
+        names = {n for n in map(broker_name_of, events) if n is not None}
         saved = {n: (copy.deepcopy(self.replica_info.get(n)), copy.deepcopy(self.sync_state.get(n)))
                  for n in names}
+        saved_topics = {e.topic: self.topics.get(e.topic) for e in events
+                        if isinstance(e, (CreateTopicEvent, DeleteTopicEvent))}
         try:
             for event in events:
                 self.apply(event)
@@ -141,6 +158,11 @@ class ControllerState:
                         table.pop(name, None)
                     else:
                         table[name] = row  # type: ignore[index,assignment]  # the pair is (table, its own row type)
+            for topic, assignment in saved_topics.items():
+                if assignment is None:
+                    self.topics.pop(topic, None)
+                else:
+                    self.topics[topic] = assignment
             raise
 
     def _apply_alter(self, event: AlterSyncStateSetEvent) -> None:
@@ -204,12 +226,34 @@ class ControllerState:
                  for _, s in sorted(self.sync_state.items())]
         return {"version": SNAPSHOT_VERSION, "replica_info": replicas, "sync_state": syncs}
 
+    def topics_to_snapshot(self) -> dict[str, Any]:
+        """The topic table as its own snapshot section: ``{"version": 1, "topics": [[name, [broker
+        names by queue id]], ...]}`` sorted by name."""
+        return {"version": TOPICS_SNAPSHOT_VERSION,
+                "topics": [[name, list(groups)] for name, groups in sorted(self.topics.items())]}
+
+    @staticmethod
+    def _topics_from_snapshot(data: Any) -> dict[str, tuple[str, ...]]:
+        if not isinstance(data, dict) or data.get("version") != TOPICS_SNAPSHOT_VERSION:
+            raise ValueError("unsupported topics snapshot section")
+        topics: dict[str, tuple[str, ...]] = {}
+        for row in data.get("topics", ()):
+            if (not isinstance(row, (list, tuple)) or len(row) != 2 or not isinstance(row[0], str)
+                    or not isinstance(row[1], (list, tuple)) or not row[1]
+                    or not all(isinstance(g, str) for g in row[1])):
+                raise ValueError(f"malformed topics snapshot row: {row!r:.80}")
+            topics[row[0]] = tuple(row[1])
+        return topics
+
     @classmethod
-    def from_snapshot(cls, data: dict[str, Any]) -> ControllerState:
-        """Inverse of ``to_snapshot``; raises ``ValueError`` on a malformed snapshot."""
+    def from_snapshot(cls, data: dict[str, Any], topics: dict[str, Any] | None = None) -> ControllerState:
+        """Inverse of ``to_snapshot`` (and of ``topics_to_snapshot`` when ``topics`` is given; a
+        snapshot without that section has no topics). Raises ``ValueError`` on a malformed snapshot."""
         if not isinstance(data, dict) or data.get("version") != SNAPSHOT_VERSION:
             raise ValueError("unsupported controller snapshot")
         state = cls()
+        if topics is not None:
+            state.topics = cls._topics_from_snapshot(topics)
         try:
             for name, cluster, next_id, ids in data["replica_info"]:
                 info = BrokerReplicaInfo(str(cluster), str(name), int(next_id))

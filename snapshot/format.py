@@ -39,6 +39,7 @@ MAX_SECTIONS = 1024
 SECTION_CONTROLLER_STATE = 1   # ControllerState.to_snapshot()
 SECTION_RAFT_META = 2          # what pysyncobj needs back: last/prev applied entry, cluster members
 SECTION_SNAPSHOT_META = 3      # {"index": n, "term": t}: the log position the snapshot covers
+SECTION_TOPICS = 4             # ControllerState.topics_to_snapshot(): {"version": 1, "topics": [[name, [group...]]]}
 
 
 class SnapshotCorrupt(ValueError):

@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rocketray.controller.events import (CODEC_VERSION, AlterSyncStateSetEvent, ApplyBrokerIdEvent, CleanBrokerDataEvent,
-                               ElectMasterEvent, EventCodecError, ReadEvent, UpdateBrokerAddressEvent,
-                               decode_event, decode_events, encode_event, encode_events)
+                               CreateTopicEvent, DeleteTopicEvent, ElectMasterEvent, EventCodecError, ReadEvent,
+                               UpdateBrokerAddressEvent, decode_event, decode_events, encode_event, encode_events)
 
 EXAMPLES = [
     AlterSyncStateSetEvent("b", frozenset({1, 2, 3})),
@@ -21,6 +21,9 @@ EXAMPLES = [
     CleanBrokerDataEvent("b", frozenset({1, 2})),
     CleanBrokerDataEvent("b", None),
     UpdateBrokerAddressEvent("c", "b", "10.0.0.1:9000", 3),
+    CreateTopicEvent("orders", ("broker-a", "broker-b", "broker-a")),
+    CreateTopicEvent("t", ()),
+    DeleteTopicEvent("orders"),
 ]
 
 int64 = st.integers(-(2**63), 2**63 - 1)
@@ -33,6 +36,8 @@ events = st.one_of(
     st.just(ReadEvent()),
     st.builds(CleanBrokerDataEvent, text, st.none() | ids),
     st.builds(UpdateBrokerAddressEvent, text, text, text, int64),
+    st.builds(CreateTopicEvent, text, st.lists(text, max_size=6).map(tuple)),
+    st.builds(DeleteTopicEvent, text),
 )
 
 
@@ -85,6 +90,11 @@ WRONG = [
     pytest.param(msgpack.packb([CODEC_VERSION, 3, True, "b", 2**64 - 1]), id="uint64-overflow"),
     pytest.param(msgpack.packb([CODEC_VERSION, 1, "b", [1, "x"]]), id="bad-set-member"),
     pytest.param(msgpack.packb([CODEC_VERSION, 1, "b", {"1": 1}]), id="map-for-set"),
+    pytest.param(msgpack.packb([CODEC_VERSION, 7, "t", ["a", 1]]), id="int-in-str-tuple"),
+    pytest.param(msgpack.packb([CODEC_VERSION, 7, "t", "ab"]), id="str-for-str-tuple"),
+    pytest.param(msgpack.packb([CODEC_VERSION, 7, "t", None]), id="nil-for-str-tuple"),
+    pytest.param(msgpack.packb([CODEC_VERSION, 7, "t", [b"a"]], use_bin_type=True), id="bytes-in-str-tuple"),
+    pytest.param(msgpack.packb([CODEC_VERSION, 8, 1]), id="int-for-topic"),
     pytest.param(msgpack.packb([CODEC_VERSION, 3, True, "b"]), id="missing-field"),
     pytest.param(msgpack.packb([CODEC_VERSION, 3, True, "b", 1, 2]), id="extra-field"),
     pytest.param(msgpack.packb({"v": 1}), id="map-frame"),
@@ -160,6 +170,8 @@ def test_apply_is_total_for_well_typed_events():
     st.builds(ElectMasterEvent, st.booleans(), st.sampled_from("ab"), st.none() | st.integers(1, 4)),
     st.builds(CleanBrokerDataEvent, st.sampled_from("ab"), st.none() | st.frozensets(st.integers(1, 4), max_size=3)),
     st.builds(UpdateBrokerAddressEvent, st.just("c"), st.sampled_from("ab"), text, st.integers(1, 4)),
+    st.builds(CreateTopicEvent, st.sampled_from("tu"), st.lists(st.sampled_from("ab"), max_size=4).map(tuple)),
+    st.builds(DeleteTopicEvent, st.sampled_from("tu")),
 ), max_size=30))
 def test_apply_is_deterministic_and_snapshots_round_trip(log):
     """Any event log applied to two fresh states (one through the codec) gives equal tables; snapshots
@@ -169,4 +181,6 @@ def test_apply_is_deterministic_and_snapshots_round_trip(log):
     a.apply_all(log)
     b.apply_all(decode_events(encode_events(log)))
     assert a == b
-    assert ControllerState.from_snapshot(msgpack.unpackb(msgpack.packb(a.to_snapshot()))) == a
+    restored = ControllerState.from_snapshot(msgpack.unpackb(msgpack.packb(a.to_snapshot())),
+                                             msgpack.unpackb(msgpack.packb(a.topics_to_snapshot())))
+    assert restored == a

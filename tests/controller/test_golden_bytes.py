@@ -8,12 +8,12 @@ from __future__ import annotations
 import pytest
 
 from rocketray.controller.events import (AlterSyncStateSetEvent, ApplyBrokerIdEvent, CleanBrokerDataEvent,
-                                         ElectMasterEvent, ReadEvent, UpdateBrokerAddressEvent, decode_events,
-                                         encode_events)
+                                         CreateTopicEvent, DeleteTopicEvent, ElectMasterEvent, ReadEvent,
+                                         UpdateBrokerAddressEvent, decode_events, encode_events)
 from rocketray.controller.raft import decode_payload, encode_payload
 from rocketray.controller.state import ControllerState
 from rocketray.snapshot.format import (SECTION_CONTROLLER_STATE, SECTION_RAFT_META, SECTION_SNAPSHOT_META,
-                                       decode_snapshot, encode_snapshot)
+                                       SECTION_TOPICS, decode_snapshot, encode_snapshot)
 
 TERM, DECIDED_MS = 7, 1_700_000_000_000
 HEADER = "02" "0000000000000007" "0000018bcfe56800"   # payload v2, term 7, decided at DECIDED_MS
@@ -31,6 +31,8 @@ GOLDEN_EVENTS = [
     (CleanBrokerDataEvent("b", None), 5, HEADER + "9201919305a162c0"),
     (UpdateBrokerAddressEvent("c", "b", "10.0.0.1:9000", 3), 6,
      HEADER + "9201919506a163a162ad31302e302e302e313a3930303003"),
+    (CreateTopicEvent("t", ("a", "b", "a")), 7, HEADER + "9201919307a17493a161a162a161"),  # order kept
+    (DeleteTopicEvent("t"), 8, HEADER + "9201919208a174"),
 ]
 
 
@@ -84,3 +86,36 @@ def test_every_snapshot_section_and_the_whole_file_are_golden():
     assert ControllerState.from_snapshot(decoded[SECTION_CONTROLLER_STATE]).to_snapshot() == _state().to_snapshot()
     assert decoded[SECTION_SNAPSHOT_META] == {"index": 12, "term": 3}
     assert decoded[SECTION_RAFT_META]["last"] == [b"\x00", 12, 3]
+
+
+TOPICS_SECTION = ("82a776657273696f6e01a6746f706963739292a66f726465727391a16292a17493a161a162a161")
+TOPICS_FILE = ("daa320a7" "0001" "00000002" "4c1c22e5" "0000000000000000"
+               "0003" "0000000e" + SNAPSHOT_META_SECTION + "0004" "00000027" + TOPICS_SECTION)
+
+
+def _topic_state() -> ControllerState:
+    state = ControllerState()
+    state.apply_all([CreateTopicEvent("t", ("a", "b", "a")), CreateTopicEvent("orders", ("b",))])
+    return state
+
+
+def test_topics_section_is_golden_and_loads_back():
+    """SECTION_TOPICS (4): {"version": 1, "topics": [[name, [broker name of queue 0, 1, ...]], ...]}
+    sorted by name, queue order kept."""
+    assert SECTION_TOPICS == 4
+    section = _topic_state().topics_to_snapshot()
+    assert section == {"version": 1, "topics": [["orders", ["b"]], ["t", ["a", "b", "a"]]]}
+    blob = encode_snapshot({SECTION_SNAPSHOT_META: {"index": 12, "term": 3}, SECTION_TOPICS: section})
+    assert blob.hex() == TOPICS_FILE
+    decoded = decode_snapshot(bytes.fromhex(TOPICS_FILE))
+    empty = ControllerState().to_snapshot()
+    assert ControllerState.from_snapshot(empty, decoded[SECTION_TOPICS]).topics == {"t": ("a", "b", "a"),
+                                                                                    "orders": ("b",)}
+
+
+def test_a_snapshot_written_before_topics_existed_loads_with_no_topics():
+    """The three-section file above (no SECTION_TOPICS) still loads: same tables, no topics."""
+    decoded = decode_snapshot(bytes.fromhex(SNAPSHOT_FILE))
+    assert SECTION_TOPICS not in decoded
+    state = ControllerState.from_snapshot(decoded[SECTION_CONTROLLER_STATE], decoded.get(SECTION_TOPICS))
+    assert state == _state() and state.topics == {}
