@@ -24,7 +24,8 @@ from rocketray.controller import config_update
 from rocketray.config import load_config
 from rocketray.actors.metrics import ControllerMetrics, configure_actor_logging
 from rocketray.spec import ClusterSpec
-from rocketray.controller.api import AlterSyncStateSetRequest, CleanBrokerDataRequest, ElectMasterRequest, Response
+from rocketray.controller.api import (AlterSyncStateSetRequest, CleanBrokerDataRequest, ConsumerHeartbeatRequest,
+                                      CreateTopicRequest, DeleteTopicRequest, ElectMasterRequest, Response)
 from rocketray.controller.codes import ResponseCode
 from rocketray.controller.node import ControllerNode
 from rocketray.controller.session_server import SessionServer
@@ -82,6 +83,11 @@ class ControllerService:
 
     # --- API called through Ray ----------------------------------------------------------
     def handle(self, request) -> Response:
+        """One controller request through the leader pipeline; a consumer heartbeat is answered from
+        the leader's local membership table instead (``consumer_heartbeat``), so the leader-following
+        clients (``controller_client``) send it like any other request."""
+        if isinstance(request, ConsumerHeartbeatRequest):
+            return self._node.consumer_heartbeat(request)
         response = self._node.handle(request)
         if isinstance(request, ElectMasterRequest):
             # counted here under the request's trigger; the node notifies (once) via _on_role_changed
@@ -94,6 +100,13 @@ class ControllerService:
         elif isinstance(request, CleanBrokerDataRequest) and response.code != ResponseCode.CONTROLLER_NOT_LEADER:
             log.info("clean broker data group=%s broker_ids=%s clean_living=%s code=%s", request.broker_name,
                      request.broker_controller_ids_to_clean, request.clean_living_broker, response.code.name)
+        elif isinstance(request, (CreateTopicRequest, DeleteTopicRequest)) \
+                and response.code != ResponseCode.CONTROLLER_NOT_LEADER:
+            queues = response.header.get("queues")
+            log.info("%s topic=%s queues=%s created=%s code=%s remark=%s",
+                     "create topic" if isinstance(request, CreateTopicRequest) else "delete topic", request.topic,
+                     None if queues is None else len(queues), response.header.get("created"),
+                     response.code.name, response.remark)
         return response
 
     def get_config(self) -> Response:
@@ -125,6 +138,12 @@ class ControllerService:
     @ray.method(concurrency_group=NONBLOCKING_GROUP)
     def heartbeat(self, request) -> Response:
         return self._node.heartbeat(request)
+
+    @ray.method(concurrency_group=NONBLOCKING_GROUP)
+    def consumer_heartbeat(self, request) -> Response:
+        """A consumer group member's heartbeat: the leader answers the group's live members from its
+        local table (not replicated); a follower answers CONTROLLER_NOT_LEADER."""
+        return self._node.consumer_heartbeat(request)
 
     @ray.method(concurrency_group=NONBLOCKING_GROUP)
     def metadata(self) -> dict:

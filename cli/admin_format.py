@@ -9,7 +9,10 @@ joined by ``\\n`` without a trailing newline. Differences from mqadmin, on purpo
   documentation; maps are printed in key order (mqadmin prints HashMap order);
 - ``elect-master`` prints the ``\\t#Broker\\t<id>\\t<addr>`` member lines (quirk 14 FIXED: mqadmin
   decodes the wrong body type and never prints them);
-- ``clean-broker-metadata`` drops mqadmin's trailing space.
+- ``clean-broker-metadata`` drops mqadmin's trailing space;
+- the topic commands (``update-topic``, ``delete-topic``, ``topic-route``, ``topic-list``) talk to the
+  controller, which holds the topic table here (no nameserver), so their lines name the controller
+  and a route lists the broker group of each queue instead of mqadmin's TopicRouteData JSON.
 
 Errors are one line: ``<CODE_NAME> (<code>): <remark>`` (see ``format_error``).
 """
@@ -169,6 +172,38 @@ def format_update_controller_config(addresses: Sequence[str] | None, key: str, v
     return f"update controller config success!{servers}\n{key} : {java_str(value)}"
 
 
+# -- topics: updateTopic, deleteTopic, topicRoute, topicList ----------------------------------------
+
+def format_topic_route(header: Mapping[str, Any]) -> str:
+    """``topic-route``: ``#Topic``, ``#QueueNums``, then one ``#Queue\t<id>\t<broker name>`` line per
+    queue in id order (a GetTopicRoute or CreateTopic header ``{"topic", "queues": [[id, name]]}``)."""
+    queues = sorted(header.get("queues") or [], key=lambda q: int(q[0]))
+    lines = [_kv("Topic", header.get("topic")), _kv("QueueNums", len(queues))]
+    lines.extend(f"#Queue\t{int(queue_id)}\t{java_str(name)}" for queue_id, name in queues)
+    return _lines(*lines)
+
+
+def format_update_topic(header: Mapping[str, Any]) -> str:
+    """``update-topic``: ``create topic <t> to controller success.`` (or ``... unchanged.`` when the
+    topic already had that many queues), then its route."""
+    topic = header.get("topic")
+    first = (f"create topic {topic} to controller success." if header.get("created")
+             else f"topic {topic} unchanged: it already has {len(header.get('queues') or [])} queues.")
+    return _lines(first, format_topic_route(header))
+
+
+def format_delete_topic(topic: str) -> str:
+    """``delete-topic``: mqadmin's ``delete topic [<t>] from cluster [<c>] success.`` with the controller."""
+    return f"delete topic [{topic}] from controller success."
+
+
+def format_topic_list(topics: Mapping[str, Any]) -> str:
+    """``topic-list``: one ``<topic>\t<queue count>`` line per topic in name order; ``(no topics)``."""
+    if not topics:
+        return "(no topics)"
+    return _lines(*(f"{name}\t{java_str(count)}" for name, count in sorted(topics.items())))
+
+
 # -- getControllerEvents (rocketray's own) ----------------------------------------------------------
 
 _EVENT_STATE_KEYS = ("index", "seq", "term", "time_ms", "type", "broker_name", "master_broker_id", "master_epoch",
@@ -182,15 +217,24 @@ def _utc(time_ms: Any) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{int(time_ms) % 1000:03d}Z"
 
 
+def _event_field(key: str, value: Any) -> str:
+    if key == "broker_names" and isinstance(value, (list, tuple)):  # a topic's queues: the count
+        return f"queues={len(value)}"
+    return f"{key}={java_str(value)}"
+
+
 def format_controller_events(events: Sequence[Mapping[str, Any]], uncovered: Sequence[Sequence[int]] = ()) -> str:
     """One line per event: ``<index>.<seq> <UTC time> <type> <group> <event fields> ->
-    master=<id> epoch=<e> sss=[...]@<e>``, then a warning line per index range no controller logged."""
+    master=<id> epoch=<e> sss=[...]@<e>``, then a warning line per index range no controller logged.
+    Topic events have no group (``-``), show their queue count and end with ``-> (topic table)``."""
     lines = []
     for e in events:
-        details = " ".join(f"{k}={java_str(v)}" for k, v in e.items() if k not in _EVENT_STATE_KEYS)
-        after = (f"master={java_str(e.get('master_broker_id'))} epoch={e.get('master_epoch')} "
-                 f"sss={e.get('sync_state_set')}@{e.get('sync_state_set_epoch')}"
-                 if e.get("master_epoch") is not None else "(group removed)")
+        details = " ".join(_event_field(k, v) for k, v in e.items() if k not in _EVENT_STATE_KEYS)
+        if e.get("master_epoch") is not None:
+            after = (f"master={java_str(e.get('master_broker_id'))} epoch={e.get('master_epoch')} "
+                     f"sss={e.get('sync_state_set')}@{e.get('sync_state_set_epoch')}")
+        else:
+            after = "(topic table)" if "topic" in e else "(group removed)"
         lines.append(f"{e['index']}.{e.get('seq', 0)}\t{_utc(e.get('time_ms'))}\t{e['type']}\t"
                      f"{e.get('broker_name') or '-'}\t{details}\t-> {after}")
     for first, last in uncovered:

@@ -11,6 +11,10 @@ stdout) and exits 1; an unreachable cluster or controller exits 1 too.
 
 ``-i SECONDS`` repeats ``get-sync-state-set`` and ``get-broker-epoch`` until Ctrl-C (exit 0) or
 ``--count`` rounds.
+
+Topics (mqadmin's updateTopic, deleteTopic, topicRoute, topicList) are controller state here (there
+is no nameserver), so ``update-topic``, ``delete-topic``, ``topic-route`` and ``topic-list`` send
+their requests to the controller leader like the controller commands.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from rocketray.cli.options import add_cluster_flags
 EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2
+DEFAULT_TOPIC_QUEUES = 8  # mqadmin updateTopic's default read/write queue numbers
 
 
 class AdminError(RuntimeError):
@@ -131,6 +136,32 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("-k", "--key", required=True)
     p.add_argument("-v", "--value", required=True)
     p.set_defaults(func=run_update_controller_config)
+
+    _add_topic_parsers(sub)
+    # Consumer-group commands (consumer-progress, ...) go in a helper of their own here.
+
+
+def _add_topic_parsers(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("update-topic", help="create a topic, or extend it to more queues (never shrinks)")
+    _common(p)
+    p.add_argument("-t", "--topic", required=True)
+    p.add_argument("-q", "--queues", type=int, default=DEFAULT_TOPIC_QUEUES, metavar="N",
+                   help=f"number of queues, spread round robin over the broker groups (default {DEFAULT_TOPIC_QUEUES})")
+    p.set_defaults(func=run_update_topic)
+
+    p = sub.add_parser("delete-topic", help="delete a topic from the controller")
+    _common(p)
+    p.add_argument("-t", "--topic", required=True)
+    p.set_defaults(func=run_delete_topic)
+
+    p = sub.add_parser("topic-route", help="the broker group of each queue of a topic")
+    _common(p)
+    p.add_argument("-t", "--topic", required=True)
+    p.set_defaults(func=run_topic_route)
+
+    p = sub.add_parser("topic-list", help="every topic and its queue count")
+    _common(p)
+    p.set_defaults(func=run_topic_list)
 
 
 # --- plumbing --------------------------------------------------------------------------------------
@@ -375,5 +406,47 @@ def run_update_controller_config(args: argparse.Namespace) -> int:
         assert result is not None, "a cluster has at least one controller"
         text = fmt.format_update_controller_config(updated, result["key"], result["value"])
         return text, {"code": 0, "code_name": "SUCCESS", "controllers": updated, **result}
+
+    return _run(args, once)
+
+
+# --- topics ----------------------------------------------------------------------------------------
+
+def run_update_topic(args: argparse.Namespace) -> int:
+    from rocketray.controller.api import CreateTopicRequest
+
+    def once(cluster):
+        response = _call(cluster, CreateTopicRequest(args.topic, args.queues))
+        return fmt.format_update_topic(response.header), _response_json(response)
+
+    return _run(args, once)
+
+
+def run_delete_topic(args: argparse.Namespace) -> int:
+    from rocketray.controller.api import DeleteTopicRequest
+
+    def once(cluster):
+        response = _call(cluster, DeleteTopicRequest(args.topic))
+        return fmt.format_delete_topic(args.topic), _response_json(response)
+
+    return _run(args, once)
+
+
+def run_topic_route(args: argparse.Namespace) -> int:
+    from rocketray.controller.api import GetTopicRouteRequest
+
+    def once(cluster):
+        response = _call(cluster, GetTopicRouteRequest(args.topic))
+        return fmt.format_topic_route(response.header), _response_json(response)
+
+    return _run(args, once)
+
+
+def run_topic_list(args: argparse.Namespace) -> int:
+    from rocketray.controller.api import ListTopicsRequest
+
+    def once(cluster):
+        response = _call(cluster, ListTopicsRequest())
+        return fmt.format_topic_list(response.header.get("topics") or {}), _response_json(response)
 
     return _run(args, once)

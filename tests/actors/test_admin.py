@@ -298,6 +298,40 @@ def test_status_shows_leader_masters_sss_offsets_and_lag(cluster, capsys):
 
 
 @pytest.mark.slow
+def test_topic_commands_and_consumer_heartbeats_on_a_real_cluster(cluster, capsys):
+    """update-topic / topic-route / topic-list / delete-topic through the Ray controllers (a write
+    replicated by Raft, then reads), a refusal's exit code, and a consumer heartbeat sent like any
+    request (``Cluster.call_controller``: ControllerService.handle hands it to the leader's local
+    membership table, not to Raft). Runs before the metadata wipe below."""
+    from rocketray.actors.controller_service import NONBLOCKING_GROUP, ControllerService
+    from rocketray.controller.api import ConsumerHeartbeatRequest
+
+    code, out, err = admin(capsys, cluster, "update-topic", "-t", "admin-orders", "-q", "3")
+    assert code == 0, err
+    assert out.splitlines()[0] == "create topic admin-orders to controller success."
+    assert out.count("#Queue\t") == 3 and out.count(f"\t{GROUP}\n") == 3, "one group: every queue on it"
+    code, out, _ = admin(capsys, cluster, "topic-route", "-t", "admin-orders", "--json")
+    assert code == 0 and json.loads(out)["header"] == {"topic": "admin-orders",
+                                                       "queues": [[0, GROUP], [1, GROUP], [2, GROUP]]}
+    code, out, _ = admin(capsys, cluster, "topic-list")
+    assert code == 0 and "admin-orders\t3" in out.splitlines()
+    import ray
+
+    tables = ray.get(cluster.controller(cluster.wait_for_leader()).state_snapshot.remote(), timeout=10)
+    assert ["admin-orders", [GROUP] * 3] in tables["topics"], "the leader's replicated tables hold it"
+
+    first = cluster.call_controller(ConsumerHeartbeatRequest("admin-group", "client-1", ("admin-orders",)))
+    second = cluster.call_controller(ConsumerHeartbeatRequest("admin-group", "client-2", ("admin-orders",)))
+    assert first.ok and second.header == {"group": "admin-group", "members": ["client-1", "client-2"]}
+    assert getattr(ControllerService.consumer_heartbeat, "__ray_concurrency_group__", None) == NONBLOCKING_GROUP
+
+    code, out, _ = admin(capsys, cluster, "delete-topic", "-t", "admin-orders")
+    assert code == 0 and out.strip() == "delete topic [admin-orders] from controller success."
+    code, _, err = admin(capsys, cluster, "topic-route", "-t", "admin-orders")
+    assert code == 1 and "TOPIC_NOT_EXIST (17): topic 'admin-orders' does not exist" in err
+
+
+@pytest.mark.slow
 def test_clean_broker_metadata_refusal_then_success(cluster, capsys):
     """Cleaning living ids is refused (2009); ``--clean-living`` wipes the group from the controller
     (quirk 17 kept). Runs last: it leaves the group unregistered."""
