@@ -20,9 +20,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Callable
+from typing import Callable, Protocol
 
-from rocketray.broker.batch import encode_batch
+from rocketray.broker.batch import EncodedBatch, encode_batch
 from rocketray.broker.message import MessageCodecError, decode_record
 from rocketray.broker.offsets import (OFFSETS_QUEUE, OFFSETS_TOPIC, OffsetRecordError, OffsetTable,
                                       commit_message)
@@ -43,6 +43,16 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+class HAPort(Protocol):
+    """What the consumer endpoints need of the HA service (``rocketray.ha.service.HAService``)."""
+
+    epoch: int
+
+    def add_confirm_listener(self, cb: Callable[[int], object]) -> None: ...
+
+    async def put(self, batch: EncodedBatch, now_ms: int) -> PutResult: ...
+
+
 class ConsumerPath:
     """Pull, commit and committed offsets of one replica (see the module docstring).
 
@@ -50,7 +60,7 @@ class ConsumerPath:
     it may write (unfenced), ``ha()`` the HA service (None until the broker has an id)."""
 
     def __init__(self, store: MessageStore, is_master: Callable[[], bool], writable: Callable[[], bool],
-                 ha: Callable[[], object | None], ready_timeout_ms: int = 3000) -> None:
+                 ha: Callable[[], HAPort | None], ready_timeout_ms: int = 3000) -> None:
         self._store = store
         self._is_master = is_master
         self._writable = writable
@@ -58,14 +68,14 @@ class ConsumerPath:
         self._ready_timeout_ms = ready_timeout_ms
         self._table = OffsetTable()
         self._waiters: list[asyncio.Future] = []
-        self._listening_to: object | None = None
+        self._listening_to: HAPort | None = None
         self._ready_term: int | None = None   # the master epoch whose log was seen confirmed
 
     # --- held pulls -----------------------------------------------------------------------
     def _listen(self) -> None:
         ha = self._ha()
         if ha is not None and ha is not self._listening_to:
-            ha.add_confirm_listener(lambda _offset: self.wake())  # type: ignore[attr-defined]
+            ha.add_confirm_listener(lambda _offset: self.wake())
             self._listening_to = ha
 
     def wake(self) -> None:
@@ -129,7 +139,7 @@ class ConsumerPath:
         except (OffsetRecordError, MessageCodecError, TypeError, ValueError) as exc:
             log.info("offset commit refused group=%r: %s", group, exc)
             return refused(PutStatus.MESSAGE_ILLEGAL)
-        return await ha.put(batch, _now_ms())  # type: ignore[attr-defined]
+        return await ha.put(batch, _now_ms())
 
     # --- committed offsets --------------------------------------------------------------------
     def _fold(self) -> OffsetTable:
@@ -156,7 +166,7 @@ class ConsumerPath:
         acknowledged before the failover is then in the folded table). Waits up to the ready timeout
         the first time in a master term; answered from memory afterwards."""
         ha = self._ha()
-        term = getattr(ha, "epoch", None)
+        term = None if ha is None else ha.epoch
         if term is not None and term == self._ready_term:
             return True
         target = self._store.max_offset

@@ -126,13 +126,14 @@ class Consumer:
             if out or time.monotonic() >= deadline:
                 return out
 
-    def commit(self, timeout_s: float | None = None) -> None:
+    def commit(self, timeout_s: float | None = None) -> dict[QueueKey, int]:
         """Commit, for every queue ``poll`` returned messages of, the offset after the last one
-        returned; returns once each is acknowledged, else raises :class:`CommitFailed` (retriable:
-        committing again is always safe)."""
+        returned; returns ``{(topic, queue_id): offset}`` of what this call committed once each is
+        acknowledged, else raises :class:`CommitFailed` (retriable: committing again is always safe;
+        the queues that were acknowledged stay committed)."""
         todo = self._positions.to_commit()
         if not todo:
-            return
+            return {}
         deadline = time.monotonic() + (timeout_s if timeout_s is not None else self.config.send_timeout_ms / 1000)
         by_group: dict[str, list[tuple[str, int, int]]] = {}
         for (topic, queue_id), offset in sorted(todo.items()):
@@ -147,6 +148,7 @@ class Consumer:
         if failed:
             raise CommitFailed(f"offsets of group {self.group!r} on {', '.join(failed)} not acknowledged "
                                f"before the timeout; commit again")
+        return todo
 
     def _commit_group(self, broker_group: str, entries: list[tuple[str, int, int]], deadline: float) -> bool:
         """Commit ``entries`` on ``broker_group`` until acknowledged or ``deadline`` (True if acked)."""

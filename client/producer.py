@@ -76,11 +76,11 @@ def build_message(topic: str, queue_id: int, body: bytes, key: str | None, tags:
         if name in RESERVED_PROPERTIES:
             raise InvalidMessage(f"property {name!r} is reserved (use key=, tags=; msg_id is assigned)")
         props[name] = value
-    for name, value in (("KEYS", key), ("TAGS", tags)):
-        if value is not None:
-            if not isinstance(value, str) or not value:
-                raise InvalidMessage(f"{name.lower()} must be a non-empty str: {value!r}")
-            props[name] = value
+    for reserved, given in (("KEYS", key), ("TAGS", tags)):
+        if given is not None:
+            if not isinstance(given, str) or not given:
+                raise InvalidMessage(f"{reserved.lower()} must be a non-empty str: {given!r}")
+            props[reserved] = given
     props["UNIQ_KEY"] = msg_id
     return Message(topic, queue_id, bytes(body), props, born_timestamp_ms=born_ms)
 

@@ -19,6 +19,7 @@ the restart, seconds after the controller elected its successor.
 from __future__ import annotations
 
 import concurrent.futures
+import logging
 import threading
 import time
 from dataclasses import dataclass
@@ -69,7 +70,7 @@ def connect_transport(cluster: str) -> "RayTransport":
     from rocketray.actors.cluster import ClusterError, connect
 
     if not ray.is_initialized():
-        ray.init(address="auto", logging_level="ERROR", log_to_driver=False)
+        ray.init(address="auto", logging_level=logging.ERROR, log_to_driver=False)
     try:
         return RayTransport(connect(cluster))
     except ClusterError as exc:

@@ -138,7 +138,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run_update_controller_config)
 
     _add_topic_parsers(sub)
-    # Consumer-group commands (consumer-progress, ...) go in a helper of their own here.
+    from rocketray.cli.commands.admin_groups import add_group_parsers
+
+    add_group_parsers(sub)
 
 
 def _add_topic_parsers(sub: argparse._SubParsersAction) -> None:

@@ -1,0 +1,164 @@
+"""The broker's consumer endpoints over a real store: held pulls, commits, committed offsets.
+
+The HA service is replaced by a small stand-in of its port (``put`` appends and, when told to,
+confirms; ``add_confirm_listener``), since what is tested here is the endpoint's rules: serve only
+confirmed records, hold a pull until the confirm offset moves, never below a group's commit, and
+answer committed offsets only from a confirmed log."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from rocketray.actors.consumer_path import ConsumerPath
+from rocketray.broker.batch import encode_batch
+from rocketray.broker.config import StoreConfig
+from rocketray.broker.message import Message, decode_record
+from rocketray.broker.offsets import OFFSETS_QUEUE, OFFSETS_TOPIC
+from rocketray.broker.pull import OffsetsStatus, PullStatus
+from rocketray.broker.store import MessageStore
+from rocketray.ha.ack import PutResult, PutStatus, Written
+
+
+class FakeHA:
+    """Appends as master; confirms at once unless ``auto_confirm`` is off (replicas not acking)."""
+
+    def __init__(self, store: MessageStore) -> None:
+        self.store, self.epoch, self.auto_confirm = store, 1, True
+        self.listeners: list = []
+
+    def add_confirm_listener(self, cb) -> None:
+        self.listeners.append(cb)
+
+    def confirm(self, offset: int) -> None:
+        self.store.confirm_offset = offset
+        for cb in self.listeners:
+            cb(offset)
+
+    async def put(self, batch, now_ms: int) -> PutResult:
+        appended = self.store.put_batch(batch, now_ms)
+        if not self.auto_confirm:
+            return PutResult(PutStatus.FLUSH_SLAVE_TIMEOUT, Written.YES, appended.offsets(), appended.end_offset)
+        self.confirm(appended.end_offset)
+        return PutResult(PutStatus.PUT_OK, Written.YES, appended.offsets(), appended.end_offset)
+
+
+@pytest.fixture
+def path(tmp_path: Path):
+    store = MessageStore(tmp_path, StoreConfig(background_thread=False))
+    ha = FakeHA(store)
+    state = {"master": True}
+    cp = ConsumerPath(store, lambda: state["master"], lambda: state["master"], lambda: ha, ready_timeout_ms=200)
+    yield store, ha, cp, state
+    store.close()
+
+
+def put(ha: FakeHA, n: int, queue_id: int = 0) -> None:
+    batch = encode_batch(Message("T", queue_id, f"m{i}".encode(), born_timestamp_ms=i) for i in range(n))
+    asyncio.run(ha.put(batch, 1))
+
+
+def bodies(records: bytes, count: int) -> list[bytes]:
+    out, pos = [], 0
+    for _ in range(count):
+        msg, size = decode_record(records, pos)
+        out.append(msg.body)
+        pos += size
+    return out
+
+
+def test_a_pull_returns_confirmed_records_only(path):
+    store, ha, cp, _ = path
+    put(ha, 3)
+    ha.auto_confirm = False
+    asyncio.run(ha.put(encode_batch([Message("T", 0, b"unconfirmed")]), 1))
+    r = asyncio.run(cp.pull("T", 0, 0, 100, 1 << 20, 0))
+    assert r.status is PullStatus.FOUND and bodies(r.records, r.count) == [b"m0", b"m1", b"m2"]
+    assert (r.offset, r.next_offset) == (0, 3)
+    r = asyncio.run(cp.pull("T", 0, 3, 100, 1 << 20, 0))
+    assert r.status is PullStatus.NO_NEW_MSG and r.next_offset == 3
+
+
+def test_a_held_pull_answers_when_the_confirm_offset_moves(path):
+    """RocketMQ's pull hold: the request waits until a message is confirmed, not a poll interval."""
+    store, ha, cp, _ = path
+    ha.auto_confirm = False
+
+    async def scenario():
+        held = asyncio.ensure_future(cp.pull("T", 0, 0, 100, 1 << 20, 10_000))
+        await asyncio.sleep(0.02)
+        assert not held.done()
+        await ha.put(encode_batch([Message("T", 0, b"late")]), 1)   # written, not yet confirmed
+        await asyncio.sleep(0.02)
+        assert not held.done()
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        ha.confirm(store.max_offset)
+        result = await asyncio.wait_for(held, 5)
+        return result, loop.time() - t0
+
+    result, waited_s = asyncio.run(scenario())
+    assert result.status is PullStatus.FOUND and bodies(result.records, 1) == [b"late"]
+    assert waited_s < 0.2     # woken by the listener, well before the 250 ms re-check
+
+
+def test_a_held_pull_ends_empty_when_the_hold_runs_out(path):
+    _, _, cp, _ = path
+    r = asyncio.run(cp.pull("T", 0, 0, 10, 1024, 50))
+    assert r.status is PullStatus.NO_NEW_MSG and r.count == 0
+
+
+@pytest.mark.parametrize("args", [(-1, 10, 10, 0), (0, 0, 10, 0), (0, 10, 0, 0), (0, 10, 10, -1),
+                                  (0, 10**6, 10, 0), (0, 10, 10, 10**9)])
+def test_invalid_pulls_are_refused(path, args):
+    _, _, cp, _ = path
+    assert asyncio.run(cp.pull("T", 0, *args)).status is PullStatus.ILLEGAL
+
+
+def test_a_replica_that_is_not_master_does_not_serve(path):
+    _, ha, cp, state = path
+    put(ha, 1)
+    state["master"] = False
+    assert asyncio.run(cp.pull("T", 0, 0, 10, 1024, 0)).status is PullStatus.NOT_MASTER
+    assert asyncio.run(cp.committed("g")).status is OffsetsStatus.NOT_MASTER
+    assert not asyncio.run(cp.commit("g", [("T", 0, 1)])).ok
+
+
+def test_commits_fold_to_the_highest_and_pulls_start_there(path):
+    """A lower commit after a higher one leaves the higher; a group's pull below it starts at it."""
+    _, ha, cp, _ = path
+    put(ha, 10)
+    assert asyncio.run(cp.commit("g", [("T", 0, 7)])).ok
+    assert asyncio.run(cp.commit("g", [("T", 0, 2)])).ok
+    got = asyncio.run(cp.committed("g"))
+    assert got.status is OffsetsStatus.OK and got.committed == (("T", 0, 7),) and got.max_offsets == (("T", 0, 10),)
+    r = asyncio.run(cp.pull("T", 0, 0, 100, 1 << 20, 0, group="g"))
+    assert r.offset == 7 and bodies(r.records, r.count) == [b"m7", b"m8", b"m9"]
+    other = asyncio.run(cp.pull("T", 0, 0, 100, 1 << 20, 0, group="h"))       # groups are independent
+    assert other.offset == 0 and other.count == 10
+
+
+def test_a_commit_past_the_queue_end_is_refused_and_not_written(path):
+    store, ha, cp, _ = path
+    put(ha, 2)
+    end = store.max_offset
+    assert asyncio.run(cp.commit("g", [("T", 0, 3)])).status is PutStatus.MESSAGE_ILLEGAL
+    assert asyncio.run(cp.commit("", [("T", 0, 1)])).status is PutStatus.MESSAGE_ILLEGAL
+    assert store.max_offset == end and store.queue_max_offset(OFFSETS_TOPIC, OFFSETS_QUEUE) == 0
+
+
+def test_committed_offsets_wait_for_a_confirmed_log(path):
+    """A new master answers only once its log is confirmed: an acknowledged commit may sit in its
+    unconfirmed tail, and answering from less would move the group back."""
+    store, ha, cp, _ = path
+    put(ha, 5)
+    ha.auto_confirm = False
+    asyncio.run(cp.commit("g", [("T", 0, 4)]))           # written, not confirmed
+    ha.epoch = 2                                           # a new master term: ready is asked again
+    assert asyncio.run(cp.committed("g")).status is OffsetsStatus.NOT_READY
+    assert asyncio.run(cp.pull("T", 0, 0, 10, 1024, 0, group="g")).status is PullStatus.NOT_MASTER
+    ha.confirm(store.max_offset)
+    got = asyncio.run(cp.committed("g"))
+    assert got.status is OffsetsStatus.OK and got.committed == (("T", 0, 4),)

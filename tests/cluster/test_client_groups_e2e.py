@@ -1,0 +1,129 @@
+"""The client issue's done-when, for real: the user guide's program and two consumer groups of two
+consumer processes each, against `rocketray start --name demo --groups 2` on `ray start --head`,
+survive killing each broker group's master and one consumer mid-run: every acknowledged message is
+delivered to both groups and no acknowledged commit is lost (the committed offsets the cluster
+reports are at or past every commit a consumer saw acknowledged).
+
+Everything runs as a user would: `ray start`, the `rocketray` CLI (start, admin update-topic, stop),
+examples/quickstart.py and examples/consumer_group.py as separate processes; this test only
+produces (through ``rocketray.client.Producer``), kills, and checks. Run it under the shared lock
+(it starts a Ray that a concurrent ``ray.init()`` could join):
+``flock /tmp/rocketray-heavy.lock python -m pytest -q -p no:cacheprovider tests/cluster/test_client_groups_e2e.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rocketray import ports
+from rocketray.waiting import wait_for
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+NAME = "demo"
+GROUPS = ("billing", "audit")
+TOPIC = "payments"
+
+
+def run(args: list[str], env: dict, timeout: float = 300) -> subprocess.CompletedProcess:
+    proc = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, f"{' '.join(args)} exited {proc.returncode}\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+    return proc
+
+
+def lines(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:   # a line cut by the SIGKILL
+            pass
+    return out
+
+
+@pytest.fixture
+def ray_head(tmp_path):
+    from ray.util import get_node_ip_address
+
+    host = get_node_ip_address()          # what `ray start` binds and `ray.init` canonicalizes to
+    port = ports.free_ports(1, host)[0]
+    address = f"{host}:{port}"
+    # `ray start --head` turns on Ray 2.60's token auth (token in ~/.ray/auth_token): clients say so.
+    env = {**os.environ, "RAY_ADDRESS": address, "RAY_AUTH_MODE": "token", "PYTHONUNBUFFERED": "1"}
+    run([str(BIN / "ray"), "start", "--head", f"--port={port}", "--num-cpus=16", "--include-dashboard=false",
+         "--disable-usage-stats"], env)
+    try:
+        yield address, env
+    finally:
+        subprocess.run([str(BIN / "rocketray"), "stop", "--name", NAME, "--address", address, "--delete-data"],
+                       cwd=REPO, env=env, capture_output=True, timeout=120)
+        subprocess.run([str(BIN / "ray"), "stop", "--force"], cwd=REPO, env=env, capture_output=True, timeout=120)
+
+
+def test_two_groups_survive_master_kills_and_a_consumer_kill(ray_head, tmp_path):
+    """At-least-once per group and no lost commit across both masters' kills and a consumer's SIGKILL."""
+    address, env = ray_head
+    run([str(BIN / "rocketray"), "start", "--name", NAME, "--groups", "2", "--address", address,
+         "--data-dir", str(tmp_path / "data")], env)
+
+    # The user guide's example, unchanged, as a user runs it.
+    quick = run([sys.executable, "examples/quickstart.py", "--cluster", NAME], env, timeout=180)
+    assert "group billing received all 101" in quick.stdout, quick.stdout
+
+    run([str(BIN / "rocketray"), "admin", "update-topic", "--name", NAME, "--address", address, "-t", TOPIC,
+         "-q", "8"], env)
+    consumers = {}
+    for group in GROUPS:
+        for i in (1, 2):
+            out = tmp_path / f"{group}-{i}.jsonl"
+            consumers[(group, i)] = (out, subprocess.Popen(
+                [sys.executable, "examples/consumer_group.py", "--cluster", NAME, "--group", group, "--topic", TOPIC,
+                 "--out", str(out)], cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+
+    try:
+        driver = run([sys.executable, "tests/cluster/groups_driver.py", "--cluster", NAME, "--topic", TOPIC,
+                      "--kill-pid", str(consumers[("billing", 1)][1].pid)], env, timeout=600)
+        result = json.loads(driver.stdout.strip().splitlines()[-1])
+        acked = set(result["acked"])
+        assert len(result["kills"]) == 2 and len(acked) >= 700, result["kills"]
+
+        def delivered(group: str) -> set[str]:
+            return {r["msg_id"] for i in (1, 2) for r in lines(consumers[(group, i)][0]) if "msg_id" in r}
+
+        for group in GROUPS:
+            wait_for(lambda: acked <= delivered(group), 120,
+                     f"group {group} to receive every acknowledged message ({len(acked)})")
+
+        progress = json.loads(run([str(BIN / "rocketray"), "admin", "consumer-progress", "--name", NAME,
+                                   "--address", address, "--json", "-g", ",".join(GROUPS)], env).stdout)
+        for group in GROUPS:
+            acknowledged: dict[tuple[str, int], int] = {}
+            for i in (1, 2):
+                for r in lines(consumers[(group, i)][0]):
+                    for topic, queue_id, offset in r.get("commit", []):
+                        acknowledged[(topic, queue_id)] = max(offset, acknowledged.get((topic, queue_id), 0))
+            now = {(q["topic"], q["queue_id"]): q["committed_offset"] for q in progress[group]}
+            lost = {k: (o, now.get(k)) for k, o in acknowledged.items() if now.get(k, -1) < o}
+            assert acknowledged and not lost, f"group {group}: acknowledged commits the cluster lost: {lost}"
+    finally:
+        for _out, proc in consumers.values():
+            if proc.poll() is None:
+                proc.terminate()
+        for _out, proc in consumers.values():
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+    survivors = [p for (g, i), (_o, p) in consumers.items() if (g, i) != ("billing", 1)]
+    assert [p.returncode for p in survivors] == [0, 0, 0], [p.stderr.read()[-2000:] for p in survivors]
