@@ -18,7 +18,8 @@ MODULES=(
     rocketray.controller.state rocketray.controller.session rocketray.controller.topics rocketray.controller.consumers
     rocketray.ha.protocol rocketray.ha.session rocketray.ha.truncation rocketray.ha.sync_state
     rocketray.snapshot.format
-    rocketray.broker.message rocketray.broker.role rocketray.broker.role_io
+    rocketray.broker.message rocketray.broker.role rocketray.broker.role_io rocketray.broker.offsets rocketray.broker.pull
+    rocketray.client.core rocketray.client.types rocketray.client.errors
     rocketray.ha.ack rocketray.ha.master
     rocketray.sim.world rocketray.sim.net rocketray.sim.disk
 )
