@@ -9,7 +9,7 @@ tree="$(mktemp -d)"
 trap 'rm -rf "$tree"' EXIT
 mkdir "$tree/rocketray"
 ln -s "$root"/rocketray/*.py "$tree/rocketray/"
-for package in actors broker chaos cli controller ha sim snapshot spark_on_ray verify; do
+for package in actors broker chaos cli client controller ha sim snapshot spark_on_ray verify; do
     if [ -d "$root/$package" ]; then ln -s "$root/$package" "$tree/rocketray/$package"; fi
 done
 MODULES=(
