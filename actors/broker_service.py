@@ -26,6 +26,7 @@ import time
 from rocketray.config import load_config
 from rocketray.actors.controller_client import AsyncControllerClient
 from rocketray.actors.controller_session import ControllerSession
+from rocketray.actors.client_port import ClientPort
 from rocketray.actors.consumer_path import ConsumerPath
 from rocketray.actors.metrics import BrokerMetrics, configure_actor_logging
 from rocketray.spec import ClusterSpec
@@ -98,8 +99,26 @@ class BrokerService:
         self._metrics = BrokerMetrics(self._spec.name, group, on_error=lambda name, exc: log.warning(
             "metrics disabled after error metric=%s error=%r", name, exc))
         self._metrics_task = asyncio.get_running_loop().create_task(self._metrics_loop())
+        self.client_port: ClientPort | None = None
+        if self._me.client_port is not None:
+            self._client_port_task = asyncio.get_running_loop().create_task(self._serve_clients())
         log.info("broker started group=%s replica=%d ha=%s pid=%d max_offset=%d", group, replica,
                  self._me.ha_address, os.getpid(), self.store.max_offset)
+
+    async def _serve_clients(self) -> None:
+        """Serve producers and consumers on the client port (``actors/client_port.py``). A port that
+        cannot be bound is logged and retried: clients fall back to Ray calls meanwhile."""
+        port = ClientPort(self, self._spec.secret, self._config.ha.ha_auth_timeout_ms)
+        while True:
+            try:
+                await port.start(self._me.host, self._me.client_port)
+                self.client_port = port
+                log.info("client port listening group=%s replica=%d port=%d", self._group, self._replica, port.port)
+                return
+            except OSError as exc:
+                log.error("client port not bound group=%s replica=%d port=%s: %r (retrying)", self._group,
+                          self._replica, self._me.client_port, exc)
+                await asyncio.sleep(1.0)
 
     def _session_hello(self) -> Hello | None:
         broker_id = self.manager.broker_id

@@ -122,7 +122,7 @@ def plan_cluster(name: str, *, controllers: int, groups: int, replicas: int, dat
             listen = port(host, 20912 + k) if ha_proxy else None
             brokers.append(BrokerSpec(group=group, replica=r, host=host, ha_port=port(host, 10912 + k),
                                       store_dir=str(store), node_id=node_id, listen_port=listen,
-                                      node_resource=resource))
+                                      node_resource=resource, client_port=port(host, 30912 + k)))
             k += 1
     return ClusterSpec(name=name, cluster_name=cluster_name, data_dir=str(root), profile=profile,
                        controllers=tuple(ctrl), brokers=tuple(brokers),

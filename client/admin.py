@@ -31,8 +31,20 @@ class Admin:
 
     def __init__(self, cluster: str = "default", *, transport: Transport | None = None,
                  timeout_s: float = 10.0) -> None:
+        self._owns_transport = transport is None
         self._transport = transport if transport is not None else connect_transport(cluster)
         self._timeout_s = timeout_s
+
+    def close(self) -> None:
+        """Close the connections ``consumer_progress`` opened. Idempotent."""
+        if self._owns_transport:
+            self._transport.close()
+
+    def __enter__(self) -> "Admin":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def _call(self, request: Any, what: str) -> dict:
         try:

@@ -18,7 +18,8 @@ __all__ = ["ClientConfig"]
 class ClientConfig:
     """The ``client`` section (Kafka's producer and consumer settings, in rocketray's names)."""
 
-    linger_ms: int = key(5, "send_async: how long a queue's batch waits for more messages (Kafka linger.ms)")
+    linger_ms: int = key(0, "send_async: how long a queue's batch waits for more messages (Kafka linger.ms; 0: "
+                                 "sent when its queue is idle, later messages batch while one is in flight)")
     batch_bytes: int = key(256 * KIB, "send_async: a queue's batch is sent once it holds this many bytes "
                                       "(Kafka batch.size)")
     max_batch_messages: int = key(1024, "send_async: most messages in one batch")

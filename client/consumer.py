@@ -85,6 +85,7 @@ class Consumer:
         self.topics = sorted(set(topics))
         self.auto_offset_reset = auto_offset_reset
         self.client_id = client_id or f"{socket.gethostname()}@{os.getpid()}@{uuid.uuid4().hex[:8]}"
+        self._owns_transport = transport is None
         self._transport = transport if transport is not None else connect_transport(cluster)
         self.config: ClientConfig = _client_config(self._transport, settings)
         self._routes = Routes(self._transport)
@@ -185,6 +186,8 @@ class Consumer:
                                                                      leaving=True), timeout_s=3.0)
         except Exception as exc:  # noqa: BLE001 - the controller expires it later
             log.info("consumer %s: leave not confirmed (%s); it expires by timeout", self.client_id, exc)
+        if self._owns_transport:
+            self._transport.close()
 
     def __enter__(self) -> "Consumer":
         return self

@@ -86,6 +86,14 @@ class Accumulator(Generic[Q, T]):
         batch.size_bytes += size_bytes
         batch.urgent = batch.urgent or urgent
 
+    def try_claim(self, queue: Q) -> bool:
+        """Mark an idle queue (nothing open, nothing in flight) in flight for a batch the caller sends
+        itself (a synchronous send skips the sender thread); False if the queue is busy."""
+        if queue in self._open or queue in self._in_flight:
+            return False
+        self._in_flight.add(queue)
+        return True
+
     def flush_all(self) -> None:
         """Make every open batch ready now (``Producer.flush``)."""
         for batch in self._open.values():

@@ -49,6 +49,7 @@ log = logging.getLogger("rocketray.client")
 #: Properties the client sets itself (RocketMQ's names): a user property may not use them.
 RESERVED_PROPERTIES = frozenset({"KEYS", "TAGS", "UNIQ_KEY"})
 BACKOFF_MIN_S = 0.02
+RECORD_OVERHEAD = 80        # a record's header and topic, counted against batch_bytes
 BACKOFF_MAX_S = 1.0
 
 
@@ -93,6 +94,7 @@ class Producer:
     ``request_timeout_ms``, ``sender_threads``)."""
 
     def __init__(self, cluster: str = "default", *, transport: Transport | None = None, **settings: Any) -> None:
+        self._owns_transport = transport is None
         self._transport = transport if transport is not None else connect_transport(cluster)
         self.config: ClientConfig = _client_config(self._transport, settings)
         self._routes = Routes(self._transport)
@@ -111,8 +113,19 @@ class Producer:
     # --- public API -----------------------------------------------------------------------------
     def send(self, topic: str, body: bytes, *, key: str | None = None, tags: str | None = None,
              properties: Mapping[str, str] | None = None) -> SendResult:
-        """Send one message and wait until it is acknowledged; raises a :class:`ClientError`."""
-        return self._enqueue(topic, body, key, tags, properties, urgent=True).result()
+        """Send one message and wait until it is acknowledged; raises a :class:`ClientError`.
+        When its queue is idle the calling thread sends it itself (no hand-off to the sender)."""
+        queue, pending, size = self._prepare(topic, body, key, tags, properties)
+        with self._lock:
+            if self._closed:
+                raise ClientClosed("producer is closed")
+            claimed = self._acc.try_claim(queue)
+            if not claimed:
+                self._acc.add(queue, pending, size, _now_ms(), urgent=True)
+                self._lock.notify_all()
+        if claimed:
+            self._send_batch(Batch(queue, [pending], [size], size, _now_ms(), True))
+        return pending.future.result()
 
     def send_async(self, topic: str, body: bytes, *, key: str | None = None, tags: str | None = None,
                    properties: Mapping[str, str] | None = None) -> concurrent.futures.Future:
@@ -146,6 +159,8 @@ class Producer:
                         p.future.set_exception(ClientClosed("producer closed before this message was sent"))
                 self._lock.notify_all()
             self._pool.shutdown(wait=True)
+            if self._owns_transport:
+                self._transport.close()
 
     def __enter__(self) -> "Producer":
         return self
@@ -156,6 +171,17 @@ class Producer:
     # --- queueing ---------------------------------------------------------------------------------
     def _enqueue(self, topic: str, body: bytes, key: str | None, tags: str | None,
                  properties: Mapping[str, str] | None, urgent: bool) -> concurrent.futures.Future:
+        queue, pending, size = self._prepare(topic, body, key, tags, properties)
+        with self._lock:
+            if self._closed:
+                raise ClientClosed("producer is closed")
+            self._acc.add(queue, pending, size, _now_ms(), urgent)
+            self._lock.notify_all()
+        return pending.future
+
+    def _prepare(self, topic: str, body: bytes, key: str | None, tags: str | None,
+                 properties: Mapping[str, str] | None) -> tuple[tuple[str, int], _Pending, int]:
+        """The message's queue, its pending entry and its accounted size (raises on bad input)."""
         if self._closed:
             raise ClientClosed("producer is closed")
         route = self._routes.get(topic)
@@ -166,12 +192,7 @@ class Producer:
         if size > self.config.max_message_bytes:
             raise InvalidMessage(f"message of {size} bytes is over max_message_bytes {self.config.max_message_bytes}")
         future: concurrent.futures.Future = concurrent.futures.Future()
-        with self._lock:
-            if self._closed:
-                raise ClientClosed("producer is closed")
-            self._acc.add((topic, queue_id), _Pending(message, msg_id, future), size + 80, _now_ms(), urgent)
-            self._lock.notify_all()
-        return future
+        return (topic, queue_id), _Pending(message, msg_id, future), size + RECORD_OVERHEAD
 
     def _sender_loop(self) -> None:
         while True:

@@ -62,17 +62,20 @@ class Transport(Protocol):
     def pull(self, group: str, topic: str, queue_id: int, offset: int, max_count: int, max_bytes: int,
              hold_ms: int, consumer_group: str | None = None) -> concurrent.futures.Future: ...
     def config(self) -> Any: ...
+    def close(self) -> None: ...
 
 
 def connect_transport(cluster: str) -> "RayTransport":
-    """A transport to the cluster named ``cluster`` on the Ray this process is connected to
-    (``ray.init`` first; an embedded Ray is started if none is)."""
+    """The default transport to the cluster named ``cluster`` on the Ray this process is connected
+    to (``ray.init`` first, or this joins the running Ray): the brokers' client ports
+    (``rocketray.client.socket_transport``), Ray calls for the controller."""
     from rocketray.actors.cluster import ClusterError, connect
+    from rocketray.client.socket_transport import SocketTransport
 
     if not ray.is_initialized():
         ray.init(address="auto", logging_level=logging.ERROR, log_to_driver=False)
     try:
-        return RayTransport(connect(cluster))
+        return SocketTransport(connect(cluster))
     except ClusterError as exc:
         raise ClusterNotFound(str(exc)) from None
 
@@ -90,6 +93,9 @@ class RayTransport:
 
     def groups(self) -> list[str]:
         return list(self.cluster.spec.groups)
+
+    def close(self) -> None:
+        """Release what the transport holds (Ray calls hold nothing)."""
 
     def config(self) -> Any:
         from rocketray.config import load_config

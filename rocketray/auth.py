@@ -13,7 +13,7 @@ nonces stop replays, and the server reveals nothing keyed before the client has 
     client -> server  proof   HMAC(client)                                  32 bytes
     server -> client  proof   HMAC(server)                                  32 bytes
 
-Each protocol proves over its own ``label`` (``HA_LABEL``, ``SESSION_LABEL``), so a proof made
+Each protocol proves over its own ``label`` (``HA_LABEL``, ``SESSION_LABEL``, ``CLIENT_LABEL``), so a proof made
 for one port is worthless on the other. After the exchange the HA connection carries exactly the
 layouts of reference section 11, the session connection ``rocketray.controller.session`` frames.
 Nonces are injected (``authenticate`` passes ``os.urandom(32)``); comparisons are constant-time.
@@ -26,7 +26,7 @@ import hashlib
 import hmac
 import os
 
-__all__ = ["AuthError", "Authenticator", "HA_LABEL", "NONCE_SIZE", "HELLO_SIZE", "PROOF_SIZE", "SESSION_LABEL",
+__all__ = ["AuthError", "Authenticator", "CLIENT_LABEL", "HA_LABEL", "NONCE_SIZE", "HELLO_SIZE", "PROOF_SIZE", "SESSION_LABEL",
            "authenticate"]
 
 MAGIC = b"RRHA"
@@ -36,6 +36,7 @@ HELLO_SIZE = len(MAGIC) + 2 + NONCE_SIZE
 PROOF_SIZE = 32
 HA_LABEL = b"rocketray-ha-auth-v1|"
 SESSION_LABEL = b"rocketray-controller-session-v1|"
+CLIENT_LABEL = b"rocketray-client-port-v1|"
 
 
 class AuthError(Exception):
@@ -52,7 +53,7 @@ class Authenticator:
 
     def __init__(self, role: str, secret: bytes | str, nonce: bytes, label: bytes = HA_LABEL) -> None:
         assert role in ("client", "server")
-        assert label in (HA_LABEL, SESSION_LABEL)
+        assert label in (HA_LABEL, SESSION_LABEL, CLIENT_LABEL)
         if isinstance(secret, str):
             secret = secret.encode()
         if not secret:

@@ -47,6 +47,12 @@ class BrokerSpec:
     listen_port: int | None = None
     #: See ``ControllerSpec.node_resource``.
     node_resource: str | None = None
+    #: Port the broker serves clients on (``actors/client_port.py``); None: clients use Ray calls.
+    client_port: int | None = None
+
+    @property
+    def client_address(self) -> tuple[str, int] | None:
+        return None if self.client_port is None else (self.host, self.client_port)
 
     @property
     def ha_address(self) -> str:

@@ -1,0 +1,156 @@
+"""The broker actor's client port: producers and consumers over an authenticated socket, not Ray calls.
+
+A RocketMQ broker serves clients on its remoting port; here each broker actor serves them on its own
+TCP port (``BrokerSpec.client_port``) from the same event loop that runs its store, HA service and
+controller loop, so a put or a pull costs one socket round trip instead of a Ray actor call. Ray
+still places, restarts and discovers the actors; this port only moves the bytes.
+
+Each connection first runs the mutual challenge/response with the cluster secret
+(``rocketray.auth``, ``CLIENT_LABEL``); then frames of ``rocketray.broker.client_wire``. Every
+request is served in a task of its own, so answers may leave out of order (a held pull never
+delays a put behind it); a put's batch is appended in arrival order because ``HAService.put``
+appends before its first await. A frame that does not decode gets an ERROR frame and its
+connection is closed; nothing else is touched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from typing import Protocol
+
+from rocketray.auth import CLIENT_LABEL, AuthError, authenticate
+from rocketray.broker.batch import EncodedBatch
+from rocketray.broker.client_wire import (Frame, FrameDecoder, FrameType, WireError, answer_type, encode_frame,
+                                          decode_put_request, encode_offsets_answer, encode_pull_answer,
+                                          encode_put_answer, pack, unpack)
+from rocketray.broker.pull import OffsetsResult, PullResult
+from rocketray.ha.ack import PutResult
+
+log = logging.getLogger("rocketray.broker")
+
+READ_CHUNK = 1 << 20
+
+
+class ClientEndpoints(Protocol):
+    """What the port serves (``actors/broker_service.BrokerService``)."""
+
+    async def put(self, batch: EncodedBatch) -> PutResult: ...
+
+    async def pull(self, topic: str, queue_id: int, queue_offset: int, max_count: int, max_bytes: int,
+                   hold_ms: int, group: str | None = None) -> PullResult: ...
+
+    async def commit_offsets(self, group: str, entries: list[tuple[str, int, int]]) -> PutResult: ...
+
+    async def committed_offsets(self, group: str, topics: list[str] | None = None) -> OffsetsResult: ...
+
+    async def queue_max_offsets(self, queues: list[tuple[str, int]]) -> tuple[tuple[str, int, int], ...]: ...
+
+
+class ClientPort:
+    """An asyncio server of client frames for one broker (see the module docstring)."""
+
+    def __init__(self, endpoints: ClientEndpoints, secret: str | bytes, auth_timeout_ms: int = 5000) -> None:
+        if not secret:
+            raise ValueError("the client port needs the cluster secret")
+        self._endpoints = endpoints
+        self._secret = secret
+        self._auth_timeout_ms = auth_timeout_ms
+        self._server: asyncio.AbstractServer | None = None
+        self._tasks: set[asyncio.Task] = set()
+        self.rejected = 0
+        self.port = 0
+
+    async def start(self, host: str, port: int) -> int:
+        self._server = await asyncio.start_server(self._on_accept, host, port, limit=READ_CHUNK)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self.port
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._tasks):
+            task.cancel()
+
+    async def _on_accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
+        sock = writer.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            leftover = await authenticate(reader, writer, "server", self._secret, self._auth_timeout_ms, CLIENT_LABEL)
+        except (AuthError, asyncio.TimeoutError, asyncio.IncompleteReadError, ConnectionError) as exc:
+            self.rejected += 1
+            log.warning("client port: dropping unauthenticated peer %s: %s", peer, exc)
+            writer.close()
+            return
+        decoder = FrameDecoder()
+        try:
+            data = leftover
+            while True:
+                for frame in decoder.feed(data):
+                    task = asyncio.get_running_loop().create_task(self._serve(frame, writer))
+                    self._tasks.add(task)
+                    task.add_done_callback(self._tasks.discard)
+                data = await reader.read(READ_CHUNK)
+                if not data:
+                    return
+        except WireError as exc:
+            self._refuse(writer, 0, exc, peer)
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            if not writer.is_closing():
+                writer.close()
+
+    def _refuse(self, writer: asyncio.StreamWriter, request_id: int, exc: Exception, peer: object) -> None:
+        log.warning("client port: closing %s after a malformed frame: %s", peer, exc)
+        if not writer.is_closing():
+            writer.writelines(encode_frame(FrameType.ERROR, request_id, pack([1, str(exc)])))
+            writer.close()
+
+    async def _serve(self, frame: Frame, writer: asyncio.StreamWriter) -> None:
+        try:
+            body = await self._answer(frame)
+        except WireError as exc:
+            self._refuse(writer, frame.request_id, exc, writer.get_extra_info("peername"))
+            return
+        if not writer.is_closing():
+            writer.writelines(encode_frame(answer_type(frame.type), frame.request_id, *body))
+
+    async def _answer(self, frame: Frame) -> list[bytes]:
+        e = self._endpoints
+        if frame.type is FrameType.PUT:
+            count, data = decode_put_request(frame.body)
+            return [encode_put_answer(await e.put(EncodedBatch(data, count)))]
+        if frame.type is FrameType.PULL:
+            args = unpack(frame.body, "pull")
+            if not (isinstance(args, list) and len(args) == 7 and isinstance(args[0], str)
+                    and all(isinstance(a, int) and not isinstance(a, bool) for a in args[1:6])
+                    and (args[6] is None or isinstance(args[6], str))):
+                raise WireError("pull: expected [topic, queue_id, offset, max_count, max_bytes, hold_ms, group]")
+            return encode_pull_answer(await e.pull(*args))
+        if frame.type is FrameType.COMMIT:
+            group, entries = _pair(unpack(frame.body, "commit"), "commit")
+            if not isinstance(group, str) or not isinstance(entries, list):
+                raise WireError("commit: expected [group, [[topic, queue_id, offset], ...]]")
+            return [encode_put_answer(await e.commit_offsets(group, [tuple(x) for x in entries if isinstance(x, list)]))]
+        if frame.type is FrameType.COMMITTED:
+            group, topics = _pair(unpack(frame.body, "committed"), "committed")
+            if not isinstance(group, str) or not (topics is None or isinstance(topics, list)):
+                raise WireError("committed: expected [group, [topic, ...] or nil]")
+            return [encode_offsets_answer(await e.committed_offsets(group, topics))]
+        if frame.type is FrameType.QUEUE_MAX:
+            queues = unpack(frame.body, "queue max")
+            if not isinstance(queues, list) or not all(isinstance(q, list) and len(q) == 2 for q in queues):
+                raise WireError("queue max: expected [[topic, queue_id], ...]")
+            return [pack([list(r) for r in await e.queue_max_offsets([(str(t), int(q)) for t, q in queues])])]
+        raise WireError(f"{frame.type.name} is not a request")
+
+
+def _pair(value: object, what: str) -> tuple:
+    if not (isinstance(value, list) and len(value) == 2):
+        raise WireError(f"{what}: expected a pair")
+    return value[0], value[1]
+

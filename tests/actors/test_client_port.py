@@ -1,0 +1,127 @@
+"""The broker's client port over real sockets: authentication with the cluster secret, answers out of
+order (a held pull never delays a put), bad frames close only their own connection, and a lost
+connection fails the requests in flight as unanswered.
+
+The endpoints are a small stand-in of ``BrokerService`` (the port is what is tested here); the
+client side is the real ``rocketray.client.socket_transport.Connection``."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import socket
+import threading
+
+import pytest
+
+from rocketray.actors.client_port import ClientPort
+from rocketray.auth import AuthError
+from rocketray.broker.client_wire import (HEADER, PUT_COUNT, FrameType, decode_pull_answer, decode_put_answer,
+                                          pack)
+from rocketray.broker.pull import OffsetsResult, OffsetsStatus, PullResult, PullStatus
+from rocketray.client.socket_transport import Connection, ConnectionLost
+from rocketray.ha.ack import PutResult, PutStatus, Written
+
+SECRET = "s3cret"
+
+
+class Endpoints:
+    def __init__(self) -> None:
+        self.puts: list[tuple[bytes, int]] = []
+        self.release_pull: asyncio.Event | None = None
+
+    async def put(self, batch):
+        self.puts.append((batch.data, batch.count))
+        return PutResult(PutStatus.PUT_OK, Written.YES, tuple((i, i * 10) for i in range(batch.count)), 100, 1)
+
+    async def pull(self, topic, queue_id, queue_offset, max_count, max_bytes, hold_ms, group=None):
+        self.release_pull = asyncio.Event()
+        await self.release_pull.wait()
+        return PullResult(PullStatus.FOUND, b"rec", 1, queue_offset, queue_offset + 1, 9)
+
+    async def commit_offsets(self, group, entries):
+        return PutResult(PutStatus.PUT_OK, Written.YES, ((0, 0),), 1, 1)
+
+    async def committed_offsets(self, group, topics=None):
+        return OffsetsResult(OffsetsStatus.OK, (("t", 0, 3),), (("t", 0, 5),))
+
+    async def queue_max_offsets(self, queues):
+        return tuple((t, q, 5) for t, q in queues)
+
+
+@pytest.fixture
+def port():
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    endpoints = Endpoints()
+    server = ClientPort(endpoints, SECRET, auth_timeout_ms=2000)
+    number = asyncio.run_coroutine_threadsafe(server.start("127.0.0.1", 0), loop).result(5)
+    yield ("127.0.0.1", number), endpoints, server, loop
+    asyncio.run_coroutine_threadsafe(server.close(), loop).result(5)
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(5)
+
+
+def test_a_wrong_secret_is_refused_before_any_frame(port):
+    address, endpoints, server, _ = port
+    with pytest.raises((AuthError, OSError)):
+        Connection(address, "not the secret")
+    assert server.rejected == 1 and endpoints.puts == []
+
+
+def test_a_held_pull_does_not_delay_a_put_on_the_same_connection(port):
+    address, endpoints, _, loop = port
+    conn = Connection(address, SECRET)
+    held = conn.request(FrameType.PULL, pack(["t", 0, 4, 10, 1024, 10_000, "g"]))
+    put = conn.request(FrameType.PUT, PUT_COUNT.pack(2), b"two records")
+    result = decode_put_answer(put.result(5).body)
+    assert result.ok and result.offsets == ((0, 0), (1, 10)) and endpoints.puts == [(b"two records", 2)]
+    assert not held.done()
+    loop.call_soon_threadsafe(endpoints.release_pull.set)
+    pulled = decode_pull_answer(held.result(5).body)
+    assert pulled.status is PullStatus.FOUND and pulled.records == b"rec" and pulled.offset == 4
+    conn.close("done")
+
+
+def test_a_malformed_frame_closes_only_its_connection(port):
+    """Bad input gets an ERROR frame and the close of that connection; other clients go on."""
+    address, endpoints, _, _ = port
+    good = Connection(address, SECRET)
+    bad = Connection(address, SECRET)
+    in_flight = bad.request(FrameType.PULL, pack(["t", 0, 0, 10, 1024, 10_000, None]))
+    with bad._send_lock:
+        bad._sock.sendall(HEADER.pack(b"RRCL", 1, 99, 5, 0))           # an unknown frame type
+    with pytest.raises(ConnectionLost):
+        in_flight.result(5)                                            # the broker closed that connection
+    assert bad.closed is not None
+    assert decode_put_answer(good.request(FrameType.PUT, PUT_COUNT.pack(1), b"r").result(5).body).ok
+    good.close("done")
+
+
+def test_an_invalid_request_body_gets_an_error_frame(port):
+    address, _, _, _ = port
+    conn = Connection(address, SECRET)
+    answer = conn.request(FrameType.PULL, pack(["t", "zero", 0])).result(5)
+    assert answer.type is FrameType.ERROR
+
+
+def test_an_oversized_frame_is_refused_before_its_body(port):
+    address, _, _, _ = port
+    conn = Connection(address, SECRET)
+    with conn._send_lock:
+        conn._sock.sendall(HEADER.pack(b"RRCL", 1, 1, 1, 1 << 31))
+    fut = conn.request(FrameType.PUT, PUT_COUNT.pack(0), b"")
+    with pytest.raises((ConnectionLost, concurrent.futures.TimeoutError)):
+        fut.result(5)
+    assert conn.closed is not None
+
+
+def test_a_lost_connection_fails_requests_in_flight(port):
+    address, _, _, _ = port
+    conn = Connection(address, SECRET)
+    held = conn.request(FrameType.PULL, pack(["t", 0, 0, 10, 1024, 10_000, None]))
+    conn._sock.shutdown(socket.SHUT_RDWR)
+    with pytest.raises(ConnectionLost):
+        held.result(5)
+    assert conn.request(FrameType.PUT, PUT_COUNT.pack(0), b"").exception(5) is not None

@@ -1,0 +1,89 @@
+"""The client port's frames: round trips, golden header bytes, and bad input that raises WireError only
+(fed whole, byte by byte, and in every chunking h11-style)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, strategies as st
+
+from rocketray.broker.client_wire import (HEADER, MAX_BODY_BYTES, FrameDecoder, FrameType, WireError,
+                                          decode_offsets_answer, decode_pull_answer, decode_put_answer,
+                                          decode_put_request, encode_frame, encode_offsets_answer,
+                                          encode_pull_answer, encode_put_answer, PUT_COUNT)
+from rocketray.broker.pull import OffsetsResult, OffsetsStatus, PullResult, PullStatus
+from rocketray.ha.ack import PutResult, PutStatus, Written, refused
+
+
+def joined(parts) -> bytes:
+    return b"".join(bytes(p) for p in parts)
+
+
+def test_golden_header():
+    """magic RRCL, version 1, type, request id u64, body length u32, big-endian."""
+    assert joined(encode_frame(FrameType.PUT, 7, b"ab")) == bytes.fromhex("5252434c" "01" "01" "0000000000000007"
+                                                                         "00000002") + b"ab"
+
+
+def test_frames_decode_in_any_chunking():
+    stream = joined(encode_frame(FrameType.PULL, 1, b"x" * 10) + encode_frame(FrameType.PUT, 2, b"")
+                    + encode_frame(FrameType.COMMIT, 3, b"yz"))
+    one_by_one, dec = [], FrameDecoder()
+    for i in range(len(stream)):
+        one_by_one += dec.feed(stream[i:i + 1])
+    assert [(f.type, f.request_id, bytes(f.body)) for f in one_by_one] == [
+        (FrameType.PULL, 1, b"x" * 10), (FrameType.PUT, 2, b""), (FrameType.COMMIT, 3, b"yz")]
+    assert dec.buffered == 0
+
+
+@pytest.mark.parametrize("bad", [
+    b"XXXX" + bytes(14),                                             # magic
+    HEADER.pack(b"RRCL", 2, 1, 1, 0),                                # version
+    HEADER.pack(b"RRCL", 1, 42, 1, 0),                               # type
+    HEADER.pack(b"RRCL", 1, 1, 1, MAX_BODY_BYTES + 1),               # oversize: refused before the body comes
+])
+def test_bad_headers_raise_wire_error(bad):
+    with pytest.raises(WireError):
+        FrameDecoder().feed(bad)
+
+
+@given(st.binary(max_size=64))
+def test_random_bytes_give_frames_more_or_wire_error(data):
+    try:
+        FrameDecoder().feed(data)
+    except WireError:
+        pass
+
+
+@pytest.mark.parametrize("result", [
+    PutResult(PutStatus.PUT_OK, Written.YES, ((0, 0), (1, 200)), 400, 2),
+    PutResult(PutStatus.FLUSH_SLAVE_TIMEOUT, Written.YES, ((5, 10),), 99, None),
+    PutResult(PutStatus.MASTER_CHANGED, Written.UNKNOWN, ((5, 10),), 99, 1),
+    refused(PutStatus.NOT_MASTER),
+])
+def test_put_answers_round_trip(result):
+    assert decode_put_answer(encode_put_answer(result)) == result
+
+
+def test_put_request_carries_the_count_and_the_batch():
+    assert decode_put_request(PUT_COUNT.pack(3) + b"records") == (3, b"records")
+    with pytest.raises(WireError):
+        decode_put_request(b"\x00")
+
+
+@pytest.mark.parametrize("body", [b"", b"\x00" * 5, encode_put_answer(refused(PutStatus.FENCED)) + b"x",
+                                  bytes([9, 0]) + bytes(20)])
+def test_bad_put_answers_raise_wire_error(body):
+    with pytest.raises(WireError):
+        decode_put_answer(body)
+
+
+def test_pull_and_offsets_answers_round_trip():
+    pull = PullResult(PullStatus.FOUND, b"records", 2, 5, 7, 9, "")
+    assert decode_pull_answer(joined(encode_pull_answer(pull))) == pull
+    offsets = OffsetsResult(OffsetsStatus.OK, (("t", 0, 4),), (("t", 0, 9),), "")
+    assert decode_offsets_answer(encode_offsets_answer(offsets)) == offsets
+    for bad in (b"", b"\x00\x00\x00\x09ab", b"\x00\x00\x00\x01\xc1"):
+        with pytest.raises(WireError):
+            decode_pull_answer(bad)
+    with pytest.raises(WireError):
+        decode_offsets_answer(b"\x93\x01\x02\x03")
