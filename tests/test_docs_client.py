@@ -27,4 +27,4 @@ def test_the_settings_table_lists_every_client_key():
     table = doc.split("## Settings", 1)[1].split("##", 1)[0]
     named = set(re.findall(r"`([a-z_]+)`", table))
     assert set(ClientConfig.__dataclass_fields__) <= named
-    assert "| `linger_ms` | 5 |" in table and ClientConfig().linger_ms == 5
+    assert f"| `linger_ms` | {ClientConfig().linger_ms} |" in table
