@@ -3,9 +3,10 @@
     ray job submit --address http://HEAD:8265 --working-dir . -- python driver.py --json
 
 Starts a rocketray cluster on the Ray it runs in (or ``--connect NAME`` to use a
-running one), produces, kills the master broker actor and the controller
-leader, verifies nothing acknowledged was lost and replicas agree, and prints the
-same JSON contract as ``rocketray demo --json`` (last stdout line). Exit code 0
+running one), produces through ``rocketray.client`` to a topic spread over the
+groups, kills the master broker actor and the controller leader, verifies that a
+consumer group is delivered every acknowledged message and that replicas agree,
+and prints the same JSON contract as ``rocketray demo --json`` (last stdout line). Exit code 0
 only if every check passed. ``--keep`` leaves the cluster running afterwards.
 
 ``--name`` defaults to the CLI's cluster name (``default``), so ``rocketray status`` and

@@ -1,11 +1,14 @@
 """The failover pipeline shared by ``rocketray demo`` and ``driver.py``.
 
-Produce, kill the master broker actor of the first group and time until a write
-is acknowledged again, kill the controller leader and time until a new leader
-serves, keep producing, let the cluster settle, then verify: every acknowledged
-payload is readable, and all replicas of a group hold identical bytes up to
-their common confirm offset. The result is a summary dict whose ``checks`` all
-must be true for success; ``summary_json`` keys are the demo's JSON contract.
+Everything the pipeline writes and reads goes through ``rocketray.client`` (``actors/workload.py``):
+it creates a topic whose queues the controller spreads over the groups, produces with a
+``Producer``, kills the master broker actor of the first group and times until a send to that group
+is acknowledged again (the client's own failover: it follows the controller to the next master),
+kills the controller leader and times until a new leader serves, keeps producing, lets the cluster
+settle, then verifies: a fresh consumer group is delivered every acknowledged message, and all
+replicas of a group hold identical bytes up to their common confirm offset. The result is a summary
+dict whose ``checks`` all must be true for success; ``summary_json`` keys are the demo's JSON
+contract.
 """
 
 from __future__ import annotations
@@ -15,66 +18,53 @@ from typing import Callable, Protocol
 
 import ray
 
-from rocketray.actors.client import Consumer, Producer, SendOutcome, now_ms
 from rocketray.actors.cluster import Cluster, ClusterError, wait_for
+from rocketray.actors.workload import BATCH, Workload
 from rocketray.controller.api import GetReplicaInfoRequest
 from rocketray.waiting import NotYet
 
-BATCH = 50
-QUEUES = 4
+__all__ = ["Workload", "BATCH", "kill_master_and_time", "kill_controller_leader_and_time", "lose_node_and_time",
+           "settle", "verify", "run", "NodeControl", "node_label", "actors_on", "replicas_on_distinct_nodes"]
 
 
-class Workload:
-    """Unique payloads round-robin over groups and queues; remembers what was acknowledged."""
-
-    def __init__(self, cluster: Cluster, recorder: Callable[[dict], None] | None = None, process: str = "driver"):
-        self.cluster = cluster
-        self.producer = Producer(cluster, process=process, recorder=recorder)
-        self.acked: dict[str, set[str]] = {g: set() for g in cluster.spec.groups}
-        self.sent = 0
-        self.failed = 0
-        self._seq = 0
-
-    def send_batch(self, group: str) -> SendOutcome:
-        queue_id = self._seq // BATCH % QUEUES
-        payloads = []
-        for _ in range(BATCH):
-            self._seq += 1
-            pid = f"{group}-{self._seq:09d}"
-            payloads.append((pid, f"payload {pid} ".encode() * 8))
-        result = self.producer.send(group, queue_id, payloads)
-        self.sent += len(payloads)
-        if result.outcome == "ok":
-            self.acked[group].update(p for p, _ in payloads)
-        else:
-            self.failed += len(payloads)
-        return result
-
-    def produce(self, count: int, progress=None) -> None:
-        groups = self.cluster.spec.groups
-        for i in range(max(1, count // BATCH)):
-            self.send_batch(groups[i % len(groups)])
-            if progress is not None:
-                progress.update(BATCH)
-
-    @property
-    def acked_count(self) -> int:
-        return sum(len(s) for s in self.acked.values())
+def now_ms() -> float:
+    return time.time() * 1000.0
 
 
 def kill_master_and_time(cluster: Cluster, workload: Workload, group: str) -> tuple[float, int, int | None]:
     """Kill the master broker actor of ``group``; returns (ms until a write is acknowledged again,
     the killed replica, the replica that acknowledged it)."""
     old = cluster.wait_for_master(group, 60)
+    epoch = master_view(cluster, group)[1]
     t0 = time.monotonic()
     cluster.kill_broker(group, old, wait_restart=False)
-    workload.producer.forget_master(group)
+    new = first_ack_after_kill(cluster, workload, group, old, epoch, timeout_s=120)
+    return (time.monotonic() - t0) * 1000.0, old, new
+
+
+def master_view(cluster: Cluster, group: str) -> tuple[int | None, int | None]:
+    """(master replica, master epoch) of ``group`` as the controller leader sees it now."""
+    resp = cluster.call_controller(GetReplicaInfoRequest(broker_name=group), timeout_s=10.0)
+    header = (resp.header or {}) if resp.ok else {}
+    b = cluster.spec.broker_by_ha_address(header.get("master_address") or "")
+    return (None if b is None else b.replica), header.get("master_epoch")
+
+
+def first_ack_after_kill(cluster: Cluster, workload: Workload, group: str, old: int, epoch: int | None,
+                         timeout_s: float) -> int | None:
+    """Send to ``group`` until its next master acknowledges; returns that replica. An ack from the
+    killed replica ``old`` counts only once the controller re-elected it under an epoch above
+    ``epoch`` (Ray restarted it and it won a new term): before that it came from the killed process
+    in the moments before it died (``ray.kill`` returns at once, and the client's connection reaches
+    that process directly)."""
+    deadline = time.monotonic() + timeout_s
     while True:
-        result = workload.send_batch(group)
-        if result.outcome == "ok":
-            return (time.monotonic() - t0) * 1000.0, old, result.replica
-        if time.monotonic() - t0 > 120:
-            raise ClusterError(f"writes to {group} did not resume within 120 s after killing its master")
+        replica = workload.send_until_acked(group, timeout_s=max(0.1, deadline - time.monotonic()))
+        if replica != old:
+            return replica
+        master, now_epoch = master_view(cluster, group)
+        if master == old and now_epoch is not None and (epoch is None or now_epoch > epoch):
+            return replica
 
 
 def kill_controller_leader_and_time(cluster: Cluster) -> float:
@@ -129,17 +119,11 @@ def lose_node_and_time(cluster: Cluster, workload: Workload, nodes: NodeControl,
     ctrls, brokers = actors_on(cluster, label)
     say(f"killing node {label}: controllers {ctrls}, brokers {[f'{g}-{r}' for g, r in brokers]} "
         f"(the master of {group} among them)")
+    epoch = master_view(cluster, group)[1]
     t0 = time.monotonic()
     nodes.remove(label)
-    workload.producer.forget_master(group)
-    while True:
-        result = workload.send_batch(group)
-        if result.outcome == "ok":
-            failover_ms = (time.monotonic() - t0) * 1000.0
-            new_master = result.replica
-            break
-        if time.monotonic() - t0 > 120:
-            raise ClusterError(f"writes to {group} did not resume within 120 s after losing node {label}")
+    new_master = first_ack_after_kill(cluster, workload, group, old, epoch, timeout_s=120)
+    failover_ms = (time.monotonic() - t0) * 1000.0
     say(f"writes resumed {failover_ms:.0f} ms after the node died (replica {new_master} is master)")
     nodes.wait_dead(label)
     down_statuses = {f"{g}-{r}": cluster.broker_status(g, r, timeout_s=1.0) for g, r in brokers}
@@ -203,19 +187,14 @@ def settle(cluster: Cluster, timeout_s: float = 120, in_sync: bool = False) -> N
     wait_for(settled, timeout_s, "every replica to run and confirm its master's log", interval_s=0.2)
 
 
-def verify(cluster: Cluster, workload: Workload, recorder=None) -> dict:
-    """Read every queue from every replica; count lost acknowledged payloads and compare bytes."""
-    consumer = Consumer(cluster, process="verifier", recorder=recorder)
-    lost = 0
+def verify(cluster: Cluster, workload: Workload) -> dict:
+    """Consume the workload's topic with a fresh consumer group (every acknowledged msg_id must be
+    delivered) and compare every group's replicas byte for byte up to their common confirm offset."""
+    delivered = workload.consume_all()
+    lost = sum(len(acked - delivered.keys()) for acked in workload.acked.values())
     consistent = True
     digests: dict[str, list] = {}
     for group in cluster.spec.groups:
-        master = cluster.master_of(group)
-        seen: set[str] = set()
-        for q in range(QUEUES):
-            for m in consumer.read_queue(group, master, q):
-                seen.add(m["properties"].get("pid"))
-        lost += len(workload.acked[group] - seen)
         statuses = cluster.group_status(group)
         upto = min(s["confirm_offset"] for s in statuses)
         start = max(s["min_offset"] for s in statuses)
@@ -223,7 +202,8 @@ def verify(cluster: Cluster, workload: Workload, recorder=None) -> dict:
         group_digests = ray.get(refs, timeout=60)
         digests[group] = group_digests
         consistent = consistent and len(set(group_digests)) == 1
-    return {"lost": lost, "consistent": consistent, "digests": digests}
+    return {"lost": lost, "consistent": consistent, "digests": digests, "delivered": len(delivered),
+            "redelivered": sum(n - 1 for n in delivered.values())}
 
 
 def run(cluster: Cluster, messages: int, progress_factory=None, say: Callable[[str], None] = print,
@@ -235,15 +215,26 @@ def run(cluster: Cluster, messages: int, progress_factory=None, say: Callable[[s
     (``lose_node_and_time``); its figures and checks join the summary."""
     started = now_ms()
     workload = Workload(cluster)
+    try:
+        figures = _run_steps(cluster, workload, messages, progress_factory, say, nodes)
+    finally:
+        workload.close()
+    return _summary(cluster, workload, figures, started)
+
+
+def _run_steps(cluster: Cluster, workload: Workload, messages: int, progress_factory,
+               say: Callable[[str], None], nodes: NodeControl | None) -> dict:
+    """Produce, kill, produce, verify; returns what ``_summary`` reports."""
     group = cluster.spec.groups[0]
     third = max(BATCH, messages // 3)
     bar = progress_factory(total=messages) if progress_factory else None
-    say(f"producing {messages} messages to {len(cluster.spec.groups)} group(s)")
+    say(f"producing {messages} messages to topic {workload.topic} ({len(workload.route.queues)} queues over "
+        f"{len(cluster.spec.groups)} group(s)) through rocketray.client")
     workload.produce(third, bar)
     settle(cluster, in_sync=True)   # another replica must be electable (see the node step below)
     say(f"killing the master broker of {group}")
     broker_failover_ms, old_master, new_master = kill_master_and_time(cluster, workload, group)
-    say(f"writes resumed after {broker_failover_ms:.0f} ms")
+    say(f"writes resumed after {broker_failover_ms:.0f} ms (replica {new_master} acknowledged)")
     workload.produce(third, bar)
     say("killing the controller leader")
     controller_failover_ms = kill_controller_leader_and_time(cluster)
@@ -265,13 +256,22 @@ def run(cluster: Cluster, messages: int, progress_factory=None, say: Callable[[s
     settle(cluster)
     if old_status is None:
         old_status = cluster.broker_status(group, old_master) or {}
-    result = verify(cluster, workload)
+    say("consuming the topic with a new consumer group")
+    return {"broker_failover_ms": broker_failover_ms, "controller_failover_ms": controller_failover_ms,
+            "old_master": old_master, "new_master": new_master, "old_status": old_status, "node_step": node_step,
+            "verified": verify(cluster, workload)}
+
+
+def _summary(cluster: Cluster, workload: Workload, figures: dict, started: float) -> dict:
+    """The summary dict (the demo's JSON contract) from the steps' figures."""
+    result, old_status, node_step = figures["verified"], figures["old_status"], figures["node_step"]
     checks = {
-        "writes_resumed_after_master_kill": broker_failover_ms > 0,
-        "another_replica_became_master": new_master is not None and new_master != old_master,
-        "controller_served_after_leader_kill": controller_failover_ms > 0,
+        "writes_resumed_after_master_kill": figures["broker_failover_ms"] > 0,
+        "another_replica_became_master": figures["new_master"] is not None
+        and figures["new_master"] != figures["old_master"],
+        "controller_served_after_leader_kill": figures["controller_failover_ms"] > 0,
         "old_master_rejoined_as_slave": old_status.get("role") == "slave" and bool(old_status.get("running")),
-        "every_acked_message_readable": result["lost"] == 0,
+        "every_acked_message_readable": result["lost"] == 0,   # delivered to a consumer group
         "replicas_consistent": result["consistent"],
         "some_messages_acked": workload.acked_count > 0,
     }
@@ -291,14 +291,19 @@ def run(cluster: Cluster, messages: int, progress_factory=None, say: Callable[[s
                  "node_rejoin_ms": round(node_step["node_rejoin_ms"], 1), "node_lost": node_step["node"],
                  "node_lost_actors": [f"controller-{i}" for i in node_step["lost_controllers"]] + lost}
     return {**extra,
+        "topic": workload.topic,
+        "queues": len(workload.route.queues),
         "messages_sent": workload.sent,
         "messages_acked": workload.acked_count,
+        "messages_unknown": workload.unknown,
+        "messages_delivered": result["delivered"],
+        "messages_redelivered": result["redelivered"],
         "messages_lost": result["lost"],
         "replicas_consistent": result["consistent"],
-        "broker_failover_ms": round(broker_failover_ms, 1),
-        "controller_failover_ms": round(controller_failover_ms, 1),
+        "broker_failover_ms": round(figures["broker_failover_ms"], 1),
+        "controller_failover_ms": round(figures["controller_failover_ms"], 1),
         "groups": len(cluster.spec.groups),
-        "replicas": len(cluster.spec.brokers_of(group)),
+        "replicas": len(cluster.spec.brokers_of(cluster.spec.groups[0])),
         "controllers": len(cluster.spec.controllers),
         "elapsed_ms": round(now_ms() - started, 1),
         "checks": checks,

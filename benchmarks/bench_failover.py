@@ -3,11 +3,13 @@
 For each profile (fast, default) a cluster of 3 controllers and one group of 3 replicas (all-ack on)
 runs on an embedded local Ray (or the Ray already initialised). Each round waits for the group to
 settle with every replica back in the SyncStateSet (a master killed while its set is itself alone
-has no electable successor), kills the master actor and sends batches until one is acknowledged by the group's next
-master. The controller notices the death when the kernel closes the master's session connection
-(``rocketray.controller.session``), not a heartbeat timeout later; Ray restarts the killed actor
-meanwhile, and if it is back before the election it asks for a new term and may itself be that next
-master under a higher epoch (``same_master_rounds`` counts those).
+has no electable successor), kills the master actor and sends single messages through
+``rocketray.client`` (a ``Producer`` on a topic whose queues live on the group: ``actors/workload.py``)
+until one is acknowledged by the group's next master; the client finds that master itself (it
+follows the controller's watch). The controller notices the death when the kernel closes the
+master's session connection (``rocketray.controller.session``), not a heartbeat timeout later; Ray
+restarts the killed actor meanwhile, and if it is back before the election it asks for a new term
+and may itself be that next master under a higher epoch (``same_master_rounds`` counts those).
 
 Hops (p50 over the kills): ``elected_p50_ms``, from the kill until the first controller to answer a
 watch had applied the next master's epoch (the session close, the election commit), and ``after_election_p50_ms``,
@@ -15,7 +17,7 @@ the rest (the producer's watch fires, it moves the put to the new master, the ne
 role and acknowledges).
 
 Same-run floor: on the settled live group, the median of one controller round trip that commits in
-Raft (a read behind a barrier) plus one acknowledged put of the same batch size: what any failover
+Raft (a read behind a barrier) plus one acknowledged send of one message: what any failover
 has to spend after detection (an election commit, then a write). Reported per profile: p50 (lower
 median) and max of the failover times in ms, ``floor_ms``, ``ratio`` = p50 / floor (lower is
 better), ``target_p50_ms`` (issue 18: 500) and, for reference, ``controller_heartbeat_timeout_ms``,
@@ -61,8 +63,7 @@ def floor_ms(cluster, w) -> float:
         t0 = time.perf_counter()
         answer = cluster.call_controller(GetReplicaInfoRequest(broker_name=GROUP), timeout_s=10.0)
         assert answer.ok, answer
-        sent = w.send_batch(GROUP)
-        assert sent.outcome == "ok", sent
+        w.send_until_acked(GROUP, timeout_s=10)
         samples.append((time.perf_counter() - t0) * 1000)
     return _p50(samples)
 
@@ -115,6 +116,7 @@ def measure(profile: str, kills: int, data_dir: str) -> dict:
     samples: list[float] = []
     elections: list[float] = []
     same = 0  # rounds where Ray restarted the master before detection and it won a new term itself
+    w = None
     try:
         w = pipeline.Workload(cluster)
         w.produce(200)
@@ -130,6 +132,8 @@ def measure(profile: str, kills: int, data_dir: str) -> dict:
         pipeline.settle(cluster, timeout_s=180)
         lost = pipeline.verify(cluster, w)["lost"]
     finally:
+        if w is not None:
+            w.close()
         cluster.stop(delete_data=True)
     p50 = _p50(samples)
     return {"kills": len(samples), "p50_ms": round(p50, 1), "max_ms": round(max(samples), 1),
@@ -156,6 +160,7 @@ def measure_node_loss(rounds: int, data_dir: str) -> dict:
     try:
         cluster = start_cluster(f"bench-node-loss-{int(time.time())}", controllers=3, groups=1, replicas=3,
                                 data_dir=data_dir, profile="fast")
+        w = None
         try:
             w = pipeline.Workload(cluster)
             w.produce(200)
@@ -171,6 +176,8 @@ def measure_node_loss(rounds: int, data_dir: str) -> dict:
             pipeline.settle(cluster, timeout_s=180)
             lost = pipeline.verify(cluster, w)["lost"]
         finally:
+            if w is not None:
+                w.close()
             cluster.stop(delete_data=True)
     finally:
         nodes.shutdown()

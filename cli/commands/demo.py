@@ -2,8 +2,10 @@
 
 Starts a local Ray, brings up C controllers and G groups of R replicas (fast
 profile), runs the failover pipeline of ``actors/pipeline.py`` with a progress
-bar, prints a summary, tears everything down, and exits 0 only if every check
-passed. With ``--json`` the last stdout line is one JSON object.
+bar (everything it writes and reads goes through ``rocketray.client``: a topic,
+a producer, a consumer group), prints a summary, tears everything down, and
+exits 0 only if every check passed. With ``--json`` the last stdout line is one
+JSON object.
 
 ``--nodes N`` (N >= 2) runs it on N Ray nodes on this machine instead (``actors/nodes.py``): each
 group's replicas and the controllers are spread and pinned by node label, and after the controller

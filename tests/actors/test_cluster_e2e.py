@@ -39,7 +39,7 @@ def test_kill_master_new_master_from_sss_writes_resume_old_master_rejoins(make_c
     assert len(sss_before) == 3, "all replicas caught up and joined the SyncStateSet"
 
     cluster.kill_broker(GROUP, old, wait_restart=False)
-    w.producer.forget_master(GROUP)
+    w.forget_master(GROUP)
     assert w.send_batch(GROUP).outcome == "ok", "the producer retries until a new master acknowledges"
     after = replica_info(cluster)
     assert after.header["master_broker_id"] in sss_before
@@ -67,8 +67,7 @@ def test_old_master_truncates_divergent_bytes_when_it_rejoins(make_cluster):
     slaves = [b.replica for b in cluster.spec.brokers_of(GROUP) if b.replica != old]
     paused = [cluster.pause(cluster.broker(GROUP, r)) for r in slaves]
     try:
-        w.producer.retry_deadline_s = 0.5
-        w.producer.call_timeout_s = 15
+        w.use_settings(send_timeout_ms=500, request_timeout_ms=15_000)
         divergent = w.send_batch(GROUP)
         assert divergent.outcome == "unknown" and divergent.error == "FLUSH_SLAVE_TIMEOUT", divergent
         old_max = cluster.broker_status(GROUP, old)["max_offset"]
@@ -76,8 +75,8 @@ def test_old_master_truncates_divergent_bytes_when_it_rejoins(make_cluster):
     finally:
         for pid in paused:
             cluster.resume_pid(pid)
-    w.producer.retry_deadline_s = 60
-    w.producer.forget_master(GROUP)
+    w.use_settings()
+    w.forget_master(GROUP)
     new = cluster.wait_for_master(GROUP, 60)
     assert new != old
     w.produce(200)
@@ -192,7 +191,7 @@ def test_pause_master_past_its_heartbeat_timeout_is_replaced(make_cluster):
                    what="a new election while the master is paused")
     finally:
         cluster.resume_pid(pid)
-    w.producer.forget_master(GROUP)
+    w.forget_master(GROUP)
     w.produce(200)
     pipeline.settle(cluster)
     assert cluster.broker_status(GROUP, old)["role"] == "slave"
@@ -266,6 +265,6 @@ def test_master_killed_for_good_is_replaced_at_connection_speed_not_at_heartbeat
     after = replica_info(cluster).header
     assert (seen["master_epoch"], seen["master_broker_id"], seen["master_address"]) == \
         (after["master_epoch"], after["master_broker_id"], after["master_address"])
-    w.producer.forget_master(GROUP)
+    w.forget_master(GROUP)
     assert w.send_batch(GROUP).outcome == "ok"
     assert replica_info(cluster).header["master_broker_id"] != before["master_broker_id"]

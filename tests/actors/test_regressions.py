@@ -76,7 +76,7 @@ def test_5663_sync_state_set_expand_raced_with_master_kill(make_cluster):
                what="the lagging slave to catch up (the master then expands the SyncStateSet)")
     sss_at_kill = set(replica_info(cluster).body["sync_state_set"])
     cluster.kill_broker(GROUP, old, wait_restart=False)
-    w.producer.forget_master(GROUP)
+    w.forget_master(GROUP)
     assert w.send_batch(GROUP).outcome == "ok"
     new_master = replica_info(cluster).header["master_broker_id"]
     assert new_master in sss_at_kill | {lagging_id}, "elected from the SyncStateSet (expanded or not)"
@@ -95,7 +95,7 @@ def test_7689_controller_leader_and_master_killed_together(make_cluster):
     leader, old = cluster.wait_for_leader(), cluster.wait_for_master(GROUP)
     cluster.kill_controller(leader, wait_restart=False)
     cluster.kill_broker(GROUP, old, wait_restart=False)
-    w.producer.forget_master(GROUP)
+    w.forget_master(GROUP)
     assert w.send_batch(GROUP).outcome == "ok", "writes resume after both deaths"
     wait_until(lambda: replica_info(cluster).header["master_epoch"] > epoch, 60, what="a higher master epoch")
     w.produce(300)
@@ -125,7 +125,7 @@ def test_9689_new_epoch_with_the_same_master(make_cluster):
         wait_until(lambda: (replica_info(cluster).header["master_epoch"] > epoch
                             and replica_info(cluster).header["master_broker_id"] == old_id), 60,
                    what="the same master re-elected under a new epoch")
-        w.producer.forget_master(GROUP)
+        w.forget_master(GROUP)
         w.produce(200)  # acknowledged once the frozen slaves are shrunk out
     finally:
         for pid in pids:
@@ -148,15 +148,15 @@ def test_10666_slave_killed_in_the_middle_of_truncation(make_cluster):
     slaves = [b.replica for b in cluster.spec.brokers_of(GROUP) if b.replica != old]
     paused = [cluster.pause(cluster.broker(GROUP, r)) for r in slaves]
     try:
-        w.producer.retry_deadline_s, w.producer.call_timeout_s = 0.5, 15
+        w.use_settings(send_timeout_ms=500, request_timeout_ms=15_000)
         divergent = w.send_batch(GROUP)
         assert divergent.outcome == "unknown", divergent
         ray.kill(cluster.broker(GROUP, old), no_restart=True)
     finally:
         for pid in paused:
             cluster.resume_pid(pid)
-    w.producer.retry_deadline_s, w.producer.call_timeout_s = 60, 8
-    w.producer.forget_master(GROUP)
+    w.use_settings()
+    w.forget_master(GROUP)
     new = cluster.wait_for_master(GROUP, 60)
     assert new != old
     w.produce(300)
@@ -187,9 +187,10 @@ def test_6662_old_master_paused_past_its_election_then_resumed_while_clients_wri
     try:
         wait_until(lambda: replica_info(cluster).header["master_epoch"] > epoch, 60,
                    what="a new master elected while the old one is frozen")
-        stale = cluster.broker(GROUP, old).put.remote(
-            encode_batch(Message("rocketray", 0, p.encode(), {"pid": p}) for p in stale_ids))
-        w.producer._master[GROUP] = old  # a client still routing to the old master
+        queue_id = w.route.queues[0].queue_id
+        stale = cluster.broker(GROUP, old).put.remote(encode_batch(
+            Message(w.topic, queue_id, p.encode(), {"pid": p, "UNIQ_KEY": p}) for p in stale_ids))
+        w.transport._master[GROUP] = old  # a client still routing to the old master (its cached master)
         writer = threading.Thread(target=w.produce, args=(200,))
         writer.start()
     finally:
