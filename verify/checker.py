@@ -38,8 +38,11 @@ one small function so a failing run points at one rule:
   (nearest rank, ``sorted[ceil(n/2) - 1]``); kills never followed by an ok send count as
   ``unrecovered``.
 
-``valid`` = lost == 0, inconsistent_offsets == 0, masters_per_epoch_max <= 1, epochs monotonic and
-replicas converged. Example lists are capped at ``EXAMPLES_MAX`` per anomaly.
+``valid`` = lost == 0, inconsistent_offsets == 0, masters_per_epoch_max <= 1, epochs monotonic,
+replicas converged, and every consumer group's report valid: with the consumer-group workload on,
+``rocketray.verify.groups`` checks each group (undelivered acknowledged messages, redeliveries,
+re-reads below an acknowledged commit, committed offsets gone back). Example lists are capped at
+``EXAMPLES_MAX`` per anomaly.
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ from rocketray.verify.history import (
     Sample,
     read_run_dir,
 )
+from rocketray.verify.groups import GroupReport, check_groups
 
 EXAMPLES_MAX = 10
 
@@ -102,11 +106,12 @@ class Verdict:
     heal_at_ms: Number | None  #: the final heal, on the history's clock
     start_ms: Number | None  #: the run's first record (op start or nemesis event), same clock
     examples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    groups: tuple[GroupReport, ...] = ()  #: one per consumer group of the workload (none if it was off)
 
     @property
     def valid(self) -> bool:
         return (self.lost == 0 and self.inconsistent_offsets == 0 and self.masters_per_epoch_max <= 1
-                and self.epochs_monotonic and self.replicas_converged)
+                and self.epochs_monotonic and self.replicas_converged and all(g.valid for g in self.groups))
 
     @property
     def heal_duration_ms(self) -> Number | None:
@@ -125,6 +130,7 @@ class Verdict:
             "replicas_converged": self.replicas_converged, "replicas_checked": self.replicas_checked,
             "failover_ms": self.failover_ms.to_json(), "heal_ms": self.heal_duration_ms,
             "heal_at_ms": self.heal_at_ms,
+            "consumer_groups": {g.consumer_group: g.to_json() for g in self.groups},
             "examples": {k: list(v) for k, v in self.examples.items()},
         }
 
@@ -367,6 +373,7 @@ def check(run: RunData) -> Verdict:
         heal_at_ms=heal_ms,
         start_ms=min([*(op.start_ms for op in ops), *(e.time_ms for e in run.nemesis)], default=None),
         examples={k: v for k, v in examples.items() if v},
+        groups=check_groups([op.payload_id for op in ops if op.is_send and op.ok], run.groups),  # type: ignore[misc]
     )
 
 
@@ -384,6 +391,8 @@ def format_verdict(verdict: Verdict) -> str:
     v = verdict
     if v.valid:
         head = "VALID: no acknowledged write lost"
+        if v.groups:
+            head += f"; each of {len(v.groups)} consumer groups received every one, never behind an acked commit"
     else:
         reasons = []
         if v.lost:
@@ -396,6 +405,7 @@ def format_verdict(verdict: Verdict) -> str:
             reasons.append("epoch regression")
         if not v.replicas_converged:
             reasons.append("replicas diverge below the confirm offset")
+        reasons.extend(f"consumer group {g.consumer_group} broke at-least-once" for g in v.groups if not g.valid)
         head = "INVALID: " + "; ".join(reasons)
     f = v.failover_ms
     failover = (f"failover after kill-master: {f.count} recovered, p50 {_ms(f.p50)}, max {_ms(f.max)}"
@@ -410,8 +420,10 @@ def format_verdict(verdict: Verdict) -> str:
         f"masters per epoch (max) {v.masters_per_epoch_max}  epochs monotonic {_yes(v.epochs_monotonic)}  "
         f"replicas converged {converged}",
         failover,
+        *(g.summary() for g in v.groups),
     ]
-    for name, items in v.examples.items():
+    for name, items in [*v.examples.items(), *((f"{g.consumer_group} {k}", x) for g in v.groups
+                                                for k, x in g.examples.items() if k != "redelivered")]:
         lines.append(f"{name}:")
         lines.extend(f"  {_format_example(item)}" for item in items)
     return "\n".join(lines)

@@ -9,7 +9,10 @@ required key, or holds a value of the wrong type or outside its enum raises ``Ru
 the file and the line (or, for ``replicas.json``, the line and list index), so a broken runner is
 caught where it wrote, not by a confused checker. Keys the contract marks "null if unknown" may be
 absent and default to null; keys the contract does not name are ignored (forward compatibility).
-No clock, no Ray: plain files in, plain data out.
+``history.jsonl`` also holds the consumer-group workload's rows (``f`` = ``deliver``, ``commit``,
+``progress``, ``consumer``), whose records live in ``rocketray.verify.group_history``; the field
+validators shared by every kind are ``rocketray.verify.fields``. No clock, no Ray: plain files in,
+plain data out.
 """
 
 from __future__ import annotations
@@ -19,6 +22,15 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, TypeVar
+
+from rocketray.verify.fields import FieldError as _FieldError
+from rocketray.verify.fields import Ident, Number
+from rocketray.verify.fields import get as _get
+from rocketray.verify.fields import get_ident as _ident
+from rocketray.verify.fields import get_int as _int
+from rocketray.verify.fields import get_number as _number
+from rocketray.verify.fields import get_str as _str
+from rocketray.verify.group_history import GROUP_FUNCTIONS, GroupHistory, GroupRecord, parse_group_row
 
 HISTORY_FILE = "history.jsonl"
 NEMESIS_FILE = "nemesis.jsonl"
@@ -44,9 +56,6 @@ FAULT_KINDS = (
 NEMESIS_KINDS = (*FAULT_KINDS, "heal")
 NEMESIS_PHASES = ("start", "end")
 
-Number = int | float
-Ident = int | str
-
 
 class RunDirError(ValueError):
     """A run-directory file that does not follow the contract; names the file and the line."""
@@ -60,66 +69,6 @@ class RunDirError(ValueError):
         self.line = line
         self.index = index
         self.reason = message
-
-
-class _FieldError(ValueError):
-    """Raised by the field validators; the readers turn it into a RunDirError with a location."""
-
-
-# -- field validators ------------------------------------------------------------------------------
-
-def _get(obj: dict[str, Any], key: str, nullable_default: bool = False) -> Any:
-    if key in obj:
-        return obj[key]
-    if nullable_default:
-        return None
-    raise _FieldError(f"missing required key {key!r}")
-
-
-def _int(obj: dict[str, Any], key: str, *, nullable: bool = False, minimum: int | None = None,
-         absent_is_null: bool = False) -> int | None:
-    value = _get(obj, key, nullable_default=nullable and absent_is_null)
-    if value is None:
-        if nullable:
-            return None
-        raise _FieldError(f"key {key!r} must not be null")
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise _FieldError(f"key {key!r} must be an integer, got {value!r}")
-    if minimum is not None and value < minimum:
-        raise _FieldError(f"key {key!r} must be >= {minimum}, got {value}")
-    return value
-
-
-def _number(obj: dict[str, Any], key: str) -> Number:
-    value = _get(obj, key)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise _FieldError(f"key {key!r} must be a number, got {value!r}")
-    return value
-
-
-def _str(obj: dict[str, Any], key: str, *, nullable: bool = False, choices: tuple[str, ...] | None = None,
-         absent_is_null: bool = False) -> str | None:
-    value = _get(obj, key, nullable_default=nullable and absent_is_null)
-    if value is None:
-        if nullable:
-            return None
-        raise _FieldError(f"key {key!r} must not be null")
-    if not isinstance(value, str):
-        raise _FieldError(f"key {key!r} must be a string, got {value!r}")
-    if choices is not None and value not in choices:
-        raise _FieldError(f"key {key!r} must be one of {', '.join(choices)}; got {value!r}")
-    return value
-
-
-def _ident(obj: dict[str, Any], key: str, *, nullable: bool = False) -> Ident | None:
-    value = _get(obj, key)
-    if value is None:
-        if nullable:
-            return None
-        raise _FieldError(f"key {key!r} must not be null")
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise _FieldError(f"key {key!r} must be a string or an integer, got {value!r}")
-    return value
 
 
 # -- records ---------------------------------------------------------------------------------------
@@ -407,8 +356,26 @@ def write_jsonl(path: str | os.PathLike[str], records: Iterable[Any]) -> None:
             fh.write(json.dumps(record.to_json(), separators=(",", ":")) + "\n")
 
 
+def _history_row(obj: dict[str, Any]) -> OpRecord | GroupRecord:
+    if obj.get("f") in GROUP_FUNCTIONS:
+        return parse_group_row(obj)
+    if obj.get("f") not in OP_FUNCTIONS:
+        raise _FieldError(f"key 'f' must be one of {', '.join(OP_FUNCTIONS + GROUP_FUNCTIONS)}; "
+                          f"got {obj.get('f')!r}")
+    return OpRecord.from_json(obj)
+
+
+def read_history_all(path: str | os.PathLike[str]) -> tuple[list[OpRecord], GroupHistory]:
+    """Every line of ``history.jsonl``: the sends and reads, and the consumer-group rows."""
+    rows = read_jsonl(path, _history_row)
+    return ([r for r in rows if isinstance(r, OpRecord)],
+            GroupHistory.of([r for r in rows if not isinstance(r, OpRecord)]))
+
+
 def read_history(path: str | os.PathLike[str]) -> list[OpRecord]:
-    return read_jsonl(path, OpRecord.from_json)
+    """The sends and reads of ``history.jsonl`` (every line is validated; consumer-group rows are
+    left out: :func:`read_history_all` returns them too)."""
+    return read_history_all(path)[0]
 
 
 def read_nemesis(path: str | os.PathLike[str]) -> list[NemesisEvent]:
@@ -475,6 +442,8 @@ class RunData:
     replicas: tuple[ReplicaSnapshot, ...] = ()
     samples: tuple[Sample, ...] = ()
     controller_events: tuple[ControllerEventRecord, ...] = ()
+    #: the consumer-group rows of ``history.jsonl`` (deliveries, commits, progress, consumer events)
+    groups: GroupHistory = GroupHistory()
 
 
 def read_run_dir(path: str | os.PathLike[str]) -> RunData:
@@ -488,12 +457,14 @@ def read_run_dir(path: str | os.PathLike[str]) -> RunData:
         p = root / name
         return tuple(reader(p)) if p.is_file() else ()
 
+    ops, groups = read_history_all(history)
     return RunData(
-        ops=tuple(read_history(history)),
+        ops=tuple(ops),
         nemesis=optional(NEMESIS_FILE, read_nemesis),
         replicas=optional(REPLICAS_FILE, read_replicas),
         samples=optional(SAMPLES_FILE, read_samples),
         controller_events=optional(CONTROLLER_EVENTS_FILE, read_controller_events),
+        groups=groups,
     )
 
 
@@ -501,7 +472,7 @@ def write_run_dir(path: str | os.PathLike[str], run: RunData) -> None:
     """Write every file of a run directory (creating the directory); the inverse of ``read_run_dir``."""
     root = Path(path)
     root.mkdir(parents=True, exist_ok=True)
-    write_jsonl(root / HISTORY_FILE, run.ops)
+    write_jsonl(root / HISTORY_FILE, [*run.ops, *run.groups.records()])
     write_jsonl(root / NEMESIS_FILE, run.nemesis)
     write_replicas(root / REPLICAS_FILE, run.replicas)
     write_jsonl(root / SAMPLES_FILE, run.samples)

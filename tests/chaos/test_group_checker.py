@@ -1,0 +1,210 @@
+"""The consumer-group checker: each rule on a hand-made history that passes and one that fails, and the
+group rows' run-directory format (round trip, strict lines)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Callable
+
+import pytest
+
+from rocketray.verify.checker import check, check_run_dir, format_verdict
+from rocketray.verify.group_history import CommitRecord, ConsumerEvent, Delivery, GroupHistory, ProgressRow
+from rocketray.verify.groups import POLL_TIMEOUT_MS, REREAD_SLACK_MS
+from rocketray.verify.history import OpRecord, RunData, RunDirError, read_run_dir, write_run_dir
+
+TOPIC = "chaos"
+ALLOWANCE_MS = POLL_TIMEOUT_MS + REREAD_SLACK_MS
+
+
+@dataclass
+class Run:
+    """A run of sends and consumer-group rows, built by hand."""
+
+    ops: list[OpRecord] = field(default_factory=list)
+    rows: list = field(default_factory=list)
+
+    def send(self, pid: str, offset: int | None, *, queue_id: int = 0, outcome: str = "ok", at: float = 0) -> "Run":
+        self.ops.append(OpRecord(len(self.ops), "producer-0", "send", "broker-a", queue_id, pid,
+                                 offset if outcome == "ok" else None, None, at, at + 5, outcome))
+        return self
+
+    def deliver(self, pid: str, offset: int, *, group: str = "cg-0", queue_id: int = 0, poll_start: float = 100,
+                process: str = "cg-0-c0-1") -> "Run":
+        self.rows.append(Delivery(process, group, TOPIC, queue_id, offset, pid, f"MSG{offset}", poll_start,
+                                  poll_start + 10))
+        return self
+
+    def commit(self, offset: int, *, end: float, group: str = "cg-0", queue_id: int = 0, outcome: str = "ok",
+               process: str = "cg-0-c0-1") -> "Run":
+        self.rows.append(CommitRecord(process, group, TOPIC, queue_id, offset, outcome, end - 20, end))
+        return self
+
+    def progress(self, committed: dict[int, int], *, start: float, group: str = "cg-0", max_offset: int = 10) -> "Run":
+        for queue_id, offset in committed.items():
+            self.rows.append(ProgressRow(group, TOPIC, queue_id, offset, max_offset, start, start + 30))
+        return self
+
+    def consumer(self, event: str, *, group: str = "cg-0", process: str = "cg-0-c0-1", at: float = 0) -> "Run":
+        self.rows.append(ConsumerEvent(process, group, event, at))
+        return self
+
+    def data(self) -> RunData:
+        """The run, with a final read of every acked send (so only the group rules can fail it)."""
+        reads = [OpRecord(f"r{i}", "final", "read", op.group, op.queue_id, op.payload_id, op.queue_offset, None,
+                          5000, 5001, "ok") for i, op in enumerate(self.ops) if op.outcome == "ok"]
+        return RunData((*self.ops, *reads), groups=GroupHistory.of(self.rows))
+
+
+def delivered_everywhere(groups=("cg-0", "cg-1")) -> Run:
+    """Three acked payloads in queue 0, each delivered once to every group."""
+    r = Run()
+    for i in range(3):
+        r.send(f"p{i}", i, at=10 * i)
+    for g in groups:
+        r.consumer("start", group=g, process=f"{g}-c0-1")
+        for i in range(3):
+            r.deliver(f"p{i}", i, group=g, process=f"{g}-c0-1")
+    return r
+
+
+# Each case: (name, history, the report field it exercises, its expected value in the named group,
+# whether the whole verdict is valid).
+Case = tuple[str, Callable[[], Run], str, str, int, bool]
+
+CASES: list[Case] = [
+    # (a) undelivered acknowledged messages
+    ("every acked payload delivered to every group", lambda: delivered_everywhere(), "cg-1", "undelivered", 0, True),
+    ("an acked payload one group never received", lambda: Run(delivered_everywhere().ops, [
+        r for r in delivered_everywhere().rows if not (isinstance(r, Delivery) and r.consumer_group == "cg-1"
+                                                     and r.payload_id == "p2")]), "cg-1", "undelivered", 1, False),
+    ("unknown and failed sends need not be delivered",
+     lambda: delivered_everywhere().send("u", None, outcome="unknown").send("f", None, outcome="failed"),
+     "cg-0", "undelivered", 0, True),
+    ("a corrupt delivery does not count as the payload's delivery", lambda: Run(delivered_everywhere(("cg-0",)).ops, [
+        r for r in delivered_everywhere(("cg-0",)).rows if not (isinstance(r, Delivery) and r.payload_id == "p1")])
+     .deliver("corrupt:p1", 1), "cg-0", "undelivered", 1, False),
+    # corrupt deliveries
+    ("a corrupt delivery fails the group", lambda: delivered_everywhere(("cg-0",)).deliver("corrupt:p1", 1),
+     "cg-0", "corrupt", 1, False),
+    # (b) redeliveries: reported, not a failure
+    ("a payload delivered twice is a redelivery and allowed",
+     lambda: delivered_everywhere().deliver("p1", 1, poll_start=900, process="cg-0-c1-1"), "cg-0", "redelivered", 1,
+     True),
+    ("no redelivery when each payload came once", lambda: delivered_everywhere(), "cg-0", "redelivered", 0, True),
+    # (c) re-reads below an acknowledged commit
+    ("a poll within the allowance after the ack may still return below it",
+     lambda: delivered_everywhere(("cg-0",)).commit(3, end=1000).deliver("p1", 1, poll_start=1000 + ALLOWANCE_MS - 1),
+     "cg-0", "rereads_below_commit", 0, True),
+    ("a poll begun after the allowance returns below the acked commit",
+     lambda: delivered_everywhere(("cg-0",)).commit(3, end=1000).deliver("p1", 1, poll_start=1000 + ALLOWANCE_MS + 1),
+     "cg-0", "rereads_below_commit", 1, False),
+    ("reading at the acked offset or above is fine",
+     lambda: delivered_everywhere(("cg-0",)).send("p3", 3).commit(3, end=1000).deliver("p3", 3, poll_start=9000),
+     "cg-0", "rereads_below_commit", 0, True),
+    ("a failed commit makes no promise",
+     lambda: delivered_everywhere(("cg-0",)).commit(3, end=1000, outcome="failed").deliver("p1", 1, poll_start=9000),
+     "cg-0", "rereads_below_commit", 0, True),
+    ("another group's commit does not bind this group",
+     lambda: delivered_everywhere().commit(3, end=1000, group="cg-1", process="cg-1-c0-1").deliver("p1", 1,
+                                                                                                   poll_start=9000),
+     "cg-0", "rereads_below_commit", 0, True),
+    ("another queue's commit does not bind this queue",
+     lambda: delivered_everywhere(("cg-0",)).commit(3, end=1000, queue_id=1).deliver("p1", 1, poll_start=9000),
+     "cg-0", "rereads_below_commit", 0, True),
+    ("a commit by another member binds the whole group",
+     lambda: delivered_everywhere(("cg-0",)).commit(3, end=1000, process="cg-0-c1-1").deliver(
+         "p1", 1, poll_start=9000, process="cg-0-c0-2"), "cg-0", "rereads_below_commit", 1, False),
+    # (d) committed offsets that went backwards
+    ("a sample after the ack shows the acked offset or more",
+     lambda: delivered_everywhere(("cg-0",)).commit(3, end=1000).progress({0: 3}, start=1001), "cg-0",
+     "commit_regressions", 0, True),
+    ("a sample after the ack shows less than the acked offset",
+     lambda: delivered_everywhere(("cg-0",)).commit(3, end=1000).progress({0: 2}, start=1001), "cg-0",
+     "commit_regressions", 1, False),
+    ("a sample after the ack no longer lists the queue",
+     lambda: delivered_everywhere(("cg-0",)).commit(3, end=1000, queue_id=1).progress({0: 3}, start=1001),
+     "cg-0", "commit_regressions", 1, False),
+    ("a sample begun before the ack may show the older offset",
+     lambda: delivered_everywhere(("cg-0",)).commit(2, end=500).commit(3, end=1000).progress({0: 2}, start=999),
+     "cg-0", "commit_regressions", 0, True),
+    ("the highest acked offset counts, not the latest",
+     lambda: delivered_everywhere(("cg-0",)).commit(3, end=500).commit(2, end=1000).progress({0: 2}, start=2000),
+     "cg-0", "commit_regressions", 1, False),
+]
+
+
+@pytest.mark.parametrize("name,build,group,key,expected,valid", CASES, ids=[c[0] for c in CASES])
+def test_group_rule(name, build, group, key, expected, valid):
+    """Each rule on a history that passes and one that fails (see the case's name)."""
+    verdict = check(build().data())
+    report = {g.consumer_group: g for g in verdict.groups}[group]
+    assert getattr(report, key) == expected, (name, report)
+    assert verdict.valid is valid, (name, verdict.to_json()["consumer_groups"])
+
+
+def test_reports_count_consumers_commits_and_samples():
+    """The report's counters: consumers started/crashed/closed, commits ok/failed, progress samples."""
+    r = delivered_everywhere(("cg-0",)).consumer("crash", at=50).consumer("start", process="cg-0-c0-2", at=60)
+    r.consumer("close", process="cg-0-c0-2", at=70).commit(3, end=100).commit(3, end=200, outcome="failed")
+    r.progress({0: 3}, start=300).progress({0: 3}, start=800)
+    g = check(r.data()).groups[0]
+    assert (g.consumers_started, g.consumers_crashed, g.consumers_closed) == (2, 1, 1)
+    assert (g.commits_ok, g.commits_failed, g.progress_samples, g.deliveries, g.acked) == (1, 1, 2, 3, 3)
+
+
+def test_no_group_rows_no_group_report():
+    """With the consumer-group workload off the verdict has no group reports and the old rules decide."""
+    r = Run().send("p0", 0)
+    verdict = check(r.data())
+    assert verdict.groups == () and verdict.to_json()["consumer_groups"] == {}
+
+
+def test_verdict_json_and_text_carry_the_group_report():
+    """to_json() has a report per group under consumer_groups; the text names a failing group."""
+    bad = delivered_everywhere(("cg-0",)).commit(3, end=1000).progress({0: 1}, start=2000)
+    out = check(bad.data()).to_json()
+    assert out["valid"] is False and out["consumer_groups"]["cg-0"]["commit_regressions"] == 1
+    assert out["consumer_groups"]["cg-0"]["examples"]["commit_regressions"][0]["acked_offset"] == 3
+    json.dumps(out)
+    text = format_verdict(check(bad.data()))
+    assert "consumer group cg-0 broke at-least-once" in text and "group cg-0: INVALID" in text
+
+
+def test_group_rows_round_trip_through_the_run_directory(tmp_path):
+    """write_run_dir then read_run_dir gives back every group row; the file holds the contract's keys."""
+    r = delivered_everywhere().commit(3, end=1000).progress({0: 3}, start=1001).consumer("crash", at=5)
+    run = r.data()
+    write_run_dir(tmp_path / "run", run)
+    assert read_run_dir(tmp_path / "run") == run
+    rows = [json.loads(line) for line in (tmp_path / "run" / "history.jsonl").read_text().splitlines()]
+    by_f = {row["f"]: set(row) for row in rows}
+    assert by_f["deliver"] == {"f", "process", "consumer_group", "topic", "queue_id", "queue_offset", "payload_id",
+                               "msg_id", "poll_start_ms", "time_ms"}
+    assert by_f["commit"] == {"f", "process", "consumer_group", "topic", "queue_id", "offset", "outcome", "start_ms",
+                              "end_ms"}
+    assert by_f["progress"] == {"f", "consumer_group", "topic", "queue_id", "committed", "max_offset", "start_ms",
+                                "end_ms"}
+    assert by_f["consumer"] == {"f", "process", "consumer_group", "event", "time_ms"}
+    assert check_run_dir(tmp_path / "run").valid
+
+
+@pytest.mark.parametrize("line,reason", [
+    ({"f": "commit", "process": "c", "consumer_group": "g", "topic": "t", "queue_id": 0, "offset": 1,
+      "outcome": "unknown", "start_ms": 1, "end_ms": 2}, "outcome"),
+    ({"f": "deliver", "process": "c", "consumer_group": "g", "topic": "t", "queue_id": 0, "queue_offset": 1,
+      "payload_id": "p", "msg_id": "m", "poll_start_ms": 5, "time_ms": 2}, "before poll_start_ms"),
+    ({"f": "consumer", "process": "c", "consumer_group": "g", "event": "vanish", "time_ms": 2}, "event"),
+    ({"f": "progress", "consumer_group": "g", "topic": "t", "queue_id": 0, "max_offset": 3, "start_ms": 1,
+      "end_ms": 2}, "committed"),
+    ({"f": "rebalance", "time_ms": 2}, "'f' must be one of"),
+])
+def test_a_malformed_group_row_is_named_by_file_and_line(tmp_path, line, reason):
+    """A bad consumer-group line fails the read with history.jsonl:<line> and the reason."""
+    good = {"op_id": 1, "process": "p", "f": "send", "group": "broker-a", "queue_id": 0, "payload_id": "x",
+            "queue_offset": 0, "physical_offset": None, "start_ms": 0, "end_ms": 1, "outcome": "ok"}
+    (tmp_path / "history.jsonl").write_text(json.dumps(good) + "\n" + json.dumps(line) + "\n")
+    with pytest.raises(RunDirError, match=reason) as exc:
+        read_run_dir(tmp_path)
+    assert exc.value.file == "history.jsonl" and exc.value.line == 2

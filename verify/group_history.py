@@ -1,0 +1,202 @@
+"""Consumer-group rows of ``history.jsonl``: deliveries, commits, progress samples, consumer lifecycle.
+
+Theory of operation. The broker chaos run's consumer-group workload (``chaos/group_workload.py``)
+appends these rows to the same ``history.jsonl`` as the sends and replica reads, told apart by
+``f``. Each kind is a frozen dataclass with a strict ``from_json`` (the same field validators as
+every other run-directory record, ``rocketray.verify.fields``) and a ``to_json`` that gives back
+exactly the contract's keys:
+
+- ``deliver``: one message ``Consumer.poll`` returned: ``process``, ``consumer_group``, ``topic``,
+  ``queue_id``, ``queue_offset``, ``payload_id`` (the ``pid`` property; ``corrupt:<pid>`` if the body
+  did not match it), ``msg_id``, ``poll_start_ms`` (when the poll that returned it began),
+  ``time_ms`` (when it returned).
+- ``commit``: one queue entry of one ``Consumer.commit`` call: ``process``, ``consumer_group``,
+  ``topic``, ``queue_id``, ``offset`` (the next offset to read), ``outcome`` (``ok``: acknowledged,
+  i.e. every in-sync replica has it; ``failed``: not known to be), ``start_ms``, ``end_ms``.
+- ``progress``: one row of ``Admin.consumer_progress(group)`` (every row of one call shares its
+  ``start_ms`` and ``end_ms``, which is how a reader regroups them into one sample):
+  ``consumer_group``, ``topic``, ``queue_id``, ``committed``, ``max_offset``, ``start_ms``, ``end_ms``.
+- ``consumer``: ``process``, ``consumer_group``, ``event`` (``start``, ``crash``: abandoned without
+  leaving the group, ``close``: left cleanly), ``time_ms``.
+
+No clock, no Ray: decoded objects in, records out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Union
+
+from rocketray.verify.fields import FieldError, Ident, Number, get_ident, get_int, get_number, get_str
+
+__all__ = ["GROUP_FUNCTIONS", "CONSUMER_EVENTS", "COMMIT_OUTCOMES", "Delivery", "CommitRecord", "ProgressRow",
+           "ConsumerEvent", "GroupRecord", "GroupHistory", "parse_group_row"]
+
+GROUP_FUNCTIONS = ("deliver", "commit", "progress", "consumer")
+CONSUMER_EVENTS = ("start", "crash", "close")
+COMMIT_OUTCOMES = ("ok", "failed")
+
+
+def _span(obj: dict[str, Any], start_key: str, end_key: str) -> tuple[Number, Number]:
+    start, end = get_number(obj, start_key), get_number(obj, end_key)
+    if end < start:
+        raise FieldError(f"{end_key} {end} is before {start_key} {start}")
+    return start, end
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One message a consumer's poll returned."""
+
+    process: Ident
+    consumer_group: str
+    topic: str
+    queue_id: int
+    queue_offset: int
+    payload_id: Ident | None
+    msg_id: str
+    poll_start_ms: Number
+    time_ms: Number
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> "Delivery":
+        poll_start_ms, time_ms = _span(obj, "poll_start_ms", "time_ms")
+        return cls(process=get_ident(obj, "process"),  # type: ignore[arg-type]
+                   consumer_group=get_str(obj, "consumer_group"),  # type: ignore[arg-type]
+                   topic=get_str(obj, "topic"),  # type: ignore[arg-type]
+                   queue_id=get_int(obj, "queue_id", minimum=0),  # type: ignore[arg-type]
+                   queue_offset=get_int(obj, "queue_offset", minimum=0),  # type: ignore[arg-type]
+                   payload_id=get_ident(obj, "payload_id", nullable=True),
+                   msg_id=get_str(obj, "msg_id"),  # type: ignore[arg-type]
+                   poll_start_ms=poll_start_ms, time_ms=time_ms)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"f": "deliver", "process": self.process, "consumer_group": self.consumer_group, "topic": self.topic,
+                "queue_id": self.queue_id, "queue_offset": self.queue_offset, "payload_id": self.payload_id,
+                "msg_id": self.msg_id, "poll_start_ms": self.poll_start_ms, "time_ms": self.time_ms}
+
+
+@dataclass(frozen=True, slots=True)
+class CommitRecord:
+    """One queue entry of one commit call and whether it was acknowledged."""
+
+    process: Ident
+    consumer_group: str
+    topic: str
+    queue_id: int
+    offset: int
+    outcome: str
+    start_ms: Number
+    end_ms: Number
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome == "ok"
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> "CommitRecord":
+        start_ms, end_ms = _span(obj, "start_ms", "end_ms")
+        return cls(process=get_ident(obj, "process"),  # type: ignore[arg-type]
+                   consumer_group=get_str(obj, "consumer_group"),  # type: ignore[arg-type]
+                   topic=get_str(obj, "topic"),  # type: ignore[arg-type]
+                   queue_id=get_int(obj, "queue_id", minimum=0),  # type: ignore[arg-type]
+                   offset=get_int(obj, "offset", minimum=0),  # type: ignore[arg-type]
+                   outcome=get_str(obj, "outcome", choices=COMMIT_OUTCOMES),  # type: ignore[arg-type]
+                   start_ms=start_ms, end_ms=end_ms)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"f": "commit", "process": self.process, "consumer_group": self.consumer_group, "topic": self.topic,
+                "queue_id": self.queue_id, "offset": self.offset, "outcome": self.outcome,
+                "start_ms": self.start_ms, "end_ms": self.end_ms}
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressRow:
+    """One queue of one ``Admin.consumer_progress`` sample."""
+
+    consumer_group: str
+    topic: str
+    queue_id: int
+    committed: int
+    max_offset: int
+    start_ms: Number
+    end_ms: Number
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> "ProgressRow":
+        start_ms, end_ms = _span(obj, "start_ms", "end_ms")
+        return cls(consumer_group=get_str(obj, "consumer_group"),  # type: ignore[arg-type]
+                   topic=get_str(obj, "topic"),  # type: ignore[arg-type]
+                   queue_id=get_int(obj, "queue_id", minimum=0),  # type: ignore[arg-type]
+                   committed=get_int(obj, "committed", minimum=0),  # type: ignore[arg-type]
+                   max_offset=get_int(obj, "max_offset", minimum=0),  # type: ignore[arg-type]
+                   start_ms=start_ms, end_ms=end_ms)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"f": "progress", "consumer_group": self.consumer_group, "topic": self.topic,
+                "queue_id": self.queue_id, "committed": self.committed, "max_offset": self.max_offset,
+                "start_ms": self.start_ms, "end_ms": self.end_ms}
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerEvent:
+    """A consumer started, crashed (abandoned without leaving) or closed (left the group)."""
+
+    process: Ident
+    consumer_group: str
+    event: str
+    time_ms: Number
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> "ConsumerEvent":
+        return cls(process=get_ident(obj, "process"),  # type: ignore[arg-type]
+                   consumer_group=get_str(obj, "consumer_group"),  # type: ignore[arg-type]
+                   event=get_str(obj, "event", choices=CONSUMER_EVENTS),  # type: ignore[arg-type]
+                   time_ms=get_number(obj, "time_ms"))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"f": "consumer", "process": self.process, "consumer_group": self.consumer_group,
+                "event": self.event, "time_ms": self.time_ms}
+
+
+GroupRecord = Union[Delivery, CommitRecord, ProgressRow, ConsumerEvent]
+_PARSERS: dict[str, Callable[[dict[str, Any]], GroupRecord]] = {
+    "deliver": Delivery.from_json, "commit": CommitRecord.from_json, "progress": ProgressRow.from_json,
+    "consumer": ConsumerEvent.from_json}
+
+
+def parse_group_row(obj: dict[str, Any]) -> GroupRecord:
+    """The record of one consumer-group line (``f`` in :data:`GROUP_FUNCTIONS`); FieldError if malformed."""
+    f = get_str(obj, "f", choices=GROUP_FUNCTIONS)
+    assert f is not None
+    return _PARSERS[f](obj)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupHistory:
+    """Every consumer-group row of a run, by kind, each in file order."""
+
+    deliveries: tuple[Delivery, ...] = ()
+    commits: tuple[CommitRecord, ...] = ()
+    progress: tuple[ProgressRow, ...] = ()
+    consumer_events: tuple[ConsumerEvent, ...] = ()
+
+    @classmethod
+    def of(cls, records: list[GroupRecord]) -> "GroupHistory":
+        return cls(deliveries=tuple(r for r in records if isinstance(r, Delivery)),
+                   commits=tuple(r for r in records if isinstance(r, CommitRecord)),
+                   progress=tuple(r for r in records if isinstance(r, ProgressRow)),
+                   consumer_events=tuple(r for r in records if isinstance(r, ConsumerEvent)))
+
+    def records(self) -> Iterator[GroupRecord]:
+        yield from self.consumer_events
+        yield from self.deliveries
+        yield from self.commits
+        yield from self.progress
+
+    def consumer_groups(self) -> list[str]:
+        """Every consumer group any row names, sorted."""
+        return sorted({r.consumer_group for r in self.records()})
+
+    def __bool__(self) -> bool:
+        return bool(self.deliveries or self.commits or self.progress or self.consumer_events)
