@@ -29,6 +29,11 @@ enforces it). The topology functions build the grudges of the classic Jepsen par
 
 Each fault is a ``start`` step and an ``end`` step (the heal, the restart of a killed node, the
 SIGCONT of a paused one); the runner logs what it did with wall-clock timestamps.
+
+**Consumer churn** (the broker chaos run's consumer groups, ``rocketray.chaos.group_workload``):
+``make_churn_schedule`` plans ``crash-consumer`` (abandon a consumer without leaving its group) and
+``leave-consumer`` (close it) steps, each followed by a new consumer in the same slot, on a
+generator of its own so a seed's broker fault schedule does not change when churn is added.
 """
 
 from __future__ import annotations
@@ -150,6 +155,62 @@ def _assert_well_formed(steps: Sequence[NemesisStep], run_ms: int) -> None:
         assert a.end_ms < b.at_ms, (a, b)
     for s in steps:
         assert 0 <= s.at_ms <= s.end_ms <= run_ms, s
+
+
+# -- consumer churn: crashes, leaves and joins of consumer-group members ---------------------------
+
+#: ``crash-consumer`` abandons a consumer without leaving its group (the controller expires it after
+#: ``controller.consumer_heartbeat_timeout_ms``); ``leave-consumer`` closes it (it leaves at once).
+#: Either way a new consumer (a new process name) joins in its place ``restart_after_ms`` later.
+CHURN_KINDS = ("crash-consumer", "leave-consumer")
+
+
+@dataclass(frozen=True, slots=True)
+class ChurnStep:
+    """One planned consumer action: at ``at_ms`` (from run start) stop slot ``slot`` of
+    ``consumer_group`` (crash or clean leave) and start a new consumer there ``restart_after_ms`` later."""
+
+    at_ms: int
+    kind: str
+    consumer_group: str
+    slot: int
+    restart_after_ms: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"at_ms": self.at_ms, "kind": self.kind, "consumer_group": self.consumer_group, "slot": self.slot,
+                "restart_after_ms": self.restart_after_ms, "target": f"consumer:{self.consumer_group}/{self.slot}"}
+
+
+def make_churn_schedule(seed: int, *, consumer_groups: Sequence[str], consumers: int, run_ms: int,
+                        interval_ms: int = 5_000, jitter_ms: int = 3_000, warmup_ms: int = 2_000,
+                        restart_ms: tuple[int, int] = (300, 3_000), crash_share: float = 2 / 3
+                        ) -> tuple[ChurnStep, ...]:
+    """Consumer crashes and leaves of one run, in time order, each restart due by ``run_ms``.
+
+    Drawn from its own generator (the seed mixed with a constant), so adding churn to a run leaves
+    that seed's broker fault schedule (``make_schedule``) unchanged. A crash is drawn with
+    probability ``crash_share``, a clean leave otherwise; the slot's replacement starts between
+    ``restart_ms[0]`` and ``restart_ms[1]`` later; steps are ``interval_ms`` plus up to ``jitter_ms``
+    apart. Steps may overlap (one slot's restart pending while another slot churns), never on one slot."""
+    if not consumer_groups or consumers < 1:
+        return ()
+    if run_ms <= 0 or interval_ms <= 0 or jitter_ms < 0 or not 0 <= restart_ms[0] <= restart_ms[1]:
+        raise ValueError("run_ms and interval_ms must be > 0, jitter_ms >= 0, restart_ms an ordered range")
+    rng = random.Random(seed * 1_000_003 + 7_919)
+    names = sorted(consumer_groups)
+    busy_until: dict[tuple[str, int], int] = {}
+    t = warmup_ms + rng.randint(0, jitter_ms)
+    steps: list[ChurnStep] = []
+    for _ in range(MAX_STEPS):
+        kind = CHURN_KINDS[0] if rng.random() < crash_share else CHURN_KINDS[1]
+        step = ChurnStep(t, kind, rng.choice(names), rng.randrange(consumers), rng.randint(*restart_ms))
+        if step.at_ms + step.restart_after_ms > run_ms:
+            break
+        if busy_until.get((step.consumer_group, step.slot), -1) < step.at_ms:
+            steps.append(step)
+            busy_until[(step.consumer_group, step.slot)] = step.at_ms + step.restart_after_ms
+        t += interval_ms + rng.randint(0, jitter_ms)
+    return tuple(steps)
 
 
 # -- controller chaos: Jepsen partitions and process faults of Raft nodes ---------------------------

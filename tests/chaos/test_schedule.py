@@ -116,3 +116,38 @@ def test_fault_kinds_are_declared_once():
     assert FAULT_KINDS is history.FAULT_KINDS
     assert set(NEMESIS_KINDS) == set(FAULT_KINDS) | {"heal"}
     assert set(SCHEDULE_KINDS) == set(FAULT_KINDS) | {"all"}
+
+
+# --- consumer churn ---------------------------------------------------------------------------------
+
+def churn(seed=7, **kw):
+    from rocketray.verify.nemesis import make_churn_schedule
+
+    args = dict(consumer_groups=["cg-1", "cg-0"], consumers=2, run_ms=60_000)
+    args.update(kw)
+    return make_churn_schedule(seed, **args)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(0, 10_000), st.integers(1, 120_000), st.integers(1, 4))
+def test_churn_is_seeded_and_well_formed(seed, run_ms, consumers):
+    """A churn schedule replays from its seed; every step names a real slot, restarts by the end of
+    the run, and a slot is never stopped again before its replacement started."""
+    from rocketray.verify.nemesis import CHURN_KINDS
+
+    steps = churn(seed, run_ms=run_ms, consumers=consumers)
+    assert steps == churn(seed, run_ms=run_ms, consumers=consumers)
+    assert [s.at_ms for s in steps] == sorted(s.at_ms for s in steps)
+    back: dict = {}
+    for s in steps:
+        assert s.kind in CHURN_KINDS and s.consumer_group in ("cg-0", "cg-1") and 0 <= s.slot < consumers
+        assert 0 <= s.at_ms and s.at_ms + s.restart_after_ms <= run_ms, s
+        assert back.get((s.consumer_group, s.slot), -1) < s.at_ms, s
+        back[(s.consumer_group, s.slot)] = s.at_ms + s.restart_after_ms
+
+
+def test_churn_draws_crashes_and_leaves():
+    """A minute of churn (the CI run's seed) holds both kinds; no groups or no members, no churn."""
+    kinds = {s.kind for s in churn(seed=10)}
+    assert kinds == {"crash-consumer", "leave-consumer"}
+    assert churn(consumer_groups=[]) == () and churn(consumers=0) == ()
