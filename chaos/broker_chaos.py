@@ -3,13 +3,17 @@ a recorded workload, heal, read everything back and let the checker give a verdi
 
 Theory of operation. The runner starts a cluster (on an embedded local Ray unless ``--address``)
 whose brokers sit behind fault-injecting HA proxies (``chaos/ha_proxy.py``), with all-ack on
-and unclean election off unless told otherwise. Producer threads write unique, verifiable payloads
-to every group, consumer threads tail every group, and a sampler polls every replica
-(``chaos/broker_workload.py``). The nemesis schedule is a pure function of the seed
-(``verify/nemesis.py``); the runner resolves run-time targets (the current master, the
-controller leader), acts, and records each fault's start and end in ``nemesis.jsonl``. After
-``--duration`` it heals everything (SIGCONT, proxies opened), stops the workload, waits for the
-cluster to settle, records the ``heal`` event, then sweeps every replica (final reads, after the last
+and unclean election off unless told otherwise, and creates the run's topic. Producer threads
+(``rocketray.client.Producer``) write unique, verifiable payloads to it, reader threads tail every
+broker group's replicas, and a sampler polls every replica (``chaos/broker_workload.py``);
+consumer groups of ``rocketray.client.Consumer`` members poll and commit, and the churn schedule
+crashes, closes and replaces members (``chaos/group_workload.py``). The nemesis and churn schedules
+are pure functions of the seed (``verify/nemesis.py``); the runner resolves run-time targets (the
+current master, the controller leader), acts, and records each fault's start and end in
+``nemesis.jsonl`` (consumer starts, crashes and closes are ``consumer`` rows of the history). After
+``--duration`` it heals everything (SIGCONT, proxies opened), stops the producers and readers,
+waits for the cluster to settle, drains the consumer groups (each commits up to every queue's end),
+closes them, records the ``heal`` event, then sweeps every replica (final reads, after the last
 nemesis event as the checker requires) and snapshots each replica's epochs, offsets and digest.
 The run directory follows ``docs/contracts.md`` ("chaos run directory"); the verdict comes from
 ``rocketray.verify.checker.check_run_dir``.
@@ -26,7 +30,6 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -34,19 +37,27 @@ import ray
 
 from rocketray.verify import nemesis as sched
 from rocketray.chaos.broker_workload import (
-    ConsumerLoop, ProducerLoop, RunLog, Sampler, final_reads, poll_statuses, replica_snapshots)
+    ConsumerLoop, ProducerLoop, RunLog, Sampler, create_topic, final_reads, poll_statuses, replica_snapshots)
+from rocketray.chaos.group_workload import GroupWorkload
+from rocketray.client.transport import RayTransport
 from rocketray.verify.checker import check_run_dir, format_verdict
+from rocketray.chaos.broker_nemesis import Nemesis, run_schedule
 from rocketray.chaos.ha_proxy import HaProxies
 from rocketray.verify.history import (
     CONTROLLER_EVENTS_FILE, HISTORY_FILE, NEMESIS_FILE, REPLICAS_FILE, SAMPLES_FILE, VERDICT_FILE,
     ControllerEventRecord, write_jsonl, write_replicas)
-from rocketray.actors.client import now_ms
 from rocketray.actors.cluster import Cluster, ClusterError, start_cluster
 from rocketray.config import load_config
-from rocketray.actors.pipeline import NodeControl, node_label, settle
-from rocketray.controller.api import GetReplicaInfoRequest
+from rocketray.actors.pipeline import NodeControl, settle
 
 log = logging.getLogger("rocketray.chaos.brokers")
+
+
+#: The consumer-group workload's defaults: groups (0 turns the workload off), members per group, and
+#: how long the end of the run waits for every group to commit every queue to its end.
+CONSUMER_GROUPS = 2
+CONSUMERS_PER_GROUP = 2
+DRAIN_TIMEOUT_S = 90.0
 
 
 class NemesisListError(ValueError):
@@ -88,220 +99,61 @@ def plan_steps(kinds: Sequence[str], seed: int, *, groups: dict[str, list[int]],
     return tuple(steps)
 
 
-@dataclass
-class Nemesis:
-    """Executes schedule steps against a live cluster and records them in ``runlog``."""
-
-    cluster: Cluster
-    runlog: RunLog
-    proxies: HaProxies | None
-    seed: int
-    paused: dict[str, int] = field(default_factory=dict)  # target -> pid stopped and not yet resumed
-    acted: int = 0
-    _partition_target: str = ""
-    #: whole rocketray nodes (``--ray-nodes N``): ``kill-node`` needs them
-    nodes: NodeControl | None = None
-    #: (label, target, group) of the node ``kill-node`` took down and has not restored yet
-    down_node: tuple[str, str, str | None] | None = None
-
-    # --- resolving targets ------------------------------------------------------------------
-    def replica_of(self, group: str, broker_id: int) -> int | None:
-        for b, st in zip(self.cluster.spec.brokers_of(group), self.cluster.group_status(group)):
-            if st and st.get("broker_id") == broker_id:
-                return b.replica
-        return None
-
-    def master_of(self, group: str) -> int | None:
-        try:
-            resp = self.cluster.call_controller(GetReplicaInfoRequest(broker_name=group), timeout_s=3.0)
-            address = (resp.header or {}).get("master_address") if resp.ok else None
-            b = self.cluster.spec.broker_by_ha_address(address) if address else None
-            if b is not None:
-                return b.replica
-        except Exception:  # noqa: BLE001 - ask the replicas instead
-            pass
-        return self.cluster.master_of(group)
-
-    # --- acting -----------------------------------------------------------------------------
-    def start(self, step: sched.NemesisStep) -> None:
-        kind, group = step.kind, step.group
-        if kind == "kill-master":
-            replica = self.master_of(group)
-            if replica is None:
-                log.warning("kill-master: no master in %s right now; skipped", group)
-                return
-            self.runlog.event(kind, "start", f"broker:{group}/r{replica}", group)
-            self.cluster.kill_broker(group, replica, wait_restart=False)
-            self.runlog.event(kind, "end", f"broker:{group}/r{replica}", group)
-        elif kind in ("kill-broker", "pause-broker"):
-            replica = self.replica_of(group, step.broker_id)
-            replica = (step.broker_id - 1) % len(self.cluster.spec.brokers_of(group)) if replica is None else replica
-            target = f"broker:{group}/r{replica}"
-            self.runlog.event(kind, "start", target, group)
-            if kind == "kill-broker":
-                self.cluster.kill_broker(group, replica, wait_restart=False)
-                self.runlog.event(kind, "end", target, group)
-            else:
-                self.paused[target] = self.cluster.pause(self.cluster.broker(group, replica))
-        elif kind == "kill-controller-leader":
-            leader = self.cluster.leader_index()
-            if leader is None:
-                log.warning("kill-controller-leader: no leader right now; skipped")
-                return
-            self.runlog.event(kind, "start", f"controller:{leader}", None)
-            self.cluster.kill_controller(leader, wait_restart=False)
-            self.runlog.event(kind, "end", f"controller:{leader}", None)
-        elif kind in ("kill-controller", "pause-controller"):
-            target = f"controller:{step.controller}"
-            self.runlog.event(kind, "start", target, None)
-            if kind == "kill-controller":
-                self.cluster.kill_controller(step.controller, wait_restart=False)
-                self.runlog.event(kind, "end", target, None)
-            else:
-                self.paused[target] = self.cluster.pause(self.cluster.controller(step.controller))
-        elif kind == "partition-ha":
-            self._partition(step)
-        elif kind == "kill-node":
-            if not self._kill_node(step):
-                return
-        else:
-            raise AssertionError(kind)
-        self.acted += 1
-
-    def _kill_node(self, step: sched.NemesisStep) -> bool:
-        """Take down the whole node holding ``step.group``'s master (every actor on it dies and none
-        can restart elsewhere until ``end`` brings the node back)."""
-        if self.nodes is None:
-            log.warning("kill-node needs a cluster on several rocketray nodes (--ray-nodes N); skipped")
-            return False
-        replica = self.master_of(step.group)
-        spec = next((b for b in self.cluster.spec.brokers_of(step.group) if b.replica == replica), None)
-        label = None if spec is None else node_label(spec.node_resource)
-        if label is None:
-            log.warning("kill-node: no master of %s on a labelled node right now; skipped", step.group)
-            return False
-        target = f"node:{label}"
-        self.runlog.event("kill-node", "start", target, step.group)
-        self.nodes.remove(label)
-        self.down_node = (label, target, step.group)
-        return True
-
-    def _restore_node(self) -> None:
-        if self.down_node is None or self.nodes is None:
-            return
-        label, target, group = self.down_node
-        self.down_node = None
-        self.nodes.restore(label)
-        self.runlog.event("kill-node", "end", target, group)
-
-    def _partition(self, step: sched.NemesisStep) -> None:
-        group = step.group
-        if self.proxies is None:
-            log.warning("partition-ha needs the HA proxies; skipped")
-            return
-        mode = random.Random(self.seed * 31 + step.at_ms).choice(("cut", "stall"))
-        victim = self.replica_of(group, step.broker_id)
-        master = self.master_of(group)
-        if victim is None or master is None:
-            log.warning("partition-ha: %s has no master or broker %s is unknown; skipped", group, step.broker_id)
-            return
-        if victim == master:  # isolate the master's replication from every slave
-            target = f"broker:{group}/r{master} {mode} all links"
-            t = now_ms()
-            self.proxies.fault((group, master), mode)
-            self.runlog.event("partition-ha", "start", target, group, time_ms=t)
-        else:  # only the link victim -> master
-            pid = ray.get(self.cluster.broker(group, victim).pid.remote(), timeout=5)
-            target = f"broker:{group}/r{victim} {mode} link to r{master}"
-            t = now_ms()
-            self.proxies.fault((group, master), mode, peer_pids=[pid])
-            self.runlog.event("partition-ha", "start", target, group, time_ms=t)
-        self.paused["partition-ha"] = -1
-        self._partition_target = target
-
-    def end(self, step: sched.NemesisStep) -> None:
-        """Undo a pause, partition or node loss (kills need nothing: Ray restarts the actor)."""
-        if step.kind == "kill-node":
-            self._restore_node()
-            return
-        if step.kind == "partition-ha":
-            if self.paused.pop("partition-ha", None) is not None and self.proxies is not None:
-                self.proxies.heal()
-                self.runlog.event("partition-ha", "end", self._partition_target, step.group)
-            return
-        for target, pid in list(self.paused.items()):
-            if target == "partition-ha":
-                continue
-            self.cluster.resume_pid(pid)
-            del self.paused[target]
-            self.runlog.event(step.kind, "end", target, step.group)
-
-    def heal_all(self) -> None:
-        self._restore_node()
-        for target, pid in list(self.paused.items()):
-            if pid > 0:
-                self.cluster.resume_pid(pid)
-        self.paused.clear()
-        if self.proxies is not None:
-            self.proxies.heal()
-
-
-def run_schedule(nemesis: Nemesis, steps: Sequence[sched.NemesisStep], t0: float, run_s: float,
-                 stop: threading.Event) -> None:
-    """Play ``steps`` (times relative to monotonic ``t0``) until the end of the run or ``stop``."""
-    for step in steps:
-        for phase, at_ms in (("start", step.at_ms), ("end", step.end_ms)):
-            if phase == "end" and step.duration_ms == 0:
-                continue
-            delay = t0 + at_ms / 1000.0 - time.monotonic()
-            if delay > 0 and stop.wait(delay):
-                return
-            try:
-                (nemesis.start if phase == "start" else nemesis.end)(step)
-            except Exception:  # noqa: BLE001 - one failed fault must not end the run
-                log.exception("nemesis %s %s failed", step.kind, phase)
-    remaining = t0 + run_s - time.monotonic()
-    if remaining > 0:
-        stop.wait(remaining)
-
-
 def timing(profile: str, overrides: dict[str, str]) -> tuple[int, int]:
     """(interval_ms, fault_ms) scaled to the profile's heartbeat timeout so pauses outlast detection."""
     hb_ms = load_config(profile, overrides).broker.controller_heartbeat_timeout_ms
     return max(4000, int(hb_ms * 1.5)), max(4000, int(hb_ms * 2.5))
 
 
-def execute(cluster: Cluster, args: argparse.Namespace, out: Path, proxies: HaProxies | None,
-            say=print, nodes: NodeControl | None = None) -> dict[str, Any]:
-    """Workload + nemeses + heal + settle + final reads + checker against a running cluster."""
+def _plan(cluster: Cluster, args: argparse.Namespace, out: Path, say
+          ) -> tuple[tuple[sched.NemesisStep, ...], tuple[sched.ChurnStep, ...], list[str]]:
+    """The seeded fault and churn schedules (both saved to ``schedule.json``) and the consumer groups."""
     kinds = parse_kinds(args.nemesis)
-    runlog = RunLog()
-    settle(cluster, timeout_s=args.settle_timeout)
     statuses = poll_statuses(cluster, timeout_s=10)
     groups = {g: sorted(int(st["broker_id"]) for (gg, _r), st in statuses.items() if gg == g and st.get("broker_id"))
               or [b.replica + 1 for b in cluster.spec.brokers_of(g)] for g in cluster.spec.groups}
     interval_ms, fault_ms = timing(cluster.spec.profile, dict(cluster.spec.config_overrides))
     steps = plan_steps(kinds, args.seed, groups=groups, controllers=len(cluster.spec.controllers),
                        run_ms=int(args.duration * 1000), interval_ms=interval_ms, fault_ms=fault_ms)
-    (out / "schedule.json").write_text(json.dumps([s.to_json() for s in steps], indent=1))
-    say(f"{len(steps)} nemesis steps planned: {', '.join(s.kind for s in steps) or 'none'}")
+    consumer_groups = [f"cg-{i}" for i in range(args.consumer_groups)]
+    churn = sched.make_churn_schedule(args.seed, consumer_groups=consumer_groups, consumers=args.consumers,
+                                      run_ms=int(args.duration * 1000)) if kinds else ()
+    planned = sorted([s.to_json() for s in steps] + [c.to_json() for c in churn], key=lambda j: j["at_ms"])
+    (out / "schedule.json").write_text(json.dumps(planned, indent=1))
+    say(f"{len(steps)} nemesis steps planned: {', '.join(s.kind for s in steps) or 'none'}; "
+        f"{len(churn)} consumer crashes/leaves in {len(consumer_groups)} consumer groups of {args.consumers}")
+    return steps, churn, consumer_groups
+
+
+def execute(cluster: Cluster, args: argparse.Namespace, out: Path, proxies: HaProxies | None,
+            say=print, nodes: NodeControl | None = None) -> dict[str, Any]:
+    """Workload + nemeses + heal + settle + drain + final reads + checker against a running cluster."""
+    runlog = RunLog()
+    settle(cluster, timeout_s=args.settle_timeout)
+    steps, churn, consumer_groups = _plan(cluster, args, out, say)
+    layout = create_topic(cluster.spec.name, len(cluster.spec.groups))
     stop_workload, stop_sampler, stop_nemesis = threading.Event(), threading.Event(), threading.Event()
     sampler = Sampler(cluster, runlog, stop_sampler)
-    producers = [ProducerLoop(cluster, i, runlog, stop_workload, args.seed, batch=args.batch,
+    producers = [ProducerLoop(cluster.spec.name, layout, i, runlog, stop_workload, batch=args.batch,
                               rate_per_s=args.rate)
                  for i in range(args.producers)]
-    consumers = [ConsumerLoop(cluster, g, runlog, stop_workload, args.seed) for g in cluster.spec.groups]
+    readers = [ConsumerLoop(cluster, layout, g, runlog, stop_workload, args.seed) for g in cluster.spec.groups]
+    members = (GroupWorkload(cluster.spec.name, RayTransport(cluster), layout.topic, consumer_groups, args.consumers,
+                             runlog) if consumer_groups else None)
     nemesis = Nemesis(cluster, runlog, proxies, args.seed, nodes=nodes)
-    for t in (sampler, *producers, *consumers):
+    for t in (sampler, *producers, *readers):
         t.start()
     started = time.monotonic()
+    if members is not None:
+        members.start(churn, started, stop_nemesis)
     try:
         run_schedule(nemesis, steps, started, args.duration, stop_nemesis)
     finally:
+        stop_nemesis.set()
         nemesis.heal_all()
         runlog.event("heal", "start", None, None)
         stop_workload.set()
-        for t in (*producers, *consumers):
+        for t in (*producers, *readers):
             t.join(timeout=60)
     say(f"healed after {time.monotonic() - started:.1f}s; waiting for the cluster to settle")
     settled = True
@@ -310,21 +162,32 @@ def execute(cluster: Cluster, args: argparse.Namespace, out: Path, proxies: HaPr
     except ClusterError as exc:
         settled = False
         say(f"the cluster did not settle: {exc}")
+    drained = None
+    if members is not None:
+        say("draining the consumer groups")
+        drain_started = time.monotonic()
+        drained = members.finish(_acked_queues(producers), timeout_s=args.drain_timeout)
+        say(f"consumer groups {'drained' if drained else 'NOT drained'} in {time.monotonic() - drain_started:.1f}s")
     stop_sampler.set()
     sampler.join(timeout=10)
     runlog.event("heal", "end", None, None)
     say("final reads from every replica")
-    final_reads(cluster, runlog)
-    replicas = replica_snapshots(cluster)
-    write_run(out, runlog, replicas, cluster)
+    final_reads(cluster, layout, runlog)
+    write_run(out, runlog, replica_snapshots(cluster), cluster)
     verdict = check_run_dir(out)
     summary = {**verdict.to_json(), "settled": settled, "nemesis_steps": len(steps), "nemesis_acted": nemesis.acted,
-               "producer_outcomes": _sum_outcomes(producers), "elapsed_s": round(time.monotonic() - started, 1),
-               "seed": args.seed, "profile": cluster.spec.profile, "out_dir": str(out)}
+               "churn_steps": len(churn), "churn_acted": members.acted if members is not None else 0,
+               "groups_drained": drained, "producer_outcomes": _sum_outcomes(producers),
+               "elapsed_s": round(time.monotonic() - started, 1), "seed": args.seed, "profile": cluster.spec.profile,
+               "out_dir": str(out)}
     summary["valid"] = bool(verdict.valid and settled)
     (out / VERDICT_FILE).write_text(json.dumps(summary, indent=1, default=str))
     say(format_verdict(verdict))
     return summary
+
+
+def _acked_queues(producers: Sequence[ProducerLoop]) -> set[tuple[str, int]]:
+    return set().union(*(p.acked_queues for p in producers))
 
 
 def _sum_outcomes(producers: Sequence[ProducerLoop]) -> dict[str, int]:
@@ -385,8 +248,16 @@ def run(args: argparse.Namespace) -> int:
         print("rocketray chaos: the kill-node nemesis needs --ray-nodes N (N >= 2, N >= --replicas)", file=sys.stderr)
         return 2
     args.groups = 2 if getattr(args, "groups", None) is None else args.groups
+    # The consumer-group workload's settings (the CLI may not declare them yet: these defaults).
+    args.consumer_groups = getattr(args, "consumer_groups", None)
+    args.consumer_groups = CONSUMER_GROUPS if args.consumer_groups is None else args.consumer_groups
+    args.consumers = getattr(args, "consumers", None) or CONSUMERS_PER_GROUP
+    args.drain_timeout = getattr(args, "drain_timeout", None) or DRAIN_TIMEOUT_S
     if args.groups < 1 or args.replicas < 1 or args.controllers < 1 or args.duration < 0 or args.producers < 1:
         print("rocketray chaos: --groups, --replicas, --controllers, --producers must be >= 1", file=sys.stderr)
+        return 2
+    if args.consumer_groups < 0 or args.consumers < 1:
+        print("rocketray chaos: --consumer-groups must be >= 0 (0: off), --consumers >= 1", file=sys.stderr)
         return 2
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="rocketray-chaos-brokers-"))
     out.mkdir(parents=True, exist_ok=True)
@@ -422,7 +293,8 @@ def run(args: argparse.Namespace) -> int:
         log.exception("broker chaos run failed")
         summary = {"valid": False, "error": f"{type(exc).__name__}: {exc}", "ops": 0, "acked": 0, "lost": None,
                    "unseen": None, "duplicates": None, "inconsistent_offsets": None, "masters_per_epoch_max": None,
-                   "replicas_converged": False, "failover_ms": {"p50": None, "max": None}, "out_dir": str(out)}
+                   "replicas_converged": False, "failover_ms": {"p50": None, "max": None}, "consumer_groups": {},
+                   "out_dir": str(out)}
     finally:
         if cluster is not None:
             cluster.stop(delete_data=tmp is not None)

@@ -1,41 +1,77 @@
-"""The broker chaos workload: producers, tailing consumers, a status sampler, final reads, snapshots.
+"""The broker chaos workload: producers, tailing replica readers, a status sampler, final reads, snapshots.
 
 Theory of operation. Everything here runs in threads of the chaos driver against a live cluster and
 appends records in the shapes of ``docs/contracts.md`` ("chaos run directory") to a thread-safe
-:class:`RunLog`. Producers (one thread each, a distinct ``process`` name) send batches of unique
-payloads to every group in turn; a payload's body is a pure function of its id
-(:func:`payload_body`), so a reader can tell a corrupted or misplaced message from a good one (a
-mismatch is recorded under the id ``corrupt:<id>``, which the checker reports as an inconsistent
-offset and, for the real id, as lost). Tailing consumers read every queue of a group from a
-changing replica, one monotonic pass per process; the sampler polls every replica's status. After
-heal, :func:`final_reads` sweeps every queue of every replica from offset 0 under a new process name
-per pass, and :func:`replica_snapshots` records each replica's epochs, offsets and the SHA-256 of
-its commit log up to the group's minimum confirm offset.
+:class:`RunLog`. The run writes to one topic, created with ``Admin`` at the start with
+``QUEUES_PER_GROUP`` queues per broker group (:func:`create_topic`; the controller spreads them
+round robin over the groups). Producers (one thread and one ``rocketray.client.Producer`` each, a
+distinct ``process`` name) send batches of unique payloads: a batch's messages share a key, so they
+go to one queue (``key_queue``) as one put; the payload id travels in the ``pid`` property and a
+payload's body is a pure function of its id (:func:`payload_body`), so a reader can tell a
+corrupted or misplaced message from a good one (a mismatch is recorded under the id
+``corrupt:<id>``, which the checker reports as an inconsistent offset and, for the real id, as
+lost). Every payload ends as one ``send`` row: ``ok`` (acknowledged, with its broker group, queue
+and queue offset), ``unknown`` (``SendUnknown``: maybe written) or ``failed`` (``SendFailed`` or
+refused before sending: not written). Tailing readers read every queue of a broker group from a
+changing replica, one monotonic pass per process (``chaos/replica_reader.py``: verification reads
+straight from the broker actors); the sampler polls every replica's status. After heal,
+:func:`final_reads` sweeps every queue of every replica from offset 0 under a new process name per
+pass, and :func:`replica_snapshots` records each replica's epochs, offsets and the SHA-256 of its
+commit log up to the group's minimum confirm offset. The consumer groups are
+``chaos/group_workload.py``.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
+import itertools
 import logging
 import random
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import ray
 
-from rocketray.verify.history import NemesisEvent, ReplicaSnapshot, Sample
-from rocketray.actors.client import Consumer, Producer, now_ms
 from rocketray.actors.cluster import Cluster
+from rocketray.chaos.replica_reader import ReplicaReader, now_ms, payload_body
+from rocketray.client import (Admin, ClientClosed, ClientError, InvalidMessage, Producer, SendFailed,
+                              SendResult)
+from rocketray.client.core import key_queue
+from rocketray.verify.history import NemesisEvent, ReplicaSnapshot, Sample
 
 log = logging.getLogger("rocketray.chaos.brokers")
 
-QUEUES = 4
+TOPIC = "chaos"
+QUEUES_PER_GROUP = 4
 STATUS_TIMEOUT_S = 2.0
 
+__all__ = ["TOPIC", "QUEUES_PER_GROUP", "TopicLayout", "create_topic", "RunLog", "ProducerLoop", "ConsumerLoop",
+           "Sampler", "poll_statuses", "final_reads", "replica_snapshots", "payload_body", "now_ms"]
 
-def payload_body(payload_id: str) -> bytes:
-    """The body every message with this payload id carries (verifiable by any reader)."""
-    return f"rocketray-chaos {payload_id};".encode() * 4
+
+@dataclass(frozen=True, slots=True)
+class TopicLayout:
+    """The run's topic and the broker group holding each of its queues."""
+
+    topic: str
+    groups: tuple[str, ...]  #: ``groups[queue_id]``: the broker group of that queue
+
+    @property
+    def queues(self) -> int:
+        return len(self.groups)
+
+    def queues_of(self, group: str) -> list[int]:
+        return [q for q, g in enumerate(self.groups) if g == group]
+
+
+def create_topic(cluster: str, broker_groups: int, topic: str = TOPIC) -> TopicLayout:
+    """Create ``topic`` with ``QUEUES_PER_GROUP`` queues per broker group; its layout from the route."""
+    admin = Admin(cluster)
+    admin.create_topic(topic, queues=QUEUES_PER_GROUP * broker_groups)
+    route = admin.topic_route(topic)
+    return TopicLayout(topic, tuple(route.group_of(q) for q in range(len(route.queues))))
 
 
 class RunLog:
@@ -63,79 +99,115 @@ class RunLog:
             self.samples.append(s)
 
 
-class VerifyingConsumer(Consumer):
-    """A consumer whose records flag a message whose body does not match its payload id."""
-
-    def _record(self, group: str, queue_id: int, m: dict, start: float, end: float) -> None:
-        pid = (m.get("properties") or {}).get("pid")
-        if pid is None or bytes(m["body"]) != payload_body(str(pid)):
-            m = {**m, "properties": {**(m.get("properties") or {}), "pid": f"corrupt:{pid}"}}
-        super()._record(group, queue_id, m, start, end)
+def send_outcome(result: SendResult | BaseException) -> tuple[str, str | None]:
+    """(outcome, error code) of one payload: ``ok``; ``failed`` when the client says it was not written
+    (SendFailed, InvalidMessage, ClientClosed: refused or never sent); ``unknown`` otherwise
+    (SendUnknown: maybe written, or an error the client did not classify)."""
+    if isinstance(result, SendResult):
+        return "ok", None
+    code = result.code if isinstance(result, ClientError) else type(result).__name__
+    if isinstance(result, (SendFailed, InvalidMessage, ClientClosed)):
+        return "failed", code
+    return "unknown", code
 
 
 class ProducerLoop(threading.Thread):
-    """Sends batches of unique payloads to every group in turn until ``stop`` is set."""
+    """Sends batches of unique payloads to the run's topic until ``stop`` is set."""
 
-    def __init__(self, cluster: Cluster, index: int, runlog: RunLog, stop: threading.Event, seed: int,
-                 batch: int = 10, rate_per_s: float = 100.0, call_timeout_s: float = 5.0,
-                 retry_deadline_s: float = 8.0) -> None:
+    def __init__(self, cluster: str, layout: TopicLayout, index: int, runlog: RunLog, stop: threading.Event,
+                 batch: int = 10, rate_per_s: float = 100.0, request_timeout_ms: int = 5000,
+                 send_timeout_ms: int = 8000) -> None:
         super().__init__(name=f"producer-{index}", daemon=True)
         self.process = f"producer-{index}"
-        self.producer = Producer(cluster, process=self.process, recorder=runlog.record,
-                                 call_timeout_s=call_timeout_s, retry_deadline_s=retry_deadline_s)
-        self.groups = list(cluster.spec.groups)
+        self.producer = Producer(cluster, request_timeout_ms=request_timeout_ms, send_timeout_ms=send_timeout_ms)
+        self.layout = layout
+        self.runlog = runlog
         self.stop = stop
         self.batch = batch
         self.rate_per_s = rate_per_s  # payloads per second (0: as fast as the cluster acknowledges)
-        self.rng = random.Random(seed * 7919 + index)
+        self.result_timeout_s = send_timeout_ms / 1000 + 30
         self.seq = 0
+        self.op_ids = itertools.count(1)
         self.outcomes: dict[str, int] = {"ok": 0, "unknown": 0, "failed": 0}
+        self.acked_queues: set[tuple[str, int]] = set()
 
     def run(self) -> None:
-        turn = self.rng.randrange(len(self.groups))
         next_at = time.monotonic()
-        while not self.stop.is_set():
-            if self.rate_per_s > 0:
-                next_at = max(next_at + self.batch / self.rate_per_s, time.monotonic() - 1.0)
-                if self.stop.wait(max(0.0, next_at - time.monotonic())):
-                    break
-            group = self.groups[turn % len(self.groups)]
-            turn += 1
-            payloads = []
-            for _ in range(self.batch):
-                self.seq += 1
-                pid = f"{self.process}-{self.seq:08d}"
-                payloads.append((pid, payload_body(pid)))
+        try:
+            while not self.stop.is_set():
+                if self.rate_per_s > 0:
+                    next_at = max(next_at + self.batch / self.rate_per_s, time.monotonic() - 1.0)
+                    if self.stop.wait(max(0.0, next_at - time.monotonic())):
+                        break
+                try:
+                    self.send_batch()
+                except Exception:  # noqa: BLE001 - a workload thread never dies mid-run
+                    log.exception("producer %s: send failed", self.process)
+                    self.stop.wait(0.2)
+        finally:
+            self.producer.close(timeout_s=self.result_timeout_s)
+
+    def send_batch(self) -> None:
+        """One batch: ``batch`` payloads with one key (one queue, one put); one ``send`` row each."""
+        key = f"{self.process}-b{self.seq:08d}"
+        queue_id = key_queue(key, self.layout.queues)
+        start = now_ms()
+        pending: list[tuple[str, concurrent.futures.Future | None]] = []
+        for _ in range(self.batch):
+            self.seq += 1
+            pid = f"{self.process}-{self.seq:08d}"
             try:
-                result = self.producer.send(group, self.rng.randrange(QUEUES), payloads)
-                self.outcomes[result.outcome] += len(payloads)
-            except Exception:  # noqa: BLE001 - a workload thread never dies mid-run
-                log.exception("producer %s: send failed", self.process)
-                self.stop.wait(0.2)
+                pending.append((pid, self.producer.send_async(self.layout.topic, payload_body(pid), key=key,
+                                                              properties={"pid": pid})))
+            except Exception as exc:  # noqa: BLE001 - refused before anything was sent: not written
+                log.warning("producer %s: %s refused before sending: %s", self.process, pid, exc)
+                pending.append((pid, None))
+        for pid, fut in pending:
+            result: SendResult | BaseException
+            if fut is None:
+                result = SendFailed("refused before sending")
+            else:
+                try:
+                    result = fut.result(timeout=self.result_timeout_s)
+                except Exception as exc:  # noqa: BLE001 - the client's typed error (or a timeout)
+                    result = exc
+            self._record(pid, queue_id, result, start, now_ms())
+
+    def _record(self, pid: str, queue_id: int, result: SendResult | BaseException, start: float, end: float) -> None:
+        outcome, error = send_outcome(result)
+        self.outcomes[outcome] += 1
+        offset = None
+        if isinstance(result, SendResult):
+            assert result.queue_id == queue_id, (result, queue_id)
+            offset = result.queue_offset
+            self.acked_queues.add((self.layout.topic, queue_id))
+        self.runlog.record({"op_id": f"{self.process}-{next(self.op_ids)}", "process": self.process, "f": "send",
+                            "group": self.layout.groups[queue_id], "queue_id": queue_id, "payload_id": pid,
+                            "queue_offset": offset, "physical_offset": None, "start_ms": start, "end_ms": end,
+                            "outcome": outcome, "broker_id": None, "error": error})
 
 
 class ConsumerLoop(threading.Thread):
-    """Tails every queue of one group, each pass from a randomly chosen replica."""
+    """Tails every queue of one broker group, each pass from a randomly chosen replica."""
 
-    def __init__(self, cluster: Cluster, group: str, runlog: RunLog, stop: threading.Event, seed: int,
-                 period_s: float = 0.3) -> None:
+    def __init__(self, cluster: Cluster, layout: TopicLayout, group: str, runlog: RunLog, stop: threading.Event,
+                 seed: int, period_s: float = 0.3) -> None:
         super().__init__(name=f"tail-{group}", daemon=True)
-        self.cluster = cluster
         self.group = group
-        self.consumer = VerifyingConsumer(cluster, process=f"tail-{group}", recorder=runlog.record,
-                                          call_timeout_s=3.0)
+        self.reader = ReplicaReader(cluster, layout.topic, f"tail-{group}", runlog.record, call_timeout_s=3.0)
         self.replicas = [b.replica for b in cluster.spec.brokers_of(group)]
+        self.queue_ids = layout.queues_of(group)
         self.stop = stop
         self.period_s = period_s
         self.rng = random.Random(seed * 104729 + len(group))
-        self.next_offset = {q: 0 for q in range(QUEUES)}
+        self.next_offset = {q: 0 for q in self.queue_ids}
 
     def run(self) -> None:
         while not self.stop.is_set():
             replica = self.rng.choice(self.replicas)
-            for q in range(QUEUES):
+            for q in self.queue_ids:
                 try:
-                    msgs = self.consumer.read_queue(self.group, replica, q, self.next_offset[q])
+                    msgs = self.reader.read_queue(self.group, replica, q, self.next_offset[q])
                 except Exception:  # noqa: BLE001 - dead or paused replica: try another next pass
                     break
                 if msgs:
@@ -193,17 +265,16 @@ class Sampler(threading.Thread):
             self.stop.wait(max(0.0, self.period_s - (time.monotonic() - started)))
 
 
-def final_reads(cluster: Cluster, runlog: RunLog, attempts: int = 3) -> dict[str, int]:
+def final_reads(cluster: Cluster, layout: TopicLayout, runlog: RunLog, attempts: int = 3) -> dict[str, int]:
     """Sweep every queue of every replica from offset 0 (one process name per pass); messages per group."""
     counts: dict[str, int] = {}
     for group in cluster.spec.groups:
         counts[group] = 0
         for b in cluster.spec.brokers_of(group):
             for attempt in range(attempts):
-                consumer = VerifyingConsumer(cluster, process=f"final-{group}-{b.replica}-{attempt}",
-                                             recorder=runlog.record, call_timeout_s=10.0)
+                reader = ReplicaReader(cluster, layout.topic, f"final-{group}-{b.replica}-{attempt}", runlog.record)
                 try:
-                    counts[group] += sum(len(consumer.read_queue(group, b.replica, q)) for q in range(QUEUES))
+                    counts[group] += sum(len(reader.read_queue(group, b.replica, q)) for q in layout.queues_of(group))
                     break
                 except Exception as exc:  # noqa: BLE001 - retried under a new process name
                     log.warning("final read of %s/%d failed (attempt %d): %s", group, b.replica, attempt, exc)

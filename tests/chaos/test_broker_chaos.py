@@ -1,5 +1,6 @@
 """Broker chaos: the HA proxy's faults on real sockets, the schedule planning, a live run driven into
-data loss on purpose (the checker must say so), and the CI chaos run through the CLI."""
+data loss on purpose (the checker must say so), the CI chaos run through the CLI, and a short run of
+master kills and consumer crashes whose consumer groups must keep at-least-once."""
 
 from __future__ import annotations
 
@@ -165,10 +166,9 @@ def test_live_loss_with_all_ack_off_and_unclean_election_is_reported(ray_here, t
     valid false). (Freezing the slaves instead is not enough: the kernel keeps what the master
     already sent in their socket buffers and they read it when resumed.)"""
     from rocketray.actors import pipeline
-    from rocketray.chaos.broker_workload import RunLog, final_reads, payload_body, replica_snapshots
+    from rocketray.chaos.broker_workload import ProducerLoop, RunLog, create_topic, final_reads, replica_snapshots
     from rocketray.chaos.broker_chaos import write_run
     from rocketray.verify.checker import check_run_dir
-    from rocketray.actors.client import Producer
     from rocketray.actors.cluster import start_cluster
 
     proxies: list[HaProxies] = []
@@ -176,22 +176,27 @@ def test_live_loss_with_all_ack_off_and_unclean_election_is_reported(ray_here, t
                             profile="fast", overrides={"ha.all_ack_in_sync_state_set": "false",
                                                        "controller.enable_elect_unclean_master": "true"},
                             ha_proxy=True, before_brokers=lambda spec: proxies.append(HaProxies(spec).start()))
+    producer = None
     try:
         runlog = RunLog()
-        producer = Producer(cluster, process="writer", recorder=runlog.record, retry_deadline_s=30)
+        layout = create_topic(cluster.spec.name, 1)
+        producer = ProducerLoop(cluster.spec.name, layout, 0, runlog, threading.Event(), send_timeout_ms=30_000)
 
-        def send(n: int, start: int):
-            pids = [f"p-{i:06d}" for i in range(start, start + n)]
-            return producer.send(GROUP, 0, [(p, payload_body(p)) for p in pids])
+        def send(n: int) -> int:
+            """Send one batch of ``n`` payloads (one queue); how many were acknowledged."""
+            before = producer.outcomes["ok"]
+            producer.batch = n
+            producer.send_batch()
+            return producer.outcomes["ok"] - before
 
-        assert send(50, 0).outcome == "ok"
+        assert send(50) == 50
         pipeline.settle(cluster)
         old = cluster.wait_for_master(GROUP)
         runlog.event("partition-ha", "start", f"broker:{GROUP}/r{old} cut all links", GROUP)
         proxies[0].fault((GROUP, old), "cut")
         try:
-            alone = send(100, 1000)
-            assert alone.outcome == "ok" and alone.replica == old, alone
+            assert send(100) == 100, "all-ack off: the cut-off master acknowledges alone"
+            assert cluster.master_of(GROUP) == old
             runlog.event("kill-master", "start", f"broker:{GROUP}/r{old}", GROUP)
             import ray
 
@@ -199,10 +204,9 @@ def test_live_loss_with_all_ack_off_and_unclean_election_is_reported(ray_here, t
         finally:
             proxies[0].heal()
             runlog.event("partition-ha", "end", f"broker:{GROUP}/r{old} cut all links", GROUP)
-        producer.forget_master(GROUP)
         new = cluster.wait_for_master(GROUP, 60)
         assert new != old
-        assert send(50, 2000).outcome == "ok"
+        assert send(50) == 50
         from rocketray.actors import remote
 
         remote.start_broker(cluster.spec, GROUP, old)  # rejoins as a slave, truncating the lost batch
@@ -210,33 +214,70 @@ def test_live_loss_with_all_ack_off_and_unclean_election_is_reported(ray_here, t
         runlog.event("heal", "end", None, None)
         wait_until(lambda: (cluster.broker_status(GROUP, old) or {}).get("role") == "slave", 30,
                    what="the old master to rejoin as a slave")
-        final_reads(cluster, runlog)
+        final_reads(cluster, layout, runlog)
         write_run(tmp_path / "run", runlog, replica_snapshots(cluster), cluster)
         verdict = check_run_dir(tmp_path / "run")
         assert verdict.lost >= 100 and not verdict.valid, verdict.to_json()
     finally:
+        if producer is not None:
+            producer.producer.close(timeout_s=5)
         cluster.stop(delete_data=True)
         for p in proxies:
             p.close()
 
 
-@pytest.mark.slow
-def test_ci_chaos_run_all_nemeses_is_valid(tmp_path):
-    """CI: one minute of every nemesis (seed 10 draws each kind) on the fast profile, through the
-    CLI in a subprocess; the last stdout line is the JSON verdict and it must be valid."""
-    out = tmp_path / "run"
+def run_chaos_cli(out, *args: str, timeout_s: float = 420) -> tuple[dict, subprocess.CompletedProcess]:
+    """``rocketray chaos --target brokers ... --json`` in a subprocess; (the last stdout line, the process)."""
     proc = subprocess.run(
-        [sys.executable, "-m", "rocketray.cli", "chaos", "--target", "brokers", "--duration", "60", "--seed", "10",
-         "--nemesis", "all", "--groups", "2", "--profile", "fast", "--out", str(out), "--json"],
-        capture_output=True, text=True, timeout=420)
+        [sys.executable, "-m", "rocketray.cli", "chaos", "--target", "brokers", *args, "--profile", "fast",
+         "--out", str(out), "--json"], capture_output=True, text=True, timeout=timeout_s)
     lines = proc.stdout.strip().splitlines()
     assert lines, proc.stderr[-3000:]
-    summary = json.loads(lines[-1])
+    return json.loads(lines[-1]), proc
+
+
+def assert_groups_clean(summary: dict, groups: int = 2) -> dict:
+    """Every consumer group's report is clean and the group workload really ran; the reports."""
+    reports = summary["consumer_groups"]
+    assert sorted(reports) == [f"cg-{i}" for i in range(groups)], reports
+    for name, g in reports.items():
+        assert g["valid"] and g["undelivered"] == 0 and g["rereads_below_commit"] == 0, (name, g)
+        assert g["commit_regressions"] == 0 and g["corrupt"] == 0, (name, g)
+        assert g["acked"] == summary["acked"] and g["deliveries"] >= g["acked"] > 0, (name, g)
+        assert g["commits_ok"] > 0 and g["progress_samples"] > 0, (name, g)
+    assert summary["groups_drained"] is True, summary
+    return reports
+
+
+@pytest.mark.slow
+def test_ci_chaos_run_all_nemeses_is_valid(tmp_path):
+    """CI: one minute of every nemesis (seed 10 draws each kind) and consumer churn on the fast
+    profile, through the CLI in a subprocess; the last stdout line is the JSON verdict and it must
+    be valid, every consumer group's report included."""
+    out = tmp_path / "run"
+    summary, proc = run_chaos_cli(out, "--duration", "60", "--seed", "10", "--nemesis", "all", "--groups", "2")
     for key in ("ops", "acked", "lost", "unseen", "duplicates", "inconsistent_offsets", "masters_per_epoch_max",
-                "replicas_converged", "failover_ms", "valid"):
+                "replicas_converged", "failover_ms", "valid", "consumer_groups"):
         assert key in summary, key
     assert summary["valid"] and proc.returncode == 0, (summary, proc.stderr[-3000:])
     assert summary["acked"] > 0 and summary["lost"] == 0 and summary["nemesis_acted"] >= 6, summary
     assert {"p50", "max"} <= set(summary["failover_ms"])
+    assert_groups_clean(summary)
+    assert summary["churn_acted"] >= 5, summary
     for name in ("history.jsonl", "nemesis.jsonl", "replicas.json", "samples.jsonl", "verdict.json"):
         assert (out / name).is_file(), name
+
+
+@pytest.mark.slow
+def test_consumer_groups_survive_master_kills_and_consumer_crashes(tmp_path):
+    """At-least-once per group, end to end: 20 s of master kills (one every ~4 s) while two consumer
+    groups of two members poll and commit and the churn schedule crashes members (abandoned, expired
+    by the controller) and closes others; after the drain every acknowledged message was delivered
+    to each group, no group read below an acknowledged commit and no committed offset went back."""
+    summary, proc = run_chaos_cli(tmp_path / "run", "--duration", "20", "--seed", "10", "--nemesis", "kill-master",
+                                  "--groups", "2", timeout_s=300)
+    assert summary["valid"] and proc.returncode == 0, (summary, proc.stderr[-3000:])
+    assert summary["nemesis_acted"] >= 3 and summary["failover_ms"]["count"] >= 3, summary
+    reports = assert_groups_clean(summary)
+    assert sum(g["consumers_crashed"] for g in reports.values()) >= 2, reports
+    assert sum(g["consumers_started"] for g in reports.values()) >= 6, reports

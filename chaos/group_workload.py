@@ -1,0 +1,282 @@
+"""The broker chaos run's consumer groups: members that poll, commit, crash, leave and join, recorded.
+
+Theory of operation. ``G`` consumer groups each run ``C`` slots; a slot is a thread that runs one
+``rocketray.client.Consumer`` at a time (process name ``<group>-c<slot>-<generation>``): it polls
+(``POLL_TIMEOUT_MS``), records a ``deliver`` row per message, and every ``COMMIT_EVERY_POLLS`` polls
+commits, recording a ``commit`` row per queue entry (taken from the consumer's pending positions
+before the call: ``ok`` if ``commit`` returned, ``failed`` if it raised). The churn schedule
+(``rocketray.verify.nemesis.make_churn_schedule``) asks a slot to crash its consumer (stop its
+heartbeats without leaving the group, drop it: the controller expires it after
+``controller.consumer_heartbeat_timeout_ms``) or to close it (leave at once); either way the slot
+starts a new consumer after the step's delay. A sampler records ``Admin.consumer_progress`` of
+every group every ``PROGRESS_PERIOD_S`` as ``progress`` rows. At the end, :meth:`GroupWorkload.drain`
+makes every slot commit after each poll and waits until every group's progress shows lag 0 on
+every queue that acknowledged a send (or a deadline), then the slots close their consumers. Row
+formats: ``rocketray.verify.group_history``; the rules they are checked against:
+``rocketray.verify.groups``.
+
+Every member, and the progress sampler, share one client transport: one master cache and one set
+of master watches (a watch holds a controller thread per broker group) instead of one per member.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from typing import Sequence
+
+from rocketray.chaos.broker_workload import RunLog
+from rocketray.chaos.replica_reader import checked_payload_id, now_ms
+from rocketray.client import Admin, Consumer, QueueProgress
+from rocketray.client.transport import Transport
+from rocketray.verify.groups import POLL_TIMEOUT_MS
+from rocketray.verify.nemesis import ChurnStep
+from rocketray.waiting import NotYet, WaitTimeout, wait_for
+
+log = logging.getLogger("rocketray.chaos.groups")
+
+COMMIT_EVERY_POLLS = 3
+COMMIT_TIMEOUT_S = 5.0
+PROGRESS_PERIOD_S = 0.5
+CREATE_RETRY_S = 0.5
+#: the members' per-call timeout (committed offsets, commits): short, so a poll during a failover
+#: gives up and tries again rather than holding the slot for the default 8 s
+REQUEST_TIMEOUT_MS = 3000
+
+
+@dataclass(frozen=True, slots=True)
+class StopRequest:
+    """Ask a slot to stop its consumer (``crash`` or ``leave``) and start another ``restart_after_s`` later."""
+
+    kind: str
+    restart_after_s: float
+
+
+class Slot(threading.Thread):
+    """One member position of a consumer group (see the module docstring)."""
+
+    def __init__(self, cluster: str, transport: Transport, topic: str, consumer_group: str, index: int,
+                 runlog: RunLog, stop: threading.Event, draining: threading.Event) -> None:
+        super().__init__(name=f"{consumer_group}-c{index}", daemon=True)
+        self.cluster = cluster
+        self.transport = transport
+        self.topic = topic
+        self.consumer_group = consumer_group
+        self.index = index
+        self.runlog = runlog
+        self.stop = stop
+        self.draining = draining
+        self.requests: queue.Queue[StopRequest] = queue.Queue(maxsize=16)
+        self.generation = 0
+
+    def request(self, kind: str, restart_after_s: float) -> None:
+        assert kind in ("crash", "leave"), kind
+        self.requests.put_nowait(StopRequest(kind, restart_after_s))
+
+    def _event(self, process: str, event: str) -> None:
+        self.runlog.record({"f": "consumer", "process": process, "consumer_group": self.consumer_group,
+                            "event": event, "time_ms": now_ms()})
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            self.generation += 1
+            process = f"{self.consumer_group}-c{self.index}-{self.generation}"
+            consumer = self._start(process)
+            if consumer is None:
+                return
+            request = self._consume(consumer, process)
+            if request is not None and request.kind == "crash":
+                _abandon(consumer)
+                self._event(process, "crash")
+            else:
+                self._commit(consumer, process)
+                consumer.close()
+                self._event(process, "close")
+            if request is None:
+                return
+            self.stop.wait(request.restart_after_s)
+
+    def _start(self, process: str) -> Consumer | None:
+        """A new member of the group, retried while the cluster cannot take it (None once stopped)."""
+        while not self.stop.is_set():
+            try:
+                consumer = Consumer(self.cluster, group=self.consumer_group, topics=[self.topic],
+                                    transport=self.transport, client_id=process,
+                                    request_timeout_ms=REQUEST_TIMEOUT_MS)
+            except Exception as exc:  # noqa: BLE001 - no controller right now: try again
+                log.info("consumer %s not started: %s", process, exc)
+                self.stop.wait(CREATE_RETRY_S)
+                continue
+            self._event(process, "start")
+            return consumer
+        return None
+
+    def _consume(self, consumer: Consumer, process: str) -> StopRequest | None:
+        """Poll, record and commit until a churn request (returned) or the end of the run (None)."""
+        polls = 0
+        while not self.stop.is_set():
+            try:
+                return self.requests.get_nowait()
+            except queue.Empty:
+                pass
+            poll_start = now_ms()
+            try:
+                messages = consumer.poll(timeout_s=POLL_TIMEOUT_MS / 1000)
+            except Exception as exc:  # noqa: BLE001 - a workload thread never dies mid-run
+                log.warning("consumer %s: poll failed: %s", process, exc)
+                self.stop.wait(0.2)
+                continue
+            t = now_ms()
+            for m in messages:
+                self.runlog.record({
+                    "f": "deliver", "process": process, "consumer_group": self.consumer_group, "topic": m.topic,
+                    "queue_id": m.queue_id, "queue_offset": m.queue_offset,
+                    "payload_id": checked_payload_id(m.properties.get("pid"), m.body), "msg_id": m.msg_id,
+                    "poll_start_ms": poll_start, "time_ms": t})
+            polls += 1
+            if polls % COMMIT_EVERY_POLLS == 0 or self.draining.is_set():
+                self._commit(consumer, process)
+        return None
+
+    def _commit(self, consumer: Consumer, process: str) -> None:
+        """Commit what was polled; one ``commit`` row per queue entry of the call."""
+        # The client has no public view of what commit() is about to commit; the pending positions
+        # (one past the last message poll returned, per queue not yet acknowledged) are it.
+        entries = consumer._positions.to_commit()
+        if not entries:
+            return
+        start = now_ms()
+        try:
+            consumer.commit(timeout_s=COMMIT_TIMEOUT_S)
+            outcome = "ok"
+        except Exception as exc:  # noqa: BLE001 - CommitFailed, or no route: not known to be acknowledged
+            log.info("consumer %s: commit failed: %s", process, exc)
+            outcome = "failed"
+        end = now_ms()
+        for (topic, queue_id), offset in sorted(entries.items()):
+            self.runlog.record({"f": "commit", "process": process, "consumer_group": self.consumer_group,
+                                "topic": topic, "queue_id": queue_id, "offset": offset, "outcome": outcome,
+                                "start_ms": start, "end_ms": end})
+
+
+def _abandon(consumer: Consumer) -> None:
+    """A crash: the member stops heartbeating and is dropped without leaving its group (its pulls in
+    flight are never read). The client has no public way to do this; its heartbeat thread stops on
+    the consumer's private stop event."""
+    consumer._stop.set()
+
+
+class ProgressSampler(threading.Thread):
+    """Records ``Admin.consumer_progress`` of every group every ``period_s`` as ``progress`` rows."""
+
+    def __init__(self, admin: Admin, consumer_groups: Sequence[str], runlog: RunLog, stop: threading.Event,
+                 period_s: float = PROGRESS_PERIOD_S) -> None:
+        super().__init__(name="progress-sampler", daemon=True)
+        self.admin = admin
+        self.consumer_groups = list(consumer_groups)
+        self.runlog = runlog
+        self.stop = stop
+        self.period_s = period_s
+
+    def sample(self, consumer_group: str) -> list[QueueProgress] | None:
+        """One recorded sample of ``consumer_group`` (None if a broker group did not answer)."""
+        start = now_ms()
+        try:
+            rows = self.admin.consumer_progress(consumer_group)
+        except Exception as exc:  # noqa: BLE001 - a master down: no sample this round
+            log.info("progress of %s not sampled: %s", consumer_group, exc)
+            return None
+        end = now_ms()
+        for p in rows:
+            self.runlog.record({"f": "progress", "consumer_group": consumer_group, "topic": p.topic,
+                                "queue_id": p.queue_id, "committed": p.committed_offset, "max_offset": p.max_offset,
+                                "start_ms": start, "end_ms": end})
+        return rows
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            started = time.monotonic()
+            for group in self.consumer_groups:
+                self.sample(group)
+            self.stop.wait(max(0.0, self.period_s - (time.monotonic() - started)))
+
+
+def _lag_left(rows: list[QueueProgress] | None, queues: set[tuple[str, int]]) -> NotYet | bool:
+    """True when every queue of ``queues`` is committed up to its max offset."""
+    if rows is None:
+        return NotYet("no progress sample")
+    by_queue = {(p.topic, p.queue_id): p for p in rows}
+    behind = {q: (by_queue[q].committed_offset, by_queue[q].max_offset) if q in by_queue else None
+              for q in sorted(queues) if q not in by_queue or by_queue[q].lag > 0}
+    return NotYet(f"(topic, queue) -> (committed, max) behind: {behind}") if behind else True
+
+
+class GroupWorkload:
+    """``G`` consumer groups of ``C`` slots each, the churn schedule, the progress sampler, the drain.
+
+    ``start`` then, once the faults are healed and the cluster settled, ``finish``."""
+
+    def __init__(self, cluster: str, transport: Transport, topic: str, consumer_groups: Sequence[str],
+                 consumers: int, runlog: RunLog) -> None:
+        assert consumers >= 1 and consumer_groups
+        self.runlog = runlog
+        self.stop_slots, self.stop_sampler, self.draining = threading.Event(), threading.Event(), threading.Event()
+        self.slots = {(g, i): Slot(cluster, transport, topic, g, i, runlog, self.stop_slots, self.draining)
+                      for g in consumer_groups for i in range(consumers)}
+        self.sampler = ProgressSampler(Admin(cluster, transport=transport, timeout_s=2.0), consumer_groups, runlog,
+                                       self.stop_sampler)
+        self.consumer_groups = list(consumer_groups)
+        self.churner: threading.Thread | None = None
+        self.acted = 0  #: churn steps carried out
+
+    def start(self, churn: Sequence[ChurnStep], t0: float, stop_churn: threading.Event) -> None:
+        """Start the members, the sampler and the churn (step times relative to monotonic ``t0``,
+        until done or ``stop_churn``)."""
+        for t in (*self.slots.values(), self.sampler):
+            t.start()
+        self.churner = threading.Thread(target=self._run_churn, args=(churn, t0, stop_churn), name="churn",
+                                        daemon=True)
+        self.churner.start()
+
+    def _run_churn(self, steps: Sequence[ChurnStep], t0: float, stop: threading.Event) -> None:
+        for step in steps:
+            delay = t0 + step.at_ms / 1000.0 - time.monotonic()
+            if delay > 0 and stop.wait(delay):
+                return
+            kind = "crash" if step.kind == "crash-consumer" else "leave"
+            self.slots[(step.consumer_group, step.slot)].request(kind, step.restart_after_ms / 1000.0)
+            self.acted += 1
+
+    def finish(self, queues: set[tuple[str, int]], timeout_s: float) -> bool:
+        """After the churn stopped: drain (every group commits every queue of ``queues``, those that
+        acknowledged a send, up to its end; False if ``timeout_s`` passed first), then stop the
+        members (each commits and leaves) and the sampler."""
+        if self.churner is not None:
+            self.churner.join(timeout=30)
+        drained = self._drain(queues, timeout_s)
+        self.stop_slots.set()
+        for t in self.slots.values():
+            t.join(timeout=30)
+        self.stop_sampler.set()
+        self.sampler.join(timeout=30)
+        return drained
+
+    def _drain(self, queues: set[tuple[str, int]], timeout_s: float) -> bool:
+        self.draining.set()
+
+        def drained() -> NotYet | bool:
+            for group in self.consumer_groups:
+                left = _lag_left(self.sampler.sample(group), queues)
+                if not left:
+                    return NotYet(f"{group}: {left.why}")  # type: ignore[union-attr]
+            return True
+
+        try:
+            wait_for(drained, timeout_s, "every consumer group to commit every acknowledged message", 0.5)
+            return True
+        except WaitTimeout as exc:
+            log.warning("drain incomplete: %s", exc)
+            return False
