@@ -99,6 +99,7 @@ class BrokerService:
         self._metrics = BrokerMetrics(self._spec.name, group, on_error=lambda name, exc: log.warning(
             "metrics disabled after error metric=%s error=%r", name, exc))
         self._metrics_task = asyncio.get_running_loop().create_task(self._metrics_loop())
+        self._refresh_task = asyncio.get_running_loop().create_task(self._refresh_offsets_loop())
         self.client_port: ClientPort | None = None
         if self._me.client_port is not None:
             self._client_port_task = asyncio.get_running_loop().create_task(self._serve_clients())
@@ -250,6 +251,23 @@ class BrokerService:
 
     def pid(self) -> int:
         return os.getpid()
+
+    async def _refresh_offsets_loop(self) -> None:
+        """Keep committed offsets older than retention: as master, re-append the offsets of groups
+        whose newest commit record is past half the retention (``ConsumerPath.refresh_idle_groups``)."""
+        retention_ms = self._config.store.retention_ms
+        if retention_ms is None:
+            return
+        period_s = min(retention_ms / 8, 60_000) / 1000
+        while True:
+            await asyncio.sleep(period_s)
+            try:
+                refreshed = await self.consumers.refresh_idle_groups(retention_ms // 2)
+                if refreshed:
+                    log.info("committed offsets re-appended before retention group=%s consumer_groups=%s",
+                             self._group, ",".join(refreshed))
+            except Exception:  # noqa: BLE001 - the next period tries again
+                log.exception("offset refresh failed group=%s replica=%d", self._group, self._replica)
 
     async def _metrics_loop(self) -> None:
         """Sample this replica into the metrics and log role/epoch/SyncStateSet/truncation changes."""

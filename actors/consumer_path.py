@@ -24,8 +24,8 @@ from typing import Callable, Protocol
 
 from rocketray.broker.batch import EncodedBatch, encode_batch
 from rocketray.broker.message import MessageCodecError, decode_record
-from rocketray.broker.offsets import (OFFSETS_QUEUE, OFFSETS_TOPIC, OffsetRecordError, OffsetTable,
-                                      commit_message)
+from rocketray.broker.offsets import (MAX_COMMITS_PER_RECORD, OFFSETS_QUEUE, OFFSETS_TOPIC, OffsetRecordError,
+                                      OffsetTable, commit_message)
 from rocketray.broker.pull import (OffsetsResult, OffsetsStatus, PullResult, PullStatus, check_pull)
 from rocketray.broker.store import MessageStore
 from rocketray.ha.ack import PutResult, PutStatus, refused
@@ -158,7 +158,7 @@ class ConsumerPath:
             pos = 0
             for _ in range(count):
                 msg, size = decode_record(records, pos)
-                self._table.fold(msg.queue_offset, msg.body)
+                self._table.fold(msg.queue_offset, msg.body, msg.store_timestamp_ms)
                 pos += size
 
     async def _ready(self) -> bool:
@@ -193,6 +193,24 @@ class ConsumerPath:
                                  if wanted is None or t in wanted))
         maxes = tuple((t, q, self._store.queue_max_offset(t, q)) for t, q, _ in committed)
         return OffsetsResult(OffsetsStatus.OK, committed, maxes)
+
+    async def refresh_idle_groups(self, max_age_ms: int) -> list[str]:
+        """As master, append again the offsets of every group whose newest commit record is older
+        than ``max_age_ms`` (half the retention), so retention never deletes a group's only record of
+        its offsets. Returns the groups refreshed (acknowledged)."""
+        if not self._writable() or not await self._ready():
+            return []
+        table = self._fold()
+        refreshed = []
+        for group in table.stale_groups(_now_ms(), max_age_ms):
+            entries = [(t, q, o) for (t, q), o in sorted(table.of_group(group).items())]
+            ok = True
+            for start in range(0, len(entries), MAX_COMMITS_PER_RECORD):
+                result = await self.commit(group, entries[start:start + MAX_COMMITS_PER_RECORD])
+                ok = ok and result.ok
+            if ok:
+                refreshed.append(group)
+        return refreshed
 
     async def queue_max_offsets(self, queues: list[tuple[str, int]]) -> tuple[tuple[str, int, int], ...]:
         """One past the last confirmed entry of each ``(topic, queue_id)`` on this replica."""

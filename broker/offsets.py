@@ -16,6 +16,11 @@ apache/rocketmq#1094, #7790 and #9711 came from offsets copied master -> slave b
 stale copy could win). Resetting an offset backwards on purpose is an admin operation this module
 does not offer.
 
+Retention. Commit records live in the commit log, whose old segments retention deletes. So that a
+group that stops committing keeps its offsets, the master re-appends the offsets of every group whose
+newest record is older than half the retention (:meth:`OffsetTable.stale_groups`): the fold keeps
+the maximum, so a refresh changes nothing but the records' age (Kafka compacts its topic instead).
+
 Record body (msgpack, versioned): ``[1, group, [[topic, queue_id, offset], ...]]``.
 """
 
@@ -105,14 +110,15 @@ class OffsetTable:
     records that do not decode are counted in ``skipped`` and ignored (a master never appends one:
     it encodes the record itself)."""
 
-    __slots__ = ("_offsets", "position", "skipped")
+    __slots__ = ("_offsets", "_newest_ms", "position", "skipped")
 
     def __init__(self) -> None:
         self._offsets: dict[tuple[str, str, int], int] = {}
+        self._newest_ms: dict[str, int] = {}
         self.position = 0
         self.skipped = 0
 
-    def fold(self, queue_offset: int, body: bytes | memoryview) -> None:
+    def fold(self, queue_offset: int, body: bytes | memoryview, store_timestamp_ms: int = 0) -> None:
         """Fold the record at system-queue offset ``queue_offset`` (records in queue order)."""
         assert queue_offset == self.position, (queue_offset, self.position)
         self.position += 1
@@ -123,6 +129,14 @@ class OffsetTable:
             return
         for c in commits:
             self.apply(c)
+        if commits:
+            group = commits[0].group
+            self._newest_ms[group] = max(self._newest_ms.get(group, 0), store_timestamp_ms)
+
+    def stale_groups(self, now_ms: int, max_age_ms: int) -> list[str]:
+        """Groups whose newest record was stored more than ``max_age_ms`` before ``now_ms``: their
+        offsets should be appended again before retention deletes the records that hold them."""
+        return sorted(g for g, t in self._newest_ms.items() if now_ms - t > max_age_ms)
 
     def apply(self, c: OffsetCommit) -> None:
         key = (c.group, c.topic, c.queue_id)

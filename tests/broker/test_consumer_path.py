@@ -162,3 +162,28 @@ def test_committed_offsets_wait_for_a_confirmed_log(path):
     ha.confirm(store.max_offset)
     got = asyncio.run(cp.committed("g"))
     assert got.status is OffsetsStatus.OK and got.committed == (("T", 0, 4),)
+
+
+def test_idle_groups_offsets_are_appended_again_before_retention(path):
+    """A group that stopped committing keeps its offsets: its records are re-appended once older than
+    half the retention, and the re-append changes no offset (the fold keeps the maximum)."""
+    store, ha, cp, _ = path
+    put(ha, 10)
+    assert asyncio.run(cp.commit("idle", [("T", 0, 6)])).ok
+    assert asyncio.run(cp.commit("busy", [("T", 0, 8)])).ok
+    assert asyncio.run(cp.refresh_idle_groups(max_age_ms=60_000)) == []           # both fresh
+    before = store.queue_max_offset(OFFSETS_TOPIC, OFFSETS_QUEUE)
+    assert asyncio.run(cp.refresh_idle_groups(max_age_ms=-1)) == ["busy", "idle"]  # every record is "old"
+    assert store.queue_max_offset(OFFSETS_TOPIC, OFFSETS_QUEUE) == before + 2
+    got = asyncio.run(cp.committed("idle"))
+    assert got.committed == (("T", 0, 6),)
+
+
+def test_stale_groups_follow_the_newest_record_of_each_group():
+    from rocketray.broker.offsets import OffsetTable, encode_commit
+
+    table = OffsetTable()
+    table.fold(0, encode_commit("a", [("T", 0, 1)]), store_timestamp_ms=1_000)
+    table.fold(1, encode_commit("b", [("T", 0, 1)]), store_timestamp_ms=1_000)
+    table.fold(2, encode_commit("a", [("T", 0, 2)]), store_timestamp_ms=9_000)
+    assert table.stale_groups(now_ms=10_000, max_age_ms=5_000) == ["b"]
