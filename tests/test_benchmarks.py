@@ -13,6 +13,13 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCHMARKS = sorted(p.stem[len("bench_"):].replace("_", "-") for p in (ROOT / "benchmarks").glob("bench_*.py"))
+#: Figures a benchmark's smoke run must report as positive numbers (its targets are never checked:
+#: smoke figures are not measurements).
+POSITIVE_FIGURES = {
+    "client-e2e": ("sync_p50_ms", "sync_p99_ms", "async_msgs_per_s", "consume_msgs_per_s", "e2e_p50_ms",
+                   "ray_call_p50_ms", "ray_calls_per_s", "inprocess_put_p50_ms", "sync_vs_ray_call",
+                   "async_vs_ray_calls", "consume_vs_async", "e2e_vs_sync", "p99_vs_p50"),
+}
 
 
 def smoke_args(name: str) -> list[str] | None:
@@ -39,3 +46,7 @@ def test_every_benchmark_runs_at_smoke_size(name):
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["benchmark"] == name and result["smoke"] is True
     assert isinstance(result["ratio"], (int, float))
+    for key in POSITIVE_FIGURES.get(name, ()):
+        assert isinstance(result.get(key), (int, float)) and result[key] > 0, f"{name}: {key} = {result.get(key)!r}"
+    if name == "client-e2e":
+        assert isinstance(result["targets_met"], bool) and result["transport"], result
