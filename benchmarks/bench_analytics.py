@@ -33,7 +33,8 @@ SPLIT_EVERY = 97
 
 def synthetic_run(records: int, epoch_entries: int, groups: int, seed: int = 7) -> tuple[dict[str, pd.DataFrame],
                                                                                           dict[str, Any]]:
-    """Pandas frames of every record kind (collect.SCHEMAS columns) and the planted truth."""
+    """Pandas frames of every record kind but the consumer-group ones (collect.SCHEMAS columns) and the
+    planted truth."""
     rng = np.random.default_rng(seed)
     groups = max(1, groups)
     epochs = max(2, epoch_entries // (groups * REPLICAS))
@@ -173,7 +174,8 @@ def spark_analyses(spark: Any, frames: dict[str, pd.DataFrame]) -> tuple[dict[st
     import ray.data
 
     from rocketray.spark_on_ray import analyses, report
-    from rocketray.spark_on_ray.collect import ROWS_PER_BLOCK, SCHEMAS, Tables, dataset_to_spark, to_transport
+    from rocketray.spark_on_ray.collect import (KINDS, ROWS_PER_BLOCK, SCHEMAS, Tables, dataset_to_spark, spark_schema,
+                                                to_transport)
 
     t0 = time.monotonic()
     dfs = {}
@@ -181,6 +183,9 @@ def spark_analyses(spark: Any, frames: dict[str, pd.DataFrame]) -> tuple[dict[st
         table = to_transport(kind, pa.Table.from_pandas(pdf, schema=SCHEMAS[kind], preserve_index=False))
         blocks = [table.slice(i, ROWS_PER_BLOCK) for i in range(0, max(1, table.num_rows), ROWS_PER_BLOCK)]
         dfs[kind] = dataset_to_spark(spark, kind, ray.data.from_arrow(blocks)).persist()
+    for kind in KINDS:  # the synthetic run has no consumer-group rows: those tables are empty
+        if kind not in dfs:
+            dfs[kind] = spark.createDataFrame([], spark_schema(kind))
     tables = Tables(**dfs)
     for df in dfs.values():
         df.count()

@@ -5,6 +5,7 @@
 - ``collect``: ``collect_run_dir(path, spark)`` and ``collect_records(records, spark)`` -> ``Tables``
   of Spark DataFrames, through Ray Datasets.
 - ``analyses``: the pure DataFrame -> DataFrame analyses; ``analyse(tables)`` runs them all.
+- ``consumer_groups``: consumer-group lag over time and redeliveries around each failover.
 - ``report`` / ``pipeline``: Parquet, CSV, PNG charts, HTML report and the JSON summary.
 
 Nothing here imports ``actors``; see docs/analytics.md.

@@ -22,6 +22,7 @@ domain rules come from the reference (sections 1, 12, 13, 19):
   their own kind (``other_faults``; a fault without a group counts against every group).
 - An acknowledged send that no read returned is *lost*; a payload returned at two different queue
   positions (or read twice when positions are unknown) is *duplicated*.
+- Consumer-group lag over time and redeliveries around each failover are ``consumer_groups.py``'s.
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ from typing import Any
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
+
+from rocketray.spark_on_ray.consumer_groups import (consumer_lag, consumer_lag_summary, redeliveries_around_failovers,
+                                                     redelivery_totals)
 
 #: End offsets at or above this are "open-ended" (Java Long.MAX_VALUE in epoch files).
 OPEN_END = 2**62
@@ -353,8 +357,9 @@ def analyse(tables: Any, persist: bool = False) -> dict[str, DataFrame]:
     fate = message_fate(tables.history)
     lag = replication_lag(tables.samples)
     truncs = truncations(tables.samples)
+    group_lag = consumer_lag(tables.consumer_progress)
     if persist:
-        fate, lag, truncs = fate.persist(), lag.persist(), truncs.persist()
+        fate, lag, truncs, group_lag = fate.persist(), lag.persist(), truncs.persist(), group_lag.persist()
     return {
         "epoch_timeline": epoch_timeline(tables.replicas, tables.samples, tables.controller_events),
         "elections": elections(tables.controller_events).orderBy("group", "epoch"),
@@ -369,4 +374,8 @@ def analyse(tables: Any, persist: bool = False) -> dict[str, DataFrame]:
         "other_faults": other_faults(tables.nemesis, tables.history),
         "delivery": delivery_summary(fate),
         "lost_messages": lost_messages(fate),
+        "consumer_lag": group_lag,
+        "consumer_lag_summary": consumer_lag_summary(group_lag),
+        "redeliveries": redeliveries_around_failovers(tables.nemesis, tables.deliveries),
+        "redelivery_totals": redelivery_totals(tables.nemesis, tables.deliveries),
     }

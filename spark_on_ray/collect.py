@@ -7,7 +7,10 @@ ones a live cluster hands over. Every record kind has one fixed Arrow schema her
 one normaliser that turns a record (a dict shaped like a run-directory line) into a row of that
 schema: identifiers that may be ints or strings become strings, wall-clock times become int64
 milliseconds, missing "null if unknown" keys become nulls, epoch entries become structs, and
-controller events keep the columns the analyses use plus the rest as a JSON string. The rows
+controller events keep the columns the analyses use plus the rest as a JSON string. The consumer-group
+workload's rows of ``history.jsonl`` (``f`` = ``deliver``, ``progress``; docs/contracts.md) become
+kinds of their own, ``deliveries`` and ``consumer_progress``, with their own schemas; its ``commit``
+and ``consumer`` rows are not analysed here and are left out. The rows
 become a Ray Dataset (``from_arrow``) and RayDP's ``Dataset.to_spark`` hands the blocks to Spark
 through the Ray object store: no intermediate files. This module does not import ``actors``
 (DESIGN.md: dependencies point from actors to spark_on_ray).
@@ -30,6 +33,8 @@ NEMESIS = "nemesis"
 REPLICAS = "replicas"
 SAMPLES = "samples"
 CONTROLLER_EVENTS = "controller_events"
+DELIVERIES = "deliveries"
+CONSUMER_PROGRESS = "consumer_progress"
 
 #: record kind -> file name in a run directory
 FILES = {
@@ -39,6 +44,9 @@ FILES = {
     SAMPLES: run_format.SAMPLES_FILE,
     CONTROLLER_EVENTS: run_format.CONTROLLER_EVENTS_FILE,
 }
+
+#: history rows of the consumer-group workload (``f``) -> the record kind they become (None: left out)
+GROUP_ROWS = {"deliver": DELIVERIES, "progress": CONSUMER_PROGRESS, "commit": None, "consumer": None}
 
 EPOCH_ENTRY_TYPE = pa.struct([("epoch", pa.int64()), ("start_offset", pa.int64()), ("end_offset", pa.int64())])
 QUEUE_TYPE = pa.struct([("topic", pa.string()), ("queue_id", pa.int64()), ("min_offset", pa.int64()),
@@ -70,7 +78,19 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("master_broker_id", pa.int64()), ("master_epoch", pa.int64()), ("sync_state_set_epoch", pa.int64()),
         ("fields_json", pa.string()),
     ]),
+    DELIVERIES: pa.schema([
+        ("process", pa.string()), ("consumer_group", pa.string()), ("topic", pa.string()), ("queue_id", pa.int64()),
+        ("queue_offset", pa.int64()), ("payload_id", pa.string()), ("msg_id", pa.string()),
+        ("poll_start_ms", pa.float64()), ("time_ms", pa.float64()),
+    ]),
+    CONSUMER_PROGRESS: pa.schema([
+        ("consumer_group", pa.string()), ("topic", pa.string()), ("queue_id", pa.int64()), ("committed", pa.int64()),
+        ("max_offset", pa.int64()), ("start_ms", pa.float64()), ("end_ms", pa.float64()),
+    ]),
 }
+
+#: Every record kind, in the order of ``Tables``.
+KINDS = tuple(SCHEMAS)
 
 #: Rows per Ray block made from live record lists (each block is fetched by Spark on its own).
 ROWS_PER_BLOCK = 500_000
@@ -89,6 +109,8 @@ class Tables:
     replicas: Any
     samples: Any
     controller_events: Any
+    deliveries: Any
+    consumer_progress: Any
 
     def as_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -198,6 +220,23 @@ def normalize_controller_event(obj: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def normalize_delivery(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """One ``deliver`` row: a message a consumer's poll returned (``time_ms``: when it returned)."""
+    return {"process": _ident(obj.get("process")), "consumer_group": _str(obj["consumer_group"]),
+            "topic": _str(obj.get("topic")), "queue_id": _int(obj.get("queue_id")),
+            "queue_offset": _int(obj.get("queue_offset")), "payload_id": _ident(obj.get("payload_id")),
+            "msg_id": _str(obj.get("msg_id")), "poll_start_ms": _time(obj.get("poll_start_ms")),
+            "time_ms": _time(obj["time_ms"])}
+
+
+def normalize_consumer_progress(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """One ``progress`` row: one queue of one ``Admin.consumer_progress`` sample."""
+    return {"consumer_group": _str(obj["consumer_group"]), "topic": _str(obj["topic"]),
+            "queue_id": _int(obj["queue_id"]), "committed": _int(obj.get("committed")),
+            "max_offset": _int(obj["max_offset"]), "start_ms": _time(obj.get("start_ms")),
+            "end_ms": _time(obj["end_ms"])}
+
+
 def _json_default(value: Any) -> Any:
     if isinstance(value, (set, frozenset)):
         return sorted(value)
@@ -210,7 +249,26 @@ NORMALIZERS: dict[str, Callable[[Mapping[str, Any]], dict[str, Any]]] = {
     REPLICAS: normalize_replica,
     SAMPLES: normalize_sample,
     CONTROLLER_EVENTS: normalize_controller_event,
+    DELIVERIES: normalize_delivery,
+    CONSUMER_PROGRESS: normalize_consumer_progress,
 }
+
+
+def split_history(records: Mapping[str, list[Mapping[str, Any]]]) -> dict[str, list[Mapping[str, Any]]]:
+    """``records`` with the consumer-group rows of ``history`` (``GROUP_ROWS``) moved to their own
+    kinds (after any rows of those kinds given directly); ``commit`` and ``consumer`` rows dropped."""
+    out: dict[str, list[Mapping[str, Any]]] = {kind: list(rows or []) for kind, rows in records.items()}
+    history = []
+    for row in out.get(HISTORY, []):
+        f = row.get("f")
+        if f in GROUP_ROWS:
+            kind = GROUP_ROWS[f]
+            if kind is not None:
+                out.setdefault(kind, []).append(row)
+        else:
+            history.append(row)
+    out[HISTORY] = history
+    return out
 
 
 def records_to_arrow(kind: str, records: Iterable[Mapping[str, Any]]) -> pa.Table:
@@ -323,6 +381,8 @@ def run_dir_records(path: str | Path) -> dict[str, list[dict[str, Any]]]:
     """A chaos run directory as record lists, read by the checker's reader (``verify/history.py``).
 
     ``history.jsonl`` and ``replicas.json`` are required; the other files may be absent (empty).
+    The consumer-group rows of ``history.jsonl`` come back as ``deliveries`` and
+    ``consumer_progress`` (the reader's ``RunData.groups``).
     """
     root = Path(path)
     if not root.is_dir():
@@ -334,7 +394,8 @@ def run_dir_records(path: str | Path) -> dict[str, list[dict[str, Any]]]:
     except run_format.RunDirError as exc:
         raise CollectError(f"{root}: {exc}") from exc
     parts = {HISTORY: run.ops, NEMESIS: run.nemesis, REPLICAS: run.replicas, SAMPLES: run.samples,
-             CONTROLLER_EVENTS: run.controller_events}
+             CONTROLLER_EVENTS: run.controller_events, DELIVERIES: run.groups.deliveries,
+             CONSUMER_PROGRESS: run.groups.progress}
     return {kind: [record.to_json() for record in records] for kind, records in parts.items()}
 
 
@@ -347,19 +408,21 @@ def collect_records(records: Mapping[str, list[dict[str, Any]]], spark: Any = No
     """Record lists (a run directory's, or gathered through Ray from a live cluster) as DataFrames.
 
     ``records`` maps each kind (``history``, ``nemesis``, ``replicas``, ``samples``,
-    ``controller_events``) to a list of dicts shaped like the run directory's lines; missing kinds
-    are empty. Rows are normalised in this process and become a Ray Dataset (``from_arrow``) before
-    Spark reads them from the object store. ``spark`` defaults to the session of
-    ``rocketray.spark_on_ray.session.spark_session``.
+    ``controller_events``, ``deliveries``, ``consumer_progress``) to a list of dicts shaped like the
+    run directory's lines; missing kinds are empty. Consumer-group rows inside ``history`` go to
+    their own kinds (``split_history``). Rows are normalised in this process and become a Ray
+    Dataset (``from_arrow``) before Spark reads them from the object store. ``spark`` defaults to
+    the session of ``rocketray.spark_on_ray.session.spark_session``.
     """
     import ray.data
 
     spark = _spark(spark)
-    unknown = set(records) - set(FILES)
+    unknown = set(records) - set(KINDS)
     if unknown:
-        raise CollectError(f"unknown record kinds {sorted(unknown)}; expected {sorted(FILES)}")
+        raise CollectError(f"unknown record kinds {sorted(unknown)}; expected {sorted(KINDS)}")
+    records = split_history(records)
     frames: dict[str, Any] = {}
-    for kind in FILES:
+    for kind in KINDS:
         table = to_transport(kind, records_to_arrow(kind, records.get(kind) or []))
         ds = ray.data.from_arrow([table.slice(i, ROWS_PER_BLOCK) for i in range(0, max(1, table.num_rows),
                                                                              ROWS_PER_BLOCK)])

@@ -17,8 +17,8 @@ from rocketray.spark_on_ray import analyses, report
 from rocketray.spark_on_ray.collect import Tables, collect_records, collect_run_dir
 
 #: Tables printed to the terminal, in this order (the rest are only written to files).
-PRINTED = ("delivery", "failovers", "other_faults", "epoch_timeline", "elections", "split_brain", "truncation_summary", "lag_summary",
-           "lost_messages")
+PRINTED = ("delivery", "failovers", "other_faults", "epoch_timeline", "elections", "split_brain", "truncation_summary",
+           "lag_summary", "lost_messages", "consumer_lag_summary", "redelivery_totals", "redeliveries")
 PRINT_MAX_ROWS = 30
 
 
@@ -63,6 +63,22 @@ def summarize(frames: Mapping[str, pd.DataFrame]) -> dict[str, Any]:
         "max_lag_bytes": _int_or_none(lag["max_lag_bytes"].max()) if len(lag) else None,
         "queues": int(len(queues[["group", "topic", "queue_id"]].drop_duplicates())) if len(queues) else 0,
         "max_queue_entries_behind": _int_or_none(queues["behind_reference"].max()) if len(queues) else None,
+        **consumer_group_summary(frames),
+    }
+
+
+def consumer_group_summary(frames: Mapping[str, pd.DataFrame]) -> dict[str, Any]:
+    """Consumer groups seen, their largest lag, and redeliveries (all, and near a failover)."""
+    lag = frames["consumer_lag_summary"]
+    totals = frames["redelivery_totals"]
+    groups = sorted({str(g) for g in [*lag["consumer_group"], *totals["consumer_group"]]})
+    return {
+        "consumer_groups": groups,
+        "max_consumer_lag": _int_or_none(lag["max_lag"].max()) if len(lag) else None,
+        "max_consumer_lag_by_group": {str(r.consumer_group): _int_or_none(r.max_lag) for r in lag.itertuples()},
+        "redeliveries": int(totals["redeliveries"].fillna(0).sum()) if len(totals) else 0,
+        "redeliveries_near_failovers": int(totals["redeliveries_near_failovers"].fillna(0).sum())
+        if len(totals) else 0,
     }
 
 

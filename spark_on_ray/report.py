@@ -152,6 +152,57 @@ def chart_failovers(failovers: pd.DataFrame, path: Path) -> Path:
     return _save(fig, path)
 
 
+def _mark_failovers(ax: Any, failovers: pd.DataFrame, t0: float) -> None:
+    """A dashed vertical line at each master kill (seconds since ``t0``)."""
+    kills = sorted({float(t) for t in failovers["kill_ms"].dropna()}) if len(failovers) else []
+    for i, kill_ms in enumerate(kills):
+        ax.axvline((kill_ms - t0) / 1000.0, color="tab:red", linestyle="--", linewidth=0.8,
+                   label="master killed" if i == 0 else None)
+
+
+def chart_consumer_lag(lag: pd.DataFrame, failovers: pd.DataFrame, path: Path) -> Path:
+    """Total lag per consumer group over time (one line each), with the master kills marked."""
+    fig, ax = _figure(10, 4)
+    if not len(lag):
+        _no_data(ax, "consumer-group progress samples")
+        return _save(fig, path)
+    t0 = float(lag["bucket_ms"].min())
+    for group, rows in lag.sort_values("bucket_ms").groupby("consumer_group"):
+        ax.step((rows["bucket_ms"].astype("float64") - t0) / 1000.0, rows["lag"].astype("float64"), where="post",
+                label=str(group), linewidth=1, marker=".", markersize=4)
+    _mark_failovers(ax, failovers, t0)
+    ax.set_xlabel("seconds since first progress sample")
+    ax.set_ylabel("messages not committed (lag)")
+    ax.set_title("Consumer-group lag over time")
+    ax.legend(fontsize=7, loc="upper right")
+    return _save(fig, path)
+
+
+def chart_redeliveries(redeliveries: pd.DataFrame, path: Path) -> Path:
+    """Redeliveries around each failover: one group of bars per failover, one bar per consumer group."""
+    fig, ax = _figure(10, 4)
+    if not len(redeliveries):
+        _no_data(ax, "deliveries around failovers")
+        return _save(fig, path)
+    faults = sorted(redeliveries["fault_id"].unique())
+    groups = sorted(redeliveries["consumer_group"].unique())
+    width = 0.8 / max(1, len(groups))
+    for j, group in enumerate(groups):
+        rows = redeliveries[redeliveries["consumer_group"] == group].set_index("fault_id")
+        counts = [float(rows["redeliveries"].get(f, 0)) for f in faults]
+        ax.bar([i + j * width for i in range(len(faults))], counts, width=width, label=str(group))
+    labels = {int(r.fault_id): f"#{int(r.fault_id)} {r.target}" for r in redeliveries.itertuples()}
+    ax.set_xticks([i + width * (len(groups) - 1) / 2 for i in range(len(faults))])
+    ax.set_xticklabels([labels[int(f)] for f in faults], fontsize=7, rotation=45, ha="right")
+    first = redeliveries.iloc[0]
+    before_s = (float(first["kill_ms"]) - float(first["window_start_ms"])) / 1000.0
+    after_s = (float(first["window_end_ms"]) - float(first["kill_ms"])) / 1000.0
+    ax.set_ylabel(f"redeliveries in [kill - {before_s:g} s, kill + {after_s:g} s)")
+    ax.set_title("Redeliveries around each failover, per consumer group")
+    ax.legend(fontsize=7, loc="upper right")
+    return _save(fig, path)
+
+
 def run_end_ms(frames: Mapping[str, pd.DataFrame]) -> float | None:
     """The last wall-clock time the results mention (a sample or an acknowledgement), if any."""
     times = []
@@ -164,7 +215,7 @@ def run_end_ms(frames: Mapping[str, pd.DataFrame]) -> float | None:
 
 
 def draw_charts(frames: Mapping[str, pd.DataFrame], out_dir: Path) -> dict[str, Path]:
-    """The three PNG charts of the report, by name."""
+    """The PNG charts of the report, by name."""
     chart_dir = out_dir / "charts"
     chart_dir.mkdir(parents=True, exist_ok=True)
     return {
@@ -172,14 +223,17 @@ def draw_charts(frames: Mapping[str, pd.DataFrame], out_dir: Path) -> dict[str, 
                                                run_end_ms(frames)),
         "replication_lag": chart_lag(frames["replication_lag"], chart_dir / "replication_lag.png"),
         "failovers": chart_failovers(frames["failovers"], chart_dir / "failovers.png"),
+        "consumer_lag": chart_consumer_lag(frames["consumer_lag"], frames["failovers"], chart_dir / "consumer_lag.png"),
+        "redeliveries": chart_redeliveries(frames["redeliveries"], chart_dir / "redeliveries.png"),
     }
 
 
 # -- HTML ------------------------------------------------------------------------------------------
 
 #: Tables shown in full in the HTML report (long ones are truncated to HTML_MAX_ROWS).
-HTML_TABLES = ("delivery", "failovers", "other_faults", "epoch_timeline", "elections", "split_brain", "replica_agreement",
-               "truncation_summary", "lag_summary", "queue_positions", "lost_messages")
+HTML_TABLES = ("delivery", "failovers", "other_faults", "epoch_timeline", "elections", "split_brain",
+               "replica_agreement", "truncation_summary", "lag_summary", "queue_positions", "lost_messages",
+               "consumer_lag_summary", "redelivery_totals", "redeliveries", "consumer_lag")
 HTML_MAX_ROWS = 200
 
 

@@ -182,6 +182,51 @@ def tiny_run_records() -> dict[str, list[dict[str, Any]]]:
             "controller_events": controller_events}
 
 
+# -- the consumer-group workload's rows, added to the tiny run -----------------------------------
+#
+# Two consumer groups read the tiny run's topic T (queue 0). The master kills are at 2000 (a/1,
+# failover #1; b/1, #2) and 4000 (a/2, #3), so the redelivery windows are [0, 12000) for #1 and #2
+# and [2000, 14000) for #3.
+#   billing: a0 at 1000, a1 at 1100, a0 again at 2500 (a redelivery, inside all three windows).
+#   audit:   a0 at 1500, a0 again at 13000 (a redelivery, inside #3's window only).
+# Progress (lag = max_offset - committed of T/0): billing 10 at 1000, 0 at 2500; audit 10 at 1500,
+# nothing in 2000..2999 (its 10 carried), 5 at 3000. Commit and consumer-lifecycle rows are read but
+# not analysed.
+
+GROUP_TRUTH = {
+    "consumer_groups": ["audit", "billing"],
+    "max_consumer_lag": 10,
+    "redeliveries": 2,
+    "redeliveries_near_failovers": 2,
+    "redeliveries_by_failover": {(1, "billing"): 1, (2, "billing"): 1, (3, "billing"): 1,
+                                 (1, "audit"): 0, (2, "audit"): 0, (3, "audit"): 1},
+    "lag": [("audit", 1000, 10), ("audit", 2000, 10), ("audit", 3000, 5), ("billing", 1000, 10), ("billing", 2000, 0)],
+}
+
+
+def group_rows() -> list[dict[str, Any]]:
+    """The consumer-group rows above, shaped like ``history.jsonl`` lines (docs/contracts.md)."""
+    def deliver(group: str, payload: str, offset: int, t_ms: int) -> dict[str, Any]:
+        return {"f": "deliver", "process": f"{group}-0", "consumer_group": group, "topic": "T", "queue_id": 0,
+                "queue_offset": offset, "payload_id": payload, "msg_id": f"M{payload}", "poll_start_ms": t_ms - 20,
+                "time_ms": t_ms}
+
+    def progress(group: str, committed: int, max_offset: int, end_ms: int) -> dict[str, Any]:
+        return {"f": "progress", "consumer_group": group, "topic": "T", "queue_id": 0, "committed": committed,
+                "max_offset": max_offset, "start_ms": end_ms - 10, "end_ms": end_ms}
+
+    return [
+        {"f": "consumer", "process": "billing-0", "consumer_group": "billing", "event": "start", "time_ms": 900},
+        {"f": "consumer", "process": "audit-0", "consumer_group": "audit", "event": "start", "time_ms": 900},
+        deliver("billing", "a0", 0, 1000), deliver("billing", "a1", 1, 1100), deliver("billing", "a0", 0, 2500),
+        deliver("audit", "a0", 0, 1500), deliver("audit", "a0", 0, 13000),
+        {"f": "commit", "process": "billing-0", "consumer_group": "billing", "topic": "T", "queue_id": 0,
+         "offset": 2, "outcome": "ok", "start_ms": 2600, "end_ms": 2610},
+        progress("billing", 0, 10, 1000), progress("billing", 10, 10, 2500),
+        progress("audit", 0, 10, 1500), progress("audit", 5, 10, 3000),
+    ]
+
+
 def write_run_dir(path: Path, records: dict[str, list[dict[str, Any]]]) -> Path:
     """Write records as a chaos run directory following docs/contracts.md."""
     path.mkdir(parents=True, exist_ok=True)
@@ -237,3 +282,21 @@ def tiny_truth() -> dict[str, Any]:
 @pytest.fixture
 def tiny_run(tmp_path) -> Path:
     return write_run_dir(tmp_path / "run", tiny_run_records())
+
+
+@pytest.fixture(scope="session")
+def consumer_group_rows() -> list[dict[str, Any]]:
+    return group_rows()
+
+
+@pytest.fixture(scope="session")
+def group_truth() -> dict[str, Any]:
+    return GROUP_TRUTH
+
+
+@pytest.fixture
+def tiny_run_with_groups(tmp_path) -> Path:
+    """The tiny run with the consumer-group rows in its history (``GROUP_TRUTH``)."""
+    records = tiny_run_records()
+    records["history"] = [*records["history"], *group_rows()]
+    return write_run_dir(tmp_path / "run-groups", records)

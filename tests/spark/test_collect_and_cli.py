@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from rocketray.spark_on_ray.collect import FILES, SCHEMAS, CollectError, records_to_arrow
+from rocketray.spark_on_ray.collect import FILES, KINDS, SCHEMAS, CollectError, records_to_arrow, split_history
 
 # -- pure normalisation (no Spark) ----------------------------------------------------------------
 
@@ -38,6 +38,21 @@ def test_replica_epoch_entries_become_structs_and_controller_event_extras_are_ke
     ev = records_to_arrow("controller_events", [{"index": 1, "time_ms": 5, "type": "AlterSyncStateSetEvent",
                                                  "broker_name": "g", "new_sync_state_set": [1, 2]}]).to_pylist()
     assert json.loads(ev[0]["fields_json"]) == {"broker_name": "g", "new_sync_state_set": [1, 2]}
+
+
+def test_consumer_group_rows_of_the_history_become_their_own_kinds(consumer_group_rows):
+    # deliver and progress rows leave the history for their own tables; commit and consumer rows are
+    # not analysed and are dropped; sends and reads stay.
+    send = {"op_id": 1, "process": "p", "f": "send", "group": "g", "queue_id": 0, "payload_id": "x",
+            "start_ms": 1, "end_ms": 2, "outcome": "ok"}
+    got = split_history({"history": [send, *consumer_group_rows]})
+    assert got["history"] == [send]
+    assert [r["f"] for r in got["deliveries"]] == ["deliver"] * 5
+    assert [r["f"] for r in got["consumer_progress"]] == ["progress"] * 4
+    table = records_to_arrow("deliveries", got["deliveries"])
+    assert table.schema == SCHEMAS["deliveries"] and table.column("time_ms").to_pylist()[0] == 1000.0
+    assert records_to_arrow("consumer_progress", got["consumer_progress"]).column("committed").to_pylist() == [
+        0, 10, 0, 5]
 
 
 def test_a_record_missing_a_required_key_is_rejected_with_its_kind_and_index():
@@ -117,15 +132,42 @@ def test_cli_analytics_on_a_constructed_run_reports_the_known_truth(spark, tiny_
     names = {p.name for p in outputs}
     for table in ("epoch_timeline", "failovers", "split_brain", "delivery", "lost_messages", "replication_lag"):
         assert {f"{table}.parquet", f"{table}.csv"} <= names
-    assert {"epoch_timeline.png", "replication_lag.png", "failovers.png", "report.html"} <= names
-    for png in ("epoch_timeline.png", "replication_lag.png", "failovers.png"):
+    charts = ("epoch_timeline.png", "replication_lag.png", "failovers.png", "consumer_lag.png", "redeliveries.png")
+    assert {*charts, "report.html"} <= names
+    for png in charts:
         assert (out / "charts" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     lost = pd.read_parquet(out / "tables" / "lost_messages.parquet")
     assert sorted(lost["payload_id"]) == ["a5", "b7"]
     timeline = pd.read_csv(out / "tables" / "epoch_timeline.csv")
     assert len(timeline) == tiny_truth["epochs"] and (timeline["bytes"] > 0).all()
     html = (out / "report.html").read_text()
-    assert html.count("data:image/png;base64,") == 3 and "split brain" in html
+    assert html.count("data:image/png;base64,") == 5 and "split brain" in html
+    # a run without consumer-group rows: their tables are written, empty, and the summary says so
+    for table in ("consumer_lag", "consumer_lag_summary", "redeliveries", "redelivery_totals"):
+        assert len(pd.read_parquet(out / "tables" / f"{table}.parquet")) == 0, table
+    assert (summary["consumer_groups"], summary["max_consumer_lag"], summary["redeliveries"]) == ([], None, 0)
+
+
+@pytest.mark.slow
+def test_analytics_of_a_run_with_consumer_groups_reports_lag_and_redeliveries(spark, tiny_run_with_groups, tmp_path,
+                                                                              group_truth, tiny_truth):
+    # The tiny run plus two consumer groups' rows in its history (conftest GROUP_TRUTH): the report
+    # has their lag over time and the redeliveries around each of the three master kills.
+    from rocketray.spark_on_ray import pipeline
+
+    GROUP_TRUTH, TINY_TRUTH = group_truth, tiny_truth  # noqa: N806 - read like the constants they are
+
+    summary, frames = pipeline.analyse_run_dir(tiny_run_with_groups, tmp_path / "out", spark)
+    for key in ("consumer_groups", "max_consumer_lag", "redeliveries", "redeliveries_near_failovers"):
+        assert summary[key] == GROUP_TRUTH[key], key
+    assert summary["failovers"] == TINY_TRUTH["failovers"] and summary["lost_messages"] == TINY_TRUTH["lost_messages"]
+    lag = frames["consumer_lag"]
+    assert list(zip(lag["consumer_group"], lag["bucket_ms"], lag["lag"])) == GROUP_TRUTH["lag"]
+    redeliveries = frames["redeliveries"]
+    assert {(int(r.fault_id), r.consumer_group): int(r.redeliveries) for r in redeliveries.itertuples()} == \
+        GROUP_TRUTH["redeliveries_by_failover"]
+    html = (tmp_path / "out" / "report.html").read_text()
+    assert "consumer lag summary" in html and "redeliveries" in html
 
 
 @pytest.mark.slow
@@ -161,7 +203,7 @@ def test_run_dir_is_read_by_the_checkers_reader(tiny_run, tiny_records, tmp_path
     from rocketray.spark_on_ray.collect import run_dir_records
 
     got = run_dir_records(tiny_run)
-    assert {k: len(v) for k, v in got.items()} == {k: len(tiny_records.get(k, [])) for k in FILES}
+    assert {k: len(v) for k, v in got.items()} == {k: len(tiny_records.get(k, [])) for k in KINDS}
     bad = tmp_path / "bad"
     shutil.copytree(tiny_run, bad)
     with open(bad / "history.jsonl", "a") as fh:

@@ -44,6 +44,22 @@ def result_frames(empty: bool = False) -> dict[str, pd.DataFrame]:
                                          "hidden_entries": [0, 2], "behind_reference": [0, 3]}),
         "elections": pd.DataFrame({"group": ["a", "a"], "epoch": [1, 2], "elected_ms": [900, 2300],
                                    "new_master_elected": [True, True], "elected_broker_id": [1, 2]}),
+        "consumer_lag": pd.DataFrame({"consumer_group": ["billing"] * 3 + ["audit"],
+                                      "bucket_ms": [1000, 2000, 3000, 2000],
+                                      "lag": [40, 90, 10, 7], "queues": [2, 2, 2, 1], "stale_queues": [0, 1, 0, 0],
+                                      "committed": [10, 10, 90, 0], "max_offset": [50, 100, 100, 7]}),
+        "consumer_lag_summary": pd.DataFrame({"consumer_group": ["audit", "billing"], "buckets": [1, 3],
+                                              "max_lag": [7, 90], "max_lag_bucket_ms": [2000, 2000],
+                                              "final_lag": [7, 10], "queues": [1, 2]}),
+        "redeliveries": pd.DataFrame({"fault_id": [1, 1, 2, 2], "kill_ms": [1500, 1500, 2500, 2500],
+                                      "target": ["a/1", "a/1", "a/2", "a/2"], "group": ["a"] * 4,
+                                      "consumer_group": ["audit", "billing"] * 2,
+                                      "window_start_ms": [-500, -500, 500, 500],
+                                      "window_end_ms": [11500, 11500, 12500, 12500],
+                                      "deliveries": [3, 9, 3, 9], "redeliveries": [0, 4, 0, 4]}),
+        "redelivery_totals": pd.DataFrame({"consumer_group": ["audit", "billing"], "deliveries": [3, 12],
+                                           "payloads": [3, 6], "redeliveries": [0, 6], "redelivered_payloads": [0, 5],
+                                           "redeliveries_near_failovers": [0, 4]}),
     }
     if empty:
         frames = {name: df.iloc[0:0] for name, df in frames.items()}
@@ -60,11 +76,23 @@ def test_summary_counts_epochs_faults_split_brain_and_losses():
     # other faults are reported under their own kind, never mixed into the failover figures
     assert s["other_faults"] == {"kill-broker": {"count": 1, "recovered": 1, "recovery_ms_p50": 200.0},
                                  "kill-controller-leader": {"count": 2, "recovered": 1, "recovery_ms_p50": 100.0}}
+    # consumer groups: the largest lag of any group, redeliveries in all and near a failover
+    assert (s["consumer_groups"], s["max_consumer_lag"], s["max_consumer_lag_by_group"]) == (
+        ["audit", "billing"], 90, {"audit": 7, "billing": 90})
+    assert (s["redeliveries"], s["redeliveries_near_failovers"]) == (6, 4)
     json.dumps(s)  # JSON-ready
 
 
+def test_summary_of_a_run_without_consumer_groups():
+    # An older run (or analytics --live): the consumer-group tables are empty, the summary says so.
+    s = pipeline.summarize(result_frames(empty=True))
+    assert (s["consumer_groups"], s["max_consumer_lag"], s["redeliveries"], s["redeliveries_near_failovers"]) == (
+        [], None, 0, 0)
+
+
 def test_files_charts_and_html_are_written_even_for_empty_results(tmp_path):
-    # Every table as Parquet and CSV (array columns as JSON text in CSV), three PNGs, one self-contained HTML.
+    # Every table as Parquet and CSV (array columns as JSON text in CSV), five PNGs (the consumer-lag and
+    # redelivery charts say "no ... in this run" when empty), one self-contained HTML.
     for empty in (False, True):
         out = tmp_path / ("empty" if empty else "full")
         frames = result_frames(empty)
@@ -73,7 +101,9 @@ def test_files_charts_and_html_are_written_even_for_empty_results(tmp_path):
         html = report.write_html(frames, charts, pipeline.summarize(frames), out / "report.html", "t")
         assert len(written) == 2 * len(frames) and all(p.stat().st_size > 0 for p in written)
         assert all(p.read_bytes()[:4] == b"\x89PNG" for p in charts.values())
-        assert html.read_text().count("data:image/png;base64,") == 3
+        assert set(charts) == {"epoch_timeline", "replication_lag", "failovers", "consumer_lag", "redeliveries"}
+        assert html.read_text().count("data:image/png;base64,") == 5
+        assert ("consumer lag summary" in html.read_text()) and ("redelivery totals" in html.read_text())
     full = tmp_path / "full" / "tables"
     assert pq.read_table(full / "split_brain.parquet").column("start_offsets").to_pylist() == [[100, 120]]
     assert json.loads(pd.read_csv(full / "split_brain.csv")["masters"][0]) == [1, 2]
