@@ -8,10 +8,11 @@ Theory of operation. Nothing here does IO or reads a clock: the producer and con
 - **Rebalance** (:func:`allocate_averagely`): RocketMQ's AllocateMessageQueueAveragely. Every member
   of a group computes the same split from the same sorted member list, so each queue has exactly
   one owner once the members agree on the list; members beyond the number of queues get none.
-- **Batching** (:class:`Accumulator`): Kafka's producer batching. ``send_async`` appends to its
-  queue's open batch; a batch is ready when it holds ``batch_bytes``, when its first message waited
-  ``linger_ms``, or when someone waits for it (``flush``, a synchronous ``send``). At most one batch
-  per queue is in flight, so a queue's messages are stored in the order they were sent.
+- **Batching** (:class:`Accumulator`): Kafka's producer batching, by key (the producer keys by
+  broker group, as Kafka sends one request per broker). ``send_async`` appends to its key's open
+  batch; a batch is ready when it holds ``batch_bytes`` or ``max_batch_count``, when its first message
+  waited ``linger_ms``, or when someone waits for it (``flush``, a synchronous ``send``). At most one
+  batch per key is in flight, so the messages of every queue behind a key are stored in send order.
 - **Positions** (:class:`Positions`): what ``commit`` commits is, per queue, one past the last
   message ``poll`` returned; a queue's commit is pending until acknowledged.
 """

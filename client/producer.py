@@ -9,9 +9,11 @@
 
 A send is acknowledged (``SEND_OK``) only when every in-sync replica of the queue's broker group
 has the message, so an acknowledged message survives any failover the cluster survives. Messages go
-to a queue chosen by ``key`` (one key, one queue, in order) or round robin; ``send_async`` batches
-per queue (``linger_ms``, ``batch_bytes``) and keeps one batch in flight per queue, so a queue's
-messages are stored in the order they were sent.
+to a queue chosen by ``key`` (one key, one queue, in order) or round robin. ``send_async`` batches
+per broker group, as Kafka's producer sends one request per broker for many partitions: the messages
+of every queue a broker group holds travel in one put (``batch_bytes``, ``max_batch_messages``,
+``linger_ms``), and one put per broker group is in flight, so every queue's messages are stored in
+the order they were sent.
 
 Failures (typed, with ``retriable``): a refused attempt (no master during a failover, not enough
 in-sync replicas) is retried with backoff until ``send_timeout_ms``, then :class:`SendFailed`
@@ -99,7 +101,7 @@ class Producer:
         self.config: ClientConfig = _client_config(self._transport, settings)
         self._routes = Routes(self._transport)
         self._lock = threading.Condition()
-        self._acc: Accumulator[tuple[str, int], _Pending] = Accumulator(
+        self._acc: Accumulator[str, _Pending] = Accumulator(
             self.config.linger_ms, self.config.batch_bytes, self.config.max_batch_messages)
         self._counter = itertools.count()
         self._id_prefix = new_msg_id_prefix()
@@ -114,7 +116,7 @@ class Producer:
     def send(self, topic: str, body: bytes, *, key: str | None = None, tags: str | None = None,
              properties: Mapping[str, str] | None = None) -> SendResult:
         """Send one message and wait until it is acknowledged; raises a :class:`ClientError`.
-        When its queue is idle the calling thread sends it itself (no hand-off to the sender)."""
+        When its broker group is idle the calling thread sends it itself (no hand-off to the sender)."""
         queue, pending, size = self._prepare(topic, body, key, tags, properties)
         with self._lock:
             if self._closed:
@@ -180,8 +182,9 @@ class Producer:
         return pending.future
 
     def _prepare(self, topic: str, body: bytes, key: str | None, tags: str | None,
-                 properties: Mapping[str, str] | None) -> tuple[tuple[str, int], _Pending, int]:
-        """The message's queue, its pending entry and its accounted size (raises on bad input)."""
+                 properties: Mapping[str, str] | None) -> tuple[str, _Pending, int]:
+        """The broker group of the message's queue (what batches are keyed by), its pending entry and
+        its accounted size (raises on bad input)."""
         if self._closed:
             raise ClientClosed("producer is closed")
         route = self._routes.get(topic)
@@ -192,7 +195,7 @@ class Producer:
         if size > self.config.max_message_bytes:
             raise InvalidMessage(f"message of {size} bytes is over max_message_bytes {self.config.max_message_bytes}")
         future: concurrent.futures.Future = concurrent.futures.Future()
-        return (topic, queue_id), _Pending(message, msg_id, future), size + RECORD_OVERHEAD
+        return route.group_of(queue_id), _Pending(message, msg_id, future), size + RECORD_OVERHEAD
 
     def _sender_loop(self) -> None:
         while True:
@@ -207,12 +210,12 @@ class Producer:
             for batch in ready:
                 self._pool.submit(self._send_batch, batch)
 
-    def _send_batch(self, batch: Batch[tuple[str, int], _Pending]) -> None:
-        topic, queue_id = batch.queue
+    def _send_batch(self, batch: Batch[str, _Pending]) -> None:
         try:
-            results = self._send_with_retries(topic, queue_id, batch.items)
+            results = self._send_with_retries(batch.queue, batch.items)
             for p, (queue_offset, _physical) in zip(batch.items, results):
-                p.future.set_result(SendResult(SendStatus.SEND_OK, p.msg_id, topic, queue_id, queue_offset))
+                m = p.message
+                p.future.set_result(SendResult(SendStatus.SEND_OK, p.msg_id, m.topic, m.queue_id, queue_offset))
         except Exception as exc:  # noqa: BLE001 - every outcome reaches the futures
             for p in batch.items:
                 p.future.set_exception(_per_message(exc, p.msg_id))
@@ -221,8 +224,9 @@ class Producer:
                 self._acc.done(batch.queue)
                 self._lock.notify_all()
 
-    def _send_with_retries(self, topic: str, queue_id: int, items: list[_Pending]) -> tuple[tuple[int, int], ...]:
-        """Put one batch until acknowledged; returns its (queue_offset, physical_offset) pairs."""
+    def _send_with_retries(self, group: str, items: list[_Pending]) -> tuple[tuple[int, int], ...]:
+        """Put one batch (messages of ``group``'s queues) until acknowledged; returns its
+        (queue_offset, physical_offset) pairs in batch order."""
         try:
             encoded = encode_batch(p.message for p in items)
         except MessageCodecError as exc:
@@ -231,7 +235,6 @@ class Producer:
         deadline = time.monotonic() + self.config.send_timeout_ms / 1000
         backoff_s, maybe_written, last = BACKOFF_MIN_S, False, "no attempt"
         while time.monotonic() < deadline:
-            group = self._routes.get(topic).group_of(queue_id)
             reply = self._transport.put(group, encoded, timeout_s)
             if isinstance(reply, PutResult):
                 if reply.ok:
@@ -250,8 +253,8 @@ class Producer:
             time.sleep(backoff_s)
             backoff_s = min(backoff_s * 2, BACKOFF_MAX_S)
         if maybe_written:
-            raise SendUnknown(f"no answer from {topic}/{queue_id}'s master before the send timeout ({last})", "")
-        raise SendFailed(f"every attempt to send to {topic}/{queue_id} was refused before writing ({last})")
+            raise SendUnknown(f"no answer from {group}'s master before the send timeout ({last})", "")
+        raise SendFailed(f"every attempt to send to {group} was refused before writing ({last})")
 
 
 def _per_message(exc: BaseException, msg_id: str) -> BaseException:
