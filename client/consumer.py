@@ -168,8 +168,9 @@ class Consumer:
                                    retriable=False)
             if not (isinstance(reply, Unanswered) and reply.master_moved):
                 self._transport.forget_master(broker_group)
-                time.sleep(min(backoff_s, max(0.0, deadline - time.monotonic())))
-                backoff_s = min(backoff_s * 2, 1.0)
+                if not self._transport.await_new_master(broker_group,
+                                                        min(backoff_s, max(0.0, deadline - time.monotonic()))):
+                    backoff_s = min(backoff_s * 2, 1.0)
 
     def assignment(self) -> list[QueueKey]:
         """The ``(topic, queue_id)`` queues this member owns now."""

@@ -250,8 +250,8 @@ class Producer:
                 if reply.master_moved:
                     continue  # the watch named the new master: send there at once
             self._transport.forget_master(group)
-            time.sleep(backoff_s)
-            backoff_s = min(backoff_s * 2, BACKOFF_MAX_S)
+            if not self._transport.await_new_master(group, backoff_s):   # an election ends the wait
+                backoff_s = min(backoff_s * 2, BACKOFF_MAX_S)
         if maybe_written:
             raise SendUnknown(f"no answer from {group}'s master before the send timeout ({last})", "")
         raise SendFailed(f"every attempt to send to {group} was refused before writing ({last})")

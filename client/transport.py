@@ -52,6 +52,7 @@ class Transport(Protocol):
     def controller_broadcast(self, method: str, *args: Any, timeout_s: float = 3.0) -> list[Any]: ...
     def master(self, group: str) -> int | None: ...
     def forget_master(self, group: str) -> None: ...
+    def await_new_master(self, group: str, timeout_s: float) -> bool: ...
     def put(self, group: str, batch: EncodedBatch, timeout_s: float) -> PutResult | Unanswered: ...
     def commit(self, group: str, consumer_group: str, entries: list[tuple[str, int, int]],
                timeout_s: float) -> PutResult | Unanswered: ...
@@ -129,6 +130,9 @@ class RayTransport:
             if address:
                 b = self.cluster.spec.broker_by_ha_address(address)
                 if b is not None:
+                    with self._lock:    # a watch armed from here waits for a *newer* master
+                        epoch = int(resp.header.get("master_epoch", -1))
+                        self._epochs[group] = max(self._epochs.get(group, -1), epoch)
                     return b.replica
         except Exception:  # noqa: BLE001 - fall back to asking the replicas
             pass
@@ -148,6 +152,22 @@ class RayTransport:
     def forget_master(self, group: str) -> None:
         with self._lock:
             self._master.pop(group, None)
+
+    def await_new_master(self, group: str, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for the controller to elect a newer master of ``group`` (a watch
+        answers at the election); True (and the master cached) if one was named. A retry after a
+        failed attempt waits here instead of sleeping its backoff blind, so it goes to the new master
+        as soon as it is elected, not at the next backoff step."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            ready, _ = ray.wait(self._watches_of(group), num_returns=1, timeout=left)
+            if not ready:
+                return False
+            if self._take_watch(group, ready[0]) is not None:
+                return True
 
     def _watches_of(self, group: str) -> list[Any]:
         """The pending master watches of ``group``, one on every controller (armed with the highest
