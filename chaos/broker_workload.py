@@ -177,9 +177,8 @@ class ProducerLoop(threading.Thread):
         outcome, error = send_outcome(result)
         self.outcomes[outcome] += 1
         offset = None
-        if isinstance(result, SendResult):
-            assert result.queue_id == queue_id, (result, queue_id)
-            offset = result.queue_offset
+        if isinstance(result, SendResult):  # where it was stored, as acknowledged (the key's queue)
+            queue_id, offset = result.queue_id, result.queue_offset
             self.acked_queues.add((self.layout.topic, queue_id))
         self.runlog.record({"op_id": f"{self.process}-{next(self.op_ids)}", "process": self.process, "f": "send",
                             "group": self.layout.groups[queue_id], "queue_id": queue_id, "payload_id": pid,
