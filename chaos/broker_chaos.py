@@ -39,7 +39,7 @@ from rocketray.verify import nemesis as sched
 from rocketray.chaos.broker_workload import (
     ConsumerLoop, ProducerLoop, RunLog, Sampler, create_topic, final_reads, poll_statuses, replica_snapshots)
 from rocketray.chaos.group_workload import GroupWorkload
-from rocketray.client.transport import RayTransport
+from rocketray.client.socket_transport import SocketTransport
 from rocketray.verify.checker import check_run_dir, format_verdict
 from rocketray.chaos.broker_nemesis import Nemesis, run_schedule
 from rocketray.chaos.ha_proxy import HaProxies
@@ -138,7 +138,7 @@ def execute(cluster: Cluster, args: argparse.Namespace, out: Path, proxies: HaPr
                               rate_per_s=args.rate)
                  for i in range(args.producers)]
     readers = [ConsumerLoop(cluster, layout, g, runlog, stop_workload, args.seed) for g in cluster.spec.groups]
-    members = (GroupWorkload(cluster.spec.name, RayTransport(cluster), layout.topic, consumer_groups, args.consumers,
+    members = (GroupWorkload(cluster.spec.name, SocketTransport(cluster), layout.topic, consumer_groups, args.consumers,
                              runlog) if consumer_groups else None)
     nemesis = Nemesis(cluster, runlog, proxies, args.seed, nodes=nodes)
     for t in (sampler, *producers, *readers):

@@ -30,7 +30,7 @@ from typing import Sequence
 
 from rocketray.chaos.broker_workload import RunLog
 from rocketray.chaos.replica_reader import checked_payload_id, now_ms
-from rocketray.client import Admin, Consumer, QueueProgress
+from rocketray.client import Admin, CommitFailed, Consumer, QueueProgress
 from rocketray.client.transport import Transport
 from rocketray.verify.groups import POLL_TIMEOUT_MS
 from rocketray.verify.nemesis import ChurnStep
@@ -143,20 +143,21 @@ class Slot(threading.Thread):
 
     def _commit(self, consumer: Consumer, process: str) -> None:
         """Commit what was polled; one ``commit`` row per queue entry of the call."""
-        # The client has no public view of what commit() is about to commit; the pending positions
-        # (one past the last message poll returned, per queue not yet acknowledged) are it.
-        entries = consumer._positions.to_commit()
+        entries = consumer.pending_commits()
         if not entries:
             return
         start = now_ms()
+        acked: dict = {}
         try:
-            consumer.commit(timeout_s=COMMIT_TIMEOUT_S)
-            outcome = "ok"
-        except Exception as exc:  # noqa: BLE001 - CommitFailed, or no route: not known to be acknowledged
+            acked = consumer.commit(timeout_s=COMMIT_TIMEOUT_S)
+        except CommitFailed as exc:      # the broker groups that did acknowledge say so
             log.info("consumer %s: commit failed: %s", process, exc)
-            outcome = "failed"
+            acked = exc.committed
+        except Exception as exc:  # noqa: BLE001 - no route: not known to be acknowledged
+            log.info("consumer %s: commit failed: %s", process, exc)
         end = now_ms()
         for (topic, queue_id), offset in sorted(entries.items()):
+            outcome = "ok" if acked.get((topic, queue_id)) == offset else "failed"
             self.runlog.record({"f": "commit", "process": process, "consumer_group": self.consumer_group,
                                 "topic": topic, "queue_id": queue_id, "offset": offset, "outcome": outcome,
                                 "start_ms": start, "end_ms": end})

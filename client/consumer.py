@@ -139,17 +139,23 @@ class Consumer:
         by_group: dict[str, list[tuple[str, int, int]]] = {}
         for (topic, queue_id), offset in sorted(todo.items()):
             by_group.setdefault(self._routes.get(topic).group_of(queue_id), []).append((topic, queue_id, offset))
-        failed = []
+        failed, done = [], {}
         for broker_group, entries in by_group.items():
             if self._commit_group(broker_group, entries, deadline):
                 for topic, queue_id, offset in entries:
                     self._positions.acknowledged((topic, queue_id), offset)
+                    done[(topic, queue_id)] = offset
             else:
                 failed.append(broker_group)
         if failed:
             raise CommitFailed(f"offsets of group {self.group!r} on {', '.join(failed)} not acknowledged "
-                               f"before the timeout; commit again")
+                               f"before the timeout; commit again", committed=done)
         return todo
+
+    def pending_commits(self) -> dict[QueueKey, int]:
+        """What ``commit()`` would commit now: per queue ``poll`` returned messages of and whose
+        position is past what was acknowledged, one past the last message returned."""
+        return self._positions.to_commit()
 
     def _commit_group(self, broker_group: str, entries: list[tuple[str, int, int]], deadline: float) -> bool:
         """Commit ``entries`` on ``broker_group`` until acknowledged or ``deadline`` (True if acked)."""

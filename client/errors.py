@@ -86,6 +86,12 @@ class CommitFailed(ClientError):
     code = "COMMIT_FAILED"
     retriable = True
 
+    def __init__(self, message: str, *, retriable: bool | None = None,
+                 committed: dict[tuple[str, int], int] | None = None) -> None:
+        super().__init__(message, retriable=retriable)
+        #: ``{(topic, queue_id): offset}`` this call did get acknowledged (other broker groups).
+        self.committed = dict(committed or {})
+
 
 class ClientClosed(ClientError):
     """The producer or consumer was closed."""

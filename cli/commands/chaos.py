@@ -48,6 +48,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     brokers.add_argument("--unclean", action="store_true", help="allow unclean master election")
     brokers.add_argument("--data-dir", default=None, help="broker/controller stores (default: a temp dir, deleted)")
     brokers.add_argument("--settle-timeout", type=float, default=120.0, help="seconds to wait for the settle")
+    brokers.add_argument("--consumer-groups", type=int, default=2,
+                         help="consumer groups reading the topic, each checked for at-least-once (default 2; 0: off)")
+    brokers.add_argument("--consumers", type=int, default=2, help="members per consumer group (default 2)")
+    brokers.add_argument("--drain-timeout", type=float, default=90.0,
+                         help="seconds the groups get after the settle to read everything (default 90)")
     ctl = p.add_argument_group("controller target")
     ctl.add_argument("--nodes", type=int, default=5, help="controller nodes (default 5)")
     ctl.add_argument("--clients", type=int, default=5, help="concurrent client threads (default 5)")
