@@ -213,6 +213,9 @@ class Producer:
     def _send_batch(self, batch: Batch[str, _Pending]) -> None:
         try:
             results = self._send_with_retries(batch.queue, batch.items)
+            if len(results) != len(batch.items):      # a broker answer that does not match the batch
+                raise SendUnknown(f"{batch.queue} acknowledged {len(results)} offsets for {len(batch.items)} "
+                                  f"messages", "")
             for p, (queue_offset, _physical) in zip(batch.items, results):
                 m = p.message
                 p.future.set_result(SendResult(SendStatus.SEND_OK, p.msg_id, m.topic, m.queue_id, queue_offset))

@@ -518,7 +518,7 @@ class ControllerNode:
         ``master_epoch``, ``master_broker_id`` and ``master_address`` as applied here. Applied state
         is committed state, so any node, leader or not, answers; a lagging follower only answers
         later. Clients hold one such watch per group to learn a new master when it is elected
-        instead of polling (``rocketray.actors.client.Producer``). Blocks: call from a thread."""
+        instead of polling (``rocketray.client.transport.RayTransport``). Blocks: call from a thread."""
         deadline = time.monotonic() + timeout_s
         with self._applied:
             while True:

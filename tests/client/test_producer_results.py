@@ -1,0 +1,160 @@
+"""The producer's send loop on typed put results (issue 15 fix 4), one layer: the transport is a
+script of broker answers (the Transport protocol), no Ray, no sockets.
+
+A refusal that wrote nothing is retried; an answer saying "written but not acknowledged" raises
+SendUnknown and is never resent (a resend would store a second copy); an unanswered call is resent
+(the one case a message may be stored twice); a batch refused as malformed is not resent."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from rocketray.broker.batch import EncodedBatch
+from rocketray.broker.message import decode_record
+from rocketray.client import InvalidMessage, Producer, SendFailed, SendStatus, SendUnknown, TopicNotFound
+from rocketray.client.transport import Unanswered
+from rocketray.controller.api import GetTopicRouteRequest, Response
+from rocketray.controller.codes import ResponseCode
+from rocketray.ha.ack import PutResult, PutStatus, Written, after_write, refused
+
+
+class ScriptedTransport:
+    """Answers puts from a script; the topic ``t`` has 2 queues on broker-a."""
+
+    def __init__(self, replies):
+        self.replies = list(replies)
+        self.batches: list[EncodedBatch] = []
+        self.forgotten = 0
+
+    def config(self):
+        raise LookupError("no cluster config: the client's defaults")
+
+    def groups(self):
+        return ["broker-a"]
+
+    def call_controller(self, request, timeout_s=10.0):
+        assert isinstance(request, GetTopicRouteRequest)
+        if request.topic != "t":
+            return Response.error(ResponseCode.TOPIC_NOT_EXIST, f"topic {request.topic!r} does not exist")
+        return Response(ResponseCode.SUCCESS, {"topic": "t", "queues": [[0, "broker-a"], [1, "broker-a"]]})
+
+    def put(self, group, batch, timeout_s):
+        self.batches.append(batch)
+        return self.replies.pop(0)
+
+    def forget_master(self, group):
+        self.forgotten += 1
+
+    def await_new_master(self, group, timeout_s):
+        time.sleep(timeout_s)          # no election in the script: the wait runs out
+        return False
+
+    def close(self):
+        pass
+
+
+def written(acked: bool, still_master: bool) -> PutResult:
+    return after_write(acked, still_master, ((7, 0),), 160)
+
+
+def send(replies, **settings):
+    transport = ScriptedTransport(replies)
+    with Producer(transport=transport, send_timeout_ms=300, **settings) as p:
+        try:
+            return transport, p.send("t", b"a", key="k"), None
+        except Exception as exc:  # noqa: BLE001 - the test inspects it
+            return transport, None, exc
+
+
+def test_an_ack_is_send_ok_with_the_queue_offset():
+    t, r, _ = send([written(True, True)])
+    assert r.status is SendStatus.SEND_OK and r.queue_offset == 7 and r.topic == "t" and len(t.batches) == 1
+
+
+def test_role_change_after_the_write_is_unknown_and_not_resent():
+    """MASTER_CHANGED (written UNKNOWN): SendUnknown, never sent again as a new batch."""
+    t, _, exc = send([written(False, False), written(True, True)])
+    assert isinstance(exc, SendUnknown) and not exc.retriable and exc.status is None and len(t.batches) == 1
+    assert exc.msg_id
+
+
+def test_timeout_after_the_write_is_unknown_with_flush_slave_timeout():
+    t, _, exc = send([written(False, True), written(True, True)])
+    assert isinstance(exc, SendUnknown) and exc.status is SendStatus.FLUSH_SLAVE_TIMEOUT and len(t.batches) == 1
+
+
+def test_refusals_are_retried_and_an_ack_is_ok():
+    t, r, _ = send([refused(PutStatus.NOT_MASTER), refused(PutStatus.FENCED), written(True, True)])
+    assert r.status is SendStatus.SEND_OK and len(t.batches) == 3 and t.forgotten == 2
+
+
+def test_only_refusals_until_the_timeout_are_send_failed():
+    t, _, exc = send([refused(PutStatus.NOT_MASTER)] * 10_000)
+    assert isinstance(exc, SendFailed) and exc.retriable
+
+
+def test_an_unanswered_call_is_resent_and_unknown_unless_acked():
+    t, r, _ = send([Unanswered("CONNECTION_LOST"), written(True, True)])
+    assert r.status is SendStatus.SEND_OK and len(t.batches) == 2
+    t, _, exc = send([Unanswered("TIMEOUT")] + [refused(PutStatus.NOT_MASTER)] * 10_000)
+    assert isinstance(exc, SendUnknown)
+
+
+def test_old_rule_not_master_after_the_write_resends_the_batch():
+    """The pre-issue-15 answer (NOT_MASTER, written NO, after the write) makes the client send the
+    written batch again: why a put after its write must never answer written NO."""
+    t, _, _ = send([PutResult(PutStatus.NOT_MASTER, Written.NO), written(True, True)])
+    assert len(t.batches) == 2
+
+
+def test_a_batch_refused_as_malformed_is_not_resent():
+    t, _, exc = send([refused(PutStatus.MESSAGE_ILLEGAL), written(True, True)])
+    assert isinstance(exc, InvalidMessage) and not exc.retriable and len(t.batches) == 1
+
+
+def test_one_encoded_batch_is_resent_as_the_same_bytes():
+    """Each attempt carries one EncodedBatch (encoded once): the message with its key, tags, user
+    properties and msg id, the same object on a retry."""
+    t, r, _ = send([refused(PutStatus.NOT_MASTER), written(True, True)])
+    assert t.batches[0] is t.batches[1] and t.batches[0].count == 1
+    m, _ = decode_record(t.batches[0].data)
+    assert (m.topic, m.body, m.properties["KEYS"], m.properties["UNIQ_KEY"]) == ("t", b"a", "k", r.msg_id)
+
+
+def test_bad_input_raises_before_anything_is_sent():
+    transport = ScriptedTransport([])
+    with Producer(transport=transport) as p:
+        with pytest.raises(TopicNotFound, match="'nope'"):
+            p.send("nope", b"x")
+        with pytest.raises(InvalidMessage):
+            p.send("t", b"x", properties={"UNIQ_KEY": "mine"})
+        with pytest.raises(InvalidMessage):
+            p.send("t", "not bytes")
+        with pytest.raises(InvalidMessage):
+            Producer(transport=transport, max_message_bytes=10).send("t", b"x" * 11)
+    assert transport.batches == []
+
+
+def test_async_sends_keep_order_per_queue_and_share_puts():
+    """send_async batches per broker group: both queues' messages travel together, in send order."""
+    class Counting(ScriptedTransport):
+        def put(self, group, batch, timeout_s):
+            self.batches.append(batch)
+            return PutResult(PutStatus.PUT_OK, Written.YES, tuple((i, i) for i in range(batch.count)), 1)
+
+    transport = Counting([])
+    with Producer(transport=transport) as p:
+        futures = [p.send_async("t", f"{i}".encode()) for i in range(100)]
+        p.flush()
+    assert all(f.result().status is SendStatus.SEND_OK for f in futures)
+    bodies = []
+    for batch in transport.batches:
+        pos = 0
+        for _ in range(batch.count):
+            m, size = decode_record(batch.data, pos)
+            bodies.append(m.body)
+            pos += size
+    assert bodies == [f"{i}".encode() for i in range(100)]      # one put in flight: send order kept
+    assert len(transport.batches) < 100                         # and batched
