@@ -23,6 +23,7 @@ from rocketray.broker import role as rm
 from rocketray.broker.config import FlushMode, StoreConfig
 from rocketray.broker.message import Message, MessageCodecError
 from rocketray.broker.batch import EncodedBatch
+from rocketray.broker.offsets import OffsetTable
 from rocketray.broker.role import MasterInfo, Role, RoleMachine, StoreFacts
 from rocketray.broker.store import MessageStore
 from rocketray.controller.api import (AlterSyncStateSetRequest, BrokerHeartbeatRequest, ElectMasterRequest,
@@ -37,6 +38,7 @@ from rocketray.ha.session import AckEvent, HandshakeEvent, MasterSession
 from rocketray.ha.transport import StoreLogView
 from rocketray.sim.controller import CONTROLLER, SimController
 from rocketray.sim.disk import CrashMode, SimCrash, SimDisk
+from rocketray.sim import offsets
 from rocketray.sim.net import Connection, Network
 from rocketray.sim.slave import SimSlave
 from rocketray.sim.world import World
@@ -77,6 +79,17 @@ class _Put:
     reply: Callable[[PutResult | None], None]
 
 
+@dataclass(slots=True)
+class _Query:
+    """A consumer's "committed offsets of my group?" waiting for the wait rule (``offsets.answerable``)."""
+
+    group: str
+    asked_max_offset: int
+    asked_ms: int
+    deadline_ms: int
+    reply: Callable[[offsets.CommittedOffsets | None], None]
+
+
 class SimBroker:
     def __init__(self, world: World, net: Network, controller: SimController, *, cluster: str, group: str,
                  broker_id: int, timings: BrokerTimings, disk_seed: int) -> None:
@@ -97,6 +110,8 @@ class SimBroker:
         self.store: MessageStore | None = None
         self.peers: dict[str, SimBroker] = {}   # every broker of the group by name (set by the world)
         self.session: tuple[Hello, tuple] | None = None   # this process's controller session (hello, token)
+        self.answers: list[offsets.OffsetAnswer] = []     # committed-offset answers given (the checker drains it)
+        self._offsets: tuple[tuple[int, int], int, OffsetTable] | None = None
 
     # ================================================================== process lifecycle
     def boot(self) -> None:
@@ -112,6 +127,7 @@ class SimBroker:
         self.sessions: dict[int, tuple[Connection, MasterSession]] = {}
         self.slave: SimSlave | None = None
         self.puts: list[_Put] = []
+        self.queries: list[_Query] = []
         self.registered = False
         self.epochs_seen = []
         self.session = None
@@ -177,6 +193,7 @@ class SimBroker:
         self.world.bump(self)
         self.net.set_down(self.name, True)
         self.puts = []                      # never answered: the clients time out (unknown)
+        self.queries = []
         self.store = None
         self.restarts += 1
         delay = self.world.rng.randint(self.t.restart_min_ms, self.t.restart_max_ms)
@@ -490,6 +507,7 @@ class SimBroker:
         self.guard(run)
 
     def _check_puts(self) -> None:
+        self._check_queries()
         now = self.world.now_ms
         keep = []
         for p in self.puts:
@@ -500,6 +518,52 @@ class SimBroker:
             else:
                 keep.append(p)
         self.puts = keep
+
+    # ================================================================== committed offsets
+    def committed_offsets(self, group: str, reply: Callable[[offsets.CommittedOffsets | None], None]) -> None:
+        """A consumer asks for ``group``'s committed offsets: as master, answered once the wait rule
+        holds (``offsets.answerable``) with the fold of the confirmed commit records; ``None`` when
+        not master, or not answerable within the slave timeout."""
+        def run() -> None:
+            if self.ha_role != Role.MASTER or self.store is None:
+                reply(None)
+                return
+            now = self.world.now_ms
+            self.queries.append(_Query(group, self.store.max_offset, now, now + self.t.slave_timeout_ms, reply))
+            self._later(self.t.slave_timeout_ms, self._check_puts)
+            self._check_queries()
+        self.guard(run)
+
+    def _check_queries(self) -> None:
+        if not self.queries:
+            return
+        now = self.world.now_ms
+        keep = []
+        for q in self.queries:
+            if not self.up or self.store is None or self.ha_role != Role.MASTER or now >= q.deadline_ms:
+                q.reply(None)
+            elif offsets.answerable(self.store.confirm_offset, q.asked_max_offset):
+                answer = self.offset_table().of_group(q.group)
+                self.answers.append(offsets.OffsetAnswer(self.name, q.group, q.asked_ms, answer))
+                q.reply(offsets.CommittedOffsets(answer))
+            else:
+                keep.append(q)
+        self.queries = keep
+
+    def offset_table(self) -> OffsetTable:
+        """The committed offsets as this process reads them: the fold of the system queue's records
+        its store serves (``offsets.fold_confirmed``), kept while its log only grows (same process,
+        no truncation) and advanced when the confirm offset moves."""
+        assert self.store is not None
+        key = (self.restarts, self.rewrites)
+        if self._offsets is None or self._offsets[0] != key:
+            self._offsets = (key, -1, OffsetTable())
+        _key, folded_at, table = self._offsets
+        confirm = self.store.confirm_offset
+        if confirm != folded_at:
+            offsets.fold_confirmed(self.store, table)
+            self._offsets = (key, confirm, table)
+        return table
 
     # ================================================================== HA: slave side
     def retry_slave_connect(self) -> None:

@@ -7,23 +7,29 @@ offsets the broker assigned), a result that says nothing was written (``written`
 anything else (no answer, FLUSH_SLAVE_TIMEOUT, MASTER_CHANGED) is unknown. After anything but
 PUT_OK it looks the master up again. Bodies are unique, so the checker can tell messages apart.
 A consumer pulls from a random live replica from its cursor; a store serves only up to its confirm
-offset, so whatever it returns counts as *read* and must never disappear.
+offset, so whatever it returns counts as *read* and must never disappear. It commits its cursor
+as a record of ``__consumer_offsets`` through the same put path and the same outcome rules, and
+after a failover, a lookup or a restart it resumes from the committed offset the master answers
+(``SimBroker.committed_offsets``), not from its own cursor.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Callable
 
 from rocketray.broker.message import Message
 from rocketray.broker.batch import encode_batch
+from rocketray.broker.offsets import commit_message
 from rocketray.controller.api import GetReplicaInfoRequest
 from rocketray.ha.ack import PutResult, Written
 from rocketray.sim.broker import TOPIC, SimBroker
 from rocketray.sim.controller import CONTROLLER, SimController
 from rocketray.sim.net import Network
+from rocketray.sim.offsets import CONSUMER_GROUP, CommittedOffsets
 from rocketray.sim.world import World
 
-__all__ = ["SimProducer", "SimConsumer", "Acked", "Read"]
+__all__ = ["SimProducer", "SimConsumer", "Acked", "Read", "Committed", "request", "lookup"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,12 +51,64 @@ class Read:
     at_ms: int
 
 
+@dataclass(frozen=True, slots=True)
+class Committed:
+    """An acknowledged offset commit (a record of the system topic at ``physical_offset``)."""
+
+    group: str                  # the broker group that holds the queue
+    consumer_group: str
+    topic: str
+    queue_id: int
+    offset: int
+    physical_offset: int
+    body: bytes
+    at_ms: int
+    stale: bool                 # committed below an offset already acknowledged
+
+
 @dataclass
 class _Counts:
     ok: int = 0
     failed: int = 0
     unknown: int = 0
     batches: int = 0
+
+
+def request(client, target: SimBroker, invoke: Callable[[Callable[[Any], None]], None],
+            finish: Callable[[Any], None], timeout_ms: int) -> None:
+    """Send one request from ``client`` to broker ``target`` over the simulated network: after a
+    delay ``invoke(reply)`` runs at the broker, and what it replies travels back; ``finish`` runs
+    once, with the reply or with ``None`` at the timeout (no answer: outcome unknown)."""
+    world, net = client.world, client.net
+    done = [False]
+
+    def once(value: Any) -> None:
+        if not done[0]:
+            done[0] = True
+            finish(value)
+
+    def deliver() -> None:
+        if net.down(target.name):
+            return
+
+        def reply(value: Any) -> None:
+            if net.reachable(target.name, client.name):
+                world.at(net.delay_ms(), lambda: once(value), owner=client)
+        invoke(reply)
+
+    if net.reachable(client.name, target.name):
+        world.at(net.delay_ms(), deliver)
+    world.at(timeout_ms, lambda: once(None), owner=client)
+
+
+def lookup(client, group: str, on_master: Callable[[str | None], None], timeout_ms: int) -> None:
+    """Ask the controller for ``group``'s master (GET_REPLICA_INFO); ``on_master`` gets its broker
+    name, or ``None`` (no answer, no master, or an unknown address)."""
+    def answered(resp) -> None:
+        address = (resp.header or {}).get("master_address") if resp is not None and resp.ok else None
+        on_master(address if address in client.brokers else None)
+    client.net.call(client.name, CONTROLLER, lambda: client.controller.handle(GetReplicaInfoRequest(group)),
+                    answered, owner=client, timeout_ms=timeout_ms)
 
 
 class SimProducer:
@@ -83,13 +141,10 @@ class SimProducer:
     def _lookup(self) -> None:
         self.busy = True
 
-        def answered(resp) -> None:
+        def found(address: str | None) -> None:
             self.busy = False
-            if resp is not None and resp.ok:
-                address = (resp.header or {}).get("master_address")
-                self.target = address if address in self.brokers else None
-        self.net.call(self.name, CONTROLLER, lambda: self.controller.handle(GetReplicaInfoRequest(self.group)),
-                      answered, owner=self, timeout_ms=self.timeout_ms)
+            self.target = address
+        lookup(self, self.group, found, self.timeout_ms)
 
     def _send(self) -> None:
         target = self.brokers[self.target]  # type: ignore[index]
@@ -99,27 +154,12 @@ class SimProducer:
             bodies.append(f"{self.group}/{self.name}/{self.seq}".encode())
         self.busy = True
         self.counts.batches += 1
-        done = [False]
 
         def finish(result: PutResult | None) -> None:
-            if done[0]:
-                return
-            done[0] = True
             self.busy = False
             self._record(bodies, result)
-
-        def deliver() -> None:
-            if self.net.down(target.name):
-                return
-
-            def reply(result: PutResult | None) -> None:
-                if self.net.reachable(target.name, self.name):
-                    self.world.at(self.net.delay_ms(), lambda: finish(result), owner=self)
-            target.put(encode_batch([Message(TOPIC, 0, body) for body in bodies]), reply)
-
-        if self.net.reachable(self.name, target.name):
-            self.world.at(self.net.delay_ms(), deliver)
-        self.world.at(self.timeout_ms, lambda: finish(None), owner=self)
+        batch = encode_batch([Message(TOPIC, 0, body) for body in bodies])
+        request(self, target, lambda reply: target.put(batch, reply), finish, self.timeout_ms)
 
     def _record(self, bodies: list[bytes], result: PutResult | None) -> None:
         if result is not None and result.ok:
@@ -138,19 +178,46 @@ class SimProducer:
 
 
 class SimConsumer:
-    def __init__(self, world: World, brokers: list[SimBroker], *, name: str, group: str, interval_ms: int) -> None:
-        self.world, self.brokers = world, brokers
+    """One consumer of ``CONSUMER_GROUP`` on its broker group's queue.
+
+    It pulls from a random live replica from its cursor (every ``interval_ms``); every
+    ``commit_interval_ms`` it commits the cursor to the master through the put path (a record of
+    the system topic; PUT_OK = acknowledged, anything else = not), and after anything but PUT_OK,
+    at start and after a seeded restart (``restart_p`` per commit tick) it looks the master up and
+    resumes from the committed offset the master answers, not from its own cursor. With
+    ``stale_p`` a commit carries an offset below one already acknowledged (a consumer that lost
+    the queue in a rebalance, a late commit from before a failover): the fold's max absorbs it."""
+
+    def __init__(self, world: World, net: Network, controller: SimController, brokers: dict[str, SimBroker],
+                 replicas: list[SimBroker], *, name: str, group: str, interval_ms: int,
+                 commit_interval_ms: int = 0, timeout_ms: int = 1500, stale_p: float = 0.0,
+                 restart_p: float = 0.0) -> None:
+        self.world, self.net, self.controller, self.brokers = world, net, controller, brokers
+        self.replicas = replicas
         self.name, self.group, self.interval_ms = name, group, interval_ms
+        self.commit_interval_ms, self.timeout_ms = commit_interval_ms, timeout_ms
+        self.stale_p, self.restart_p = stale_p, restart_p
         self.cursor = 0
         self.read: list[Read] = []
         self.by_queue_offset: dict[int, Read] = {}
         self.read_end = 0           # end of the furthest read message (its next record's offset)
+        self.target: str | None = None      # the master commits go to; None: look it up and resume
+        self.busy = False
+        self.committed: list[Committed] = []    # acknowledged commits
+        self.commit_counts = _Counts()
+        self.acked_offset = -1      # highest acknowledged commit
+        self.commit_end = 0         # end of the furthest acknowledged commit record
+        self.last_commit_ok_ms = -1
+        self.resumes = 0
+        self.stopped = False        # no more commits
 
     def start(self) -> None:
         self.world.at(self.interval_ms, self._tick, owner=self)
+        if self.commit_interval_ms > 0:
+            self.world.at(self.commit_interval_ms, self._commit_tick, owner=self)
 
     def _tick(self) -> None:
-        live = [b for b in self.brokers if b.up]
+        live = [b for b in self.replicas if b.up]
         if live:
             replica = self.world.rng.choice(live)
             for msg in replica.read(self.cursor, 16):
@@ -161,3 +228,64 @@ class SimConsumer:
                 self.cursor = max(self.cursor, msg.queue_offset + 1)
                 self.read_end = max(self.read_end, msg.physical_offset + 1)
         self.world.at(self.interval_ms, self._tick, owner=self)
+
+    # -- commits ------------------------------------------------------------------------------------
+    def _commit_tick(self) -> None:
+        if not self.busy and not self.stopped:
+            rng = self.world.rng
+            if self.target is not None and rng.random() < self.restart_p:
+                self.world.note(f"{self.name} restarts")
+                self.target = None
+            if self.target is None:
+                self._resume()
+            elif self.acked_offset > 0 and rng.random() < self.stale_p:
+                self._commit(rng.randint(max(0, self.acked_offset - 64), self.acked_offset - 1), stale=True)
+            else:                   # like RocketMQ's periodic persist: changed or not
+                self._commit(self.cursor, stale=False)
+        self.world.at(self.commit_interval_ms, self._commit_tick, owner=self)
+
+    def _resume(self) -> None:
+        """Look the master up and continue from the committed offset it answers."""
+        self.busy = True
+
+        def found(address: str | None) -> None:
+            if address is None:
+                self.busy = False
+                return
+            target = self.brokers[address]
+            request(self, target, lambda reply: target.committed_offsets(CONSUMER_GROUP, reply),
+                    lambda answer: answered(address, answer), self.timeout_ms)
+
+        def answered(address: str, answer: CommittedOffsets | None) -> None:
+            self.busy = False
+            if answer is not None:
+                self.target = address
+                self.cursor = answer.offsets.get((TOPIC, 0), 0)
+                self.resumes += 1
+        lookup(self, self.group, found, self.timeout_ms)
+
+    def _commit(self, offset: int, *, stale: bool) -> None:
+        target = self.brokers[self.target]  # type: ignore[index]
+        self.busy = True
+        self.commit_counts.batches += 1
+        msg = commit_message(CONSUMER_GROUP, [(TOPIC, 0, offset)], self.world.now_ms)
+        batch = encode_batch([msg])
+
+        def finish(result: PutResult | None) -> None:
+            self.busy = False
+            if result is not None and result.ok:
+                ((_queue_offset, physical_offset),) = result.offsets
+                self.committed.append(Committed(self.group, CONSUMER_GROUP, TOPIC, 0, offset, physical_offset,
+                                                bytes(msg.body), self.world.now_ms, stale))
+                self.commit_counts.ok += 1
+                self.last_commit_ok_ms = self.world.now_ms
+                self.acked_offset = max(self.acked_offset, offset)
+                self.commit_end = max(self.commit_end, result.end_offset)
+                return
+            if result is not None and result.written == Written.NO:
+                self.commit_counts.failed += 1
+            else:
+                self.commit_counts.unknown += 1
+            self.target = None
+            self._resume()          # at once, as a client does after a failed commit
+        request(self, target, lambda reply: target.put(batch, reply), finish, self.timeout_ms)

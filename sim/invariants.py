@@ -2,7 +2,9 @@
 
 ``check_step`` runs after every event and is cheap; ``check_logs`` reads the replicas' logs (every
 acknowledged and every read message where it must be) and runs every ``full_every`` steps and at
-the end; ``check_settled`` runs once faults are healed and the cluster settled.
+the end; ``check_settled`` runs once faults are healed and the cluster settled. Offset commits are
+messages, so 1 covers their records; 8 folds each member's whole log at every acknowledged commit
+and with ``check_logs``; 9 runs every step where what the master would answer may have changed.
 
 1. every acknowledged message is in the log of every live member of the group's current
    SyncStateSet, at the offset it was acknowledged with (so it survives every election, which
@@ -15,10 +17,20 @@ the end; ``check_settled`` runs once faults are healed and the cluster settled.
 5. after healing: replicas byte-identical up to the confirm offset, epoch files agree below it;
 6. liveness: after healing, every group acknowledges writes again;
 7. a batch the broker answered "not written" (``Written.NO``: the client may resend it as new) is in
-   no log (else the resend duplicates it and the history calls an existing message failed).
+   no log (else the resend duplicates it and the history calls an existing message failed);
+8. every acknowledged offset commit (group, topic, queue, offset) is held by every live member of the
+   broker group's current SyncStateSet: the fold of every commit record in that member's log
+   (confirmed or not) gives at least that offset (and the record is where it was acknowledged: 1);
+9. the committed offset a reader gets from the current master never goes back: every answer the
+   master gives (after the wait rule) and, at every step where the master's confirm offset has
+   reached its max offset, the fold of its confirmed records, is at least every commit acknowledged
+   before it was asked and at least every value read before;
+10. liveness: after healing, every consumer group's commits are acknowledged again.
 """
 
 from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
 
 from rocketray.broker.message import MessageCodecError, decode_record
 from rocketray.broker.commitlog import StoreError
@@ -26,6 +38,8 @@ from rocketray.broker.role import Role
 from rocketray.sim.broker import SimBroker
 from rocketray.sim.clients import SimConsumer, SimProducer
 from rocketray.sim.controller import SimController
+from rocketray.sim import offsets as sim_offsets
+from rocketray.sim.offsets import LogFold
 from rocketray.sim.world import Violation
 
 __all__ = ["Invariants"]
@@ -55,6 +69,14 @@ class Invariants:
         self._found: dict[str, tuple[tuple[int, int], set[tuple[int, bytes]]]] = {}
         # name -> ((restarts, rewrites), segments found fully durable, durable end found)
         self._durable: dict[str, tuple[tuple[int, int], int, int]] = {}
+        # offset commits (8, 9): per broker group, (consumer group, topic, queue) -> the acknowledged
+        # commits in time order as (times, running maximum), and the highest value a reader got
+        self._committers: dict[str, list[list]] = {g: [[c, 0] for c in consumers if c.group == g] for g in groups}
+        self._acked_count: dict[str, int] = {}
+        self._acked_commits: dict[str, dict[tuple[str, str, int], tuple[list[int], list[int]]]] = {}
+        self._read_commits: dict[str, dict[tuple[str, str, int], tuple[int, str]]] = {}
+        self._log_folds: dict[str, LogFold] = {}          # name -> fold of its whole log (8)
+        self._read_marks: dict[str, tuple] = {}           # group -> what the last step's 9 read
 
     # -- after every step ---------------------------------------------------------------------------
     def exempt(self, b: SimBroker) -> bool:
@@ -69,7 +91,7 @@ class Invariants:
 
     def _group_end(self, group: str) -> int:
         return max([p.acked_end for p in self.producers if p.group == group] +
-                   [c.read_end for c in self.consumers if c.group == group] + [0])
+                   [max(c.read_end, c.commit_end) for c in self.consumers if c.group == group] + [0])
 
     def check_step(self) -> None:
         self._steps += 1
@@ -93,8 +115,9 @@ class Invariants:
                     raise Violation("epochs never go back", f"{b.name}: {m.master_epoch} after "
                                     f"{self._epochs[pkey][0]}")
                 self._epochs[pkey] = (m.master_epoch, 0)
-            self._check_confirm(group, brokers)
+            master = self._check_confirm(group, brokers)
             self._check_ends(group, brokers)
+            self._check_commits(group, brokers, master)
         elections = len(self.controller.elections)
         if self._steps % self.full_every == 0 or elections != self._elections:
             self._elections = elections
@@ -144,7 +167,8 @@ class Invariants:
         self._durable[b.name] = (key, done, end)
         return end
 
-    def _check_confirm(self, group: str, brokers: list[SimBroker]) -> None:
+    def _check_confirm(self, group: str, brokers: list[SimBroker]) -> SimBroker | None:
+        """4; returns the group's current master (or None)."""
         for b in brokers:
             if b.up and b.ha_role == Role.MASTER and b.store is not None:
                 key = (b.name, b.restarts, b.ha_epoch)
@@ -158,7 +182,7 @@ class Invariants:
                 self._confirms[key] = confirm
         m = self._current_master(group, brokers)
         if m is None or m.store is None:
-            return
+            return m
         confirm = m.store.confirm_offset
         if not self.async_flush and confirm > self.durable_end(m, confirm):
             raise Violation("confirm offset within every counted member",
@@ -177,16 +201,106 @@ class Invariants:
                 raise Violation("confirm offset within every counted member",
                                 f"{group}: master {m.id} confirm {confirm} > member {member} durable end "
                                 f"{self.durable_end(peer)} (view {sorted(m.master.view())})")
+        return m
+
+    # -- offset commits (8, 9) ----------------------------------------------------------------------
+    def _take_commits(self, group: str) -> bool:
+        """Take the commits acknowledged since the last step into ``_acked_commits``; True if any."""
+        new = False
+        for entry in self._committers[group]:          # [consumer, commits already taken]
+            c, taken = entry
+            if taken == len(c.committed):
+                continue
+            acked = self._acked_commits.setdefault(group, {})
+            for commit in c.committed[taken:]:
+                times, highest = acked.setdefault((commit.consumer_group, commit.topic, commit.queue_id), ([], []))
+                times.append(commit.at_ms)
+                highest.append(max(commit.offset, highest[-1] if highest else -1))
+            self._acked_count[group] = self._acked_count.get(group, 0) + len(c.committed) - taken
+            entry[1] = len(c.committed)
+            new = True
+        return new
+
+    def _check_commits(self, group: str, brokers: list[SimBroker], m: SimBroker | None) -> None:
+        """8 at every acknowledged commit (and with ``check_logs``); 9 at every step where what the
+        master would answer may have changed. ``m``: the group's current master."""
+        new = self._take_commits(group)
+        for b in brokers:
+            if b.answers:
+                answers, b.answers = b.answers, []
+                if b is m:      # a deposed master that does not know it yet may answer stale: not checked
+                    for a in answers:
+                        self._check_reading(group, lambda key, a=a: a.offsets.get((key[1], key[2])),
+                                            a.asked_ms, False, f"{b.name} answered")
+        if group not in self._acked_commits:
+            return
+        if m is not None and m.store is not None:
+            store = m.store
+            # what it would answer changes only with its confirm offset (the wait rule cannot start to
+            # hold while the confirm offset stays; a truncation changes ``rewrites``)
+            mark = (id(m), m.restarts, m.rewrites, store.confirm_offset, self._acked_count[group])
+            if mark != self._read_marks.get(group):
+                self._read_marks[group] = mark
+                if sim_offsets.answerable(mark[3], store.max_offset):    # the wait rule holds: it would answer now
+                    table = m.offset_table()
+                    self._check_reading(group, lambda key: table.committed(*key), self.controller.world.now_ms,
+                                        True, f"{m.name} reads")
+        if new:
+            self._check_held(group, brokers)
+
+    def _check_reading(self, group: str, value_of, asked_ms: int, inclusive: bool, where: str) -> None:
+        """9 for one reading (``value_of(key)``) of ``group``'s committed offsets, asked at ``asked_ms``."""
+        acked = self._acked_commits.get(group, {})
+        seen = self._read_commits.setdefault(group, {})
+        for key in acked.keys() | seen.keys():
+            value = value_of(key)
+            value = -1 if value is None else value
+            times, highest = acked.get(key, ((), ()))
+            i = (bisect_right if inclusive else bisect_left)(times, asked_ms)
+            if i and value < highest[i - 1]:
+                raise Violation("committed offset never goes back",
+                                f"{where} {key} = {value}, below {highest[i - 1]} acknowledged before {asked_ms}")
+            before = seen.get(key)
+            if before is not None and value < before[0]:
+                raise Violation("committed offset never goes back",
+                                f"{where} {key} = {value}, below {before[0]} ({before[1]})")
+            if before is None or value > before[0]:
+                seen[key] = (value, f"{where} at {self.controller.world.now_ms}")
+
+    def _check_held(self, group: str, brokers: list[SimBroker]) -> None:
+        """8: every live SyncStateSet member's log folds to at least every acknowledged commit."""
+        acked = self._acked_commits.get(group)
+        if not acked:
+            return
+        members = self.controller.sync_state_set(group)
+        for b in brokers:
+            if b.id not in members or not b.up or b.store is None or self.exempt(b):
+                continue
+            key = (b.restarts, b.rewrites)
+            fold = self._log_folds.get(b.name)
+            if fold is None or fold.key != key:
+                fold = self._log_folds[b.name] = LogFold(key)
+            table = fold.advance(b.store)
+            for (cg, topic, queue_id), (times, highest) in acked.items():
+                held = table.committed(cg, topic, queue_id)
+                if held is None or held < highest[-1]:
+                    raise Violation("acknowledged commit lost",
+                                    f"{b.name} (in the SyncStateSet {sorted(members)}): the commit records of "
+                                    f"its log give {cg} {topic}/{queue_id} = {held}, below {highest[-1]} "
+                                    f"acknowledged at {times[highest.index(highest[-1])]}")
 
     # -- logs ------------------------------------------------------------------------------------------
     def check_logs(self) -> None:
         acked: dict[str, list] = {}
         for p in self.producers:
             acked.setdefault(p.group, []).extend(p.acked)
+        for c in self.consumers:
+            acked.setdefault(c.group, []).extend(c.committed)   # a commit is a message (8)
         read: dict[str, list] = {}
         for c in self.consumers:
             read.setdefault(c.group, []).extend(c.by_queue_offset.values())
         for group, brokers in self.groups.items():
+            self._check_held(group, brokers)
             members = self.controller.sync_state_set(group)
             for b in brokers:
                 if b.id not in members or not b.up or b.store is None or self.exempt(b):
@@ -226,8 +340,12 @@ class Invariants:
             m = self._current_master(group, brokers)
             if m is None or m.store is None:
                 raise Violation("liveness", f"{group}: no serving master after healing")
-            if not any(p.group == group and p.last_ok_ms > heal_ms for p in self.producers):
+            producers = [p for p in self.producers if p.group == group]
+            if producers and not any(p.last_ok_ms > heal_ms for p in producers):
                 raise Violation("liveness", f"{group}: no write acknowledged after healing at {heal_ms}")
+            committers = [c for c in self.consumers if c.group == group and c.commit_interval_ms > 0]
+            if committers and not any(c.last_commit_ok_ms > heal_ms for c in committers):
+                raise Violation("liveness", f"{group}: no offset commit acknowledged after healing at {heal_ms}")
             confirm = m.store.confirm_offset
             ref = _log_bytes(m.store, m.store.min_offset, confirm)
             for b in brokers:

@@ -57,6 +57,9 @@ class SimConfig:
     producers: int = 1                  # per group, each with one batch in flight at a time
     produce_interval_ms: int = 30
     consume_interval_ms: int = 50
+    commit_interval_ms: int = 500       # each consumer commits its cursor this often (0: never)
+    stale_commit_p: float = 0.2         # a commit below one already acknowledged (rebalance, late commit)
+    consumer_restart_p: float = 0.03    # per commit tick: the consumer restarts and resumes from the master
     timings: BrokerTimings = field(default_factory=BrokerTimings)
 
 
@@ -91,6 +94,7 @@ class SimResult:
     read: int
     faults: int
     elections: int
+    commits: int = 0            # acknowledged offset commits
 
 
 class Sim:
@@ -123,8 +127,11 @@ class Sim:
                                       name=f"producer-{g}" + (f"-{k}" if k else ""), group=g, batch=config.batch,
                                       interval_ms=config.produce_interval_ms, timeout_ms=t.slave_timeout_ms + 500)
                           for g in self.groups for k in range(config.producers)]
-        self.consumers = [SimConsumer(self.world, self.groups[g], name=f"consumer-{g}", group=g,
-                                      interval_ms=config.consume_interval_ms) for g in self.groups]
+        self.consumers = [SimConsumer(self.world, self.net, self.controller, self.brokers, self.groups[g],
+                                      name=f"consumer-{g}", group=g, interval_ms=config.consume_interval_ms,
+                                      commit_interval_ms=config.commit_interval_ms,
+                                      timeout_ms=t.slave_timeout_ms + 500, stale_p=config.stale_commit_p,
+                                      restart_p=config.consumer_restart_p) for g in self.groups]
         self.invariants = Invariants(self.controller, self.groups, self.producers, self.consumers,
                                      async_flush=t.flush_mode is FlushMode.ASYNC)
         self.faults = 0
@@ -255,7 +262,8 @@ class Sim:
             w.note(f"VIOLATION {violation}")
         return SimResult(self.seed, violation is None, violation, list(w.trace), w.steps, w.now_ms,
                          sum(len(p.acked) for p in self.producers), sum(len(c.read) for c in self.consumers),
-                         self.faults, len(self.controller.elections))
+                         self.faults, len(self.controller.elections),
+                         sum(len(c.committed) for c in self.consumers))
 
 
 def run_seed(seed: int, config: SimConfig = SimConfig(),
@@ -299,6 +307,7 @@ def run_seeds(seeds: range | list[int], config: SimConfig = SimConfig(), *,
         "steps": sum(r.steps for r in results),
         "acked": sum(r.acked for r in results),
         "read": sum(r.read for r in results),
+        "commits": sum(r.commits for r in results),
         "faults": sum(r.faults for r in results),
         "elections": sum(r.elections for r in results),
         "first_failing_seed": None if first is None else first.seed,

@@ -234,11 +234,58 @@ def _elected_slave_loses_power_before_taking_the_term(sim: Sim) -> None:
     sim.when(lambda: _steady(sim), cut_master)
 
 
+def _commits(sim: Sim) -> int:
+    return sum(len(c.committed) for c in sim.consumers)
+
+
+def _masters_killed_after_commits(sim: Sim) -> None:
+    """apache/rocketmq#7790, #9711. On a settled group whose consumer has had offset commits
+    acknowledged, the master is killed: a slave is elected, the consumer's next commit fails, and
+    it resumes from the offset the new master answers. Once the killed master is back in the
+    SyncStateSet and ten more commits are acknowledged, the third replica is cut off until the
+    controller drops it from the set, and the new master is killed: the restarted first master is
+    elected and answers. Commits kept in a per-broker table rather than in the replicated log roll
+    the group's progress back at the first election."""
+    st: dict[str, SimBroker] = {}
+
+    def kill_master() -> None:
+        m = _serving(sim)
+        assert m is not None
+        st["first"] = m
+        sim.world.note(f"SCRIPT {m.name} killed after {_commits(sim)} acknowledged commits")
+        m.crash(CrashMode.KILL)
+        at_commits = _commits(sim) + 10
+        sim.when(lambda: _steady(sim) and _commits(sim) >= at_commits, cut_third)
+
+    def cut_third() -> None:
+        m = _serving(sim)
+        assert m is not None
+        st["second"] = m
+        st["third"] = next(b for b in sim.groups["g0"] if b is not m and b is not st["first"])
+        sim.world.note(f"SCRIPT {st['third'].name} cut off")
+        _isolate(sim, st["third"])
+        sim.when(lambda: st["third"].id not in sim.controller.sync_state_set("g0"), kill_second)
+
+    def kill_second() -> None:
+        sim.world.note(f"SCRIPT {st['second'].name} killed; the restarted {st['first'].name} is the "
+                       f"only other member of the SyncStateSet")
+        st["second"].crash(CrashMode.KILL)
+        sim.when(lambda: _serving(sim) is st["first"], lambda: _rejoin(sim, st["third"]))
+    sim.when(lambda: _steady(sim) and _commits(sim) >= 10, kill_master)
+
+
 def _no_sessions(config: SimConfig) -> SimConfig:
     """``config`` without controller sessions: the controller learns of a dead broker only by
     heartbeat expiry (as after a power loss, across a cut link, or with a new leader). The pinned
     seeds below were found before sessions existed; this keeps their schedules."""
     return dataclasses.replace(config, timings=dataclasses.replace(config.timings, controller_sessions=False))
+
+
+def _no_commits(config: SimConfig) -> SimConfig:
+    """``config`` with consumers that never commit offsets. The pinned seeds and the congestion
+    script of violation 2 were found before consumers committed; commit records change every
+    schedule after the first one (sizes, IO steps, delays drawn), so this keeps theirs."""
+    return dataclasses.replace(config, commit_interval_ms=0)
 
 
 def _quiet(**timings: int) -> SimConfig:
@@ -252,7 +299,7 @@ _ASYNC_QUICK_RESTART = _quiet(flush_mode=FlushMode.ASYNC, restart_min_ms=300, re
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     Scenario("violation-1-confirm-offset-covers-a-joining-member",
              "the confirm offset covers a message a joining member lacks; consumers read it",
-             _no_sessions(PROFILES["default"]), 3),
+             _no_commits(_no_sessions(PROFILES["default"])), 3),
     Scenario("violation-6-restarted-master-ranked-by-lost-progress",
              "a master that lost unflushed bytes in a power loss wins the new-term election with the "
              "progress it reported before, and its slaves truncate acknowledged messages",
@@ -272,19 +319,25 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
              _elected_slave_loses_power_before_taking_the_term),
     Scenario("restarted-master-resumes-its-old-term",
              "a master restarted before the controller noticed resumes its term (#9689)",
-             _no_sessions(PROFILES["default"]), 4),
+             _no_commits(_no_sessions(PROFILES["default"])), 4),
     Scenario("violation-2-lagging-member-dropped-while-an-expand-waits",
              "the shrink check replaced a pending expand; a put was acknowledged without the member "
              "the controller had just added",
-             dataclasses.replace(_quiet(not_catchup_ms=1_000, shrink_ms=100), window_bytes=1_024, producers=16), 4,
+             _no_commits(dataclasses.replace(_quiet(not_catchup_ms=1_000, shrink_ms=100), window_bytes=1_024,
+                                             producers=16)), 4,
              _lagging_member_dropped_while_an_expand_waits),
     Scenario("violation-3-kill-between-two-unlinks",
              "a truncation killed between two segment unlinks reopens with a hole and an old end",
-             _no_sessions(PROFILES["crashes"]), 42),
+             _no_commits(_no_sessions(PROFILES["crashes"])), 42),
     Scenario("violation-5-recovery-trusts-unsynced-bytes",
              "recovery after a kill trusts a tail it never synced; a later power loss tears what "
              "was replicated and read",
-             _no_sessions(PROFILES["crashes"]), 36),
+             _no_commits(_no_sessions(PROFILES["crashes"])), 36),
+    Scenario("committed-offsets-survive-failover",
+             "apache/rocketmq#7790, #9711: after the master is killed, the elected slave, and later the "
+             "restarted old master, answer the group's committed offset with every acknowledged commit "
+             "instead of rolling the group's progress back",
+             dataclasses.replace(_quiet(), duration_ms=16_000), 1, _masters_killed_after_commits),
     Scenario("violation-4-not-master-after-write",
              "a put written and replicated, then the role changed during the ack wait: answered as "
              "not written while the new master holds the batch",

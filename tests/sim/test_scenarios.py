@@ -20,11 +20,37 @@ import rocketray.broker.role as role
 import rocketray.ha.ack as ack
 import rocketray.ha.sync_state as sync_state
 from rocketray.broker.commitlog import CommitLog
+from rocketray.broker.message import decode_record
+from rocketray.broker.offsets import OFFSETS_TOPIC, OffsetTable, decode_commit
+from rocketray.sim.broker import SimBroker
 from rocketray.sim.run import run_seeds
 from rocketray.sim.scenarios import SCENARIOS, run_scenario
 
 CONFIRM = "confirm offset within every counted member"
 LOST = "acknowledged or read message lost"
+
+_PUT = SimBroker.put
+
+
+def _local_offsets(broker: SimBroker) -> OffsetTable:
+    """The old rule's offset table: one per broker process, in its memory only."""
+    tables = broker.__dict__.setdefault("_old_rule_offsets", {})
+    return tables.setdefault(broker.restarts, OffsetTable())
+
+
+def _put_applying_commits_locally(broker: SimBroker, batch, reply) -> None:
+    """#7790/#9711's old rule: the broker that handles a commit applies it to its own table; the
+    table is neither in the replicated log nor truncated with it (upstream copied it to slaves by
+    polling every 10 s and flushed it to a file every 5 s; here neither comes in time)."""
+    before = broker.store.max_offset if broker.store is not None else None
+    _PUT(broker, batch, reply)
+    if before is None or broker.store is None or broker.store.max_offset == before:
+        return
+    msg, _size = decode_record(batch.data)
+    if msg.topic == OFFSETS_TOPIC:
+        for commit in decode_commit(msg.body):
+            _local_offsets(broker).apply(commit)
+
 
 #: scenario -> (the old rule as (owner, attribute, value) patches, the invariant it violates)
 OLD_RULES = {
@@ -60,6 +86,12 @@ OLD_RULES = {
     # contiguity check
     "violation-3-kill-between-two-unlinks": (
         [(commitlog, "unlink_order", lambda segs: list(segs)), (commitlog, "first_gap", lambda segs: None)], LOST),
+    # apache/rocketmq#7790, #9711: committed offsets kept in a per-broker table outside the replicated
+    # log (ConsumerOffsetManager); the master answers from its own table, so the elected slave and
+    # the restarted old master answer an offset older than what was acknowledged
+    "committed-offsets-survive-failover": (
+        [(SimBroker, "put", _put_applying_commits_locally), (SimBroker, "offset_table", _local_offsets)],
+        "committed offset never goes back"),
     # violation 4: a role change during the ack wait answers NOT_MASTER ("nothing written")
     "violation-4-not-master-after-write": (
         [(ack, "after_write", old.old_after_write)], "not-written batches are not in the log"),
@@ -100,6 +132,21 @@ def test_random_search_of_the_profile_finds_the_old_rule(monkeypatch, name):
         monkeypatch.setattr(owner, attr, value)
     summary = run_seeds(range(1, 61), SCENARIOS[name].config)
     assert summary["violations"] == 1, f"{name}: no violation in {summary['seeds']} seeds"
+
+
+def test_offsets_kept_outside_the_replicated_log_roll_the_group_back_at_the_first_election(monkeypatch):
+    """#7790/#9711 modelled honestly: each broker process keeps the commits it handled in its own
+    table (not replicated, not truncated, lost on restart) and answers from it; killing the master
+    after acknowledged commits makes the elected slave answer less than was acknowledged, while the
+    rules as they are (commits as replicated records, folded by max) pass the same schedule."""
+    name = "committed-offsets-survive-failover"
+    assert run_scenario(name).ok
+    for owner, attr, value in OLD_RULES[name][0]:
+        monkeypatch.setattr(owner, attr, value)
+    r = run_scenario(name)
+    assert not r.ok and r.violation.startswith("committed offset never goes back"), r.violation
+    killed = next(line for line in r.trace if "SCRIPT" in line and "killed" in line)
+    assert killed.split()[2] not in r.violation and "= -1, below" in r.violation, (killed, r.violation)
 
 
 def test_cli_runs_and_lists_scenarios():
