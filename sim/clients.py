@@ -2,7 +2,7 @@
 
 A producer finds its group's master through the controller (GET_REPLICA_INFO), sends a batch
 (encoded once, ``encode_batch``, as the real producer sends it) and
-records the outcome the way ``rocketray.actors.client`` does: PUT_OK is acknowledged (with the
+records the outcome the way ``rocketray.client.Producer`` does: PUT_OK is acknowledged (with the
 offsets the broker assigned), a result that says nothing was written (``written`` NO) is a failure,
 anything else (no answer, FLUSH_SLAVE_TIMEOUT, MASTER_CHANGED) is unknown. After anything but
 PUT_OK it looks the master up again. Bodies are unique, so the checker can tell messages apart.
