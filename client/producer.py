@@ -34,7 +34,7 @@ import uuid
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
-from rocketray.broker.batch import encode_batch
+from rocketray.broker.batch import EncodedBatch, encode_batch
 from rocketray.broker.message import Message, MessageCodecError
 from rocketray.client.config import ClientConfig
 from rocketray.client.core import Accumulator, Batch, select_queue
@@ -51,7 +51,6 @@ log = logging.getLogger("rocketray.client")
 #: Properties the client sets itself (RocketMQ's names): a user property may not use them.
 RESERVED_PROPERTIES = frozenset({"KEYS", "TAGS", "UNIQ_KEY"})
 BACKOFF_MIN_S = 0.02
-RECORD_OVERHEAD = 80        # a record's header and topic, counted against batch_bytes
 BACKOFF_MAX_S = 1.0
 
 
@@ -60,6 +59,7 @@ class _Pending:
     message: Message
     msg_id: str
     future: concurrent.futures.Future
+    record: bytes           # the message encoded once, in the commit-log layout, by the sending thread
 
 
 def new_msg_id_prefix() -> str:
@@ -194,8 +194,12 @@ class Producer:
         size = len(message.body) + sum(len(k) + len(v) + 2 for k, v in message.properties.items())
         if size > self.config.max_message_bytes:
             raise InvalidMessage(f"message of {size} bytes is over max_message_bytes {self.config.max_message_bytes}")
+        try:
+            record = encode_batch([message]).data
+        except MessageCodecError as exc:
+            raise InvalidMessage(str(exc)) from None
         future: concurrent.futures.Future = concurrent.futures.Future()
-        return route.group_of(queue_id), _Pending(message, msg_id, future), size + RECORD_OVERHEAD
+        return route.group_of(queue_id), _Pending(message, msg_id, future, record), len(record)
 
     def _sender_loop(self) -> None:
         while True:
@@ -211,8 +215,20 @@ class Producer:
                 self._pool.submit(self._send_batch, batch)
 
     def _send_batch(self, batch: Batch[str, _Pending]) -> None:
+        """Send one batch; the group's next batch may go as soon as this one is answered, before its
+        futures are resolved (the resolving overlaps the next put)."""
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            with self._lock:
+                self._acc.done(batch.queue)
+                self._lock.notify_all()
+            released = True
+
         try:
             results = self._send_with_retries(batch.queue, batch.items)
+            release()
             if len(results) != len(batch.items):      # a broker answer that does not match the batch
                 raise SendUnknown(f"{batch.queue} acknowledged {len(results)} offsets for {len(batch.items)} "
                                   f"messages", "")
@@ -223,17 +239,13 @@ class Producer:
             for p in batch.items:
                 p.future.set_exception(_per_message(exc, p.msg_id))
         finally:
-            with self._lock:
-                self._acc.done(batch.queue)
-                self._lock.notify_all()
+            if not released:
+                release()
 
     def _send_with_retries(self, group: str, items: list[_Pending]) -> tuple[tuple[int, int], ...]:
         """Put one batch (messages of ``group``'s queues) until acknowledged; returns its
         (queue_offset, physical_offset) pairs in batch order."""
-        try:
-            encoded = encode_batch(p.message for p in items)
-        except MessageCodecError as exc:
-            raise InvalidMessage(str(exc)) from None
+        encoded = EncodedBatch(b"".join(p.record for p in items), len(items))
         timeout_s = self.config.request_timeout_ms / 1000
         deadline = time.monotonic() + self.config.send_timeout_ms / 1000
         backoff_s, maybe_written, last = BACKOFF_MIN_S, False, "no attempt"
