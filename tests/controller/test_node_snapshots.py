@@ -10,30 +10,13 @@ from rocketray.controller.api import (AlterSyncStateSetRequest, ApplyBrokerIdReq
                             RegisterBrokerRequest)
 from rocketray.controller.config import ControllerConfig
 from rocketray.controller.event_log import merge_logs, read_whole_log
-from rocketray.controller.proc import LocalCluster
 from rocketray.controller.node import ControllerNode
 from rocketray.controller.raft import RecoveryRefused
 
 CLUSTER = "c"
 
 
-def everyone_alive(name, broker_id):
-    return True
-
-
-@pytest.fixture
-def make_cluster(tmp_path, port_factory):
-    made = []
-
-    def make(**config):
-        cluster = LocalCluster(tmp_path / f"c{len(made)}", [port_factory() for _ in range(3)],
-                               ControllerConfig.for_tests(**config), "s3cret", alive=everyone_alive)
-        made.append(cluster)
-        return cluster
-
-    yield make
-    for cluster in made:
-        cluster.close()
+from controller_cluster import everyone_alive, make_cluster  # noqa: E402,F401 - the shared fixture
 
 
 def restart_all(cluster):

@@ -9,30 +9,12 @@ import pytest
 from rocketray.controller.api import (ApplyBrokerIdRequest, ConsumerHeartbeatRequest, CreateTopicRequest,
                                       DeleteTopicRequest, GetTopicRouteRequest, ListTopicsRequest)
 from rocketray.controller.codes import ResponseCode
-from rocketray.controller.config import ControllerConfig
-from rocketray.controller.proc import LocalCluster
 from rocketray.snapshot.format import SECTION_TOPICS, decode_snapshot
 
 CLUSTER = "c"
 
 
-def everyone_alive(name, broker_id):
-    return True
-
-
-@pytest.fixture
-def make_cluster(tmp_path, port_factory):
-    made = []
-
-    def make(**config):
-        cluster = LocalCluster(tmp_path / f"c{len(made)}", [port_factory() for _ in range(3)],
-                               ControllerConfig.for_tests(**config), "s3cret", alive=everyone_alive)
-        made.append(cluster)
-        return cluster
-
-    yield make
-    for cluster in made:
-        cluster.close()
+from controller_cluster import everyone_alive, make_cluster  # noqa: E402,F401 - the shared fixture
 
 
 def register_groups(leader, *names):
