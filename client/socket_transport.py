@@ -177,18 +177,27 @@ class SocketTransport(RayTransport):
         for conn in conns:
             conn.close("transport closed")
 
-    def _request(self, group: str, frame_type: FrameType, body: tuple, decode: Callable[[Frame], Any],
-                 timeout_s: float, ray_method: str, ray_args: tuple) -> Any:
-        """Send to ``group``'s master's client port and wait (watching for a new master while the
-        answer is late); a broker without a port is called through Ray."""
+    def _master_connection(self, group: str) -> tuple[int, Connection | None] | Unanswered:
+        """``group``'s master and a connection to its client port (None: it has none, use Ray), or
+        Unanswered when there is no master or it cannot be reached (refused, unreachable, auth
+        failed: like a dead actor)."""
         replica = self.master(group)
         if replica is None:
             return Unanswered("NO_MASTER")
         try:
-            conn = self._connection(group, replica)
-        except OSError as exc:          # refused, unreachable, auth failed: like a dead actor
+            return replica, self._connection(group, replica)
+        except OSError as exc:
             self.forget_master(group)
             return Unanswered(f"CONNECT_FAILED {exc!r}")
+
+    def _request(self, group: str, frame_type: FrameType, body: tuple, decode: Callable[[Frame], Any],
+                 timeout_s: float, ray_method: str, ray_args: tuple) -> Any:
+        """Send to ``group``'s master's client port and wait (watching for a new master while the
+        answer is late); a broker without a port is called through Ray."""
+        target = self._master_connection(group)
+        if isinstance(target, Unanswered):
+            return target
+        replica, conn = target
         if conn is None:
             return self._call_master(group, ray_method, ray_args, timeout_s)
         fut = conn.request(frame_type, *body)
@@ -260,16 +269,11 @@ class SocketTransport(RayTransport):
     def pull(self, group: str, topic: str, queue_id: int, offset: int, max_count: int, max_bytes: int,
              hold_ms: int, consumer_group: str | None = None) -> concurrent.futures.Future:
         out: concurrent.futures.Future = concurrent.futures.Future()
-        replica = self.master(group)
-        if replica is None:
-            out.set_result(Unanswered("NO_MASTER"))
+        target = self._master_connection(group)
+        if isinstance(target, Unanswered):
+            out.set_result(target)
             return out
-        try:
-            conn = self._connection(group, replica)
-        except OSError as exc:
-            self.forget_master(group)
-            out.set_result(Unanswered(f"CONNECT_FAILED {exc!r}"))
-            return out
+        _replica, conn = target
         if conn is None:
             return super().pull(group, topic, queue_id, offset, max_count, max_bytes, hold_ms, consumer_group)
         inner = conn.request(FrameType.PULL, pack([topic, queue_id, offset, max_count, max_bytes, hold_ms,
