@@ -1,0 +1,329 @@
+"""Controller at scale: one controller group of 3 serving G broker groups x 3 replicas.
+
+For each G (``--groups``, default 10,100,300) a fresh cluster of 3 controller actors (the real
+``ControllerService``: Raft node, broker-session listener, expiry and dead-master scans, metrics)
+runs on an embedded local Ray in the chosen profile (``--profile``, default ``default``). The
+brokers are light heartbeaters in one other process (``benchmarks/controller_scale_fleet.py``)
+speaking the real API: register through ``AsyncControllerClient``, heartbeat every controller every
+``broker_heartbeat_interval_ms``, hold a session connection to the leader, elect the first master
+of each group and put every replica in its SyncStateSet. Measured, per G:
+
+- steady state over ``--seconds``: heartbeats the leader answered per second, the leader process's
+  CPU (``psutil``, user + system, every thread of the actor process) in cores and per heartbeat,
+  heartbeat latency p50/p99 (sent by the fleet -> the row is in the leader's table and the answer is
+  back), and the latency of writes sent meanwhile (``--writes-per-s``: create then delete a topic
+  through ``call_leader_sync``, each one Raft commit);
+- node loss: the fleet stops every replica on node 0 at once (a third of all replicas, holding the
+  masters of a third of the groups): their sessions close without a bye and their heartbeats stop.
+  ``reelect_all_ms`` = from that close until the driver sees, in the leader's event log, a new
+  master elected for every one of those groups (``reelect_decided_ms``: the last of those
+  elections' decision time, from the leader's clock); writes keep going meanwhile;
+- snapshot: size of the leader's newest snapshot file and its longest capture + encode + write;
+- restart: a follower is killed for good and a ``ControllerNode`` is constructed in this process on
+  its store directory and Raft address; ``restart_ms`` = from constructing it until it has applied
+  the leader's commit index (snapshot load, journal replay, catch-up), its tables checked equal to
+  the leader's (process start and imports excluded, as in ``controller-recovery``).
+
+Targets (issue 29) at G = 300 in the default profile: leader under half a core, heartbeat p99 under
+50 ms, all masters of the lost third re-elected within 1 s, restart under 1 s (``targets_met``).
+``ratio`` = leader CPU seconds per heartbeat at the largest G / at the smallest (lower is better:
+1.0 means the cost of a heartbeat does not grow with the number of groups).
+
+    python benchmarks/run.py controller-scale [--groups 10,100,300] [--seconds 20] [--profile default] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import queue
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+FLEET = HERE / "controller_scale_fleet.py"
+ANSWER = "@@fleet "
+TARGETS = {"leader_cores": 0.5, "heartbeat_p99_ms": 50.0, "reelect_all_ms": 1000.0, "restart_ms": 1000.0}
+
+#: ``benchmarks/run.py controller-scale --smoke``: a size that finishes in seconds (CI runs it).
+SMOKE_ARGS = ["--groups", "3", "--seconds", "2", "--warmup", "1", "--profile", "fast"]
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 2) if ordered else 0.0
+
+
+class FleetProcess:
+    """The fleet subprocess and its answers (read by a thread, so every wait has a timeout)."""
+
+    def __init__(self, cluster: str, env: dict, log_path: Path) -> None:
+        self.log_path = log_path
+        self._log = open(log_path, "w")
+        self.proc = subprocess.Popen([sys.executable, str(FLEET), cluster], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=self._log, text=True, env=env, cwd=HERE.parent)
+        self._answers: queue.Queue = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.startswith(ANSWER):
+                self._answers.put(json.loads(line[len(ANSWER):]))
+        self._answers.put(None)
+
+    def call(self, cmd: str, timeout_s: float = 60.0, **args: Any) -> dict:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps({"cmd": cmd, "args": args}) + "\n")
+        self.proc.stdin.flush()
+        try:
+            answer = self._answers.get(timeout=timeout_s)
+        except queue.Empty:
+            raise TimeoutError(f"fleet: no answer to {cmd} in {timeout_s} s; see {self.log_path}") from None
+        if answer is None or "error" in answer:
+            raise RuntimeError(f"fleet failed on {cmd}: {answer and answer['error']}; see {self.log_path}")
+        return answer
+
+    def close(self) -> None:
+        try:
+            if self.proc.poll() is None:
+                self.proc.stdin.write(json.dumps({"cmd": "exit"}) + "\n")  # type: ignore[union-attr]
+                self.proc.stdin.flush()  # type: ignore[union-attr]
+                self.proc.wait(timeout=20)
+        except (OSError, subprocess.TimeoutExpired):
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+        self._log.close()
+
+
+class WriteProbe:
+    """Writes to the leader at a fixed rate on a thread (create, then delete, a topic), timed."""
+
+    def __init__(self, cluster, tag: str, per_s: float) -> None:
+        self.cluster, self.tag, self.period_s = cluster, tag, 1.0 / per_s if per_s > 0 else 0.0
+        self.latencies_ms: list[float] = []
+        self.failures = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._n = 0
+
+    def _write(self, request) -> None:
+        started = time.perf_counter()
+        try:
+            ok = self.cluster.call_controller(request, timeout_s=10).ok
+        except Exception:  # noqa: BLE001 - counted: a failed write is a figure here, not a crash
+            ok = False
+        if ok:
+            self.latencies_ms.append((time.perf_counter() - started) * 1000)
+        else:
+            self.failures += 1
+
+    def _run(self) -> None:
+        from rocketray.controller.api import CreateTopicRequest, DeleteTopicRequest
+
+        next_s = time.monotonic()
+        while not self._stop.is_set():
+            self._n += 1
+            topic = f"probe-{self.tag}-{self._n}"
+            self._write(CreateTopicRequest(topic, 1))
+            self._write(DeleteTopicRequest(topic))
+            next_s += self.period_s
+            self._stop.wait(max(0.0, next_s - time.monotonic()))
+
+    def __enter__(self) -> "WriteProbe":
+        if self.period_s:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self.period_s:
+            self._thread.join(30)
+
+    def figures(self, prefix: str) -> dict:
+        return {f"{prefix}_p50_ms": _pct(self.latencies_ms, 0.5), f"{prefix}_p99_ms": _pct(self.latencies_ms, 0.99),
+                f"{prefix}_n": len(self.latencies_ms), f"{prefix}_failures": self.failures}
+
+
+def _cpu_s(pid: int) -> float:
+    import psutil
+
+    t = psutil.Process(pid).cpu_times()
+    return t.user + t.system
+
+
+def _start_controllers(name: str, profile: str, data_dir: str):
+    from rocketray.actors import remote
+    from rocketray.actors.cluster import Cluster, plan_cluster
+
+    spec = plan_cluster(name, controllers=3, groups=1, replicas=1, data_dir=data_dir, profile=profile)
+    spec = dataclasses.replace(spec, brokers=())   # the brokers are the fleet's heartbeaters
+    for c in spec.controllers:
+        Path(c.store_dir).mkdir(parents=True, exist_ok=True)
+    remote.start_registry(spec)
+    for c in spec.controllers:
+        remote.start_controller(spec, c.index)
+    cluster = Cluster(spec)
+    cluster.wait_for_leader(120)
+    return cluster
+
+
+def _leader(cluster) -> tuple[int, dict]:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        for i, md in enumerate(cluster.controller_metadata()):
+            if md and md.get("is_leader"):
+                return i, md
+        time.sleep(0.05)
+    raise TimeoutError("no controller leader")
+
+
+def _steady(cluster, fleet: FleetProcess, pids: list[int], seconds: float, writes_per_s: float, tag: str) -> dict:
+    leader, _ = _leader(cluster)
+    fleet.call("stats")
+    cpu0 = [_cpu_s(p) for p in pids]
+    started = time.perf_counter()
+    with WriteProbe(cluster, tag, writes_per_s) as probe:
+        time.sleep(seconds)
+    elapsed = time.perf_counter() - started
+    cpu = [_cpu_s(p) - c for p, c in zip(pids, cpu0)]
+    hb = fleet.call("stats")
+    answered = max(hb["answered"], 1)
+    return {"leader_cores": round(cpu[leader] / elapsed, 3),
+            "follower_cores": round(max(c for i, c in enumerate(cpu) if i != leader) / elapsed, 3),
+            "leader_cpu_us_per_heartbeat": round(cpu[leader] / answered * 1e6, 1),
+            "heartbeats_per_s": round(hb["answered"] / elapsed, 1),
+            "heartbeat_p50_ms": hb["p50_ms"], "heartbeat_p99_ms": hb["p99_ms"], "heartbeat_max_ms": hb["max_ms"],
+            "heartbeat_errors": hb["errors"], "heartbeats_late": hb["late"],
+            "fleet_cores": round(hb["fleet_cpu_s"] / elapsed, 3), **probe.figures("write")}
+
+
+def _node_loss(cluster, fleet: FleetProcess, writes_per_s: float, tag: str) -> dict:
+    import ray
+
+    leader, md = _leader(cluster)
+    handle = cluster.controller(leader)
+    cursor = md["event_log_last_index"]
+    with WriteProbe(cluster, tag, writes_per_s) as probe:
+        lost = fleet.call("lose", node=0, close=True)
+        masters: dict[str, int] = lost["masters"]
+        elected: dict[str, dict] = {}
+        deadline = time.monotonic() + 60
+        while len(elected) < len(masters) and time.monotonic() < deadline:
+            page = ray.get(handle.events.remote(cursor, 100_000), timeout=10)
+            for ev in page["events"]:
+                if (ev["type"] == "ElectMasterEvent" and ev["broker_name"] in masters and ev["new_master_elected"]
+                        and ev["new_master_broker_id"] != masters[ev["broker_name"]]):
+                    elected.setdefault(ev["broker_name"], ev)
+            cursor = page["next_index"]
+            if len(elected) < len(masters):
+                time.sleep(0.005)
+        done_ms = time.time() * 1000
+    assert len(elected) == len(masters), f"{len(masters) - len(elected)} groups without a new master in 60 s"
+    return {"lost_replicas": lost["replicas"], "lost_masters": len(masters),
+            "reelect_all_ms": round(done_ms - lost["at_wall_ms"], 1),
+            "reelect_decided_ms": round(max(e["time_ms"] for e in elected.values()) - lost["at_wall_ms"], 1),
+            **probe.figures("loss_write")}
+
+
+def _snapshot(cluster, leader: int, md: dict) -> dict:
+    snaps = sorted((Path(cluster.spec.controllers[leader].store_dir) / "snapshots").glob("snapshot_*.snap"))
+    return {"snapshot_bytes": snaps[-1].stat().st_size if snaps else 0, "snapshots_saved": md["snapshots_saved"],
+            "max_snapshot_ms": md["max_snapshot_ms"], "max_snapshot_tick_ms": md["max_snapshot_tick_ms"]}
+
+
+def _restart(cluster, leader: int) -> dict:
+    """Kill a follower for good, then time a ControllerNode on its store until it caught up."""
+    import psutil
+    import ray
+
+    from rocketray.config import load_config
+    from rocketray.controller.node import ControllerNode
+
+    spec = cluster.spec
+    follower = next(c for c in spec.controllers if c.index != leader)
+    pid = ray.get(cluster.controller(follower.index).pid.remote(), timeout=10)
+    ray.kill(cluster.controller(follower.index), no_restart=True)
+    psutil.Process(pid).wait(30) if psutil.pid_exists(pid) else None
+    target = ray.get(cluster.controller(leader).metadata.remote(), timeout=10)["commit_index"]
+    expected = ray.get(cluster.controller(leader).state_snapshot.remote(), timeout=10)
+    config = load_config(spec.profile, dict(spec.config_overrides)).controller_node_config()
+    peers = [c.raft_address for c in spec.controllers if c.index != follower.index]
+    started = time.perf_counter()
+    node = ControllerNode(follower.raft_address, peers, follower.store_dir, config, spec.secret)
+    try:
+        constructed_ms = (time.perf_counter() - started) * 1000
+        deadline = time.monotonic() + 60
+        while node.applied_index < target and time.monotonic() < deadline:
+            time.sleep(0.001)
+        restart_ms = (time.perf_counter() - started) * 1000
+        assert node.applied_index >= target, f"restarted node applied {node.applied_index} < {target} in 60 s"
+        assert node.snapshot_state() == expected, "restarted node's tables differ from the leader's"
+        meta = node.metadata()
+    finally:
+        node.close()
+    return {"restart_ms": round(restart_ms, 1), "restart_load_ms": round(constructed_ms, 1),
+            "restart_snapshot_index": meta["snapshot_loaded_index"], "restart_target_index": target}
+
+
+def measure(groups: int, args, data_dir: str) -> dict:
+    import ray
+
+    cluster = _start_controllers(f"scale{groups}", args.profile, data_dir)
+    pids = [ray.get(h.pid.remote(), timeout=30) for h in cluster.controllers()]
+    env = {**os.environ, "RAY_ADDRESS": ray.get_runtime_context().gcs_address, "PYTHONUNBUFFERED": "1"}
+    fleet = FleetProcess(cluster.spec.name, env, Path(data_dir) / f"fleet-{groups}.log")
+    out: dict[str, Any] = {}
+    try:
+        out.update(fleet.call("setup", timeout_s=600, groups=groups, replicas=3))
+        time.sleep(args.warmup)
+        out.update(_steady(cluster, fleet, pids, args.seconds, args.writes_per_s, f"s{groups}"))
+        out.update(_node_loss(cluster, fleet, args.writes_per_s, f"l{groups}"))
+        leader, md = _leader(cluster)
+        out.update(_snapshot(cluster, leader, md))
+        out.update(_restart(cluster, leader))
+    finally:
+        fleet.close()
+        cluster.stop(delete_data=True)
+    return out
+
+
+def run(argv: list[str]) -> dict:
+    parser = argparse.ArgumentParser(prog="controller-scale")
+    parser.add_argument("--groups", default="10,100,300")
+    parser.add_argument("--profile", default="default", choices=("default", "fast"))
+    parser.add_argument("--seconds", type=float, default=20.0, help="steady-state measuring window")
+    parser.add_argument("--warmup", type=float, default=3.0, help="seconds between setup and measuring")
+    parser.add_argument("--writes-per-s", type=float, default=5.0, help="probe writes (create + delete topic)")
+    args = parser.parse_args(argv)
+    sizes = [int(g) for g in args.groups.split(",")]
+    import ray
+
+    load_before = os.getloadavg()[0]
+    started = not ray.is_initialized()
+    if started:
+        ray.init(address="local", include_dashboard=False, logging_level="ERROR", log_to_driver=False,
+                 object_store_memory=200 * 1024 * 1024, namespace="rocketray-bench")
+    result: dict[str, Any] = {"groups": sizes, "profile": args.profile, "seconds": args.seconds}
+    try:
+        with tempfile.TemporaryDirectory(prefix="bench-cscale-") as tmp:
+            for g in sizes:
+                for key, value in measure(g, args, tmp).items():
+                    result[f"{key}_{g}"] = value
+    finally:
+        if started:
+            ray.shutdown()
+    top, low = sizes[-1], sizes[0]
+    result["targets"] = TARGETS
+    result["targets_met"] = all(result[f"{k}_{top}"] <= limit for k, limit in TARGETS.items())
+    result["ratio"] = round(result[f"leader_cpu_us_per_heartbeat_{top}"]
+                            / max(result[f"leader_cpu_us_per_heartbeat_{low}"], 1e-9), 2)
+    result["load_avg_1m"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
+    return result

@@ -1,0 +1,260 @@
+"""The broker fleet of ``controller-scale``: light heartbeaters speaking the controller's real API.
+
+Run as its own process by ``bench_controller_scale.py`` (``python benchmarks/controller_scale_fleet.py
+CLUSTER``), joined to the benchmark's Ray at ``RAY_ADDRESS``, so the controllers' CPU is theirs alone.
+Each of the G x R replicas does what a broker's ReplicasManager does, with the same requests and the
+same session protocol: GetNextBrokerId, ApplyBrokerId and RegisterBroker through the real
+``AsyncControllerClient`` (leader following), a ``BrokerHeartbeatRequest`` to every controller every
+``broker_heartbeat_interval_ms`` (``heartbeat.remote``, as ``AsyncControllerClient.heartbeat``), a
+session connection to the leader's session port (authenticated with the cluster secret, then a hello:
+``rocketray.controller.session``), and, for replica 0 of each group, an ElectMaster and an
+AlterSyncStateSet that puts every replica in the SyncStateSet. No store, no replication.
+
+Replica ``r`` of group ``g`` sits on node ``(g + r) % 3``, so node ``k`` holds a replica of every group
+and the masters (replica 0) of the groups ``g % 3 == k``: ``lose k`` stops those replicas at once as
+a dead machine would (their sessions close without a bye; their heartbeats stop).
+
+Commands, one JSON line each on stdin, answers on stdout after ``ANSWER``: ``setup`` (replicas
+heartbeat from their registration on), ``stats`` (heartbeats sent and answered by the leader since the last ``stats``, with latency
+percentiles of the leader's answers: the time from sending until the row is in the leader's table),
+``lose`` (``node``; ``close``: close sessions, else keep them open and silent), ``exit``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ANSWER = "@@fleet "
+NODES = 3
+
+
+@dataclass(slots=True)
+class Replica:
+    group: str
+    index: int
+    node: int
+    address: str
+    broker_id: int = 0
+    alive: bool = True
+    due_s: float = 0.0
+    writer: asyncio.StreamWriter | None = None
+    tasks: list = field(default_factory=list)
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 3) if ordered else 0.0
+
+
+class Fleet:
+    def __init__(self, cluster: str) -> None:
+        import ray
+
+        from rocketray.actors.controller_client import AsyncControllerClient
+        from rocketray.config import load_config
+        from rocketray.spec import ClusterSpec
+
+        registry = ray.get_actor("registry", namespace=f"rocketray-{cluster}")
+        self.spec = ClusterSpec.from_dict(ray.get(registry.spec.remote(), timeout=30))
+        self.config = load_config(self.spec.profile, dict(self.spec.config_overrides))
+        self.client = AsyncControllerClient(self.spec)
+        self.handles = [ray.get_actor(self.spec.controller_actor_name(c.index), namespace=self.spec.namespace)
+                        for c in self.spec.controllers]
+        self.replicas: list[Replica] = []
+        self.leader = 0
+        self._lock = threading.Lock()
+        self._latencies_ms: list[float] = []
+        self._sent = 0
+        self._answered = 0
+        self._late = 0
+        self._errors = 0
+        self._running = False
+        self._task: asyncio.Future | None = None
+        self._cpu0 = time.process_time()
+
+    # -- setup -------------------------------------------------------------------------------------
+    async def setup(self, groups: int, replicas: int, concurrency: int = 16) -> dict:
+        from rocketray.controller.api import (AlterSyncStateSetRequest, ApplyBrokerIdRequest, ElectMasterRequest,
+                                              GetNextBrokerIdRequest, RegisterBrokerRequest)
+
+        cluster = self.spec.cluster_name
+        started = time.perf_counter()
+        gate = asyncio.Semaphore(concurrency)
+        period_s = self.config.broker.broker_heartbeat_interval_ms / 1000
+        if self._task is None:   # replicas heartbeat from their registration on, as brokers do
+            self._task = asyncio.ensure_future(self.run_heartbeats())
+
+        async def one_group(g: int) -> None:
+            name = f"scale-{g:04d}"
+            members = [Replica(name, r, (g + r) % NODES, f"10.9.{(g + r) % NODES}.{g % 250}:{10000 + g * 8 + r}")
+                       for r in range(replicas)]
+            async with gate:
+                for rep in members:
+                    resp = await self.client.call(GetNextBrokerIdRequest(cluster, name))
+                    assert resp.ok, resp
+                    next_id = resp.header["next_broker_id"]
+                    resp = await self.client.call(ApplyBrokerIdRequest(cluster, name, next_id,
+                                                                       f"{rep.address};{name}-{rep.index}"))
+                    assert resp.ok, resp
+                    rep.broker_id = next_id
+                    resp = await self.client.call(RegisterBrokerRequest(cluster, name, rep.broker_id, rep.address))
+                    assert resp.ok, resp
+                    self._heartbeat(rep, time.perf_counter(), timed=False)
+                    rep.due_s = time.perf_counter() + period_s
+                    self.replicas.append(rep)
+                master = members[0]
+                resp = await self._until_ok(ElectMasterRequest.of_broker_trigger(cluster, name, master.broker_id))
+                epoch = resp.header["master_epoch"]
+                resp = await self.client.call(AlterSyncStateSetRequest(
+                    name, master.broker_id, epoch, frozenset(r.broker_id for r in members),
+                    resp.header["sync_state_set_epoch"]))
+                assert resp.ok, resp
+
+        await asyncio.gather(*(one_group(g) for g in range(groups)))
+        self.leader = self.client._leader
+        registered_s = time.perf_counter() - started
+        await asyncio.gather(*(self._open_session(r) for r in self.replicas))
+        return {"replicas": len(self.replicas), "leader": self.leader, "registered_s": round(registered_s, 2),
+                "setup_s": round(time.perf_counter() - started, 2)}
+
+    async def _until_ok(self, request, timeout_s: float = 30.0):
+        """The first election is answered 2004 until the requester's heartbeat is in the leader's table."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            resp = await self.client.call(request)
+            if resp.ok or time.monotonic() > deadline:
+                assert resp.ok, resp
+                return resp
+            await asyncio.sleep(0.05)
+
+    async def _open_session(self, rep: Replica) -> None:
+        from rocketray.auth import SESSION_LABEL, authenticate
+        from rocketray.controller.session import Hello, encode_hello
+
+        c = self.spec.controllers[self.leader]
+        reader, writer = await asyncio.open_connection(c.host, c.session_port)
+        await authenticate(reader, writer, "client", self.spec.secret, 10_000, SESSION_LABEL)
+        writer.write(encode_hello(Hello(self.spec.cluster_name, rep.group, rep.broker_id, rep.address)))
+        await writer.drain()
+        rep.writer = writer
+        rep.tasks.append(asyncio.ensure_future(reader.read(1)))   # held open; the controller sends nothing
+
+    # -- heartbeats --------------------------------------------------------------------------------
+    def _request(self, rep: Replica):
+        from rocketray.controller.api import BrokerHeartbeatRequest
+
+        b = self.config.broker
+        return BrokerHeartbeatRequest(self.spec.cluster_name, rep.group, rep.address, rep.broker_id, 1, 4096, 4096,
+                                      b.controller_heartbeat_timeout_ms, b.broker_election_priority)
+
+    def _heartbeat(self, rep: Replica, now: float, timed: bool = True) -> None:
+        """One heartbeat to every controller; the leader's answer is timed (send -> in its table)."""
+        request = self._request(rep)
+        for i, handle in enumerate(self.handles):
+            ref = handle.heartbeat.remote(request)
+            if timed and i == self.leader:
+                self._sent += 1
+                ref.future().add_done_callback(lambda fut, t0=now: self._answer(fut, t0))
+
+    def _answer(self, fut, t0: float) -> None:
+        elapsed_ms = (time.perf_counter() - t0) * 1000
+        with self._lock:
+            if fut.exception() is None:
+                self._answered += 1
+                self._latencies_ms.append(elapsed_ms)
+            else:
+                self._errors += 1
+
+    async def run_heartbeats(self) -> None:
+        period_s = self.config.broker.broker_heartbeat_interval_ms / 1000
+        self._running = True
+        while self._running:
+            now = time.perf_counter()
+            for rep in self.replicas:
+                if rep.alive and rep.due_s <= now:
+                    if now - rep.due_s > period_s / 2:
+                        self._late += 1
+                    self._heartbeat(rep, time.perf_counter())
+                    rep.due_s += period_s
+            await asyncio.sleep(0.005)
+
+    def stats(self) -> dict:
+        with self._lock:
+            samples, self._latencies_ms = self._latencies_ms, []
+            out = {"sent": self._sent, "answered": self._answered, "errors": self._errors, "late": self._late}
+            self._sent = self._answered = self._errors = self._late = 0
+        cpu = time.process_time()
+        out.update(p50_ms=_pct(samples, 0.5), p99_ms=_pct(samples, 0.99), max_ms=_pct(samples, 1.0),
+                   fleet_cpu_s=round(cpu - self._cpu0, 3))
+        self._cpu0 = cpu
+        return out
+
+    def lose(self, node: int, close: bool) -> dict:
+        """Node ``node`` dies: its replicas stop heartbeating and (``close``) their sessions close."""
+        lost = [r for r in self.replicas if r.node == node and r.alive]
+        at = time.time()
+        for rep in lost:
+            rep.alive = False
+            if close and rep.writer is not None:
+                rep.writer.transport.abort()
+        masters = {r.group: r.broker_id for r in lost if r.index == 0}
+        return {"at_wall_ms": at * 1000, "replicas": len(lost), "masters": masters}
+
+
+def main(cluster: str) -> None:
+    import ray
+
+    ray.init(address=os.environ["RAY_ADDRESS"], logging_level="ERROR", log_to_driver=False)
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    fleet = Fleet(cluster)
+    lines: asyncio.Queue = asyncio.Queue()
+
+    def read_stdin() -> None:
+        for line in sys.stdin:
+            loop.call_soon_threadsafe(lines.put_nowait, line)
+        loop.call_soon_threadsafe(lines.put_nowait, "")
+
+    def answer(value: dict) -> None:
+        sys.stdout.write(ANSWER + json.dumps(value) + "\n")
+        sys.stdout.flush()
+
+    async def serve() -> None:
+        threading.Thread(target=read_stdin, daemon=True).start()
+        while True:
+            line = await lines.get()
+            if not line:
+                break
+            command = json.loads(line)
+            cmd, args = command["cmd"], command.get("args", {})
+            try:
+                if cmd == "exit":
+                    break
+                if cmd == "setup":
+                    answer(await fleet.setup(**args))
+                elif cmd == "stats":
+                    answer(fleet.stats())
+                elif cmd == "lose":
+                    answer(fleet.lose(**args))
+                else:
+                    answer({"error": f"unknown command {cmd!r}"})
+            except Exception:  # noqa: BLE001 - reported to the benchmark process, which stops
+                answer({"error": traceback.format_exc()})
+        fleet._running = False
+        if fleet._task is not None:
+            await fleet._task
+
+    loop.run_until_complete(serve())
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    main(sys.argv[1])
