@@ -343,6 +343,8 @@ class ControllerNode:
             return None
         if self._raft._isLeader() and self._raft.raftCurrentTerm == term:
             self._ready_term = term
+            with self._applied:
+                self._applied.notify_all()  # wakes wait_ready_leader
             return term
         return None
 
@@ -359,13 +361,17 @@ class ControllerNode:
         return None if address not in self.members else f"n{self.members.index(address)}"
 
     # -- public API ---------------------------------------------------------------------------------
-    def handle(self, request: Any, timeout_ms: int | None = None) -> Response:
+    def handle(self, request: Any, timeout_ms: int | None = None, term: int | None = None) -> Response:
         """Serve one controller request through the leader pipeline.
 
         One overall deadline, ``timeout_ms`` (default ``request_timeout_ms``) from now, bounds the
         whole request: waiting for the pipeline, the leader barrier, the read barrier and the
         commit of its events each get only what is left of it, so a caller whose own timeout is
-        longer than this one always gets the answer (``actors/controller_client.py``)."""
+        longer than this one always gets the answer (``actors/controller_client.py``).
+
+        ``term`` fences the request: it is decided only if this node is the ready leader of exactly
+        that term, else NOT_LEADER without effect. A client that gave the request up for a ready
+        leader of a later term (``controller/leadership.py``) can then never see it take effect late."""
         if self._closed:
             return Response.error(ResponseCode.CONTROLLER_NOT_LEADER, "controller node closed")
         if isinstance(request, ConsumerHeartbeatRequest):
@@ -381,9 +387,10 @@ class ControllerNode:
         if not self._pipeline.acquire(timeout=max(0.0, deadline - time.monotonic())):
             return Response.error(ResponseCode.SYSTEM_ERROR, "controller busy: request queue timeout")
         try:
-            term = self._ensure_ready(left())
-            if term is None:
+            ready = self._ensure_ready(left())
+            if ready is None or (term is not None and ready != term):
                 return self._not_leader()
+            term = ready
             write = is_write(request)
             if not write and self.config.is_process_read_event:
                 self._replicate(term, b"", left())
@@ -532,6 +539,21 @@ class ControllerNode:
             replica = self.state.replica_info.get(broker_name)
             address = None if master is None or replica is None else replica.address_of(master)
         return {"master_epoch": epoch, "master_broker_id": master, "master_address": address}
+
+    def wait_ready_leader(self, known_term: int, timeout_s: float) -> dict[str, Any]:
+        """Long poll: block until this node is the ready leader of a term above ``known_term`` (or
+        ``timeout_s`` passed, or the node closed); returns ``{"term", "is_leader"}`` as they stand.
+        Controller clients hold one per controller to follow leadership the moment a new leader
+        can serve (``controller/leadership.py``). Blocks: call from a thread."""
+        deadline = time.monotonic() + timeout_s
+        with self._applied:
+            while True:
+                term = self._raft.raftCurrentTerm
+                ready = self.is_leader()
+                left = deadline - time.monotonic()
+                if (ready and term > known_term) or left <= 0 or self._closed:
+                    return {"term": term, "is_leader": ready}
+                self._applied.wait(left)
 
     def metadata(self) -> dict[str, Any]:
         """Leader identity and Raft status (RocketMQ's getControllerMetadata; never blocks)."""
