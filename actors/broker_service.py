@@ -34,6 +34,7 @@ from rocketray.broker.message import Message
 from rocketray.broker.batch import EncodedBatch, encode_batch
 from rocketray.broker.register import FileIdentityStore
 from rocketray.broker.replicas_manager import ReplicasManager, Role, State
+from rocketray.broker.role import RoleMachine
 from rocketray.broker.pull import OffsetsResult, PullResult
 from rocketray.broker.store import MessageStore
 from rocketray.controller.session import Hello
@@ -83,17 +84,21 @@ class BrokerService:
         self._io = OrderedIO(f"broker-{group}-{replica}")
         self._stall = LoopStallMonitor(interval_ms=10).start()
         self.ha: HAService | None = None
+        controller_client = AsyncControllerClient(self._spec)
         self.manager = ReplicasManager(
             cluster_name=self._spec.cluster_name, broker_name=group, broker_address=self._me.ha_address,
-            controller_client=AsyncControllerClient(self._spec), store=self.store,
+            controller_client=controller_client, store=self.store,
             identity=FileIdentityStore(self._me.store_dir), now_ms=now_ms, ha_factory=self._make_ha,
             controller_addresses=[c.raft_address for c in self._spec.controllers],
             config=self._config.replicas_manager_config())
         self.manager.start()
         self.consumers = ConsumerPath(self.store, lambda: self.manager.role == Role.SYNC_MASTER and self.ha is not None,
                                       lambda: self.manager.writable, lambda: self.ha)
-        self.session = ControllerSession(self._spec, self._session_hello, lambda: self.manager.controller_leader_address,
-                                         self.manager.sync_controller_metadata_once).start()
+        # the session follows the leader the client follows (long polls), else the manager's belief
+        self.session = ControllerSession(
+            self._spec, self._session_hello,
+            lambda: controller_client.leader_address or self.manager.controller_leader_address,
+            self.manager.sync_controller_metadata_once).start()
         self._samples: collections.deque[dict] = collections.deque(maxlen=SAMPLES_KEPT)
         self._sampler = asyncio.get_running_loop().create_task(self._sample_forever())
         self._metrics = BrokerMetrics(self._spec.name, group, on_error=lambda name, exc: log.warning(
@@ -127,9 +132,9 @@ class BrokerService:
             return None
         return Hello(self._spec.cluster_name, self._group, broker_id, self._me.ha_address)
 
-    async def _make_ha(self, broker_id: int) -> HAService:
+    async def _make_ha(self, broker_id: int, roles: RoleMachine) -> HAService:
         ha = HAService(self.store, broker_id, self._config.ha_config(), secret=self._spec.secret,
-                       io=self._io)
+                       io=self._io, roles=roles)
         await ha.start(self._me.host, self._me.bind_port)
         self.ha = ha
         return ha

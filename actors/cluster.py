@@ -137,7 +137,7 @@ class Cluster:
 
     def __init__(self, spec: ClusterSpec):
         self.spec = spec
-        self.leader_hint = 0   # the controller that last answered a call as leader: calls start there
+        self._controller_client = None   # created on first use (actors/controller_client.py)
 
     # --- actors -------------------------------------------------------------------------
     def controller(self, index: int):
@@ -170,6 +170,16 @@ class Cluster:
             if md and md.get("is_leader"):
                 return i
         return None
+
+    @property
+    def controller_client(self):
+        """The driver's controller client (``SyncControllerClient``): follows the ready leader,
+        shared by every thread that calls through this handle."""
+        if self._controller_client is None:
+            from rocketray.actors.controller_client import SyncControllerClient
+
+            self._controller_client = SyncControllerClient(self.spec, self.controller)
+        return self._controller_client
 
     def call_controller(self, request, timeout_s: float = 10.0):
         """Send a request to the controller leader, following NOT_LEADER hints."""

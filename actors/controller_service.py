@@ -28,6 +28,7 @@ from rocketray.controller.api import (AlterSyncStateSetRequest, CleanBrokerDataR
                                       CreateTopicRequest, DeleteTopicRequest, ElectMasterRequest, Response)
 from rocketray.controller.codes import ResponseCode
 from rocketray.controller.node import ControllerNode
+from rocketray.controller.session import LeaderSessionGrace, masters_without_session
 from rocketray.controller.session_server import SessionServer
 from rocketray.controller.notify import ElectionTrigger, RoleChangeNotice
 
@@ -44,6 +45,13 @@ NONBLOCKING_THREADS = 4
 WATCH_GROUP = "watch"
 WATCH_THREADS = 32
 WATCH_MAX_S = 30.0
+# A new leader gives brokers this many of their heartbeat intervals to reopen their sessions to it;
+# then a master without one is dead (rocketray.controller.session.LeaderSessionGrace).
+SESSION_GRACE_HEARTBEATS = 2
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 class ControllerService:
@@ -79,16 +87,20 @@ class ControllerService:
         self._broker_handles: dict[str, object] = {}
         self._scanner = threading.Thread(target=self._scan_loop, name="controller-scans", daemon=True)
         self._scanner.start()
+        self.session_grace_deaths = 0
+        if self._sessions is not None:
+            threading.Thread(target=self._session_grace_loop, name="controller-session-grace", daemon=True).start()
         log.info("controller started index=%d raft=%s pid=%d", index, me.raft_address, os.getpid())
 
     # --- API called through Ray ----------------------------------------------------------
-    def handle(self, request) -> Response:
+    def handle(self, request, term: int | None = None) -> Response:
         """One controller request through the leader pipeline; a consumer heartbeat is answered from
         the leader's local membership table instead (``consumer_heartbeat``), so the leader-following
-        clients (``controller_client``) send it like any other request."""
+        clients (``controller_client``) send it like any other request. ``term``: decided only by
+        the ready leader of that term (``ControllerNode.handle``)."""
         if isinstance(request, ConsumerHeartbeatRequest):
             return self._node.consumer_heartbeat(request)
-        response = self._node.handle(request)
+        response = self._node.handle(request, term=term)
         if isinstance(request, ElectMasterRequest):
             # counted here under the request's trigger; the node notifies (once) via _on_role_changed
             self._log_election(request.broker_name, ElectionTrigger.of(request).value, request.broker_id, response)
@@ -150,6 +162,7 @@ class ControllerService:
         md = dict(self._node.metadata())
         md["index"] = self._index
         md["broker_sessions"] = None if self._sessions is None else self._sessions.open_sessions
+        md["session_grace_deaths"] = self.session_grace_deaths
         return md
 
     def state_snapshot(self) -> dict:
@@ -166,6 +179,19 @@ class ControllerService:
         """Answers when this node applied a master epoch of ``broker_name`` above ``known_epoch``, or
         after ``timeout_s`` (at most ``WATCH_MAX_S``) with the current one (``ControllerNode.wait_master_change``)."""
         return self._node.wait_master_change(broker_name, known_epoch, min(float(timeout_s), WATCH_MAX_S))
+
+    @ray.method(concurrency_group=NONBLOCKING_GROUP)
+    def leader_status(self) -> dict:
+        """This node's word about itself: ``{"index", "term", "is_leader"}`` (ready leader)."""
+        return {"index": self._index, **self._node.wait_ready_leader(1 << 62, 0.0)}
+
+    @ray.method(concurrency_group=WATCH_GROUP)
+    def watch_leader(self, known_term: int, timeout_s: float = WATCH_MAX_S) -> dict:
+        """Answers when this node is the ready leader of a term above ``known_term``, or after
+        ``timeout_s`` (at most ``WATCH_MAX_S``): ``{"index", "term", "is_leader"}``
+        (``ControllerNode.wait_ready_leader``)."""
+        status = self._node.wait_ready_leader(int(known_term), min(float(timeout_s), WATCH_MAX_S))
+        return {"index": self._index, **status}
 
     @ray.method(concurrency_group=NONBLOCKING_GROUP)
     def pid(self) -> int:
@@ -207,6 +233,39 @@ class ControllerService:
             if now >= next_metrics:
                 next_metrics = now + METRICS_PERIOD_MS / 1000.0
                 self._sample_metrics()
+
+    def _session_grace_loop(self) -> None:
+        """The leader-change rule: once per leadership, ``SESSION_GRACE_HEARTBEATS`` broker heartbeat
+        intervals after this node became the ready leader, each master without a session here is
+        treated as a closed session (``ControllerNode.on_broker_session_closed``)."""
+        broker = self._config.broker
+        grace = LeaderSessionGrace(SESSION_GRACE_HEARTBEATS * broker.broker_heartbeat_interval_ms,
+                                   started_ms=now_ms(), warm_up_ms=broker.controller_heartbeat_timeout_ms)
+        known = -1
+        while not self._stop.is_set():
+            try:
+                deadline = grace.deadline_ms()
+                if deadline is None:  # wake the moment this node becomes the ready leader of a new term
+                    status = self._node.wait_ready_leader(known, 1.0)
+                else:
+                    self._stop.wait(max(0.0, (deadline - now_ms()) / 1000.0))
+                    status = self._node.wait_ready_leader(1 << 62, 0.0)
+                term = status["term"] if status["is_leader"] else None
+                known = known if term is None else term
+                if not grace.due(now_ms(), term):
+                    continue
+                assert self._sessions is not None
+                state = self._node.snapshot_state()
+                masters = {row[0]: row[2] for row in state["sync_state"]}
+                dead = masters_without_session(masters, self._sessions.session_keys())
+                for group, broker_id in dead:
+                    log.info("master has no session with the new leader, treating it as dead group=%s "
+                             "broker_id=%d term=%s", group, broker_id, term)
+                    self.session_grace_deaths += 1
+                    self._node.on_broker_session_closed(group, broker_id)
+            except Exception:  # noqa: BLE001 - the rule must not kill its thread; expiry still covers it
+                log.exception("controller session grace check failed index=%d", self._index)
+                self._stop.wait(0.1)
 
     def _sample_metrics(self) -> None:
         try:

@@ -3,9 +3,12 @@
 A task on the broker actor's event loop. Once the broker has its id and knows the controller leader,
 it connects to that controller's session port, authenticates with the cluster secret and sends its
 hello; then it only holds the connection. If the broker's process dies the kernel closes it and the
-leader re-elects at once. When the manager learns of another leader (or the broker id changes) the
-session says bye and moves; when the controller end closes (the controller died or restarted), or a
-connect fails, it asks the manager to look the leader up again and retries with a bounded backoff.
+leader re-elects at once. When another leader is known (``leader_of``: the broker's controller client
+follows leadership with a long poll on every controller, ``actors/controller_client.py``) or the broker
+id changes, the session says bye and moves within ``POLL_S``: a new leader treats a master that has
+not reopened its session within a grace window as dead (``LeaderSessionGrace``). When the controller
+end closes (the controller died or restarted), or a connect fails, it asks for the leader again and
+retries with a bounded backoff, cut short as soon as another leader is known.
 """
 
 from __future__ import annotations
@@ -76,12 +79,23 @@ class ControllerSession:
             if held:
                 backoff_s = BACKOFF_MIN_S
                 continue
-            try:
-                await self._refresh_leader()
-            except Exception as exc:  # noqa: BLE001 - the next round retries
-                log.info("controller leader lookup failed: %r", exc)
-            await asyncio.sleep(backoff_s)
+            if self._target() == target:
+                try:
+                    await self._refresh_leader()
+                except Exception as exc:  # noqa: BLE001 - the next round retries
+                    log.info("controller leader lookup failed: %r", exc)
+            await self._backoff(target, backoff_s)
             backoff_s = min(backoff_s * 2, BACKOFF_MAX_S)
+
+    async def _backoff(self, failed: Target, backoff_s: float) -> None:
+        """Wait ``backoff_s`` before trying ``failed`` again, but no longer than until another leader
+        is known: a new leader gets this broker's session at once (``LeaderSessionGrace``)."""
+        loop = asyncio.get_running_loop()
+        until = loop.time() + backoff_s
+        while loop.time() < until:
+            if self._target() not in (None, failed):
+                return
+            await asyncio.sleep(min(POLL_S, max(0.0, until - loop.time())))
 
     async def _hold(self, target: Target) -> bool:
         """Open the session and hold it. True: it moved on purpose (bye sent); False: the controller

@@ -22,7 +22,16 @@ peer must not be able to open a session in a broker's name. After the exchange::
     bye    {"v": 1, "t": "bye"}
 
 The first frame must be a hello; a frame over ``MAX_FRAME_BYTES`` or of any other shape is a
-protocol error that closes the connection. This module holds the codec and the session table (pure);
+protocol error that closes the connection.
+
+A new leader has no sessions: they were held by its predecessor. Brokers follow leadership (the
+controller clients' ``watch_leader``) and reopen theirs to it at once; :class:`LeaderSessionGrace`
+gives them ``grace_ms`` from the moment this node became the ready leader, and then, once per
+leadership, names each master without a session here: the node treats it as a closed session (its
+heartbeat row goes, its group is re-elected). So a master lost together with the leader (one node
+held both) is replaced a grace window after the election instead of a heartbeat timeout later. A
+live master that was slow to reopen is deposed as a dead one would be; the new master's higher epoch
+fences it (the simulator's ``leader-lost-with-master`` scenarios). This module holds the codec and the session table (pure);
 the listener that runs them is ``SessionServer`` in ``rocketray.controller.session_server``, the
 broker's side ``rocketray.actors.controller_session``.
 """
@@ -31,11 +40,12 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from typing import Collection, Mapping
 
 import msgpack
 
-__all__ = ["Bye", "Hello", "MAX_FRAME_BYTES", "SessionDecoder", "SessionProtocolError", "SessionTable",
-           "encode_bye", "encode_hello"]
+__all__ = ["Bye", "Hello", "LeaderSessionGrace", "MAX_FRAME_BYTES", "SessionDecoder", "SessionProtocolError",
+           "SessionTable", "encode_bye", "encode_hello", "masters_without_session"]
 
 VERSION = 1
 MAX_FRAME_BYTES = 4096
@@ -139,6 +149,10 @@ class SessionTable:
     def __len__(self) -> int:
         return len(self._current)
 
+    def keys(self) -> frozenset[tuple[str, int]]:
+        """The ``(group, broker_id)`` of every current session."""
+        return frozenset(self._current)
+
     def opened(self, hello: Hello) -> int:
         self._next += 1
         self._current[hello.key] = self._next
@@ -149,3 +163,50 @@ class SessionTable:
             return None  # a newer session of this broker replaced it
         del self._current[hello.key]
         return None if said_bye else hello.key
+
+
+class LeaderSessionGrace:
+    """The leader-change rule (pure, ``now_ms`` in). Call ``due(now_ms, leader_term)`` on every tick,
+    ``leader_term`` being the term in which this node is the ready leader (None when it is not). It
+    is True exactly once per leadership: at the first tick ``grace_ms`` or more after the first tick
+    of that leadership (a new term restarts the window). The node then treats every master in
+    :func:`masters_without_session` as dead. A node younger than ``warm_up_ms`` (counted from
+    ``started_ms``) when the window ends acts on none: its heartbeat table may not know the live
+    replicas yet, so an election could only depose the master (the dead-master scan waits as long,
+    ``ControllerService``); heartbeat expiry still covers that leadership."""
+
+    __slots__ = ("grace_ms", "warm_up_ms", "started_ms", "_term", "_since_ms", "_done")
+
+    def __init__(self, grace_ms: int, *, started_ms: int, warm_up_ms: int = 0) -> None:
+        if type(grace_ms) is not int or grace_ms < 0:
+            raise ValueError(f"grace_ms must be an int >= 0, not {grace_ms!r}")
+        if type(warm_up_ms) is not int or warm_up_ms < 0:
+            raise ValueError(f"warm_up_ms must be an int >= 0, not {warm_up_ms!r}")
+        self.grace_ms = grace_ms
+        self.warm_up_ms = warm_up_ms
+        self.started_ms = started_ms
+        self._term: int | None = None
+        self._since_ms = 0
+        self._done = False
+
+    def deadline_ms(self) -> int | None:
+        """When the current window ends (None: not leading, or it already ended)."""
+        return None if self._term is None or self._done else self._since_ms + self.grace_ms
+
+    def due(self, now_ms: int, leader_term: int | None) -> bool:
+        if leader_term is None:
+            self._term = None
+            return False
+        if leader_term != self._term:
+            self._term, self._since_ms, self._done = leader_term, now_ms, False
+        if self._done or now_ms < self._since_ms + self.grace_ms:
+            return False
+        self._done = True
+        return now_ms - self.started_ms >= self.warm_up_ms
+
+
+def masters_without_session(masters: Mapping[str, int | None],
+                            open_sessions: Collection[tuple[str, int]]) -> list[tuple[str, int]]:
+    """``(group, master_id)`` of each group whose master holds no session here, sorted."""
+    return sorted((group, master) for group, master in masters.items()
+                  if master is not None and (group, master) not in open_sessions)

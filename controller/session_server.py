@@ -64,6 +64,13 @@ class SessionServer:
     def open_sessions(self) -> int:
         return len(self._table)
 
+    def session_keys(self, timeout_s: float = START_TIMEOUT_S) -> frozenset[tuple[str, int]]:
+        """The ``(group, broker_id)`` of every current session, read on the listener's loop (the
+        table's one thread). Raises TimeoutError if the loop does not answer in ``timeout_s``."""
+        async def read() -> frozenset[tuple[str, int]]:
+            return self._table.keys()
+        return asyncio.run_coroutine_threadsafe(read(), self._loop).result(timeout_s)
+
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
         hello: Hello | None = None
