@@ -8,6 +8,14 @@ it; both ends learn of it through their close handler, unless they crashed meanw
 one request and one answer (the controller's RPCs): either may be lost, and the caller then sees
 ``None`` at its timeout, which means "outcome unknown" (the request may have been applied).
 Links are cut one way at a time, so partitions can be symmetric, one-way or isolate one node.
+
+A crashed node's connections break, but what it already wrote to a socket is not lost with it
+(``Network.in_flight``): after a kill the kernel still sends the socket buffer and then the FIN, so
+every send arrives before the peer hears of the close; after a power loss only what was already on
+the wire arrives, a prefix of the sends in flight chosen by the seed. So a rule of the form "send
+only after the durable step" is exercised: an ack sent before the write it acknowledges reaches
+the master even though the process that sent it died before writing. What was sent *to* the
+crashed node is lost.
 """
 
 from __future__ import annotations
@@ -34,6 +42,10 @@ class Connection:
         self.alive = True
         self._last_at = {client: 0, server: 0}
         self._in_flight = {client: 0, server: 0}     # bytes sent and not yet delivered, per sender
+        self._sends = {client: [], server: []}       # per sender: sequence numbers not yet delivered
+        self._sent = 0
+        self._drain: set[int] = set()                # sends of a crashed end that still arrive
+        self._drain_until = 0                        # the last of them arrives by then
         self._handlers: dict[str, tuple[DataHandler, CloseHandler, object]] = {}
 
     def bind(self, node: str, on_data: DataHandler, on_close: CloseHandler, owner: object) -> None:
@@ -61,10 +73,14 @@ class Connection:
             at += -(-len(data) // rate)            # a slow link: bytes leave at its rate, in order
         self._last_at[src] = at
         self._in_flight[src] += len(data)
+        self._sent += 1
+        seq = self._sent
+        self._sends[src].append(seq)
 
         def deliver() -> None:
             self._in_flight[src] -= len(data)
-            if not self.alive:
+            self._sends[src].remove(seq)
+            if not self.alive and seq not in self._drain:
                 return
             handler = self._handlers.get(dst)
             if handler is None:
@@ -84,7 +100,25 @@ class Connection:
         self.alive = False
         self.net.world.note(f"conn {self.id} {self.ends[0]}->{self.ends[1]} reset: {reason}")
         for _node, (_data, on_close, owner) in list(self._handlers.items()):
-            self.net.world.at(self.net.delay_ms(), functools.partial(on_close, self), owner=owner)
+            delay = self.net.delay_ms()
+            if _node != self._crashed:      # the peer of a crashed end: the close follows its data
+                delay = max(delay, self._drain_until - self.net.world.now_ms + 1)
+            self.net.world.at(delay, functools.partial(on_close, self), owner=owner)
+
+    _crashed: str | None = None
+
+    def crashed(self, node: str, power_loss: bool) -> None:
+        """``node`` crashed: what it sent arrives (after a kill all of it, after a power loss the
+        prefix already on the wire, drawn by the seed), then the connection breaks."""
+        pending = self._sends[node]
+        if pending and self.alive:
+            keep = len(pending) if not power_loss else self.net.world.rng.randint(0, len(pending))
+            self._drain = set(pending[:keep])
+            if keep:
+                self._drain_until = self._last_at[node]
+                self.net.world.note(f"conn {self.id}: {keep} of {len(pending)} sends of {node} still in flight")
+        self._crashed = node
+        self.reset(f"{node} crashed")
 
 
 SIGNAL_DELAY_MS = 1
@@ -94,8 +128,12 @@ class Network:
     """Links, partitions, delays and loss, all drawn from the world's seeded random source."""
 
     def __init__(self, world: World, *, loss: float = 0.0, tail: float = 0.02,
-                 window_bytes: int = 64 * 1024) -> None:
+                 window_bytes: int = 64 * 1024, in_flight: bool = True) -> None:
         self.world = world
+        #: a crashed node's sends still arrive (see the module docstring); False: they are dropped
+        self.in_flight = in_flight
+        #: how a node went down, asked when it does: True for a power loss (set by the world)
+        self.power_lost: Callable[[str], bool] = lambda node: False
         self.loss = loss
         self.tail = tail
         self.window_bytes = window_bytes
@@ -140,9 +178,13 @@ class Network:
         """A crashed node: its connections break; nothing reaches it until it is up again."""
         if down:
             self._down.add(node)
+            power_loss = self.in_flight and self.power_lost(node)
             for conn in self.connections:
                 if conn.alive and node in conn.ends:
-                    conn.reset(f"{node} crashed")
+                    if self.in_flight:
+                        conn.crashed(node, power_loss)
+                    else:
+                        conn.reset(f"{node} crashed")
             self.connections = [c for c in self.connections if c.alive]
         else:
             self._down.discard(node)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import multiprocessing
+import random
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -29,7 +30,7 @@ from rocketray.sim.invariants import Invariants
 from rocketray.sim.net import Network
 from rocketray.sim.world import Violation, World
 
-__all__ = ["SimConfig", "SimResult", "Sim", "run_seed", "run_seeds", "shrink", "FAULTS", "PROFILES"]
+__all__ = ["SimConfig", "SimResult", "Sim", "run_seed", "run_seeds", "shrink", "FAULTS", "PROFILES", "CI_BUDGET", "swarm"]
 
 FAULTS = ("kill", "power-loss", "io-crash", "isolate", "one-way", "split", "controller-cut",
           "leader-change", "reset", "heal")
@@ -60,6 +61,9 @@ class SimConfig:
     commit_interval_ms: int = 500       # each consumer commits its cursor this often (0: never)
     stale_commit_p: float = 0.2         # a commit below one already acknowledged (rebalance, late commit)
     consumer_restart_p: float = 0.03    # per commit tick: the consumer restarts and resumes from the master
+    swarm: bool = False                 # each seed draws its own fault mix and rates (``swarm``)
+    in_flight_after_crash: bool = True  # a crashed node's sends still arrive (all after a kill, what was
+                                        # on the wire after a power loss); False: dropped with it
     timings: BrokerTimings = field(default_factory=BrokerTimings)
 
 
@@ -79,7 +83,39 @@ PROFILES: dict[str, SimConfig] = {
                        timings=BrokerTimings(flush_mode=FlushMode.ASYNC)),
     "controller": SimConfig(commit_fault_p=0.2, loss=0.05, fault_gap_ms=(150, 700), max_faults=40,
                             timings=BrokerTimings(not_catchup_ms=800, shrink_ms=100)),
+    # each seed its own mix (``swarm``)
+    "swarm": SimConfig(swarm=True),
 }
+
+
+def swarm(seed: int, base: SimConfig) -> SimConfig:
+    """Swarm testing (as FoundationDB and TigerBeetle do): ``seed``'s own fault mix, drawn from a
+    generator of its own so the run's schedule stays the seed's. A random subset of the fault kinds
+    (a mix without some kinds reaches states the full mix interrupts: a long run of only resets, a
+    congested link nobody heals), its rates, the network's loss and window, the load, the shrink
+    and catch-up limits and whether brokers hold controller sessions."""
+    rng = random.Random(f"swarm-{seed}")
+    kinds = [k for k in FAULTS + EXTRA_FAULTS if k != "heal"]
+    chosen = tuple(k for k in kinds if rng.random() < 0.5) or (rng.choice(kinds),)
+    if rng.random() < 0.6:
+        chosen += ("heal",)
+    low = rng.choice((60, 150, 300, 600))
+    t = base.timings
+    return dataclasses.replace(
+        base, swarm=False, faults=chosen, fault_gap_ms=(low, low * rng.choice((2, 4, 8))),
+        max_faults=rng.choice((6, 12, 25, 50)), loss=rng.choice((0.0, 0.01, 0.05)),
+        commit_fault_p=rng.choice((0.0, 0.02, 0.2)), window_bytes=rng.choice((1024, 8 * 1024, 64 * 1024)),
+        batch=rng.choice((1, 3, 8)), produce_interval_ms=rng.choice((5, 10, 30)),
+        producers=rng.choice((1, 1, 2, 4)),
+        timings=dataclasses.replace(t, shrink_ms=rng.choice((100, 500)), not_catchup_ms=rng.choice((800, 1500, 3000)),
+                                    segment_bytes=rng.choice((1024, 4096)),
+                                    controller_sessions=rng.random() < 0.75))
+
+
+#: The CI budget: seeds per fault mix (2,000 in all); ``tests/sim/test_simulator.py`` runs them with
+#: no violation allowed, ``sim/mutants.py`` runs them against every mutant until it is caught.
+CI_BUDGET: dict[str, int] = {"default": 750, "crashes": 250, "network": 250, "load": 250, "controller": 250,
+                             "async": 250}
 
 
 @dataclass(slots=True)
@@ -103,7 +139,10 @@ class Sim:
     def __init__(self, seed: int, config: SimConfig) -> None:
         self.seed, self.config = seed, config
         self.world = World(seed)
-        self.net = Network(self.world, loss=config.loss, window_bytes=config.window_bytes)
+        self.net = Network(self.world, loss=config.loss, window_bytes=config.window_bytes,
+                           in_flight=config.in_flight_after_crash)
+        self.net.power_lost = self._power_lost
+        self._power_losses: dict[str, int] = {}
         t = config.timings
         self.controller = SimController(self.world, self.net, cluster="sim",
                                         heartbeat_timeout_ms=t.heartbeat_timeout_ms,
@@ -135,6 +174,14 @@ class Sim:
         self.invariants = Invariants(self.controller, self.groups, self.producers, self.consumers,
                                      async_flush=t.flush_mode is FlushMode.ASYNC)
         self.faults = 0
+
+    def _power_lost(self, name: str) -> bool:
+        """Asked by the network as ``name`` goes down: was it a power loss (not a kill)?"""
+        b = self.brokers.get(name)
+        if b is None:
+            return False
+        before, self._power_losses[name] = self._power_losses.get(name, 0), b.power_losses
+        return b.power_losses != before
 
     def _notify(self, group: str, broker_id: int, info) -> None:
         b = self.brokers[f"{group}-{broker_id}"]
@@ -268,7 +315,7 @@ class Sim:
 
 def run_seed(seed: int, config: SimConfig = SimConfig(),
              scripted: Callable[[Sim], None] | None = None) -> SimResult:
-    return Sim(seed, config).run(scripted)
+    return Sim(seed, swarm(seed, config) if config.swarm else config).run(scripted)
 
 
 def run_seeds(seeds: range | list[int], config: SimConfig = SimConfig(), *,

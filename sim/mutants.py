@@ -1,0 +1,444 @@
+"""Mutants: single data-survival rules broken on purpose, to measure what the simulator can find.
+
+Theory of operation. A simulator that passes every seed proves only as much as it could have failed
+(SIMULATION.md section 7). Each ``Mutant`` names one production rule (controller election,
+SyncStateSet bookkeeping, ack policy, confirm offset, slave apply order, truncation, flush/fsync,
+recovery, epoch file, committed offsets), the way it is broken, and the patches that break it:
+``(target, make)`` where ``target`` is ``"module:Qualified.name"`` as the code that runs looks it
+up, and ``make(original)`` returns the broken replacement. ``applied(mutant)`` patches them for the
+duration of a ``with`` block, in-process, and restores them after; a target that no longer exists
+(a rename, a refactoring) raises ``MutantTargetError("mutant target X not found")`` instead of
+silently testing nothing.
+
+``hunt(mutant, budget)`` runs the CI seed schedule (``CI_BUDGET``: seeds of every fault profile,
+interleaved, so the first dozen runs cover every profile) against the mutant until the first
+violation and returns the *seeds-to-catch* (the 1-based index of the first failing run in that
+schedule) or None when the mutant survives the budget. ``hunt_all`` runs every mutant in a process
+pool. ``rocketray simulate --mutants`` and ``tests/sim/test_mutants.py`` use them; a mutant that
+survives fails the check. When a bug is fixed, add its old rule here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib
+import inspect
+import multiprocessing
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+__all__ = ["Mutant", "MutantTargetError", "MUTANTS", "applied", "resolve", "schedule", "hunt", "hunt_all",
+           "Hunt"]
+
+Make = Callable[[Any], Any]
+
+
+class MutantTargetError(LookupError):
+    """A mutant's target does not exist (renamed or moved): fix the registry, not the simulator."""
+
+
+@dataclass(frozen=True, slots=True)
+class Mutant:
+    name: str
+    area: str                               # election, sync-state-set, ack, confirm, apply, truncation, ...
+    rule: str                               # the rule it breaks, one sentence
+    patches: tuple[tuple[str, Make], ...]   # (target "module:Qual.name", make(original) -> replacement)
+
+
+def resolve(target: str) -> tuple[Any, str, Any]:
+    """``(owner, attribute, value as stored)`` of ``"module:Qual.name"``; MutantTargetError if absent."""
+    module_name, _, qual = target.partition(":")
+    if not module_name or not qual:
+        raise MutantTargetError(f"mutant target {target} not found (expected 'module:name')")
+    try:
+        owner: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise MutantTargetError(f"mutant target {target} not found ({exc})") from None
+    *path, attr = qual.split(".")
+    for part in path:
+        if not hasattr(owner, part):
+            raise MutantTargetError(f"mutant target {target} not found ({part!r} missing)")
+        owner = getattr(owner, part)
+    try:
+        stored = inspect.getattr_static(owner, attr)
+    except AttributeError:
+        raise MutantTargetError(f"mutant target {target} not found ({attr!r} missing)") from None
+    return owner, attr, stored
+
+
+@contextlib.contextmanager
+def applied(mutant: Mutant) -> Iterator[Mutant]:
+    """Break ``mutant``'s rule inside the block (resolving every target first), restore after."""
+    resolved = [(resolve(target), make) for target, make in mutant.patches]
+    done: list[tuple[Any, str, Any]] = []
+    try:
+        for (owner, attr, stored), make in resolved:
+            original = getattr(owner, attr)
+            replacement = make(original)
+            if isinstance(stored, staticmethod):
+                replacement = staticmethod(replacement)
+            setattr(owner, attr, replacement)
+            done.append((owner, attr, stored))
+        yield mutant
+    finally:
+        for owner, attr, stored in reversed(done):
+            setattr(owner, attr, stored)
+
+
+# -- the rules, broken ----------------------------------------------------------------------------
+
+def _rank_without(field: str) -> Make:
+    def make(original):
+        def rank_key(broker_id, info):
+            return original(broker_id, None if info is None else dataclasses.replace(info, **{field: 0}))
+        return rank_key
+    return make
+
+
+def _old_takes_report(_original):
+    return lambda old, req: req.epoch > old.epoch or (req.epoch == old.epoch and req.max_offset > old.max_offset)
+
+
+def _shrink_from_confirmed(_original):
+    def maybe_shrink(self, now_ms):
+        candidate = {self.local_broker_id} | {
+            s for s in self.local if s != self.local_broker_id and self.caught_up_ms.get(s) is not None
+            and now_ms - self.caught_up_ms[s] <= self.max_time_slave_not_catchup_ms}
+        result = frozenset(candidate)
+        if result != self.local:
+            self.pending = (result,)        # overwrites a pending expand
+        return result
+    return maybe_shrink
+
+
+def _stale_report_accepted(original):
+    def decide_alter_sync_state_set(state, req, alive):
+        if state.contains(req.broker_name):
+            current = state.sync_state[req.broker_name].sync_state_set_epoch
+            req = dataclasses.replace(req, sync_state_set_epoch=current)
+        return original(state, req, alive)
+    return decide_alter_sync_state_set
+
+
+def _acked_by_connected(_original):
+    def batch_acked(policy, self_id, members, acks, end):
+        return all(a >= end for m, a in acks.items() if m in members and m != self_id)
+    return batch_acked
+
+
+def _acked_by_confirmed_set(_original):
+    from rocketray.ha.ack import batch_acked
+
+    def acked(self, end):
+        return batch_acked(self.policy, self.self_id, frozenset(self.tracker.local), self.acks(), end)
+    return acked
+
+
+def _old_after_write(_original):
+    from rocketray.ha.ack import PutResult, PutStatus, Written
+
+    def after_write(acked, still_master, offsets, end_offset):
+        if acked:
+            return PutResult(PutStatus.PUT_OK, Written.YES, offsets, end_offset)
+        if not still_master:
+            return PutResult(PutStatus.NOT_MASTER, Written.NO)
+        return PutResult(PutStatus.FLUSH_SLAVE_TIMEOUT, Written.YES, offsets, end_offset)
+    return after_write
+
+
+def _confirm_ignores_unknown(_original):
+    def confirm_offset(self_id, members, max_offset, current, acks, all_ack=True):
+        known = [a for m, a in acks.items() if m in members and m != self_id and a >= 0]
+        return min([max_offset] + known) if all_ack else max_offset
+    return confirm_offset
+
+
+def _confirm_never_back(original):
+    def confirm_offset(self_id, members, max_offset, current, acks, all_ack=True):
+        return max(original(self_id, members, max_offset, current, acks, all_ack), min(current, max_offset))
+    return confirm_offset
+
+
+def _confirm_alone_is_max(original):
+    def compute_confirm_offset(self, max_offset, current, acks, all_ack=True):
+        if len(self.local) <= 1:
+            return max_offset               # ignores a pending expand
+        return original(self, max_offset, current, acks, all_ack)
+    return compute_confirm_offset
+
+
+def _reorder(first: str, then: str) -> Make:
+    """A slave session whose actions put every ``first`` action before the ``then`` actions."""
+    def make(original):
+        def on_transfer(self, packet, local, now_ms):
+            actions = original(self, packet, local, now_ms)
+            early = [a for a in actions if type(a).__name__ == first]
+            if not early:
+                return actions
+            rest = [a for a in actions if type(a).__name__ != first]
+            at = next((i for i, a in enumerate(rest) if type(a).__name__ == then), len(rest))
+            return rest[:at] + early + rest[at:]
+        return on_transfer
+    return make
+
+
+def _consistent_point_max(_original):
+    def find_consistent_point(local, master):
+        by_epoch = {r.epoch: r for r in master}
+        for mine in reversed(local):
+            theirs = by_epoch.get(mine.epoch)
+            if theirs is not None and theirs.start_offset == mine.start_offset:
+                return max(mine.end_offset, theirs.end_offset)
+        return None
+    return find_consistent_point
+
+
+def _flush_without_dir(_original):
+    from rocketray.broker import commitlog
+
+    def flush(self):
+        files, _dir_dirty = self.take_dirty_files()
+        commitlog.sync_files(files, self.disk, None)
+    return flush
+
+
+def _header_only(_original):
+    from rocketray.broker import message
+
+    def verify_record(buf, pos=0):
+        fields = message._check_header(memoryview(buf), pos)
+        return fields[0], fields[7]
+    return verify_record
+
+
+def _keep_the_last(_original):
+    def apply(self, c):
+        self._offsets[(c.group, c.topic, c.queue_id)] = c.offset
+    return apply
+
+
+def _commit_acked_on_own_write(original):
+    from rocketray.broker.message import decode_record
+    from rocketray.broker.offsets import OFFSETS_TOPIC
+    from rocketray.broker.role import Role
+    from rocketray.ha import ack
+    from rocketray.ha.ack import PutStatus, refused
+
+    def put(self, batch, reply):
+        if decode_record(batch.data)[0].topic != OFFSETS_TOPIC:
+            original(self, batch, reply)
+            return
+
+        def run():
+            if self.ha_role != Role.MASTER or not self.machine.writable:
+                reply(refused(PutStatus.NOT_MASTER))
+                return
+            appended = self.store.put_batch(batch, self.world.now_ms)
+            self._update_confirm()
+            for key in list(self.sessions):
+                self._pump(key)
+            reply(ack.after_write(True, True, appended.offsets(), appended.end_offset))
+        self.guard(run)
+    return put
+
+
+def _fold_whole_log(_original):
+    from rocketray.sim.offsets import LogFold
+
+    def offset_table(self):
+        key = (self.restarts, self.rewrites)
+        fold = self.__dict__.get("_mutant_fold")
+        if fold is None or fold.key != key:
+            fold = self._mutant_fold = LogFold(key)
+        return fold.advance(self.store)
+    return offset_table
+
+
+def _const(value):
+    return lambda _original: (lambda *args, **kwargs: value)
+
+
+MUTANTS: dict[str, Mutant] = {m.name: m for m in [
+    # -- controller election
+    Mutant("election-ignores-max-offset", "election",
+           "candidates ranked by epoch and priority only, not by the max offset they reported",
+           (("rocketray.controller.election:rank_key", _rank_without("max_offset")),)),
+    Mutant("election-ignores-epoch", "election",
+           "candidates ranked by max offset only, not by the epoch of their last entry",
+           (("rocketray.controller.election:rank_key", _rank_without("epoch")),)),
+    Mutant("heartbeat-keeps-best-progress", "election",
+           "the heartbeat row keeps the best progress of the epoch instead of the last report",
+           (("rocketray.controller.heartbeat:_takes_report", _old_takes_report),)),
+    Mutant("new-term-ignores-requester-progress", "election",
+           "a restarted master's new-term request is ranked by its row, not by the progress it carries",
+           (("rocketray.controller.decide:_with_requester_progress", lambda _o: (lambda ctx, req: ctx)),)),
+    Mutant("new-term-only-sync-state-set", "election",
+           "the new-term election ignores live replicas whose log contains the restarted master's",
+           (("rocketray.controller.decide:contains_log", _const(False)),)),
+    Mutant("registration-term-taken", "election",
+           "a term named by the answer to this process's registration is taken with what survived",
+           (("rocketray.broker.role:is_term_won_before_boot", _const(False)),)),
+    Mutant("restart-resumes-old-term", "election",
+           "a master restarted before the controller noticed resumes its term (#9689)",
+           (("rocketray.broker.role:is_term_from_before_restart", _const(False)),)),
+    # -- SyncStateSet bookkeeping
+    Mutant("shrink-overwrites-pending-expand", "sync-state-set",
+           "the shrink check builds its candidate from the confirmed set and replaces a pending expand",
+           (("rocketray.ha.sync_state:SyncStateTracker.maybe_shrink", _shrink_from_confirmed),)),
+    Mutant("union-view-ignores-pending", "sync-state-set",
+           "the master counts only the confirmed SyncStateSet, not the proposals in flight",
+           (("rocketray.ha.sync_state:union_view", lambda _o: (lambda confirmed, pending=(): frozenset(confirmed))),)),
+    Mutant("alter-accepts-stale-report", "sync-state-set",
+           "the controller applies a SyncStateSet report made against an older SyncStateSet epoch",
+           (("rocketray.controller.decide:decide_alter_sync_state_set", _stale_report_accepted),)),
+    # -- ack policy
+    Mutant("all-ack-counts-connected-only", "ack",
+           "all-ack waits only for members that are connected (a disconnected member does not block)",
+           (("rocketray.ha.master:batch_acked", _acked_by_connected),)),
+    Mutant("ack-by-confirmed-set-only", "ack",
+           "a put waits for the confirmed SyncStateSet's acks, not a joining member's (#5663)",
+           (("rocketray.ha.master:MasterReplication.batch_acked", _acked_by_confirmed_set),)),
+    Mutant("not-master-after-write", "ack",
+           "a role change during the ack wait answers NOT_MASTER (not written) for a written batch",
+           (("rocketray.ha.ack:after_write", _old_after_write),)),
+    # -- confirm offset
+    Mutant("confirm-ignores-unknown-acks", "confirm",
+           "the confirm offset is the min of the known acks; a member with no ack yet does not freeze it",
+           (("rocketray.ha.sync_state:confirm_offset", _confirm_ignores_unknown),)),
+    Mutant("confirm-never-goes-back", "confirm",
+           "the confirm offset keeps a floor at its current value above what the members hold",
+           (("rocketray.ha.sync_state:confirm_offset", _confirm_never_back),)),
+    Mutant("confirm-alone-is-max", "confirm",
+           "a master alone in its confirmed set confirms its max offset while an expand is pending",
+           (("rocketray.ha.sync_state:SyncStateTracker.compute_confirm_offset", _confirm_alone_is_max),)),
+    # -- slave apply order
+    Mutant("slave-acks-before-append", "apply",
+           "the slave sends its ack before it appends (and fsyncs) the batch",
+           (("rocketray.ha.session:SlaveSession._on_transfer", _reorder("Send", "Append")),)),
+    Mutant("slave-epoch-after-data", "epoch-file",
+           "the slave records a new epoch's entry after appending the epoch's first bytes",
+           (("rocketray.ha.session:SlaveSession._on_transfer", _reorder("Append", "RecordEpoch")),)),
+    # -- truncation
+    Mutant("consistent-point-max", "truncation",
+           "the consistent point is the larger end of the common epoch, not the smaller",
+           (("rocketray.ha.truncation:find_consistent_point", _consistent_point_max),)),
+    Mutant("unlink-oldest-first", "truncation",
+           "a cut unlinks the segments after the cut point oldest first",
+           (("rocketray.broker.commitlog:unlink_order", lambda _o: (lambda segments: list(segments))),)),
+    # -- flush / fsync
+    Mutant("flush-skips-fsync", "flush",
+           "a sync-flush append does not fsync before the ack",
+           (("rocketray.broker.commitlog:CommitLog.flush", lambda _o: (lambda self: None)),)),
+    Mutant("flush-skips-directory", "flush",
+           "a flush fsyncs the segments but not the directory after a new segment was created",
+           (("rocketray.broker.commitlog:CommitLog.flush", _flush_without_dir),)),
+    # -- recovery
+    Mutant("recovery-trusts-unsynced-tail", "recovery",
+           "recovery marks the scanned tail verified without fsyncing it",
+           (("rocketray.broker.commitlog:CommitLog._sync_scanned", lambda _o: (lambda self, segments: None)),)),
+    Mutant("recovery-ignores-holes", "recovery",
+           "recovery keeps segments after a hole (no contiguity check)",
+           (("rocketray.broker.commitlog:first_gap", _const(None)),)),
+    Mutant("recovery-keeps-torn-body", "recovery",
+           "recovery's torn-tail cut checks record headers but not body CRCs",
+           (("rocketray.broker.commitlog:verify_record", _header_only),)),
+    Mutant("recovery-trusts-sealed-predecessor", "recovery",
+           "recovery does not rescan the segment before a verified offset on a segment boundary",
+           (("rocketray.broker.commitlog:first_scanned",
+             lambda _o: (lambda bases, verified: max(0, __import__("bisect").bisect_right(bases, verified) - 1))),)),
+    # -- committed offsets
+    Mutant("offsets-fold-keeps-last", "offsets",
+           "the offset fold keeps the last committed value instead of the maximum",
+           (("rocketray.broker.offsets:OffsetTable.apply", _keep_the_last),)),
+    Mutant("commit-acked-on-own-write", "offsets",
+           "a commit is answered PUT_OK after the master's own write, without the SyncStateSet's acks",
+           (("rocketray.sim.broker:SimBroker.put", _commit_acked_on_own_write),)),
+    Mutant("offsets-reader-ignores-confirm", "offsets",
+           "the master answers committed offsets at once from every record of its log, confirmed or not",
+           (("rocketray.sim.broker:SimBroker.offset_table", _fold_whole_log),
+            ("rocketray.sim.offsets:answerable", _const(True)))),
+]}
+
+
+# -- hunting ------------------------------------------------------------------------------------------
+
+def schedule(budget: dict[str, int]) -> list[tuple[str, int]]:
+    """The runs of a seed budget ``{profile: seeds}`` as ``(profile, seed)``, interleaved so that
+    every profile comes early: run k takes the profile furthest behind its share."""
+    total = sum(budget.values())
+    done = {p: 0 for p in budget}
+    out: list[tuple[str, int]] = []
+    for k in range(total):
+        profile = min(budget, key=lambda p: (done[p] / budget[p] if done[p] < budget[p] else 2.0, list(budget).index(p)))
+        done[profile] += 1
+        out.append((profile, done[profile]))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Hunt:
+    mutant: str
+    caught_at: int | None           # seeds-to-catch: 1-based index in the schedule; None: survived
+    profile: str | None
+    seed: int | None
+    violation: str | None
+    runs: int
+    wall_s: float
+
+
+def hunt(mutant: Mutant | str, budget: dict[str, int] | None = None, limit: int | None = None) -> Hunt:
+    """Run the schedule of ``budget`` (default: ``run.CI_BUDGET``; its first ``limit`` runs when
+    given) against ``mutant`` until the first violation (an exception raised inside the run counts:
+    a core's assertion fired)."""
+    from rocketray.sim.run import CI_BUDGET, PROFILES, run_seed
+
+    m = MUTANTS[mutant] if isinstance(mutant, str) else mutant
+    started = time.perf_counter()
+    runs = schedule(budget or CI_BUDGET)[:limit]
+    with applied(m):
+        for k, (profile, seed) in enumerate(runs, start=1):
+            try:
+                r = run_seed(seed, PROFILES[profile])
+                violation = r.violation
+            except MutantTargetError:
+                raise
+            except Exception as exc:          # noqa: BLE001 - a core's assertion is a detection too
+                violation = f"exception {type(exc).__name__}: {exc}"
+            if violation is not None:
+                return Hunt(m.name, k, profile, seed, violation, k, round(time.perf_counter() - started, 2))
+    return Hunt(m.name, None, None, None, None, len(runs), round(time.perf_counter() - started, 2))
+
+
+def _hunt_one(args: tuple[str, dict[str, int] | None, int | None]) -> Hunt:
+    return hunt(*args)
+
+
+def hunt_all(names: list[str] | None = None, budget: dict[str, int] | None = None, workers: int = 2,
+             progress: Callable[[Hunt], None] | None = None, limit: int | None = None) -> list[Hunt]:
+    """Hunt every mutant (or ``names``) in a pool of ``workers`` forked processes; results in
+    registry order. Every target is resolved first, so a rename fails before any seed runs."""
+    chosen = [MUTANTS[n] for n in (names or list(MUTANTS))]
+    for m in chosen:
+        for target, _make in m.patches:
+            resolve(target)
+    jobs = [(m.name, budget, limit) for m in chosen]
+    results: dict[str, Hunt] = {}
+    if workers <= 1:
+        outcomes: Iterator[Hunt] = map(_hunt_one, jobs)
+        pool = None
+    else:
+        pool = multiprocessing.get_context("fork").Pool(workers, maxtasksperchild=1)
+        outcomes = pool.imap_unordered(_hunt_one, jobs)
+    try:
+        for h in outcomes:
+            results[h.mutant] = h
+            if progress is not None:
+                progress(h)
+    finally:
+        if pool is not None:
+            pool.terminate()
+            pool.join()
+    return [results[m.name] for m in chosen]
+
