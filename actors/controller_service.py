@@ -48,6 +48,9 @@ WATCH_MAX_S = 30.0
 # A new leader gives brokers this many of their heartbeat intervals to reopen their sessions to it;
 # then a master without one is dead (rocketray.controller.session.LeaderSessionGrace).
 SESSION_GRACE_HEARTBEATS = 2
+# ... but not on a node up for less than this many intervals: its heartbeat table may not hold every
+# live replica yet, and an election then could only depose the master.
+SESSION_GRACE_WARM_UP_HEARTBEATS = 5
 
 
 def now_ms() -> int:
@@ -240,7 +243,8 @@ class ControllerService:
         treated as a closed session (``ControllerNode.on_broker_session_closed``)."""
         broker = self._config.broker
         grace = LeaderSessionGrace(SESSION_GRACE_HEARTBEATS * broker.broker_heartbeat_interval_ms,
-                                   started_ms=now_ms(), warm_up_ms=broker.controller_heartbeat_timeout_ms)
+                                   started_ms=now_ms(),
+                                   warm_up_ms=SESSION_GRACE_WARM_UP_HEARTBEATS * broker.broker_heartbeat_interval_ms)
         known = -1
         while not self._stop.is_set():
             try:

@@ -172,8 +172,8 @@ class LeaderSessionGrace:
     of that leadership (a new term restarts the window). The node then treats every master in
     :func:`masters_without_session` as dead. A node younger than ``warm_up_ms`` (counted from
     ``started_ms``) when the window ends acts on none: its heartbeat table may not know the live
-    replicas yet, so an election could only depose the master (the dead-master scan waits as long,
-    ``ControllerService``); heartbeat expiry still covers that leadership."""
+    replicas yet, so an election could only depose the master (brokers heartbeat every node, so a few
+    heartbeat intervals suffice); heartbeat expiry still covers that leadership."""
 
     __slots__ = ("grace_ms", "warm_up_ms", "started_ms", "_term", "_since_ms", "_done")
 
