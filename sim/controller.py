@@ -11,7 +11,11 @@ warm). Elections triggered by the scan or by a broker notify the live members of
 notification can be lost, so brokers converge by polling. Brokers hold session connections
 (the real ``SessionTable``): a killed broker's session close reaches the controller (unless the link
 is cut) and, if it was the master, the group is re-elected at once, as ``ControllerNode`` does; a
-power loss closes nothing. A new leader starts with no sessions until the brokers open them again.
+power loss closes nothing. A new leader starts with no sessions until the brokers open them again;
+``session_grace_ms`` after it took over, the real ``LeaderSessionGrace`` rule names each master that
+has not reopened its session, and it is treated as a closed session (heartbeat row dropped, group
+re-elected), as ``ControllerService`` does. The rule is off while no broker ever opened a session
+(a run whose brokers hold none, like a controller without a session listener).
 """
 
 from __future__ import annotations
@@ -25,19 +29,24 @@ from rocketray.controller.decide import (DecideContext, decide, decide_elect_mas
                                          master_session_closed, scan_need_reelect_broker_sets)
 from rocketray.controller.events import ElectMasterEvent
 from rocketray.controller.heartbeat import HeartbeatTable
-from rocketray.controller.session import Hello, SessionTable
+from rocketray.controller.session import Hello, LeaderSessionGrace, SessionTable, masters_without_session
 from rocketray.controller.state import ControllerState
 from rocketray.sim.net import Network
 from rocketray.sim.world import World
 
-__all__ = ["SimController", "CONTROLLER"]
+__all__ = ["SimController", "CONTROLLER", "SESSION_GRACE_MS", "SESSION_WARM_UP_MS"]
 
 CONTROLLER = "controller"
+#: ``ControllerService``'s rule with the simulated brokers' 200 ms heartbeat interval: 2 intervals of
+#: grace, 5 of warm-up (the nodes start with the run)
+SESSION_GRACE_MS = 400
+SESSION_WARM_UP_MS = 1000
 
 
 class SimController:
     def __init__(self, world: World, net: Network, *, cluster: str, heartbeat_timeout_ms: int,
-                 scan_interval_ms: int, commit_fault_p: float = 0.0) -> None:
+                 scan_interval_ms: int, commit_fault_p: float = 0.0, session_grace_ms: int = SESSION_GRACE_MS,
+                 session_warm_up_ms: int = SESSION_WARM_UP_MS) -> None:
         self.world, self.net = world, net
         self.cluster = cluster
         self.heartbeat_timeout_ms = heartbeat_timeout_ms
@@ -55,6 +64,10 @@ class SimController:
         self.sessions = SessionTable()
         self.on_leader_change: Callable[[], None] | None = None   # brokers open their sessions again
         self.session_elections = 0
+        self.grace = LeaderSessionGrace(session_grace_ms, started_ms=0, warm_up_ms=session_warm_up_ms)
+        self.term = 0
+        self.sessions_seen = False
+        self.grace_deaths = 0
 
     # -- setup --------------------------------------------------------------------------------------
     def assign_ids(self, group: str, ids: list[int]) -> None:
@@ -73,9 +86,26 @@ class SimController:
         """A new Raft leader (brokers heartbeat every controller, so its heartbeat table is warm and,
         up since the run started, it scans for dead masters at once, like the real node)."""
         self.sessions = SessionTable()
-        self.world.note("controller leader changed")
+        self.term += 1
+        self.world.note(f"controller leader changed term={self.term}")
+        self.grace.due(self.world.now_ms, self.term)         # its window starts now
+        deadline = self.grace.deadline_ms()
+        if deadline is not None:
+            term = self.term
+            self.world.at(max(0, deadline - self.world.now_ms), lambda: self._grace_check(term), owner=self,
+                          what="controller session grace")
         if self.on_leader_change is not None:
             self.on_leader_change()
+
+    def _grace_check(self, term: int) -> None:
+        """The leader-change rule's tick at the end of ``term``'s window (``ControllerService``)."""
+        if term != self.term or not self.grace.due(self.world.now_ms, term) or not self.sessions_seen:
+            return
+        masters = {group: sync.master_broker_id for group, sync in self.state.sync_state.items()}
+        for group, broker_id in masters_without_session(masters, self.sessions.keys()):
+            self.world.note(f"controller: master {group}-{broker_id} did not reopen its session, treated as dead")
+            self.grace_deaths += 1
+            self._session_gone(group, broker_id)
 
     # -- requests -------------------------------------------------------------------------------------
     def handle(self, request: object) -> Response | None:
@@ -107,6 +137,7 @@ class SimController:
         return resp
 
     def session_opened(self, hello: Hello) -> tuple[SessionTable, int]:
+        self.sessions_seen = True
         return self.sessions, self.sessions.opened(hello)
 
     def session_closed(self, hello: Hello, token: tuple[SessionTable, int]) -> None:
@@ -114,7 +145,10 @@ class SimController:
         table, number = token
         if table is not self.sessions or table.closed(hello, number, said_bye=False) is None:
             return  # a session with an earlier leader, or an older one of this broker
-        group, broker_id = hello.key
+        self._session_gone(*hello.key)
+
+    def _session_gone(self, group: str, broker_id: int) -> None:
+        """``ControllerNode.on_broker_session_closed``: the row goes; a master's group is re-elected."""
         self.heartbeats.remove(group, broker_id)
         if not master_session_closed(self.state, group, broker_id):
             return

@@ -26,6 +26,7 @@ from rocketray.sim.broker import SimBroker
 from rocketray.sim.disk import CrashMode
 from rocketray.sim.controller import CONTROLLER
 from rocketray.sim.run import PROFILES, Sim, SimConfig, SimResult
+from rocketray.sim.world import Violation
 
 __all__ = ["Scenario", "SCENARIOS", "run_scenario"]
 
@@ -78,6 +79,59 @@ def _steady(sim: Sim) -> bool:
     """A serving master, every replica in the SyncStateSet, and 20 puts acknowledged."""
     return (_serving(sim) is not None and len(sim.controller.sync_state_set("g0")) == sim.config.replicas
             and sum(len(p.acked) for p in sim.producers) >= 20)
+
+
+#: what the leader-change scenarios require: the master is replaced before heartbeat expiry could
+#: have done it (the rows of a broker that stopped heartbeating live 1.5 s, plus a scan period)
+LEADER_CHANGE_REPLACED = "master replaced within the session grace after a leader change"
+
+
+def _expect_replaced_by_grace(sim: Sim, m: SimBroker, epoch: int, what: str) -> None:
+    """Liveness check of the leader-change rule: ``heartbeat_timeout_ms`` after the leader change,
+    the controller must have elected another master above ``epoch`` (the grace is 400 ms; only
+    heartbeat expiry, at 1.5-2 s, would replace it without the rule)."""
+    def check() -> None:
+        master, now_epoch = sim.controller.master_of(m.group)
+        if master == m.id or now_epoch <= epoch:
+            raise Violation(LEADER_CHANGE_REPLACED, f"{what}: {m.name} still master at epoch {now_epoch} "
+                                                    f"{sim.config.timings.heartbeat_timeout_ms} ms after")
+        sim.world.note(f"SCRIPT {m.group} master {master} at epoch {now_epoch}: replaced in time")
+    sim.world.at(sim.config.timings.heartbeat_timeout_ms, check, what="check: master replaced")
+
+
+def _leader_lost_with_the_master(sim: Sim) -> None:
+    """Issue 29. One node held the controller leader and the group's master: both die at once. The
+    kill's session close reaches the dead leader only, so the new leader has no session of the
+    master and no close to act on; the slaves reopen theirs at once. The leader-change rule treats
+    the master as dead after the grace window; heartbeat expiry would take 1.5 s and more."""
+    def kill() -> None:
+        m = _serving(sim)
+        assert m is not None
+        epoch = sim.controller.master_of("g0")[1]
+        sim.world.note(f"SCRIPT {m.name} and the controller leader die together")
+        m.crash(CrashMode.KILL)
+        sim.controller.change_leader()
+        _expect_replaced_by_grace(sim, m, epoch, "master lost with the leader")
+    sim.when(lambda: _steady(sim) and sim.world.now_ms >= 2_000, kill)
+
+
+def _master_cut_off_across_a_leader_change(sim: Sim) -> None:
+    """Issue 29, the rule's risk. The live master's links to the controller are cut as the leader
+    changes and stay cut past the grace window, while producers keep writing to it: the new leader
+    treats it as dead and elects a slave under a higher epoch while the old master still serves.
+    Epoch fencing must keep it to one master per epoch and lose no acknowledged write."""
+    def cut() -> None:
+        m = _serving(sim)
+        assert m is not None
+        epoch = sim.controller.master_of("g0")[1]
+        sim.world.note(f"SCRIPT {m.name} cut off from the controller as the leader changes")
+        sim.net.cut(m.name, CONTROLLER)
+        sim.net.cut(CONTROLLER, m.name)
+        sim.controller.change_leader()
+        _expect_replaced_by_grace(sim, m, epoch, "live master cut off across the leader change")
+        sim.world.at(sim.config.timings.heartbeat_timeout_ms + 500, lambda: (
+            sim.net.mend(m.name, CONTROLLER), sim.net.mend(CONTROLLER, m.name)), what="mend")
+    sim.when(lambda: _steady(sim) and sim.world.now_ms >= 2_000, cut)
 
 
 def _isolate(sim: Sim, b: SimBroker) -> None:
@@ -345,6 +399,14 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
              "restarted old master, answer the group's committed offset with every acknowledged commit "
              "instead of rolling the group's progress back",
              dataclasses.replace(_quiet(), duration_ms=16_000), 1, _masters_killed_after_commits),
+    Scenario("leader-lost-with-master",
+             "issue 29: the controller leader and the master die together; the new leader, which holds no "
+             "session of the master, replaces it after the session grace instead of at heartbeat expiry",
+             _quiet(restart_min_ms=6_000, restart_max_ms=8_000), 1, _leader_lost_with_the_master),
+    Scenario("leader-change-cuts-off-the-master",
+             "issue 29: a live master cannot reopen its session with a new leader within the grace and "
+             "is deposed while it serves: one master per epoch, no acknowledged write lost",
+             _quiet(), 1, _master_cut_off_across_a_leader_change),
     Scenario("violation-4-not-master-after-write",
              "a put written and replicated, then the role changed during the ack wait: answered as "
              "not written while the new master holds the batch",

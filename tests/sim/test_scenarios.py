@@ -23,8 +23,10 @@ from rocketray.broker.commitlog import CommitLog
 from rocketray.broker.message import decode_record
 from rocketray.broker.offsets import OFFSETS_TOPIC, OffsetTable, decode_commit
 from rocketray.sim.broker import SimBroker
+import rocketray.sim.controller as sim_controller
+from rocketray.controller.session import LeaderSessionGrace
 from rocketray.sim.run import run_seeds
-from rocketray.sim.scenarios import SCENARIOS, run_scenario
+from rocketray.sim.scenarios import LEADER_CHANGE_REPLACED, SCENARIOS, run_scenario
 
 CONFIRM = "confirm offset within every counted member"
 LOST = "acknowledged or read message lost"
@@ -92,6 +94,16 @@ OLD_RULES = {
     "committed-offsets-survive-failover": (
         [(SimBroker, "put", _put_applying_commits_locally), (SimBroker, "offset_table", _local_offsets)],
         "committed offset never goes back"),
+    # issue 29: no leader-change rule (grace = infinity): a master lost together with the controller
+    # leader is replaced only at heartbeat expiry
+    "leader-lost-with-master": (
+        [(LeaderSessionGrace, "due", lambda self, now_ms, leader_term: False)], LEADER_CHANGE_REPLACED),
+    # issue 29: the rule counts any session of the master's group as the master's (keyed by group,
+    # not by group and broker id), so the slaves' reopened sessions keep a cut-off master in office
+    "leader-change-cuts-off-the-master": (
+        [(sim_controller, "masters_without_session", lambda masters, open_sessions: sorted(
+            (g, m) for g, m in masters.items() if m is not None and g not in {k[0] for k in open_sessions}))],
+        LEADER_CHANGE_REPLACED),
     # violation 4: a role change during the ack wait answers NOT_MASTER ("nothing written")
     "violation-4-not-master-after-write": (
         [(ack, "after_write", old.old_after_write)], "not-written batches are not in the log"),
