@@ -31,7 +31,7 @@ from rocketray.broker.message import (CRC32_IMPLEMENTATION, HEADER_SIZE, MAGIC, 
                                       Message, MessageCodecError, tag_hash, valid_topic)
 # the record layout's internals, which the batch loops share with the one-record codec
 from rocketray.broker.message import (_HEADER, _SIZE, _crc32_impl, _decode_properties,  # noqa: F401
-                                      _encode_parts, _topic_bytes)
+                                      _encode_parts, topic_bytes)
 
 try:  # the record loops in C (broker/_records.c, built by setup.py when a compiler is present)
     from rocketray.broker import _records
@@ -104,7 +104,7 @@ def encode_batch(messages: Iterable[Message]) -> EncodedBatch:
     for msg in messages:
         topic = topics.get(msg.topic) if isinstance(msg.topic, str) else None
         if topic is None:
-            topic = topics[msg.topic] = _topic_bytes(msg.topic)
+            topic = topics[msg.topic] = topic_bytes(msg.topic)
         _encode_parts(msg, topic, parts)
         count += 1
     return EncodedBatch(b"".join(parts), count)

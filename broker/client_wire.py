@@ -26,6 +26,7 @@ Body decoders raise ``WireError`` for anything malformed, never anything else.
 from __future__ import annotations
 
 import enum
+import itertools
 import struct
 from dataclasses import dataclass
 from typing import Any
@@ -147,7 +148,8 @@ def decode_put_request(body: bytes | memoryview) -> tuple[int, bytes]:
 
 
 def encode_put_answer(result: PutResult) -> bytes:
-    pairs = b"".join(OFFSET_PAIR.pack(q, p) for q, p in result.offsets)
+    n = len(result.offsets)
+    pairs = struct.pack(f">{2 * n}q", *itertools.chain.from_iterable(result.offsets)) if n else b""
     broker_id = -1 if result.broker_id is None else result.broker_id
     return PUT_ANSWER.pack(int(result.status), _WRITTEN[result.written], result.end_offset, broker_id,
                            len(result.offsets)) + pairs
@@ -163,7 +165,7 @@ def decode_put_answer(body: bytes | memoryview) -> PutResult:
         put_status, written_as = PutStatus(status), _WRITTEN_BACK[written]
     except (ValueError, KeyError):
         raise WireError(f"bad put answer status {status}/{written}") from None
-    offsets = tuple(OFFSET_PAIR.unpack_from(body, PUT_ANSWER.size + i * OFFSET_PAIR.size) for i in range(count))
+    offsets = tuple(OFFSET_PAIR.iter_unpack(memoryview(body)[PUT_ANSWER.size:]))
     try:
         return PutResult(put_status, written_as, offsets, end_offset, None if broker_id < 0 else broker_id)
     except AssertionError:

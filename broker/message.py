@@ -61,9 +61,12 @@ __all__ = [
     "MessageCodecError",
     "decode_index",
     "decode_record",
+    "encode_fields",
+    "encode_properties",
     "encode_record",
     "record_size",
     "split_records",
+    "topic_bytes",
     "tag_hash",
     "verify_record",
 ]
@@ -128,7 +131,7 @@ def tag_hash(properties: Mapping[str, str]) -> int:
     return crc32(tags.encode("utf-8")) if tags else 0
 
 
-def _encode_properties(properties: Mapping[str, str]) -> bytes:
+def encode_properties(properties: Mapping[str, str]) -> bytes:
     if not properties:
         return b""
     try:
@@ -165,36 +168,42 @@ def _decode_properties(raw: bytes) -> dict[str, str]:
 def encode_record(msg: Message) -> bytes:
     """Encode one message as a record (fields are stored as given; the store fills positions first)."""
     parts: list[bytes] = []
-    _encode_parts(msg, _topic_bytes(msg.topic), parts)
+    _encode_parts(msg, topic_bytes(msg.topic), parts)
     return b"".join(parts)
 
 
-def _topic_bytes(topic: object) -> bytes:
+def topic_bytes(topic: object) -> bytes:
     if not isinstance(topic, str) or not valid_topic(topic):
         raise MessageCodecError(f"invalid topic {topic!r} (allowed: [A-Za-z0-9_%|-], 1-127 chars)")
     return topic.encode("ascii")
 
 
 def _encode_parts(msg: Message, topic: bytes, parts: list[bytes]) -> None:
-    """Append the four pieces of ``msg``'s record to ``parts`` (``topic`` already checked)."""
+    """Append ``msg``'s record to ``parts`` (``topic`` already checked)."""
     if not isinstance(msg.body, (bytes, bytearray, memoryview)):
         raise MessageCodecError("body must be bytes")
-    props = _encode_properties(msg.properties)
     body = msg.body if isinstance(msg.body, bytes) else bytes(msg.body)
+    parts.append(encode_fields(topic, encode_properties(msg.properties), body, msg.queue_id, msg.born_timestamp_ms,
+                               msg.flags, msg.queue_offset, msg.physical_offset, msg.store_timestamp_ms))
+
+
+def encode_fields(topic: bytes, props: bytes, body: bytes, queue_id: int, born_ms: int, flags: int = 0,
+                  queue_offset: int = -1, physical_offset: int = -1, store_ms: int = 0) -> bytes:
+    """One record from its fields, already encoded and checked: ``topic`` by :func:`valid_topic`,
+    ``props`` by ``encode_properties`` (or built of checked names and values). A producer encodes
+    each message here once, without a :class:`Message` in between."""
     total = HEADER_SIZE + len(topic) + len(props) + len(body)
     if total > MAX_RECORD_SIZE:
         raise MessageCodecError(f"record of {total} bytes exceeds {MAX_RECORD_SIZE}")
-    if not (0 <= msg.flags <= _U32 and -2**31 <= msg.queue_id < 2**31):
-        raise MessageCodecError(f"flags {msg.flags} or queue id {msg.queue_id} out of range")
+    if not (0 <= flags <= _U32 and -2**31 <= queue_id < 2**31):
+        raise MessageCodecError(f"flags {flags} or queue id {queue_id} out of range")
     try:
-        header = _HEADER.pack(total, MAGIC, 0, crc32(body), msg.flags, msg.queue_id, msg.queue_offset,
-                              msg.physical_offset, msg.born_timestamp_ms, msg.store_timestamp_ms,
-                              len(topic), len(props), len(body))
+        header = _HEADER.pack(total, MAGIC, 0, crc32(body), flags, queue_id, queue_offset, physical_offset,
+                              born_ms, store_ms, len(topic), len(props), len(body))
     except struct.error as exc:
         raise MessageCodecError(f"field out of range: {exc}") from None
     rest = header[12:] + topic + props
-    hcrc = crc32(rest, crc32(header[:8]))
-    parts += (header[:8], hcrc.to_bytes(4, "big"), rest, body)
+    return b"".join((header[:8], crc32(rest, crc32(header[:8])).to_bytes(4, "big"), rest, body))
 
 
 def _check_header(buf: memoryview, pos: int) -> tuple:

@@ -78,7 +78,10 @@ class Accumulator(Generic[Q, T]):
         self._open: dict[Q, Batch[Q, T]] = {}
         self._in_flight: set[Q] = set()
 
-    def add(self, queue: Q, item: T, size_bytes: int, now_ms: int, urgent: bool = False) -> None:
+    def add(self, queue: Q, item: T, size_bytes: int, now_ms: int, urgent: bool = False) -> bool:
+        """Append to ``queue``'s open batch; True when the sender has something new to look at (the
+        queue has nothing in flight, so the batch may be ready now or has a new linger deadline).
+        While a batch is in flight its ``done`` is the next event, so no wake-up is needed."""
         batch = self._open.get(queue)
         if batch is None:
             batch = self._open[queue] = Batch(queue, first_ms=now_ms)
@@ -86,6 +89,7 @@ class Accumulator(Generic[Q, T]):
         batch.sizes.append(size_bytes)
         batch.size_bytes += size_bytes
         batch.urgent = batch.urgent or urgent
+        return queue not in self._in_flight
 
     def try_claim(self, queue: Q) -> bool:
         """Mark an idle queue (nothing open, nothing in flight) in flight for a batch the caller sends

@@ -34,8 +34,8 @@ import uuid
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
-from rocketray.broker.batch import EncodedBatch, encode_batch
-from rocketray.broker.message import Message, MessageCodecError
+from rocketray.broker.batch import EncodedBatch
+from rocketray.broker.message import MessageCodecError, encode_fields, encode_properties, topic_bytes
 from rocketray.client.config import ClientConfig
 from rocketray.client.core import Accumulator, Batch, select_queue
 from rocketray.client.errors import ClientClosed, InvalidMessage, InvalidRequest, SendFailed, SendUnknown
@@ -56,7 +56,8 @@ BACKOFF_MAX_S = 1.0
 
 @dataclass(frozen=True, slots=True)
 class _Pending:
-    message: Message
+    topic: str
+    queue_id: int
     msg_id: str
     future: concurrent.futures.Future
     record: bytes           # the message encoded once, in the commit-log layout, by the sending thread
@@ -66,12 +67,12 @@ def new_msg_id_prefix() -> str:
     return uuid.uuid4().hex[:20].upper()
 
 
-def build_message(topic: str, queue_id: int, body: bytes, key: str | None, tags: str | None,
-                  properties: Mapping[str, str] | None, msg_id: str, born_ms: int) -> Message:
-    """The message as stored, with RocketMQ's KEYS, TAGS and UNIQ_KEY properties; InvalidMessage if
-    the body is not bytes or a property is reserved or not a string."""
-    if not isinstance(body, (bytes, bytearray, memoryview)):
-        raise InvalidMessage(f"a message body must be bytes, not {type(body).__name__}")
+def message_properties(key: str | None, tags: str | None, properties: Mapping[str, str] | None,
+                       msg_id: str) -> bytes:
+    """The stored properties (RocketMQ's KEYS, TAGS and UNIQ_KEY, then the user's), encoded;
+    InvalidMessage if a property is reserved, not a string or holds a separator."""
+    if key is None and tags is None and not properties:
+        return b"UNIQ_KEY\x01" + msg_id.encode("ascii") + b"\x02"     # msg_id is hex: nothing to check
     props: dict[str, str] = {}
     for name, value in (properties or {}).items():
         if not isinstance(name, str) or not isinstance(value, str):
@@ -85,7 +86,10 @@ def build_message(topic: str, queue_id: int, body: bytes, key: str | None, tags:
                 raise InvalidMessage(f"{reserved.lower()} must be a non-empty str: {given!r}")
             props[reserved] = given
     props["UNIQ_KEY"] = msg_id
-    return Message(topic, queue_id, bytes(body), props, born_timestamp_ms=born_ms)
+    try:
+        return encode_properties(props)
+    except MessageCodecError as exc:
+        raise InvalidMessage(str(exc)) from None
 
 
 class Producer:
@@ -106,6 +110,7 @@ class Producer:
         self._counter = itertools.count()
         self._id_prefix = new_msg_id_prefix()
         self._ids = itertools.count()
+        self._topics: dict[str, bytes] = {}
         self._pool = concurrent.futures.ThreadPoolExecutor(self.config.sender_threads,
                                                            thread_name_prefix="rocketray-send")
         self._closed = False
@@ -177,8 +182,8 @@ class Producer:
         with self._lock:
             if self._closed:
                 raise ClientClosed("producer is closed")
-            self._acc.add(queue, pending, size, _now_ms(), urgent)
-            self._lock.notify_all()
+            if self._acc.add(queue, pending, size, _now_ms(), urgent):
+                self._lock.notify_all()
         return pending.future
 
     def _prepare(self, topic: str, body: bytes, key: str | None, tags: str | None,
@@ -188,18 +193,28 @@ class Producer:
         if self._closed:
             raise ClientClosed("producer is closed")
         route = self._routes.get(topic)
+        if not isinstance(body, bytes):
+            if not isinstance(body, (bytearray, memoryview)):
+                raise InvalidMessage(f"a message body must be bytes, not {type(body).__name__}")
+            body = bytes(body)
         queue_id = select_queue(key, len(route.queues), next(self._counter))
         msg_id = f"{self._id_prefix}{next(self._ids):012X}"
-        message = build_message(topic, queue_id, body, key, tags, properties, msg_id, int(time.time() * 1000))
-        size = len(message.body) + sum(len(k) + len(v) + 2 for k, v in message.properties.items())
+        props = message_properties(key, tags, properties, msg_id)
+        size = len(body) + len(props)
         if size > self.config.max_message_bytes:
             raise InvalidMessage(f"message of {size} bytes is over max_message_bytes {self.config.max_message_bytes}")
         try:
-            record = encode_batch([message]).data
+            record = encode_fields(self._topic_bytes(topic), props, body, queue_id, int(time.time() * 1000))
         except MessageCodecError as exc:
             raise InvalidMessage(str(exc)) from None
         future: concurrent.futures.Future = concurrent.futures.Future()
-        return route.group_of(queue_id), _Pending(message, msg_id, future, record), len(record)
+        return route.group_of(queue_id), _Pending(topic, queue_id, msg_id, future, record), len(record)
+
+    def _topic_bytes(self, topic: str) -> bytes:
+        encoded = self._topics.get(topic)
+        if encoded is None:
+            encoded = self._topics[topic] = topic_bytes(topic)
+        return encoded
 
     def _sender_loop(self) -> None:
         while True:
@@ -233,8 +248,7 @@ class Producer:
                 raise SendUnknown(f"{batch.queue} acknowledged {len(results)} offsets for {len(batch.items)} "
                                   f"messages", "")
             for p, (queue_offset, _physical) in zip(batch.items, results):
-                m = p.message
-                p.future.set_result(SendResult(SendStatus.SEND_OK, p.msg_id, m.topic, m.queue_id, queue_offset))
+                p.future.set_result(SendResult(SendStatus.SEND_OK, p.msg_id, p.topic, p.queue_id, queue_offset))
         except Exception as exc:  # noqa: BLE001 - every outcome reaches the futures
             for p in batch.items:
                 p.future.set_exception(_per_message(exc, p.msg_id))
