@@ -113,21 +113,33 @@ class Accumulator(Generic[Q, T]):
         byte or count bound is split: what fits is taken, the rest stays open (still urgent)."""
         out = []
         for queue in list(self._open):
-            batch = self._open[queue]
-            if queue in self._in_flight or not self._ready(batch, now_ms):
-                continue
-            take, size = self._fitting(batch)
-            if take == len(batch.items):
-                del self._open[queue]
-                out.append(batch)
-            else:
-                head = Batch(queue, batch.items[:take], batch.sizes[:take], size, batch.first_ms, batch.urgent)
-                del batch.items[:take]
-                del batch.sizes[:take]
-                batch.size_bytes -= size
-                batch.urgent = True  # the rest was due too
-                out.append(head)
-            self._in_flight.add(queue)
+            if queue not in self._in_flight:
+                batch = self._take(queue, now_ms)
+                if batch is not None:
+                    out.append(batch)
+        return out
+
+    def take_next(self, queue: Q, now_ms: int) -> Batch[Q, T] | None:
+        """``queue``'s batch in flight finished: its next batch if one is ready (then in flight, for
+        the caller to send at once), else None (the queue is idle)."""
+        self._in_flight.discard(queue)
+        return self._take(queue, now_ms) if queue in self._open else None
+
+    def _take(self, queue: Q, now_ms: int) -> Batch[Q, T] | None:
+        batch = self._open[queue]
+        if not self._ready(batch, now_ms):
+            return None
+        take, size = self._fitting(batch)
+        if take == len(batch.items):
+            del self._open[queue]
+            out = batch
+        else:
+            out = Batch(queue, batch.items[:take], batch.sizes[:take], size, batch.first_ms, batch.urgent)
+            del batch.items[:take]
+            del batch.sizes[:take]
+            batch.size_bytes -= size
+            batch.urgent = True  # the rest was due too
+        self._in_flight.add(queue)
         return out
 
     def _fitting(self, batch: Batch[Q, T]) -> tuple[int, int]:

@@ -32,7 +32,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, replace
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from rocketray.broker.batch import EncodedBatch
 from rocketray.broker.message import MessageCodecError, encode_fields, encode_properties, topic_bytes
@@ -131,7 +131,7 @@ class Producer:
                 self._acc.add(queue, pending, size, _now_ms(), urgent=True)
                 self._lock.notify_all()
         if claimed:
-            self._send_batch(Batch(queue, [pending], [size], size, _now_ms(), True))
+            self._send_batch(Batch(queue, [pending], [size], size, _now_ms(), True), chain=False)
         return pending.future.result()
 
     def send_async(self, topic: str, body: bytes, *, key: str | None = None, tags: str | None = None,
@@ -229,44 +229,58 @@ class Producer:
             for batch in ready:
                 self._pool.submit(self._send_batch, batch)
 
-    def _send_batch(self, batch: Batch[str, _Pending]) -> None:
-        """Send one batch; the group's next batch may go as soon as this one is answered, before its
-        futures are resolved (the resolving overlaps the next put)."""
-        released = False
-
-        def release() -> None:
-            nonlocal released
+    def _send_batch(self, batch: Batch[str, _Pending], chain: bool = True) -> None:
+        """Send ``batch`` and then, with ``chain``, each next ready batch of its broker group from this
+        thread: the next put goes out as soon as one is answered, before that one's futures are
+        resolved (no hand-off to the sender thread between two puts of a busy group)."""
+        current: Batch[str, _Pending] | None = batch
+        started = self._start(batch)
+        while current is not None:
+            outcome: tuple[tuple[int, int], ...] | BaseException
+            try:
+                outcome = self._send_with_retries(current.queue, *started)
+            except Exception as exc:  # noqa: BLE001 - every outcome reaches the futures
+                outcome = exc
             with self._lock:
-                self._acc.done(batch.queue)
+                nxt = self._acc.take_next(current.queue, _now_ms()) if chain else None
+                if not chain:
+                    self._acc.done(current.queue)
                 self._lock.notify_all()
-            released = True
+            if nxt is not None:
+                started = self._start(nxt)
+            _resolve(current, outcome)
+            current = nxt
 
+    def _start(self, batch: Batch[str, _Pending]) -> tuple[EncodedBatch, Callable[[], Any] | BaseException | None]:
+        """The batch's bytes and its first attempt, sent now when the transport can send without
+        waiting (``put_start``); None: the first attempt is a plain ``put``."""
+        encoded = EncodedBatch(b"".join(p.record for p in batch.items), len(batch.items))
+        put_start = getattr(self._transport, "put_start", None)
+        if put_start is None:
+            return encoded, None
         try:
-            results = self._send_with_retries(batch.queue, batch.items)
-            release()
-            if len(results) != len(batch.items):      # a broker answer that does not match the batch
-                raise SendUnknown(f"{batch.queue} acknowledged {len(results)} offsets for {len(batch.items)} "
-                                  f"messages", "")
-            for p, (queue_offset, _physical) in zip(batch.items, results):
-                p.future.set_result(SendResult(SendStatus.SEND_OK, p.msg_id, p.topic, p.queue_id, queue_offset))
-        except Exception as exc:  # noqa: BLE001 - every outcome reaches the futures
-            for p in batch.items:
-                p.future.set_exception(_per_message(exc, p.msg_id))
-        finally:
-            if not released:
-                release()
+            return encoded, put_start(batch.queue, encoded, self.config.request_timeout_ms / 1000)
+        except Exception as exc:  # noqa: BLE001 - raised again by the send loop
+            return encoded, exc
 
-    def _send_with_retries(self, group: str, items: list[_Pending]) -> tuple[tuple[int, int], ...]:
+    def _send_with_retries(self, group: str, encoded: EncodedBatch,
+                           first: Callable[[], Any] | BaseException | None = None) -> tuple[tuple[int, int], ...]:
         """Put one batch (messages of ``group``'s queues) until acknowledged; returns its
-        (queue_offset, physical_offset) pairs in batch order."""
-        encoded = EncodedBatch(b"".join(p.record for p in items), len(items))
+        (queue_offset, physical_offset) pairs in batch order. ``first``: the first attempt, already
+        sent (``_start``)."""
+        if isinstance(first, BaseException):
+            raise first
         timeout_s = self.config.request_timeout_ms / 1000
         deadline = time.monotonic() + self.config.send_timeout_ms / 1000
         backoff_s, maybe_written, last = BACKOFF_MIN_S, False, "no attempt"
         while time.monotonic() < deadline:
-            reply = self._transport.put(group, encoded, timeout_s)
+            reply = first() if first is not None else self._transport.put(group, encoded, timeout_s)
+            first = None
             if isinstance(reply, PutResult):
                 if reply.ok:
+                    if len(reply.offsets) != encoded.count:   # a broker answer that does not match the batch
+                        raise SendUnknown(f"{group} acknowledged {len(reply.offsets)} offsets for "
+                                          f"{encoded.count} messages", "")
                     return reply.offsets
                 last = reply.status.name
                 if reply.status is PutStatus.MESSAGE_ILLEGAL:
@@ -284,6 +298,15 @@ class Producer:
         if maybe_written:
             raise SendUnknown(f"no answer from {group}'s master before the send timeout ({last})", "")
         raise SendFailed(f"every attempt to send to {group} was refused before writing ({last})")
+
+
+def _resolve(batch: Batch[str, _Pending], outcome: tuple[tuple[int, int], ...] | BaseException) -> None:
+    if isinstance(outcome, BaseException):
+        for p in batch.items:
+            p.future.set_exception(_per_message(outcome, p.msg_id))
+        return
+    for p, (queue_offset, _physical) in zip(batch.items, outcome):
+        p.future.set_result(SendResult(SendStatus.SEND_OK, p.msg_id, p.topic, p.queue_id, queue_offset))
 
 
 def _per_message(exc: BaseException, msg_id: str) -> BaseException:

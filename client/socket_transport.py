@@ -194,30 +194,39 @@ class SocketTransport(RayTransport):
                  timeout_s: float, ray_method: str, ray_args: tuple) -> Any:
         """Send to ``group``'s master's client port and wait (watching for a new master while the
         answer is late); a broker without a port is called through Ray."""
+        return self._start(group, frame_type, body, decode, timeout_s, ray_method, ray_args)()
+
+    def _start(self, group: str, frame_type: FrameType, body: tuple, decode: Callable[[Frame], Any],
+               timeout_s: float, ray_method: str, ray_args: tuple) -> Callable[[], Any]:
+        """Send the request now; the returned callable waits for its answer (see ``_request``)."""
         target = self._master_connection(group)
         if isinstance(target, Unanswered):
-            return target
+            return lambda: target
         replica, conn = target
         if conn is None:
-            return self._call_master(group, ray_method, ray_args, timeout_s)
+            return lambda: self._call_master(group, ray_method, ray_args, timeout_s)
         fut = conn.request(frame_type, *body)
         deadline = time.monotonic() + timeout_s
-        try:
-            answer = fut.result(timeout=min(timeout_s, WATCH_SLICE_S))
-        except concurrent.futures.TimeoutError:
-            answer = self._wait_watching(group, replica, fut, deadline)
-            if isinstance(answer, Unanswered):
-                return answer
-        except ConnectionLost as exc:
-            self.forget_master(group)
-            return Unanswered(f"CONNECTION_LOST {exc}")
-        if answer.type is FrameType.ERROR:
-            return None
-        try:
-            return decode(answer)
-        except WireError as exc:
-            conn.close(f"undecodable answer: {exc}")
-            return Unanswered(f"BAD_ANSWER {exc}")
+
+        def wait() -> Any:
+            try:
+                answer = fut.result(timeout=max(0.0, min(deadline - time.monotonic(), WATCH_SLICE_S)))
+            except concurrent.futures.TimeoutError:
+                answer = self._wait_watching(group, replica, fut, deadline)
+                if isinstance(answer, Unanswered):
+                    return answer
+            except ConnectionLost as exc:
+                self.forget_master(group)
+                return Unanswered(f"CONNECTION_LOST {exc}")
+            if answer.type is FrameType.ERROR:
+                return None
+            try:
+                return decode(answer)
+            except WireError as exc:
+                conn.close(f"undecodable answer: {exc}")
+                return Unanswered(f"BAD_ANSWER {exc}")
+
+        return wait
 
     def _wait_watching(self, group: str, replica: int, fut: concurrent.futures.Future, deadline: float) -> Any:
         import ray
@@ -241,9 +250,19 @@ class SocketTransport(RayTransport):
 
     # --- the data path ----------------------------------------------------------------------------
     def put(self, group: str, batch: EncodedBatch, timeout_s: float) -> PutResult | Unanswered:
-        result = self._request(group, FrameType.PUT, (PUT_COUNT.pack(batch.count), batch.data),
-                               lambda f: decode_put_answer(f.body), timeout_s, "put", (batch,))
-        return refused(PutStatus.MESSAGE_ILLEGAL) if result is None else result
+        return self.put_start(group, batch, timeout_s)()
+
+    def put_start(self, group: str, batch: EncodedBatch, timeout_s: float) -> Callable[[], PutResult | Unanswered]:
+        """Send the put now and return what waits for its answer: the producer sends a group's next
+        batch before it resolves the futures of the one just answered."""
+        wait = self._start(group, FrameType.PUT, (PUT_COUNT.pack(batch.count), batch.data),
+                           lambda f: decode_put_answer(f.body), timeout_s, "put", (batch,))
+
+        def answer() -> PutResult | Unanswered:
+            result = wait()
+            return refused(PutStatus.MESSAGE_ILLEGAL) if result is None else result
+
+        return answer
 
     def commit(self, group: str, consumer_group: str, entries: list[tuple[str, int, int]],
                timeout_s: float) -> PutResult | Unanswered:

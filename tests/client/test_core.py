@@ -80,6 +80,23 @@ def test_one_batch_in_flight_per_queue_keeps_order():
     assert [b.items for b in first] == [[1]]
 
 
+def test_take_next_hands_the_answered_queues_next_batch_to_the_same_sender():
+    """The thread whose put was answered takes its queue's next ready batch (still one in flight);
+    a message added while a batch is in flight does not call for the sender thread."""
+    acc: Accumulator[str, int] = Accumulator(linger_ms=5, batch_bytes=1000, max_batch_count=100)
+    assert acc.add("q", 1, 1, 0) is True                             # idle: the sender must look
+    [first] = acc.take_ready(5)
+    assert acc.add("q", 2, 1, 6) is False                            # in flight: its answer comes first
+    assert acc.take_ready(20) == []                                  # nobody else may take q's batch
+    assert acc.take_next("q", 7) is None and acc.pending() == 1      # not lingered yet: q is idle now
+    [second] = acc.take_ready(11)
+    assert acc.add("q", 3, 1, 12) is False
+    nxt = acc.take_next("q", 17)
+    assert nxt is not None and nxt.items == [3] and acc.take_ready(30) == []
+    assert acc.take_next("q", 30) is None and acc.pending() == 0
+    assert [first.items, second.items] == [[1], [2]]
+
+
 def test_an_oversize_batch_is_split_in_order():
     acc: Accumulator[str, int] = Accumulator(linger_ms=0, batch_bytes=25, max_batch_count=100)
     for i in range(6):

@@ -60,8 +60,11 @@ def written(acked: bool, still_master: bool) -> PutResult:
 
 
 def send(replies, **settings):
+    """One send over a script; the send timeout is short (300 ms) unless the test gives one (a test
+    expecting success after retries gives a long one: their backoff waits must fit on a loaded machine)."""
     transport = ScriptedTransport(replies)
-    with Producer(transport=transport, send_timeout_ms=300, **settings) as p:
+    settings.setdefault("send_timeout_ms", 300)
+    with Producer(transport=transport, **settings) as p:
         try:
             return transport, p.send("t", b"a", key="k"), None
         except Exception as exc:  # noqa: BLE001 - the test inspects it
@@ -86,7 +89,8 @@ def test_timeout_after_the_write_is_unknown_with_flush_slave_timeout():
 
 
 def test_refusals_are_retried_and_an_ack_is_ok():
-    t, r, _ = send([refused(PutStatus.NOT_MASTER), refused(PutStatus.FENCED), written(True, True)])
+    t, r, _ = send([refused(PutStatus.NOT_MASTER), refused(PutStatus.FENCED), written(True, True)],
+                   send_timeout_ms=30_000)
     assert r.status is SendStatus.SEND_OK and len(t.batches) == 3 and t.forgotten == 2
 
 
@@ -96,7 +100,7 @@ def test_only_refusals_until_the_timeout_are_send_failed():
 
 
 def test_an_unanswered_call_is_resent_and_unknown_unless_acked():
-    t, r, _ = send([Unanswered("CONNECTION_LOST"), written(True, True)])
+    t, r, _ = send([Unanswered("CONNECTION_LOST"), written(True, True)], send_timeout_ms=30_000)
     assert r.status is SendStatus.SEND_OK and len(t.batches) == 2
     t, _, exc = send([Unanswered("TIMEOUT")] + [refused(PutStatus.NOT_MASTER)] * 10_000)
     assert isinstance(exc, SendUnknown)
@@ -158,3 +162,49 @@ def test_async_sends_keep_order_per_queue_and_share_puts():
             pos += size
     assert bodies == [f"{i}".encode() for i in range(100)]      # one put in flight: send order kept
     assert len(transport.batches) < 100                         # and batched
+
+
+class StartingTransport(ScriptedTransport):
+    """A transport that sends a put at once (``put_start``) and answers it when the test opens its
+    gate; records whether the first message's future was resolved when each put went out."""
+
+    def __init__(self, futures):
+        super().__init__([])
+        self.futures = futures
+        self.gates: list = []
+        self.first_done_at_start: list[bool] = []
+
+    def put_start(self, group, batch, timeout_s):
+        import threading
+
+        self.batches.append(batch)
+        self.first_done_at_start.append(bool(self.futures) and self.futures[0].done())
+        gate = threading.Event()
+        self.gates.append(gate)
+
+        def answer():
+            assert gate.wait(5)
+            return after_write(True, True, tuple((10 * len(self.gates) + i, 0) for i in range(batch.count)), 0)
+
+        return answer
+
+
+def test_a_busy_groups_next_put_goes_out_before_the_answered_ones_futures_resolve():
+    """One put per group in flight; when it is answered the same thread sends the group's next
+    batch first and resolves the answered futures after, in send order."""
+    from rocketray.waiting import wait_for
+
+    futures: list = []
+    transport = StartingTransport(futures)
+    with Producer(transport=transport) as p:
+        futures.append(p.send_async("t", b"m0"))
+        wait_for(lambda: len(transport.gates) == 1, 5, "the first put", 0.001)
+        futures.extend(p.send_async("t", f"m{i}".encode()) for i in (1, 2))
+        transport.gates[0].set()
+        wait_for(lambda: len(transport.gates) == 2, 5, "the second put", 0.001)
+        assert transport.first_done_at_start == [False, False]      # put 2 left before m0 resolved
+        transport.gates[1].set()
+        results = [f.result(timeout=5) for f in futures]
+    assert [r.status for r in results] == [SendStatus.SEND_OK] * 3
+    assert [transport.batches[0].count, transport.batches[1].count] == [1, 2]
+    assert [r.queue_offset for r in results] == [10, 20, 21]
