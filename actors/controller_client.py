@@ -53,7 +53,7 @@ class ControllerUnavailable(RuntimeError):
 
 
 CLIENT_MARGIN_S = 2.0
-PROBE_AFTER_S = 0.05     # an attempt unanswered this long starts asking the other controllers
+PROBE_AFTER_S = 0.03     # an attempt unanswered this long starts asking the other controllers
 PROBE_PERIOD_S = 0.02    # how often one controller is asked for its status while a client waits
 WATCH_S = 10.0           # one leader long poll (``watch_leader``); then it is armed again
 WATCH_RETRY_S = 0.2      # after a failed long poll (dead or restarting controller)
@@ -241,9 +241,10 @@ class SyncControllerClient:
     def leader(self) -> Leader | None:
         return self._view.leader
 
-    def _probe(self, wait_s: float = 0.0) -> None:
+    def _probe(self, wait_s: float = 0.0, also: Any = None) -> bool:
         """Ask each controller with no question pending (or one older than the call timeout), at
-        most every ``PROBE_PERIOD_S``; wait up to ``wait_s`` for an answer and take in every answer."""
+        most every ``PROBE_PERIOD_S``; wait up to ``wait_s`` for the first answer (or for ``also``,
+        an attempt's ref, to be ready: then True) and take in every answer that arrived."""
         now = time.monotonic()
         with self._lock:
             for c in self._spec.controllers:
@@ -256,14 +257,17 @@ class SyncControllerClient:
                 except _TRANSPORT_ERRORS:
                     self._probes[c.index] = (None, now)
             refs = {ref: index for index, (ref, _at) in self._probes.items() if ref is not None}
-        if not refs:
+        waited = list(refs) + ([] if also is None else [also])
+        if not waited:
             time.sleep(wait_s)
-            return
-        ready, _ = ray.wait(list(refs), num_returns=1, timeout=wait_s)
+            return False
+        ready, _ = ray.wait(waited, num_returns=1, timeout=wait_s)
         if ready:
-            ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=0)
+            ready, _ = ray.wait(waited, num_returns=len(waited), timeout=0)
         for ref in ready:
-            index = refs[ref]
+            index = refs.get(ref)
+            if index is None:
+                continue
             try:
                 status = ray.get(ref)
             except _TRANSPORT_ERRORS:
@@ -273,6 +277,7 @@ class SyncControllerClient:
                     self._probes[index] = (None, self._probes[index][1])
                 if status is not None and self._view.observe(index, status):
                     log.info("controller leader is now controller-%d term=%s", index, status.get("term"))
+        return also is not None and also in ready
 
     def _leader(self, deadline: float) -> Leader | None:
         while True:
@@ -321,11 +326,10 @@ class SyncControllerClient:
                 if now >= deadline:
                     raise ControllerUnavailable("no controller leader answered in time")
                 return None
-            ready, _ = ray.wait([ref], timeout=min(PROBE_AFTER_S - elapsed if elapsed < PROBE_AFTER_S else 0.0,
-                                                   deadline - now))
-            if not ready and elapsed >= PROBE_AFTER_S:
-                self._probe()
-                ready, _ = ray.wait([ref], timeout=min(PROBE_PERIOD_S, max(0.0, deadline - now)))
+            if elapsed < PROBE_AFTER_S:
+                ready = bool(ray.wait([ref], timeout=min(PROBE_AFTER_S - elapsed, deadline - now))[0])
+            else:   # ask the others meanwhile; an answer that names a later leader ends the wait
+                ready = self._probe(wait_s=min(PROBE_PERIOD_S, deadline - now), also=ref)
             if ready:
                 try:
                     response = ray.get(ref)

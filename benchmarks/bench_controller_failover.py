@@ -12,7 +12,17 @@ noticing the leader is gone and electing another. ``ratio`` = median failover / 
 better). For reference, ``mean_election_timeout_ms`` = (min + max) / 2: a follower waits that long
 on average before it stands for election, so it dominates the figure.
 
-    python benchmarks/run.py controller-failover [--rounds 10] [--json]
+Clients (issue 29, ``--client-rounds``, 0 to skip): three controller *actors* on an embedded Ray
+(``--client-profile``, default ``default``: the same Raft timing as above), a driver client
+(``Cluster.call_controller``, ``actors/controller_client.py``) writing in a loop, and per round the
+leader actor killed with ``ray.kill`` (Ray restarts it, as in ``rocketray demo``). Two clocks start at
+the kill: ``election_ms``, the first write acknowledged by a survivor when writing to the survivors
+only (an oracle that knows which controller died, the figure above), and ``client_failover_ms``, the
+first write the looping client gets acknowledged by a controller other than the killed one (it
+does not know which died). Reported: both p50 and max, ``client_over_election_p50_ms`` (target:
+at most ``CLIENT_TARGET_MS``, ``client_target_met``).
+
+    python benchmarks/run.py controller-failover [--rounds 10] [--client-rounds 10] [--json]
 """
 
 from __future__ import annotations
@@ -29,14 +39,106 @@ from rocketray.controller.proc import NodeProcess
 
 
 FLOOR_WRITES = 20
+CLIENT_TARGET_MS = 50
 
 #: ``benchmarks/run.py controller-failover --smoke``: a size that finishes in seconds (CI runs it).
-SMOKE_ARGS = ["--rounds", "1"]
+SMOKE_ARGS = ["--rounds", "1", "--client-rounds", "1"]
+
+
+def _p50(values: list[float]) -> float:
+    s = sorted(values)
+    return s[(len(s) - 1) // 2]
+
+
+def measure_clients(rounds: int, profile: str, data_dir: str) -> dict:
+    """The client rounds of the module docstring on an embedded Ray (or the Ray already initialised)."""
+    import itertools
+    import threading
+
+    import ray
+
+    from rocketray.actors.cluster import start_cluster
+    from rocketray.controller.api import ApplyBrokerIdRequest
+    from rocketray.controller.codes import ResponseCode
+
+    started = not ray.is_initialized()
+    if started:
+        ray.init(address="local", include_dashboard=False, logging_level="ERROR", log_to_driver=False,
+                 object_store_memory=200 * 1024 * 1024, namespace="rocketray-bench")
+    seq = itertools.count()
+
+    def request(tag: str) -> ApplyBrokerIdRequest:
+        n = next(seq)
+        return ApplyBrokerIdRequest("bench", f"{tag}{n}", 1, f"h:1;{n}")
+
+    elections: list[float] = []
+    clients: list[float] = []
+    cluster = start_cluster(f"bench-cf-{int(time.time())}", controllers=3, groups=1, replicas=1,
+                            data_dir=data_dir, profile=profile)
+    try:
+        for _ in range(rounds):
+            leader = cluster.wait_for_leader(60)
+            assert cluster.call_controller(request("warm"), timeout_s=30).ok
+            stop = threading.Event()
+            killed_at: list[float] = []
+            client_ms: list[float] = []
+
+            def client_loop() -> None:
+                while not stop.is_set():
+                    try:
+                        ok = cluster.call_controller(request("c"), timeout_s=30).ok
+                    except Exception:  # noqa: BLE001 - unavailable: keep calling, as an application would
+                        continue
+                    now = time.perf_counter()
+                    served_by = cluster.controller_client.leader
+                    if ok and killed_at and not client_ms and served_by is not None and served_by.index != leader:
+                        client_ms.append((now - killed_at[0]) * 1000)
+                        return
+
+            thread = threading.Thread(target=client_loop, daemon=True)
+            thread.start()
+            time.sleep(0.3)                       # the client is calling in a loop when the leader dies
+            survivors = [cluster.controller(c.index) for c in cluster.spec.controllers if c.index != leader]
+            killed_at.append(time.perf_counter())
+            cluster.kill_controller(leader, wait_restart=False)
+            election = None
+            while election is None and time.perf_counter() - killed_at[0] < 60:
+                refs = [h.handle.remote(request("o")) for h in survivors]
+                for ref in refs:
+                    try:
+                        if ray.get(ref, timeout=10).code == ResponseCode.SUCCESS and election is None:
+                            election = (time.perf_counter() - killed_at[0]) * 1000
+                    except ray.exceptions.RayError:
+                        pass
+                time.sleep(0.002)
+            thread.join(60)
+            stop.set()
+            if election is None or not client_ms:
+                raise TimeoutError(f"round without a figure: election {election}, client {client_ms}")
+            elections.append(election)
+            clients.append(client_ms[0])
+            cluster.wait_for_leader(60)
+            deadline = time.monotonic() + 60
+            while any(md is None for md in cluster.controller_metadata()) and time.monotonic() < deadline:
+                time.sleep(0.05)                  # the killed controller is back before the next round
+    finally:
+        cluster.stop(delete_data=True)
+        if started:
+            ray.shutdown()
+    over = _p50(clients) - _p50(elections)
+    return {"rounds": rounds, "profile": profile,
+            "election_p50_ms": round(_p50(elections), 1), "election_max_ms": round(max(elections), 1),
+            "client_failover_p50_ms": round(_p50(clients), 1), "client_failover_max_ms": round(max(clients), 1),
+            "client_over_election_p50_ms": round(over, 1), "client_target_ms": CLIENT_TARGET_MS,
+            "client_target_met": over <= CLIENT_TARGET_MS,
+            "election_ms": [round(x, 1) for x in elections], "client_failover_ms": [round(x, 1) for x in clients]}
 
 
 def run(argv: list[str]) -> dict:
     parser = argparse.ArgumentParser(prog="controller-failover")
     parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--client-rounds", type=int, default=10)
+    parser.add_argument("--client-profile", default="default", choices=("default", "fast"))
     args = parser.parse_args(argv)
     defaults = ControllerConfig()
     timing = {k: getattr(defaults, k) for k in (
@@ -106,7 +208,11 @@ def run(argv: list[str]) -> dict:
                     p.kill()
     median = statistics.median(samples)
     floor = statistics.median(floor_samples)
-    return {
+    client: dict = {}
+    if args.client_rounds > 0:
+        with tempfile.TemporaryDirectory(prefix="bench-cf-clients-") as tmp:
+            client = {"clients": measure_clients(args.client_rounds, args.client_profile, tmp)}
+    return {**client,
         "rounds": args.rounds,
         "failover_median_ms": round(median, 1),
         "failover_max_ms": round(max(samples), 1),
