@@ -7,8 +7,10 @@ journal; its term/vote file is renamed into place without fsync. ``DurableJourna
 (``RaftHost`` installs it right after pysyncobj's constructor, see ``controller/raft.py``) and
 keeps Raft's persistence rules:
 
-* *Entries are on disk before they count.* ``add`` writes the record into the page cache at once;
-  ``sync()`` makes everything written so far durable with one fsync. The host calls ``sync()``
+* *Entries are on disk before they count.* ``add`` appends the record to an in-memory buffer;
+  ``sync()`` writes the buffer with one ``pwrite`` and makes it durable with one fsync (an entry
+  that was never synced was never acknowledged, so a crash may take it, as a power loss could
+  take it from the page cache before). The host calls ``sync()``
   before every message it sends except the leader's own ``append_entries`` (so a follower's
   acknowledgement ``next_node_idx``, a vote and a candidate's vote request never leave before the
   entries and term they reflect are durable) and at the start of every tick (so the leader, whose
@@ -139,7 +141,9 @@ class DurableJournal(Journal):
                         self.truncated_bytes, self._entries[-1][1] if self._entries else None)
             self._file.truncate(valid)
             self._fsync_file()
-        self._end = valid
+        self._end = valid           # logical end: file bytes up to _written, then the buffer
+        self._written = valid       # bytes of the file that hold frames (written, maybe unsynced)
+        self._buf = bytearray()     # frames added since the last sync, not yet written
         self._shadow: list[tuple[Entry, int]] = []   # (entry, offset) in the file, beyond the log
         self._dirty = False
         self._rewrite = False
@@ -158,8 +162,7 @@ class DurableJournal(Journal):
                     self._offsets.append(-1 if self._rewrite else offset)
                     return
                 if not self._rewrite:
-                    self._file.truncate(offset)    # a real conflict: the old suffix goes
-                    self._end = offset
+                    self._truncate(offset)         # a real conflict: the old suffix goes
                 self._shadow = []
                 self._dirty = True
             self._entries.append(entry)
@@ -167,10 +170,20 @@ class DurableJournal(Journal):
                 self._offsets.append(-1)  # written by the pending rewrite
             else:
                 frame = encode_entry(*entry)
-                self._file.pwrite(frame, self._end)
+                self._buf += frame
                 self._offsets.append(self._end)
                 self._end += len(frame)
             self._dirty = True
+
+    def _truncate(self, offset: int) -> None:
+        """Cut the journal at ``offset``: in the buffer if it was not written yet, else the file."""
+        if offset >= self._written:
+            del self._buf[offset - self._written:]
+        else:
+            self._buf.clear()
+            self._file.truncate(offset)
+            self._written = offset
+        self._end = offset
 
     def clear(self) -> None:
         with self._lock:
@@ -251,6 +264,10 @@ class DurableJournal(Journal):
             if self._rewrite:
                 self._write_new_file()
             else:
+                if self._buf:
+                    self._file.pwrite(bytes(self._buf), self._written)
+                    self._written += len(self._buf)
+                    self._buf.clear()
                 self._fsync_file()
             self._dirty = False
 
@@ -282,6 +299,7 @@ class DurableJournal(Journal):
             self.disk.fsync_dir(self.directory)
         self._file = self.disk.open(self.path)
         self._offsets, self._end = offsets, pos
+        self._written, self._buf = pos, bytearray()
         self._rewrite = False
         self.rewrites += 1
         self.syncs += 1

@@ -45,6 +45,7 @@ from rocketray.controller.event_log import EventLog, EventLogError, EventLogReco
 from rocketray.controller.events import Event, broker_name_of, decode_events, encode_events
 from rocketray.controller.heartbeat import HeartbeatTable
 from rocketray.controller.notify import ElectionTrigger, RoleChangeNotice, role_change_notice
+from rocketray.controller.pipeline import Proposal, Speculation
 from rocketray.broker.fs import OS_DISK, Disk, ensure_dir
 from rocketray.controller.raft import (PayloadError, RaftHost, RecoveryRefused, SnapshotHooks, decode_payload,
                                        encode_payload, import_pysyncobj_journal, plan_recovery, sync_obj_conf)
@@ -126,7 +127,8 @@ class ControllerNode:
 
         self._state_lock = threading.Lock()   # state, applied index, heartbeat table
         self._applied = threading.Condition(self._state_lock)  # notified whenever the state moved
-        self._pipeline = threading.Lock()     # one request at a time
+        self._pipeline = threading.Lock()     # one decision at a time (controller/pipeline.py)
+        self._spec = Speculation()            # applied state + this leader's proposals in flight
         self.state = ControllerState()
         self.heartbeats = HeartbeatTable()
         self._consumers_lock = threading.Lock()
@@ -201,6 +203,7 @@ class ControllerNode:
                         index, decided_term, entry_term, len(events))
             self.fenced_batches += 1
             self.applied_index = index
+            self._spec.applied(payload, False)
             return False
         with self._state_lock:  # logged under the lock: a snapshot never covers an unlogged entry
             try:
@@ -212,6 +215,7 @@ class ControllerNode:
                 log.exception("batch index=%d failed to apply; skipped on every replica", index)
                 self.failed_batches += 1
                 records = []
+            self._spec.applied(payload, bool(records))
             if records and index > self.event_log.last_index:
                 self._log_events(records)
             self.applied_index = index
@@ -307,25 +311,41 @@ class ControllerNode:
             time.sleep(self.config.append_entries_period_ms / 1000)
 
     # -- replication ------------------------------------------------------------------------------
-    def _replicate(self, term: int, body: bytes, timeout_s: float) -> None:
-        """Commit one payload and wait until this node applied it; raise _ReplicationFailed."""
-        done = threading.Event()
-        outcome: list[Any] = [None, None]
+    def _propose(self, payload: bytes, events: list[Event] | None = None) -> Proposal:
+        """Pipeline lock held: hand one payload to Raft (a batch of ``events`` also goes into the
+        speculation first). A synchronous refusal (queue full) raises here, before anyone decides
+        on the speculation."""
+        proposal = Proposal()
+        if events:
+            self._spec.add(events, payload)
+        self._raft.apply_batch(payload, callback=proposal)
+        if proposal.done and not proposal.ok:
+            self._failed()
+            raise _ReplicationFailed(ResponseCode.SYSTEM_ERROR,
+                                     f"not proposed (pysyncobj reason {proposal.error})")
+        if events:
+            self._spec.last = proposal
+        return proposal
 
-        def callback(result: Any, error: Any) -> None:
-            outcome[0], outcome[1] = result, error
-            done.set()
-
-        self._raft.apply_batch(encode_payload(term, body, self._clock_ms()), callback=callback)
-        if not done.wait(timeout_s):
-            self._ready_term = None  # outcome unknown: the next request re-barriers first
+    def _await(self, proposal: Proposal, timeout_s: float) -> None:
+        """Wait until ``proposal`` committed and this node applied it; raise _ReplicationFailed."""
+        if not proposal.wait(timeout_s):
+            self._failed()  # outcome unknown: the next request re-barriers first
             raise _ReplicationFailed(ResponseCode.SYSTEM_ERROR,
                                      f"not committed within {timeout_s * 1000:.0f} ms; outcome unknown")
-        result, error = outcome
-        if error != 0 or result is not True:
-            self._ready_term = None
+        if not proposal.ok:
+            self._failed()
             raise _ReplicationFailed(ResponseCode.CONTROLLER_NOT_LEADER,
-                                     f"append failed (pysyncobj reason {error}, result {result}); leader changed")
+                                     f"append failed (pysyncobj reason {proposal.error}, result {proposal.result}); "
+                                     "leader changed")
+
+    def _failed(self) -> None:
+        self._ready_term = None
+        self._spec.invalidate("a proposal failed or its outcome is unknown")
+
+    def _replicate(self, term: int, body: bytes, timeout_s: float) -> None:
+        """Commit one payload and wait until this node applied it; raise _ReplicationFailed."""
+        self._await(self._propose(encode_payload(term, body, self._clock_ms())), timeout_s)
 
     def _ensure_ready(self, timeout_s: float | None = None) -> int | None:
         """Under the pipeline lock: the term in which this node is a ready leader (its barrier
@@ -334,7 +354,7 @@ class ControllerNode:
         if not self._raft._isLeader():
             return None
         term = self._raft.raftCurrentTerm
-        if self._ready_term == term:
+        if self._ready_term == term and self._spec.valid_for(term):
             return term
         try:
             self._replicate(term, b"", self.config.request_timeout_ms / 1000 if timeout_s is None else timeout_s)
@@ -342,6 +362,8 @@ class ControllerNode:
             log.warning("leader barrier failed self=%s term=%d: %s", self.self_address, term, exc.remark)
             return None
         if self._raft._isLeader() and self._raft.raftCurrentTerm == term:
+            with self._state_lock:  # the barrier applied behind every earlier proposal
+                self._spec.reset(term, self.state)
             self._ready_term = term
             with self._applied:
                 self._applied.notify_all()  # wakes wait_ready_leader
@@ -387,32 +409,48 @@ class ControllerNode:
         if not self._pipeline.acquire(timeout=max(0.0, deadline - time.monotonic())):
             return Response.error(ResponseCode.SYSTEM_ERROR, "controller busy: request queue timeout")
         try:
-            ready = self._ensure_ready(left())
-            if ready is None or (term is not None and ready != term):
-                return self._not_leader()
-            term = ready
-            write = is_write(request)
-            if not write and self.config.is_process_read_event:
-                self._replicate(term, b"", left())
-            with self._state_lock:
-                response, events = decide(self.state, request, self._context())
-            if events:
-                body = encode_events(events)
-                if len(body) > MAX_BATCH_BYTES:
-                    return Response.error(ResponseCode.CONTROLLER_INVALID_REQUEST,
-                                          f"the request's events encode to {len(body)} bytes, over {MAX_BATCH_BYTES}")
-                self._replicate(term, body, left())
-            elif write and self.config.is_process_read_event:
-                self._replicate(term, b"", left())
+            try:
+                ready = self._ensure_ready(left())
+                if ready is None or (term is not None and ready != term):
+                    return self._not_leader()
+                response, proposal = self._decide(request, ready)
+            finally:
+                self._pipeline.release()  # the next request decides while this one commits
+            if proposal is not None:
+                self._await(proposal, left())
         except _ReplicationFailed as exc:
             if not self._raft._isLeader():
                 return self._not_leader()
             return Response.error(exc.code, exc.remark)
-        finally:
-            self._pipeline.release()
         if isinstance(request, ElectMasterRequest) and response.ok and not request.is_controller_trigger:
             self._notify(response, ElectionTrigger.of(request))  # controller triggers: trigger_elect_master
         return response
+
+    def _decide(self, request: Any, term: int) -> tuple[Response, Proposal | None]:
+        """Pipeline lock held: decide ``request`` and propose what it needs; the answer may be
+        given once the returned proposal (if any) committed and applied here.
+
+        Writes decide on the speculation (applied state + proposals in flight); their events go
+        into one entry. A read, or a write without events, waits for a barrier entry behind
+        everything it saw (``is_process_read_event``); relaxed (false), a read decides on the
+        applied state and waits for nothing, an event-less write waits for the newest proposal
+        it saw."""
+        write = is_write(request)
+        if not write and not self.config.is_process_read_event:
+            with self._state_lock:
+                return decide(self.state, request, self._context())[0], None
+        assert self._spec.state is not None
+        with self._state_lock:  # the heartbeat table
+            response, events = decide(self._spec.state, request, self._context())
+        if events:
+            body = encode_events(events)
+            if len(body) > MAX_BATCH_BYTES:
+                return Response.error(ResponseCode.CONTROLLER_INVALID_REQUEST,
+                                      f"the request's events encode to {len(body)} bytes, over {MAX_BATCH_BYTES}"), None
+            return response, self._propose(encode_payload(term, body, self._clock_ms()), events)
+        if self.config.is_process_read_event:
+            return response, self._propose(encode_payload(term, b"", self._clock_ms()))
+        return response, self._spec.last
 
     def _context(self) -> DecideContext:
         now_ms = self._clock_ms()
@@ -581,6 +619,9 @@ class ControllerNode:
             "snapshots_kept": self.snapshots.list(),
             "dumps_installed": self._hooks.dumps_installed,
             "fenced_batches": self.fenced_batches,
+            "pipeline_in_flight": self._spec.in_flight,
+            "speculation_rebuilds": self._spec.rebuilds,
+            "speculation_invalidations": self._spec.invalidations,
             "failed_batches": self.failed_batches,
             "event_log_last_index": self.event_log.last_index,
             "event_log_errors": self.event_log_errors,

@@ -134,18 +134,58 @@ def sync_obj_conf(config: ControllerConfig, secret: str | None, journal_file: st
 # else (a follower's ack `next_node_idx`, a vote, a vote request, a forwarded command) reflects
 # entries or a term that must be on disk first.
 UNSYNCED_SENDS = frozenset({"append_entries"})
+# Messages held back until the end of the poll that produced them, then sent after one journal
+# sync for all of them (a follower's group commit: the appends of every append_entries that
+# arrived together share one fsync).
+DEFERRED_SENDS = frozenset({"next_node_idx"})
 
 
 class SyncingTransport(TCPTransport):
     """pysyncobj's TCP transport that syncs the host's journal before a message leaves, unless
-    the message is in ``UNSYNCED_SENDS``."""
+    the message is in ``UNSYNCED_SENDS``. Acknowledgements (``DEFERRED_SENDS``) wait in an outbox
+    that ``flush`` sends after one sync; any other synced message flushes the outbox first, so
+    synced messages leave in the order they were sent."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._outbox: list[tuple[Any, dict[str, Any]]] = []
 
     def send(self, node: Any, message: Any) -> bool:
-        if not (isinstance(message, dict) and message.get("type") in UNSYNCED_SENDS):
-            journal = self._syncObj.journal  # type: ignore[attr-defined]
-            if journal is not None:
-                journal.sync()
+        kind = message.get("type") if isinstance(message, dict) else None
+        if kind in UNSYNCED_SENDS:
+            return bool(super().send(node, message))
+        journal = self._syncObj.journal  # type: ignore[attr-defined]
+        if journal is None:
+            return bool(super().send(node, message))
+        if kind in DEFERRED_SENDS:
+            self._defer(node, message)
+            return True
+        self.flush()
+        journal.sync()
         return bool(super().send(node, message))
+
+    def _defer(self, node: Any, message: dict[str, Any]) -> None:
+        # A successful ack after a successful ack to the same leader says no less than both
+        # (the leader keeps the highest match index), so only the newer of the two is kept.
+        outbox = self._outbox
+        if outbox and message["success"] and not message["reset"]:
+            last_node, last = outbox[-1]
+            if last_node is node and last["success"] and not last["reset"] \
+                    and last["next_node_idx"] <= message["next_node_idx"]:
+                outbox[-1] = (node, message)
+                return
+        outbox.append((node, message))
+
+    def flush(self) -> None:
+        """Sync the journal once, then send every held-back message in order."""
+        if not self._outbox:
+            return
+        journal = self._syncObj.journal  # type: ignore[attr-defined]
+        if journal is not None:
+            journal.sync()
+        outbox, self._outbox = self._outbox, []
+        for node, message in outbox:
+            super().send(node, message)
 
 
 class RaftHost(SyncObj):
@@ -157,7 +197,13 @@ class RaftHost(SyncObj):
     does. It is synced before every non-``append_entries`` message (``SyncingTransport``), after
     the leader appended new commands (``_checkCommandsToApply``, i.e. after it sent them, so its
     fsync overlaps the followers') and at the start of every tick, before the leader counts
-    itself toward a commit."""
+    itself toward a commit; a follower's acknowledgements of one poll leave together after that
+    sync (``SyncingTransport.flush``).
+
+    Group commit: the leader appends every command queued since its last tick, then sends one
+    ``append_entries`` per follower carrying all of them (pysyncobj sends one per command when
+    ``appendEntriesUseBatch`` is false), then syncs once; each follower appends them, syncs once
+    and acknowledges once."""
 
     def __init__(self, self_address: str, other_addresses: list[str], conf: SyncObjConf,
                  apply_fn: Callable[[int, int, bytes], Any], journal_file: str | os.PathLike[str],
@@ -180,10 +226,21 @@ class RaftHost(SyncObj):
         journal = self.journal
         if journal is not None:
             journal.sync()
+            self._SyncObj__transport.flush()  # type: ignore[attr-defined]  # acks of the last poll
         super().doTick(timeToWait)
 
     def _checkCommandsToApply(self) -> None:
-        super()._checkCommandsToApply()
+        # pysyncobj calls its private __sendAppendEntries after each command it appends; an
+        # instance attribute shadows that method (only the tick thread calls it) so the commands
+        # of this tick leave in one append_entries per follower, sent once they are all appended.
+        wanted: list[bool] = []
+        self._SyncObj__sendAppendEntries = lambda: wanted.append(True)  # type: ignore[attr-defined]
+        try:
+            super()._checkCommandsToApply()
+        finally:
+            del self._SyncObj__sendAppendEntries
+        if wanted:
+            self._SyncObj__sendAppendEntries()  # type: ignore[attr-defined]
         journal = self.journal
         if journal is not None:
             journal.sync()
