@@ -83,6 +83,17 @@ class ElectMasterRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class ElectMastersRequest:
+    """Controller-triggered elections of many groups decided together and committed in one Raft
+    entry (``decide_elect_masters``): a machine that dies can hold dozens of masters, and one Raft
+    round trip per group made their failover grow with their number. The answer's body is
+    ``{"elections": [[broker_name, code, header, body, remark], ...]}``, one row per distinct name
+    in order, each what ``ElectMasterRequest.of_controller_trigger(name)`` would have answered."""
+
+    broker_names: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class AlterSyncStateSetRequest:
     broker_name: str
     master_broker_id: int
@@ -169,7 +180,7 @@ class ConsumerHeartbeatRequest:
 
 
 Request = Union[
-    GetNextBrokerIdRequest, ApplyBrokerIdRequest, RegisterBrokerRequest, ElectMasterRequest,
+    GetNextBrokerIdRequest, ApplyBrokerIdRequest, RegisterBrokerRequest, ElectMasterRequest, ElectMastersRequest,
     AlterSyncStateSetRequest, GetReplicaInfoRequest, GetSyncStateDataRequest, CleanBrokerDataRequest,
     BrokerHeartbeatRequest, CreateTopicRequest, DeleteTopicRequest, GetTopicRouteRequest, ListTopicsRequest,
     ConsumerHeartbeatRequest,

@@ -36,7 +36,8 @@ from dataclasses import dataclass, fields, is_dataclass
 from typing import Any, Callable, Optional
 
 from rocketray.controller.api import (AlterSyncStateSetRequest, ApplyBrokerIdRequest, CleanBrokerDataRequest,
-                            CreateTopicRequest, DeleteTopicRequest, ElectMasterRequest, GetNextBrokerIdRequest,
+                            CreateTopicRequest, DeleteTopicRequest, ElectMasterRequest, ElectMastersRequest,
+                            GetNextBrokerIdRequest,
                             GetReplicaInfoRequest, GetSyncStateDataRequest, GetTopicRouteRequest,
                             ListTopicsRequest, RegisterBrokerRequest, Response)
 from rocketray.controller.codes import ResponseCode as C
@@ -224,6 +225,27 @@ def decide_elect_master(state: ControllerState, req: ElectMasterRequest, ctx: De
                           _null_master_header()), []
 
 
+def decide_elect_masters(state: ControllerState, req: ElectMastersRequest, ctx: DecideContext) -> Decision:
+    """Controller-triggered elections of every distinct group in ``req`` (in order), as one decision
+    whose events go into one Raft entry. Each group is decided by ``decide_elect_master`` on the same
+    state: a group's election reads and changes only that group's rows, so this equals deciding
+    them one after another, each on the state its predecessors left (tests check it). Answer:
+    SUCCESS with ``body["elections"]`` = ``[[name, code, header, body, remark], ...]``."""
+    rows: list[list[Any]] = []
+    events: list[Event] = []
+    for name in dict.fromkeys(req.broker_names):
+        response, more = decide_elect_master(state, ElectMasterRequest.of_controller_trigger(name), ctx)
+        rows.append([name, int(response.code), response.header, response.body, response.remark])
+        events.extend(more)
+    return Response(C.SUCCESS, {"elections": len(rows)}, {"elections": rows}), events
+
+
+def election_answers(response: Response) -> dict[str, Response]:
+    """The per-group answers of an ``ElectMastersRequest`` (empty when the batch was refused whole)."""
+    rows = (response.body or {}).get("elections", []) if response.ok else []
+    return {name: Response(C(code), header, body, remark) for name, code, header, body, remark in rows}
+
+
 def _with_requester_progress(ctx: DecideContext, req: ElectMasterRequest) -> DecideContext:
     """The restarted master's row as it stands now: its heartbeat row with the progress the request
     carries (issue 15 fix 6 under reordering: a request decided before the restart's first heartbeat
@@ -398,8 +420,8 @@ def master_session_closed(state: ControllerState, broker_name: str, broker_id: i
     return info is not None and info.master_broker_id == broker_id
 
 
-_WRITES = (ApplyBrokerIdRequest, RegisterBrokerRequest, ElectMasterRequest, AlterSyncStateSetRequest,
-           CleanBrokerDataRequest, CreateTopicRequest, DeleteTopicRequest)
+_WRITES = (ApplyBrokerIdRequest, RegisterBrokerRequest, ElectMasterRequest, ElectMastersRequest,
+           AlterSyncStateSetRequest, CleanBrokerDataRequest, CreateTopicRequest, DeleteTopicRequest)
 
 
 def is_write(request: object) -> bool:
@@ -421,6 +443,8 @@ def decide(state: ControllerState, request: object, ctx: DecideContext) -> Decis
         return decide_register_broker(state, request, ctx.alive)
     if isinstance(request, ElectMasterRequest):
         return decide_elect_master(state, request, ctx)
+    if isinstance(request, ElectMastersRequest):
+        return decide_elect_masters(state, request, ctx)
     if isinstance(request, AlterSyncStateSetRequest):
         return decide_alter_sync_state_set(state, request, ctx.alive)
     if isinstance(request, GetReplicaInfoRequest):
