@@ -41,7 +41,7 @@ from pysyncobj import SyncObj, SyncObjConf, replicated
 from rocketray import ports
 from rocketray.controller.api import ApplyBrokerIdRequest, ElectMasterRequest, RegisterBrokerRequest
 from rocketray.controller.config import ControllerConfig
-from rocketray.controller.proc import LocalCluster
+from rocketray.controller.proc import InProcessControllers
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -173,7 +173,7 @@ def _elect(leader: Any, name: str) -> float:
 def _controller_round(config: ControllerConfig, n: int, directory: str, journal_fsync: bool,
                       clients: int, per_client: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="bench-cw-", dir=directory) as tmp:
-        cluster = LocalCluster(tmp, ports.free_ports(3), config, "bench-secret", alive=lambda name, bid: True,
+        cluster = InProcessControllers(tmp, ports.free_ports(3), config, "bench-secret", alive=lambda name, bid: True,
                                journal_fsync=journal_fsync)
         try:
             leader = cluster.wait_leader(20)

@@ -64,7 +64,11 @@ class RunConfig:
     controller: dict[str, Any] = field(default_factory=lambda: {"request_timeout_ms": 2000})
 
 
-class Cluster:
+class ProxiedControllers:
+    """The chaos run's controller group: node processes (``NodeProcess``) that reach each other
+    only through fault proxies (``ProxyNetwork``), not Ray actors (that is ``actors.cluster.Cluster``)
+    nor in-process nodes (``controller.proc.InProcessControllers``)."""
+
     def __init__(self, cfg: RunConfig, workdir: Path, recorder: Recorder) -> None:
         n = cfg.nodes
         node_addresses, proxy_sockets = allocate_addresses(n, random.Random())
@@ -144,7 +148,7 @@ class Cluster:
         self.net.close()
 
 
-def monitor(cluster: Cluster, stop: threading.Event, period_s: float = 0.25) -> None:
+def monitor(cluster: ProxiedControllers, stop: threading.Event, period_s: float = 0.25) -> None:
     """Record ready-leader claims per term and the snapshot counters of every node incarnation."""
     while not stop.wait(period_s):
         for i, status in cluster.statuses(timeout_s=0.5).items():
@@ -156,7 +160,7 @@ def monitor(cluster: Cluster, stop: threading.Event, period_s: float = 0.25) -> 
                                                           "fenced_batches", "commit_index")}
 
 
-def play(cluster: Cluster, steps: list[ControllerStep], t0: float, stop: threading.Event, rng: random.Random) -> None:
+def play(cluster: ProxiedControllers, steps: list[ControllerStep], t0: float, stop: threading.Event, rng: random.Random) -> None:
     """Execute the nemesis schedule; each step logged with the wall-clock time it took effect."""
     resolved: dict[int, tuple[tuple[int, ...], tuple[tuple[int, int], ...]]] = {}
     for step in steps:
@@ -186,7 +190,7 @@ def play(cluster: Cluster, steps: list[ControllerStep], t0: float, stop: threadi
                                    grudge=[list(p) for p in grudge], leader_swap=step.leader_swap, **extra)
 
 
-def setup_groups(cluster: Cluster, groups: list[str]) -> None:
+def setup_groups(cluster: ProxiedControllers, groups: list[str]) -> None:
     """Register replicas 1..3 in every group and elect replica 1 (idempotent steps, retried)."""
     for group in groups:
         for broker_id in BROKER_IDS:
@@ -201,13 +205,13 @@ def setup_groups(cluster: Cluster, groups: list[str]) -> None:
         assert reply["code"] in (0, 2011), reply
 
 
-def leader_state(cluster: Cluster, timeout_s: float = 30.0) -> dict[str, Any]:
+def leader_state(cluster: ProxiedControllers, timeout_s: float = 30.0) -> dict[str, Any]:
     """The replicated tables on a ready leader (its barrier committed: every committed entry applied)."""
     leader = cluster.wait_leader(timeout_s)
     return cluster.call(leader, "state", timeout_s=5.0)["state"]
 
 
-def wait_converged(cluster: Cluster, timeout_s: float) -> tuple[bool, dict[str, Any]]:
+def wait_converged(cluster: ProxiedControllers, timeout_s: float) -> tuple[bool, dict[str, Any]]:
     """All nodes hold identical tables and applied indexes; (converged, details)."""
     deadline = time.monotonic() + timeout_s
     last: dict[str, Any] = {}
@@ -257,7 +261,7 @@ def run(cfg: RunConfig) -> dict[str, Any]:
     recorder = Recorder()
     groups = [f"group-{g}" for g in range(cfg.groups)]
     steps = make_controller_schedule(cfg.nemeses, cfg.nodes, cfg.duration_s, random.Random(cfg.seed))
-    cluster = Cluster(cfg, workdir, recorder)
+    cluster = ProxiedControllers(cfg, workdir, recorder)
     stop_clients, stop_monitor = threading.Event(), threading.Event()
     summary: dict[str, Any] = {"seed": cfg.seed, "nemeses": list(cfg.nemeses), "nodes": cfg.nodes,
                                "duration_s": cfg.duration_s}

@@ -25,7 +25,7 @@ from rocketray.verify.linearizability import (AlterInput, AlterOutput, ElectInpu
                                           Operation, Outcome, ReadOutput)
 
 if TYPE_CHECKING:
-    from rocketray.chaos.controller_chaos import Cluster, RunConfig
+    from rocketray.chaos.controller_chaos import ProxiedControllers, RunConfig
 
 BROKER_IDS = (1, 2, 3)
 HISTORY_FILE = "controller_history.jsonl"
@@ -69,7 +69,7 @@ def classify(f: str, reply: dict[str, Any]) -> Outcome:
 class Client(threading.Thread):
     """One workload process: picks an op, sends it to its leader guess, records the outcome."""
 
-    def __init__(self, index: int, cluster: Cluster, cfg: RunConfig, groups: list[str], stop: threading.Event,
+    def __init__(self, index: int, cluster: ProxiedControllers, cfg: RunConfig, groups: list[str], stop: threading.Event,
                  t0_ns: int) -> None:
         super().__init__(name=f"chaos-client-{index}", daemon=True)
         self.index, self.cluster, self.cfg, self.groups, self.stop_event = index, cluster, cfg, groups, stop
@@ -154,7 +154,7 @@ def jsonable(value: Any) -> Any:
     return value
 
 
-def final_reads(cluster: Cluster, recorder: Recorder, groups: list[str], process: str, t0_ns: int) -> None:
+def final_reads(cluster: ProxiedControllers, recorder: Recorder, groups: list[str], process: str, t0_ns: int) -> None:
     """One linearizable read per group through the leader, recorded in the history."""
     for group in groups:
         for _ in range(50):

@@ -264,8 +264,9 @@ class _Server(socketserver.ThreadingTCPServer):
 
 # -- in-process groups (tests and benchmarks) ---------------------------------------------------
 
-class LocalCluster:
-    """N in-process controller nodes on loopback."""
+class InProcessControllers:
+    """N controller nodes in this process on loopback (tests and benchmarks); not the Ray actors of
+    ``actors.cluster.Cluster`` nor the chaos run's ``chaos.controller_chaos.ProxiedControllers``."""
 
     def __init__(self, base_dir: str | Path, ports: list[int], config: ControllerConfig,
                  secret: str | None = "test-secret", **node_kwargs: Any) -> None:

@@ -17,7 +17,7 @@ from rocketray.controller.api import ApplyBrokerIdRequest, GetNextBrokerIdReques
 from rocketray.controller.codes import ResponseCode
 from rocketray.controller.config import ControllerConfig
 from rocketray.controller.events import ApplyBrokerIdEvent, ElectMasterEvent, encode_events
-from rocketray.controller.proc import LocalCluster
+from rocketray.controller.proc import InProcessControllers
 from rocketray.controller.raft import encode_payload
 from rocketray.controller.state import ControllerState
 
@@ -31,7 +31,7 @@ def everyone_alive(name, broker_id):
 
 @pytest.fixture
 def cluster(tmp_path, port_factory):
-    group = LocalCluster(tmp_path / "g", [port_factory() for _ in range(3)], ControllerConfig.for_tests(),
+    group = InProcessControllers(tmp_path / "g", [port_factory() for _ in range(3)], ControllerConfig.for_tests(),
                          "s3cret", alive=everyone_alive)
     yield group
     group.close()

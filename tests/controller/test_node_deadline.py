@@ -13,14 +13,14 @@ import pytest
 from rocketray.controller.api import ApplyBrokerIdRequest
 from rocketray.controller.codes import ResponseCode
 from rocketray.controller.config import ControllerConfig
-from rocketray.controller.proc import LocalCluster
+from rocketray.controller.proc import InProcessControllers
 
 TIMEOUT_MS = 600
 
 
 @pytest.mark.slow
 def test_a_request_queued_behind_a_stuck_one_answers_within_its_own_deadline(tmp_path, port_factory):
-    cluster = LocalCluster(tmp_path / "g", [port_factory() for _ in range(3)],
+    cluster = InProcessControllers(tmp_path / "g", [port_factory() for _ in range(3)],
                            ControllerConfig.for_tests(leader_fallback_timeout_ms=5000), "s",
                            alive=lambda name, broker_id: True)
     try:

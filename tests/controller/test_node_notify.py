@@ -11,7 +11,7 @@ from rocketray.controller.api import (AlterSyncStateSetRequest, ApplyBrokerIdReq
 from rocketray.controller.codes import ResponseCode as C
 from rocketray.controller.config import ControllerConfig
 from rocketray.controller.notify import ElectionTrigger
-from rocketray.controller.proc import LocalCluster
+from rocketray.controller.proc import InProcessControllers
 
 CLUSTER, NAME = "c", "g"
 
@@ -20,7 +20,7 @@ CLUSTER, NAME = "c", "g"
 def one_node(tmp_path, port_factory):
     alive = {1, 2, 3}
     notices = []
-    cluster = LocalCluster(tmp_path / "n", [port_factory()], ControllerConfig.for_tests(), "s",
+    cluster = InProcessControllers(tmp_path / "n", [port_factory()], ControllerConfig.for_tests(), "s",
                            alive=lambda name, broker_id: broker_id in alive, on_role_changed=notices.append)
     yield cluster.wait_leader(), alive, notices
     cluster.close()

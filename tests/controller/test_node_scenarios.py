@@ -18,7 +18,7 @@ from rocketray.controller.api import (AlterSyncStateSetRequest, ApplyBrokerIdReq
 from rocketray.controller.codes import ResponseCode
 from rocketray.controller.config import ControllerConfig
 from rocketray.controller.events import ApplyBrokerIdEvent, encode_events
-from rocketray.controller.proc import LocalCluster
+from rocketray.controller.proc import InProcessControllers
 from rocketray.controller.node import ControllerNode, InsecureRaftBindError
 from rocketray.controller.raft import encode_payload
 
@@ -41,7 +41,7 @@ def make_cluster(tmp_path, port_factory):
 
     def make(config=None, secret="test-secret", n=3):
         liveness = {"alive": everyone_alive}   # what set_alive changes, read by every node
-        cluster = LocalCluster(tmp_path / f"c{len(made)}", [port_factory() for _ in range(n)],
+        cluster = InProcessControllers(tmp_path / f"c{len(made)}", [port_factory() for _ in range(n)],
                                config or ControllerConfig.for_tests(), secret,
                                alive=lambda name, broker_id: liveness["alive"](name, broker_id))
         cluster.liveness = liveness

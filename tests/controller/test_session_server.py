@@ -20,7 +20,7 @@ import pytest
 from rocketray.controller.api import (AlterSyncStateSetRequest, ApplyBrokerIdRequest, BrokerHeartbeatRequest,
                                       ElectMasterRequest, GetReplicaInfoRequest, RegisterBrokerRequest)
 from rocketray.controller.config import ControllerConfig
-from rocketray.controller.proc import LocalCluster
+from rocketray.controller.proc import InProcessControllers
 from rocketray.controller.session_server import SessionServer
 from rr_testing import wait_until
 
@@ -54,7 +54,7 @@ CLIENT = textwrap.dedent("""
 def group(tmp_path, port_factory):
     """One real controller node with a session listener; brokers 1-3 registered and heartbeating,
     1 master, SyncStateSet {1,2,3}."""
-    cluster = LocalCluster(tmp_path / "n", [port_factory()], ControllerConfig.for_tests(), SECRET)
+    cluster = InProcessControllers(tmp_path / "n", [port_factory()], ControllerConfig.for_tests(), SECRET)
     node = cluster.wait_leader()
     server = SessionServer("127.0.0.1", 0, SECRET, node.on_broker_session_closed).start()
     for broker_id in (1, 2, 3):

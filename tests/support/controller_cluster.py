@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rocketray.controller.config import ControllerConfig
-from rocketray.controller.proc import LocalCluster
+from rocketray.controller.proc import InProcessControllers
 
 
 def everyone_alive(name, broker_id):
@@ -14,11 +14,11 @@ def everyone_alive(name, broker_id):
 
 @pytest.fixture
 def make_cluster(tmp_path, port_factory):
-    """``make(**config)`` -> a LocalCluster of 3 nodes on fresh ports (closed after the test)."""
+    """``make(**config)`` -> a InProcessControllers of 3 nodes on fresh ports (closed after the test)."""
     made = []
 
     def make(**config):
-        cluster = LocalCluster(tmp_path / f"c{len(made)}", [port_factory() for _ in range(3)],
+        cluster = InProcessControllers(tmp_path / f"c{len(made)}", [port_factory() for _ in range(3)],
                                ControllerConfig.for_tests(**config), "s3cret", alive=everyone_alive)
         made.append(cluster)
         return cluster
