@@ -1,7 +1,7 @@
 """The broker's controller loop: ReplicasManager, a thin shell over the role machine (reference §10).
 
 Theory of operation. A broker starts *fenced* (no writes). ``start_basic_service_once`` walks the
-lifecycle ``INITIAL -> FIRST_TIME_SYNC_CONTROLLER_METADATA_DONE -> REGISTER_TO_CONTROLLER_DONE ->
+role machine's lifecycle ``INITIAL -> FIRST_TIME_SYNC_CONTROLLER_METADATA_DONE -> REGISTER_TO_CONTROLLER_DONE ->
 RUNNING``: find the controller leader, obtain the persistent broker id (``rocketray.broker.register``),
 send REGISTER_BROKER (which also tells the controller a changed address), heartbeat once, and learn
 the master from the registration answer or by asking for a broker-triggered election. After that,
@@ -9,16 +9,18 @@ periodic steps keep it in line with the controller: heartbeats to every controll
 the replica info (the safety net behind the controller's role-change notifications), and on the
 master the SyncStateSet shrink check.
 
-Every decision about role, master epoch and SyncStateSet is taken by the pure
+Every decision about lifecycle, role, master epoch and SyncStateSet is taken by the pure
 :class:`rocketray.broker.role.RoleMachine` (strictly newer epochs only; a new term instead of
-resuming a term from before a restart; one SyncStateSet report in flight; see that module). This
-shell only turns controller answers, notifications and HA events into the machine's inputs, and
-executes the actions it returns, in order, on declared ports: :class:`ControllerClient`,
-:class:`rocketray.ha.port.HAPort` (built by ``ha_factory`` once the broker id is known), :class:`StorePort` and the
-registrar's :class:`rocketray.broker.register.IdentityStore`. It keeps no copy of role, epoch or
-membership; its views read the machine. Every input is applied under one lock, so actions of one
-input run before the next input is decided; a SyncStateSet report (a controller round trip) runs as
-a background task whose answer is a later input.
+resuming a term from before a restart; no stale switch; one SyncStateSet report in flight; see that
+module). This shell only turns controller answers, notifications and HA events into the machine's
+inputs and hands them to the one executor (:class:`rocketray.broker.executor.Executor`, which the
+simulator runs too), plugging in the ports: this manager as the executor's ``ControllerPort``
+(over :class:`ControllerClient`), :class:`rocketray.ha.port.HAPort` (built by ``ha_factory`` once
+the broker id is known, given the machine it reads role and epoch from), :class:`StorePort` and
+the registrar's :class:`rocketray.broker.register.IdentityStore`. It keeps no copy of lifecycle,
+role, epoch or membership; its views read the machine. Every input is applied under one lock, so
+actions of one input run before the next input is decided; a SyncStateSet report (a controller
+round trip) runs as a background task whose answer is a later input.
 
 Address convention (replaces reference §18 item 9, the nameserver detour): the address a broker
 registers with the controller *is its HA listening address* ``host:ha_port``. The controller's
@@ -32,24 +34,18 @@ them on the running event loop. Periodic steps catch and log per step (this is a
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import random
-from typing import Any, Awaitable, Callable, Iterable, Mapping, Protocol
+from typing import Any, Awaitable, Callable, Coroutine, Iterable, Mapping, Protocol
 
+from rocketray.broker import executor as ex
 from rocketray.broker import role as rm
+from rocketray.broker.executor import BrokerNames, Executor
 from rocketray.broker.register import IdentityStore, Registrar, RegisterState
 from rocketray.broker.replicas_model import (ControllerCallError, ReplicasManagerConfig, Role, RoleChangeNotification,
                                              State, notification_from)
 from rocketray.broker.role import MasterInfo, RoleMachine, StoreFacts
-from rocketray.controller.api import (
-    AlterSyncStateSetRequest,
-    BrokerHeartbeatRequest,
-    ElectMasterRequest,
-    GetReplicaInfoRequest,
-    RegisterBrokerRequest,
-    Response,
-)
+from rocketray.controller.api import BrokerHeartbeatRequest, Response
 from rocketray.controller.codes import ResponseCode
 from rocketray.ha.port import HAPort
 
@@ -93,7 +89,8 @@ class StorePort(Protocol):
     def epoch_file(self) -> EpochFileView: ...
 
 
-HAFactory = Callable[[int], Awaitable[HAPort]]
+HAFactory = Callable[[int, RoleMachine], Awaitable[HAPort]]
+"""Builds the HA service for the broker id, reading role, epoch and SyncStateSet from the machine."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -125,7 +122,10 @@ class ReplicasManager:
         self._rng = rng or random.Random()
         self.registrar = Registrar(cluster_name, broker_name, broker_address, identity, now_ms)
         self.machine = RoleMachine(broker_address)
-        self.state = State.INITIAL
+        self.names = BrokerNames(cluster_name, broker_name, broker_address,
+                                 self.config.controller_heartbeat_timeout_ms, self.config.broker_election_priority)
+        self.executor = Executor(self.machine, self.names, controller=self, ha=None, facts=self._facts,
+                                 now_ms=now_ms)
         self.controller_leader_address: str | None = None
         self._lock = asyncio.Lock()
         self._periodic: list[asyncio.Task] = []
@@ -166,13 +166,18 @@ class ReplicasManager:
         return self.registrar.state
 
     @property
+    def state(self) -> State:
+        """The lifecycle (the machine's)."""
+        return self.machine.lifecycle
+
+    @property
     def fenced(self) -> bool:
         """True until RUNNING (registered, master known) and after stop: the broker must not write."""
-        return self.state != State.RUNNING or self.machine.fenced
+        return self.machine.fenced
 
     @property
     def writable(self) -> bool:
-        return self.state == State.RUNNING and self.machine.writable
+        return self.machine.writable
 
     @property
     def _tasks(self) -> list[asyncio.Task]:
@@ -194,72 +199,46 @@ class ReplicasManager:
     # ---------------------------------------------------------------- machine driving
 
     def _facts(self) -> StoreFacts:
-        return StoreFacts(int(self.store.epoch_file.last_epoch()), int(self.store.max_offset))
+        return StoreFacts(int(self.store.epoch_file.last_epoch()), int(self.store.max_offset),
+                          int(self.store.confirm_offset))
 
     async def _feed(self, event: rm.Input) -> None:
         """Apply ``event`` and execute its actions (and the inputs they produce) under the lock."""
         async with self._lock:
-            pending: list[rm.Input] = [event]
-            while pending:
-                actions = self.machine.step(pending.pop(0), self._facts())
-                for action in actions:
-                    follow_up = await self._execute(action)
-                    if follow_up is not None:
-                        pending.append(follow_up)
+            await self.executor.feed(event)
 
-    async def _execute(self, action: rm.Action) -> rm.Input | None:
-        """One action on the ports; returns the input it produces, if any."""
-        if isinstance(action, (rm.BecomeMaster, rm.BecomeSlave)):
-            return await self._switch(action)
-        if isinstance(action, rm.ApplySyncStateSet):
-            assert self.ha is not None
-            self.ha.set_sync_state_set(set(action.members))
-            log.info("sync state set confirmed: group=%s set=%s epoch=%s", self.broker_name,
-                     sorted(action.members), action.epoch)
-            return None
-        if isinstance(action, rm.ReportSyncStateSet):
-            assert self.ha is not None
-            vetted = self.ha.mark_in_flight(action.proposal)  # in the union view before it leaves
-            if vetted is None:  # every member it would add lags the confirm offset: nothing to send
-                return rm.ReportAnswered(rm.ReportOutcome.REFUSED)
-            self._spawn(self._report(dataclasses.replace(action, proposal=vetted)))
-            return None
-        if isinstance(action, rm.SendHeartbeat):
-            try:
-                await self.client.heartbeat(self.heartbeat_request())
-            except Exception as exc:  # noqa: BLE001 - the next periodic heartbeat retries
-                log.info("heartbeat failed: group=%s error=%r", self.broker_name, exc)
-            return None
-        if isinstance(action, rm.RequestElection):
-            return await self._elect()
-        if isinstance(action, rm.RequestNewTerm):
-            return await self._new_term(action.old_epoch)
-        if isinstance(action, rm.SetWritable):
-            log.info("writable=%s: group=%s broker_id=%s role=%s epoch=%s", action.writable, self.broker_name,
-                     self.broker_id, self.role.name, self.master_epoch)
-            return None
-        raise TypeError(f"unknown role action {action!r}")
+    # ---------------------------------------------------------------- the executor's ControllerPort
 
-    async def _switch(self, action: rm.BecomeMaster | rm.BecomeSlave) -> rm.Input:
-        assert self.ha is not None
+    async def ask(self, request: object, then: ex.Then) -> rm.Input | None:
+        """Send ``request`` to the leader and return ``then(answer)`` (None: no answer)."""
+        return then(await self._answer(request))
+
+    def ask_later(self, request: object, then: ex.Then) -> None:
+        """Send ``request`` in the background; its answer is a later input (a report)."""
+        async def answer_later() -> None:
+            await self._feed(then(await self._answer(request)))
+        self._spawn(answer_later())
+
+    async def heartbeat(self, request: BrokerHeartbeatRequest) -> None:
         try:
-            if isinstance(action, rm.BecomeMaster):
-                ok = await (self.ha.change_to_master_same(action.epoch) if action.same
-                            else self.ha.change_to_master(action.epoch))
-            else:
-                ok = await self.ha.change_to_slave(action.master_address, action.epoch)
-        except BaseException:
-            # the switch failed: nothing is recorded, the next notification or poll retries it
-            self.machine.step(rm.SwitchDone(False), self._facts())
-            raise
-        if ok:
-            log.info("role switch done: group=%s broker_id=%s %r", self.broker_name, self.broker_id, action)
-        else:
-            log.warning("HA refused role switch: group=%s broker_id=%s %r", self.broker_name, self.broker_id,
-                        action)
-        return rm.SwitchDone(bool(ok))
+            await self.client.heartbeat(request)
+        except Exception as exc:  # noqa: BLE001 - the next periodic heartbeat retries
+            log.info("heartbeat failed: group=%s error=%r", self.broker_name, exc)
 
-    def _spawn(self, coro: Awaitable[Any]) -> None:
+    async def _answer(self, request: object) -> Response | None:
+        """The leader's answer, or None when none came (logged; the outcome is unknown)."""
+        what = type(request).__name__
+        try:
+            resp = await self._call(request)
+        except Exception as exc:  # noqa: BLE001 - the machine treats it as no answer
+            log.info("%s failed: group=%s broker_id=%s error=%r", what, self.broker_name, self.broker_id, exc)
+            return None
+        if not resp.ok:
+            log.info("%s answered: group=%s broker_id=%s code=%s %s", what, self.broker_name, self.broker_id,
+                     resp.code, resp.remark)
+        return resp
+
+    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
         task = asyncio.get_running_loop().create_task(coro)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
@@ -301,71 +280,15 @@ class ReplicasManager:
         assert resp is not None
         return resp
 
-    async def _elect(self) -> rm.ElectAnswered:
-        """brokerElect (§10.3): SUCCESS and MASTER_STILL_EXIST both name the master."""
-        assert self.broker_id is not None
-        try:
-            resp = await self._call(ElectMasterRequest.of_broker_trigger(self.cluster_name, self.broker_name,
-                                                                         self.broker_id))
-        except Exception as exc:  # noqa: BLE001 - the next pass or poll asks again
-            log.info("broker elect failed: group=%s error=%r", self.broker_name, exc)
-            return rm.ElectAnswered(None)
-        if resp.code not in (ResponseCode.SUCCESS, ResponseCode.CONTROLLER_MASTER_STILL_EXIST):
-            log.info("broker elect: no master: group=%s code=%s %s", self.broker_name, resp.code, resp.remark)
-            return rm.ElectAnswered(None)
-        return rm.ElectAnswered(MasterInfo.from_response(resp))
-
-    async def _new_term(self, old_epoch: int) -> rm.NewTermAnswered:
-        assert self.broker_id is not None
-        log.warning("not resuming master epoch %s from before a restart: group=%s broker_id=%s; asking for a "
-                    "new term", old_epoch, self.broker_name, self.broker_id)
-        try:
-            facts = self._facts()   # ranked by what it holds now, not by its pre-restart heartbeats
-            resp = await self._call(ElectMasterRequest.of_new_term(self.cluster_name, self.broker_name,
-                                                                   self.broker_id, facts.last_epoch,
-                                                                   facts.max_offset))
-        except Exception as exc:  # noqa: BLE001 - the next poll asks again
-            log.info("new term request failed: group=%s error=%r", self.broker_name, exc)
-            return rm.NewTermAnswered(old_epoch, None)
-        if resp.code != ResponseCode.SUCCESS:
-            log.info("new term refused: group=%s code=%s %s", self.broker_name, resp.code, resp.remark)
-            return rm.NewTermAnswered(old_epoch, None)
-        return rm.NewTermAnswered(old_epoch, MasterInfo.from_response(resp))
-
     async def _poll(self) -> rm.Input | None:
         """GET_REPLICA_INFO (§10.7); the controller lost the set's metadata -> register again."""
-        resp = await self._call(GetReplicaInfoRequest(self.broker_name))
+        resp = await self._call(ex.poll_request(self.names))
         if resp.code == ResponseCode.CONTROLLER_BROKER_METADATA_NOT_EXIST:
             log.warning("controller lost broker-set metadata; re-registering: group=%s", self.broker_name)
             return await self._register_call()
         if not resp.ok:
             log.info("get replica info failed: group=%s code=%s %s", self.broker_name, resp.code, resp.remark)
-            return None
-        return rm.ReplicaInfoPolled(MasterInfo.from_response(resp))
-
-    async def _report(self, action: rm.ReportSyncStateSet) -> None:
-        """doReportSyncStateSetChanged: ALTER_SYNC_STATE_SET; the answer goes back to the machine."""
-        assert self.broker_id is not None
-        req = AlterSyncStateSetRequest(self.broker_name, self.broker_id, action.master_epoch, action.proposal,
-                                       action.sync_state_set_epoch, invoke_time_ms=self.now_ms())
-        try:
-            resp = await self._call(req)
-        except Exception as exc:  # noqa: BLE001 - outcome unknown: the machine retries it later
-            log.info("alter sync state set failed: group=%s proposed=%s error=%r", self.broker_name,
-                     sorted(action.proposal), exc)
-            answer = rm.ReportAnswered(rm.ReportOutcome.UNKNOWN)
-        else:
-            if resp.ok:
-                body = resp.body or {}
-                answer = rm.ReportAnswered(rm.ReportOutcome.CONFIRMED,
-                                           frozenset(body.get("sync_state_set") or action.proposal),
-                                           int(body.get("sync_state_set_epoch",
-                                                        resp.header.get("new_sync_state_set_epoch", 0))))
-            else:
-                log.info("alter sync state set refused: group=%s proposed=%s code=%s %s", self.broker_name,
-                         sorted(action.proposal), resp.code, resp.remark)
-                answer = rm.ReportAnswered(rm.ReportOutcome.REFUSED)
-        await self._feed(answer)
+        return ex.poll_answer(resp)
 
     # ---------------------------------------------------------------- registration (§9.2, §10.2)
 
@@ -375,7 +298,7 @@ class ReplicasManager:
         if broker_id is None:
             return False
         if self.broker_id is None:
-            self.ha = await self.ha_factory(broker_id)
+            self.ha = self.executor.ha = await self.ha_factory(broker_id, self.machine)
             self.ha.add_sss_listener(self._on_sss_proposed)
             await self._feed(rm.IdAssigned(broker_id))
         assert self.broker_id == broker_id, "a broker id never changes"
@@ -388,8 +311,7 @@ class ReplicasManager:
     async def _register_call(self) -> rm.Registered | None:
         assert self.broker_id is not None
         try:
-            resp = await self._call(RegisterBrokerRequest(self.cluster_name, self.broker_name, self.broker_id,
-                                                          self.broker_address))
+            resp = await self._call(ex.register_request(self.names, self.broker_id))
         except Exception as exc:  # noqa: BLE001 - the next pass retries
             log.warning("register broker failed: group=%s broker_id=%s error=%r", self.broker_name,
                         self.broker_id, exc)
@@ -399,11 +321,13 @@ class ReplicasManager:
                         self.broker_id, resp.code, resp.remark)
             return None
         self.registrar.mark_registered()
-        return rm.Registered(MasterInfo.from_response(resp))
+        return ex.register_answer(resp)
 
     async def elect_once(self) -> bool:
         """brokerElect (§10.3): ask for a broker-triggered election and follow the answer."""
-        answer = await self._elect()
+        assert self.broker_id is not None
+        answer = await self.ask(ex.elect_request(self.names, self.broker_id), ex.elect_answer)
+        assert isinstance(answer, rm.ElectAnswered)
         await self._feed(answer)
         return answer.info is not None and answer.info.names_master
 
@@ -414,16 +338,16 @@ class ReplicasManager:
         if self.state == State.INITIAL:
             if not await self.sync_controller_metadata_once():
                 return False
-            self.state = State.FIRST_TIME_SYNC_CONTROLLER_METADATA_DONE
+            await self._feed(rm.LeaderFound())
+        bootstrap = self.state == State.REGISTER_TO_CONTROLLER_DONE
         if self.state == State.FIRST_TIME_SYNC_CONTROLLER_METADATA_DONE:
             if not await self.register_once():
                 return False
-            self.state = State.REGISTER_TO_CONTROLLER_DONE
-        if self.state == State.REGISTER_TO_CONTROLLER_DONE:
+            bootstrap = True
+        if bootstrap:
             await self._feed(rm.Bootstrap())  # heartbeat; elect if no master is known
-            if not self.machine.running:      # nobody electable yet, or the HA service refused
+            if self.state != State.RUNNING:   # nobody electable yet, or the switch failed
                 return False
-            self.state = State.RUNNING
             log.info("replicas manager running: group=%s broker_id=%s role=%s epoch=%s", self.broker_name,
                      self.broker_id, self.role.name, self.master_epoch)
         return self.state == State.RUNNING
@@ -432,12 +356,7 @@ class ReplicasManager:
 
     def heartbeat_request(self) -> BrokerHeartbeatRequest:
         assert self.broker_id is not None
-        return BrokerHeartbeatRequest(
-            self.cluster_name, self.broker_name, self.broker_address, self.broker_id,
-            epoch=int(self.store.epoch_file.last_epoch()), max_offset=int(self.store.max_offset),
-            confirm_offset=int(self.store.confirm_offset),
-            heartbeat_timeout_ms=self.config.controller_heartbeat_timeout_ms,
-            election_priority=self.config.broker_election_priority)
+        return ex.heartbeat_request(self.names, self.broker_id, self._facts())
 
     async def heartbeat_once(self) -> bool:
         """Heartbeat every controller (§5.1); skipped until registration is done (isolated)."""
@@ -535,7 +454,6 @@ class ReplicasManager:
 
     async def stop(self) -> None:
         """Shutdown (§10.10): fence, stop reporting, cancel every task; no deregistration."""
-        self.state = State.SHUTDOWN
         self.machine.step(rm.Stopped())
         self.registrar.reset()
         tasks = self._tasks

@@ -1,4 +1,4 @@
-"""The broker's role machine: the one owner of role, master epoch and SyncStateSet (pure).
+"""The broker's role machine: the one owner of role, master epoch, lifecycle and SyncStateSet (pure).
 
 Theory of operation. Everything a broker learns about its place in the group arrives as an *input*:
 the controller's answers (REGISTER_BROKER, a broker-triggered election, a new-term election, the
@@ -10,7 +10,21 @@ returns the *actions* the shell must execute, in order, the way ``ha/session.py`
 awaits: the same inputs give the same actions, so the simulator runs it as it is. ``facts`` are
 what the store says right now (its last epoch and max offset).
 
-Every transition is in this file (its inputs and actions are declared in ``role_io.py``). The rules:
+Every transition is in this file (its inputs and actions are declared in ``role_io.py``), and no
+other part of a broker keeps a copy of what it decides: the HA service reads role and epoch here,
+the HA tracker reads the confirmed SyncStateSet here, and the shells (``ReplicasManager``, the
+HA service, the simulator's broker) execute the actions through one executor
+(``rocketray.broker.executor``). The rules:
+
+* **Lifecycle** (reference 10.2): ``INITIAL -> FIRST_TIME_SYNC_CONTROLLER_METADATA_DONE``
+  (``LeaderFound``) ``-> REGISTER_TO_CONTROLLER_DONE`` (``Registered``) ``-> RUNNING`` (a master is
+  known, possibly me) ``-> SHUTDOWN`` (``Stopped``). The broker is fenced unless RUNNING.
+* **HA switch preconditions**: a switch to an epoch older than the last one in the store's epoch
+  file is never started (``switch_is_stale``). A promotion stops replication, cuts a torn tail
+  and starts its epoch at the max offset, and on commit starts a new term
+  (``BecomeMaster.cut_torn_tail``/``new_term``, ``ServeAsMaster``); the same master at a new
+  epoch only starts the epoch. The role is taken when ``SwitchDone(ok)`` arrives, then the HA
+  service is told (``ServeAsMaster``/``FollowMaster``).
 
 * **Strictly newer epochs only** (reference 19): a controller view naming a master is acted on only
   if its master epoch is strictly greater than the one this broker holds. A notification or poll
@@ -53,15 +67,16 @@ from dataclasses import dataclass
 
 from rocketray.broker import role_io
 from rocketray.broker.role_io import (Action, ApplySyncStateSet, BecomeMaster, BecomeSlave, Bootstrap,
-                                      ElectAnswered, IdAssigned, Input, MasterInfo, NewTermAnswered,
-                                      Registered, ReplicaInfoPolled, ReportAnswered, ReportOutcome,
-                                      ReportSyncStateSet, RequestElection, RequestNewTerm, Role,
-                                      RoleChangeNotified, SendHeartbeat, SetWritable, ShrinkChecked,
-                                      Stopped, StoreFacts, SwitchDone, SyncStateSetProposed)
+                                      ElectAnswered, FollowMaster, IdAssigned, Input, LeaderFound,
+                                      Lifecycle, MasterInfo, NewTermAnswered, Registered, ReplicaInfoPolled,
+                                      ReportAnswered, ReportOutcome, ReportSyncStateSet, RequestElection,
+                                      RequestNewTerm, Role, RoleChangeNotified, SendHeartbeat, ServeAsMaster,
+                                      SetWritable, ShrinkChecked, Stopped, StoreFacts, SwitchDone,
+                                      SwitchOrdered, SyncStateSetOrdered, SyncStateSetProposed)
 
 __all__ = [*role_io.__all__,  # re-exported: the shells and tests use role.X
            "RoleMachine", "acts_on_epoch", "is_term_from_before_restart", "is_term_won_before_boot",
-           "report_may_start"]
+           "report_may_start", "switch_is_stale"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -87,6 +102,12 @@ def is_term_won_before_boot(sitting: bool, at_registration: bool) -> bool:
     return not sitting and at_registration
 
 
+def switch_is_stale(epoch: int, last_epoch: int) -> bool:
+    """A switch to ``epoch`` while the store's epoch file already ends at a newer epoch would write
+    an epoch entry that goes back: never started (the HA service used to refuse it itself)."""
+    return epoch < last_epoch
+
+
 def report_may_start(in_flight: "ReportSyncStateSet | None") -> bool:
     """A SyncStateSet report starts only when none is in flight (the old shell ran them concurrently)."""
     return in_flight is None
@@ -108,8 +129,7 @@ class RoleMachine:
     master_address: str = ""
     sync_state_set: frozenset[int] = frozenset()
     sync_state_set_epoch: int = 0
-    registered: bool = False
-    stopped: bool = False
+    lifecycle: Lifecycle = Lifecycle.INITIAL
     switching: BecomeMaster | BecomeSlave | None = None
     report_in_flight: ReportSyncStateSet | None = None
     queued_proposal: frozenset[int] | None = None   # sent when the report in flight is answered
@@ -119,9 +139,18 @@ class RoleMachine:
     # -- views -----------------------------------------------------------------------------------
 
     @property
+    def registered(self) -> bool:
+        """REGISTER_BROKER was answered (and the broker was not stopped before that)."""
+        return self.lifecycle >= Lifecycle.REGISTER_TO_CONTROLLER_DONE
+
+    @property
+    def stopped(self) -> bool:
+        return self.lifecycle == Lifecycle.SHUTDOWN
+
+    @property
     def running(self) -> bool:
         """Registered, a master known (possibly me), not stopped: the broker is past its start."""
-        return self.registered and not self.stopped and self.master_broker_id is not None
+        return self.lifecycle == Lifecycle.RUNNING
 
     @property
     def fenced(self) -> bool:
@@ -141,6 +170,8 @@ class RoleMachine:
         """Apply one input; return the actions to execute in order."""
         was_writable = self.writable
         actions = self._dispatch(event, facts)
+        if self.lifecycle == Lifecycle.REGISTER_TO_CONTROLLER_DONE and self.master_broker_id is not None:
+            self.lifecycle = Lifecycle.RUNNING
         if self.writable != was_writable:
             actions.append(SetWritable(self.writable))
         return actions
@@ -151,13 +182,16 @@ class RoleMachine:
             self.broker_id = event.broker_id
             return []
         if isinstance(event, Stopped):
-            self.stopped = True
+            self.lifecycle = Lifecycle.SHUTDOWN
             self.queued_proposal = self.retry_proposal = None
             return []
         if self.stopped:
             return []
+        if isinstance(event, LeaderFound):
+            self.lifecycle = max(self.lifecycle, Lifecycle.FIRST_TIME_SYNC_CONTROLLER_METADATA_DONE)
+            return []
         if isinstance(event, Registered):
-            self.registered = True
+            self.lifecycle = max(self.lifecycle, Lifecycle.REGISTER_TO_CONTROLLER_DONE)
             return self._follow(event.info, facts, at_registration=True)
         if isinstance(event, Bootstrap):
             return self._bootstrap()
@@ -177,6 +211,10 @@ class RoleMachine:
             return self._shrink_checked(event.candidate)
         if isinstance(event, ReportAnswered):
             return self._report_answered(event)
+        if isinstance(event, SwitchOrdered):
+            return self._ordered(event.switch, facts)
+        if isinstance(event, SyncStateSetOrdered):
+            return self._adopt_sync_state_set(event.members, self.sync_state_set_epoch + 1)
         raise TypeError(f"not a role machine input: {event!r}")
 
     # -- controller views ------------------------------------------------------------------------
@@ -222,13 +260,25 @@ class RoleMachine:
                     return []
                 self.new_term_for = epoch
                 return [SendHeartbeat(), RequestNewTerm(epoch)]
+            if switch_is_stale(epoch, facts.last_epoch):
+                return []
             self.switching = BecomeMaster(epoch, sitting, info.sync_state_set, info.sync_state_set_epoch)
             return [self.switching]
         assert info.master_address is not None and info.master_broker_id is not None
+        if switch_is_stale(epoch, facts.last_epoch):
+            return []
         same = (self.role == Role.SLAVE and info.master_broker_id == self.master_broker_id
                 and info.master_address == self.master_address)
         self.switching = BecomeSlave(info.master_address, epoch, info.master_broker_id, same)
         return [self.switching]
+
+    def _ordered(self, switch: BecomeMaster | BecomeSlave, facts: StoreFacts) -> list[Action]:
+        """A standalone endpoint's switch: the same preconditions, no controller view to check."""
+        if self.switching is not None or switch_is_stale(switch.epoch, facts.last_epoch):
+            return []
+        assert self.broker_id is not None, "a role needs the broker id"
+        self.switching = switch
+        return [switch]
 
     def _switch_done(self, ok: bool) -> list[Action]:
         pending, self.switching = self.switching, None
@@ -240,14 +290,15 @@ class RoleMachine:
             self.role = Role.MASTER
             self.master_broker_id = self.broker_id
             self.master_address = self.broker_address
-            if not pending.same:
+            if pending.new_term:
                 self.queued_proposal = self.retry_proposal = None
-            return self._adopt_sync_state_set(pending.sync_state_set, pending.sync_state_set_epoch)
+            return [ServeAsMaster(pending.epoch, pending.new_term),
+                    *self._adopt_sync_state_set(pending.sync_state_set, pending.sync_state_set_epoch)]
         self.role = Role.SLAVE
         self.master_broker_id = pending.master_broker_id
-        self.master_address = pending.master_address
+        self.master_address = pending.master_address or ""
         self.queued_proposal = self.retry_proposal = None
-        return []
+        return [FollowMaster(pending.master_address, pending.epoch)]
 
     def _adopt_sync_state_set(self, members: frozenset[int], epoch: int) -> list[Action]:
         """Reference 10.6: a confirmed set is applied only if its epoch is newer."""
@@ -310,7 +361,7 @@ class RoleMachine:
         return {"role": self.role.value, "broker_id": self.broker_id, "master_epoch": self.master_epoch,
                 "master_broker_id": self.master_broker_id, "master_address": self.master_address,
                 "sync_state_set": sorted(self.sync_state_set), "sync_state_set_epoch": self.sync_state_set_epoch,
-                "registered": self.registered, "stopped": self.stopped, "writable": self.writable,
+                "lifecycle": self.lifecycle.name, "writable": self.writable,
                 "switching": repr(self.switching) if self.switching else None,
                 "report_in_flight": sorted(self.report_in_flight.proposal) if self.report_in_flight else None,
                 "new_term_for": self.new_term_for}

@@ -12,12 +12,12 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Union
 
 __all__ = [
-    "Role", "StoreFacts", "MasterInfo", "ReportOutcome",
-    "IdAssigned", "Registered", "Bootstrap", "ElectAnswered", "NewTermAnswered", "ReplicaInfoPolled",
-    "RoleChangeNotified", "SwitchDone", "SyncStateSetProposed", "ShrinkChecked", "ReportAnswered",
-    "Stopped", "Input",
-    "BecomeMaster", "BecomeSlave", "ApplySyncStateSet", "ReportSyncStateSet", "SendHeartbeat",
-    "RequestElection", "RequestNewTerm", "SetWritable", "Action",
+    "Role", "Lifecycle", "StoreFacts", "MasterInfo", "ReportOutcome",
+    "IdAssigned", "LeaderFound", "Registered", "Bootstrap", "ElectAnswered", "NewTermAnswered",
+    "ReplicaInfoPolled", "RoleChangeNotified", "SwitchDone", "SyncStateSetProposed", "ShrinkChecked",
+    "ReportAnswered", "Stopped", "SwitchOrdered", "SyncStateSetOrdered", "Input",
+    "BecomeMaster", "BecomeSlave", "ServeAsMaster", "FollowMaster", "ApplySyncStateSet",
+    "ReportSyncStateSet", "SendHeartbeat", "RequestElection", "RequestNewTerm", "SetWritable", "Action",
 ]
 
 
@@ -30,16 +30,28 @@ class Role(str, enum.Enum):
     SYNC_MASTER = "master"  # the reference's name; an alias of MASTER
 
 
+class Lifecycle(enum.IntEnum):
+    """Where the broker is in its start (reference 10.2): it accepts writes only while RUNNING."""
+
+    INITIAL = 0
+    FIRST_TIME_SYNC_CONTROLLER_METADATA_DONE = 1   # a controller leader is known
+    REGISTER_TO_CONTROLLER_DONE = 2                # REGISTER_BROKER answered
+    RUNNING = 3                                    # registered and a master known (possibly me)
+    SHUTDOWN = 4
+
+
 # ---------------------------------------------------------------------------------------------
 # Inputs
 
 
 @dataclass(frozen=True, slots=True)
 class StoreFacts:
-    """What the store says now: the last epoch of its epoch file (-1 if empty) and its max offset."""
+    """What the store says now: the last epoch of its epoch file (-1 if empty), its max offset and
+    its confirm offset."""
 
     last_epoch: int = -1
     max_offset: int = 0
+    confirm_offset: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +97,11 @@ class IdAssigned:
     """The registrar made the broker id durable."""
 
     broker_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderFound:
+    """The shell found the controller leader (INITIAL -> FIRST_TIME_SYNC_CONTROLLER_METADATA_DONE)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,9 +181,24 @@ class Stopped:
     that shrink would leave a dying master alone in its SyncStateSet)."""
 
 
-Input = Union[IdAssigned, Registered, Bootstrap, ElectAnswered, NewTermAnswered, ReplicaInfoPolled,
-              RoleChangeNotified, SwitchDone, SyncStateSetProposed, ShrinkChecked, ReportAnswered,
-              Stopped]
+@dataclass(frozen=True, slots=True)
+class SwitchOrdered:
+    """A standalone HA endpoint (no controller: HA tests, benchmarks, a slave process) is ordered to
+    switch: ``switch`` is the ``BecomeMaster``/``BecomeSlave`` to run if the HA preconditions hold."""
+
+    switch: "BecomeMaster | BecomeSlave"
+
+
+@dataclass(frozen=True, slots=True)
+class SyncStateSetOrdered:
+    """A standalone HA endpoint is given its SyncStateSet (no controller to confirm one)."""
+
+    members: frozenset[int]
+
+
+Input = Union[IdAssigned, LeaderFound, Registered, Bootstrap, ElectAnswered, NewTermAnswered,
+              ReplicaInfoPolled, RoleChangeNotified, SwitchDone, SyncStateSetProposed, ShrinkChecked,
+              ReportAnswered, Stopped, SwitchOrdered, SyncStateSetOrdered]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -176,23 +208,55 @@ Input = Union[IdAssigned, Registered, Bootstrap, ElectAnswered, NewTermAnswered,
 @dataclass(frozen=True, slots=True)
 class BecomeMaster:
     """Switch the HA service to master of ``epoch`` (``same``: already master, only a new epoch
-    entry). Answer with ``SwitchDone``."""
+    entry): stop replicating (unless ``same``), cut a torn tail (``cut_torn_tail``) and start the
+    epoch at the max offset. Answer with ``SwitchDone``; the role is taken at ``ServeAsMaster``."""
 
     epoch: int
     same: bool
     sync_state_set: frozenset[int]
     sync_state_set_epoch: int
 
+    @property
+    def cut_torn_tail(self) -> bool:
+        """A promotion cuts a torn last record before its epoch starts (issue 15 fix 7); the same
+        master only adds an epoch entry."""
+        return not self.same
+
+    @property
+    def new_term(self) -> bool:
+        """A promotion starts a new term: no SyncStateSet proposal of an earlier term counts."""
+        return not self.same
+
 
 @dataclass(frozen=True, slots=True)
 class BecomeSlave:
     """Switch the HA service to replicate from ``master_address`` at ``epoch`` (the controller's
-    epoch: the HA client refuses a master handshake at another one). Answer with ``SwitchDone``."""
+    epoch: the HA client refuses a master handshake at another one): stop replicating unless
+    ``same`` (the same master). Answer with ``SwitchDone``; the link starts at ``FollowMaster``.
+    ``master_broker_id`` is None only for a standalone endpoint ordered to follow an address."""
 
-    master_address: str
+    master_address: str | None
     epoch: int
-    master_broker_id: int
+    master_broker_id: int | None
     same: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ServeAsMaster:
+    """The switch to master of ``epoch`` is committed: serve slaves (``new_term``: forget the
+    proposals of an earlier term), recompute the confirm offset, wake waiting puts."""
+
+    epoch: int
+    new_term: bool
+
+
+@dataclass(frozen=True, slots=True)
+class FollowMaster:
+    """The switch to slave of ``master_address`` at ``epoch`` is committed: start the HA link (or
+    tell the running one the new epoch), answer waiting puts."""
+
+    master_address: str | None
+    epoch: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,5 +300,5 @@ class SetWritable:
     writable: bool
 
 
-Action = Union[BecomeMaster, BecomeSlave, ApplySyncStateSet, ReportSyncStateSet, SendHeartbeat,
-               RequestElection, RequestNewTerm, SetWritable]
+Action = Union[BecomeMaster, BecomeSlave, ServeAsMaster, FollowMaster, ApplySyncStateSet, ReportSyncStateSet,
+               SendHeartbeat, RequestElection, RequestNewTerm, SetWritable]

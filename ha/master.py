@@ -16,7 +16,7 @@ made on the union view (``rocketray.ha.ack``).
 
 from __future__ import annotations
 
-from typing import Hashable, Iterable
+from typing import Callable, Hashable, Iterable
 
 from rocketray.ha.ack import AckPolicy, batch_acked, put_admitted
 from rocketray.ha.session import AckEvent
@@ -29,9 +29,11 @@ class MasterReplication:
     """See the module docstring. ``key``: any hashable the shell uses for one connection."""
 
     def __init__(self, self_id: int, policy: AckPolicy,
-                 max_time_slave_not_catchup_ms: int = 15000) -> None:
+                 max_time_slave_not_catchup_ms: int = 15000,
+                 confirmed: Callable[[], frozenset[int]] | None = None) -> None:
+        """``confirmed``: the owner of the confirmed SyncStateSet (the broker's role machine)."""
         self.policy = policy
-        self.tracker = SyncStateTracker(self_id, max_time_slave_not_catchup_ms)
+        self.tracker = SyncStateTracker(self_id, max_time_slave_not_catchup_ms, confirmed)
         self._slave_of: dict[Hashable, int | None] = {}
         self._ack_of: dict[Hashable, int] = {}
 
@@ -41,10 +43,8 @@ class MasterReplication:
 
     def rename_self(self, self_id: int) -> None:
         """The controller assigned this replica's id (before any connection or proposal)."""
-        t = self.tracker
-        assert not t.pending and not self._slave_of, "the id changes only before replicating"
-        t.local = frozenset(self_id if i == t.local_broker_id else i for i in t.local)
-        t.local_broker_id = self_id
+        assert not self._slave_of, "the id changes only before replicating"
+        self.tracker.rename(self_id)
 
     # -- connections -------------------------------------------------------------------------
 

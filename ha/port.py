@@ -1,11 +1,13 @@
 """The HA service as the broker's role machine and ReplicasManager see it: a declared port.
 
-``rocketray.ha.service.HAService`` implements it over real sockets; a simulator or a test fake
-implements the same methods. The manager executes the role machine's actions on it:
-``BecomeMaster`` -> ``change_to_master``/``change_to_master_same``, ``BecomeSlave`` ->
-``change_to_slave``, ``ApplySyncStateSet`` -> ``set_sync_state_set``, ``ReportSyncStateSet`` ->
-``mark_in_flight`` (before the request leaves), the periodic shrink check ->
-``maybe_shrink_sync_state_set``; proposals come back through the listener.
+``rocketray.ha.service.HAService`` implements it over real sockets; the simulator's broker and the
+test fakes implement the same methods. The one executor of the role machine's actions
+(``rocketray.broker.executor``) drives it: ``BecomeMaster`` -> ``stop_replication`` (a promotion)
+and ``start_epoch``, ``BecomeSlave`` -> ``stop_replication`` (another master), the committed role
+-> ``serve_as_master`` / ``follow``, ``ApplySyncStateSet`` -> ``set_sync_state_set``,
+``ReportSyncStateSet`` -> ``mark_in_flight`` (before the request leaves); the shell's periodic
+shrink check -> ``maybe_shrink_sync_state_set``; proposals come back through the listener. The
+port keeps no role or epoch: the role machine holds them.
 """
 
 from __future__ import annotations
@@ -21,19 +23,23 @@ __all__ = ["HAPort", "WritePort"]
 
 
 class HAPort(Protocol):
-    """Role switches and SyncStateSet bookkeeping (reference 12.5, 13.1, 13.3)."""
+    """Role switch steps and SyncStateSet bookkeeping (reference 12.5, 13.1, 13.3)."""
 
-    async def change_to_master(self, epoch: int) -> bool:
-        """Become master of ``epoch``: cut a torn tail to the last whole message, start the
-        epoch at the max offset, serve slaves. False (nothing changed) if the epoch is stale."""
+    async def stop_replication(self, reason: str) -> None:
+        """Stop the slave link and close every slave's connection."""
 
-    async def change_to_master_same(self, epoch: int) -> bool:
-        """Already master: only start ``epoch``. False if stale."""
+    async def start_epoch(self, epoch: int, cut_torn_tail: bool) -> None:
+        """Durably start ``epoch`` at the max offset, after cutting a torn last record to the last
+        whole message if ``cut_torn_tail`` (a promotion)."""
 
-    async def change_to_slave(self, master_ha_address: str, epoch: int) -> bool:
-        """Replicate from ``master_ha_address`` ("host:port") at the controller's ``epoch``: a
-        master whose handshake names another epoch is refused (the connection closes and is
-        retried). Same master: only the expected epoch moves. False if stale."""
+    def serve_as_master(self, new_term: bool) -> None:
+        """The role machine committed the master role: serve slaves (``new_term``: no proposal of
+        an earlier term counts), recompute the confirm offset, wake waiting puts."""
+
+    def follow(self, master_address: str | None, epoch: int) -> None:
+        """The role machine committed the slave role: replicate from ``master_address``
+        ("host:port"; None: no link) at the controller's ``epoch`` (a master whose handshake
+        names another epoch is refused); the link to that same master only learns the epoch."""
 
     def set_sync_state_set(self, ids: Iterable[int]) -> None:
         """The controller confirmed this SyncStateSet (drops the proposals it answered)."""

@@ -2,10 +2,18 @@
 
 Theory of operation. The service lives on the broker's event loop and owns: a listening server
 (every broker listens; connections are served only while master), the master connections (one
-per slave), the slave client (while slave), and the pure ``SyncStateTracker``. The broker actor
-drives it with role switches (reference 12.5) and SyncStateSet confirmations from the controller,
-and writes through ``put`` which applies the ack policy of reference 13.4. Expand/shrink proposals
-go up through listeners; nothing here talks to the controller.
+per slave), the slave client (while slave), and the pure ``MasterReplication`` (acks, union view).
+It keeps no role, epoch or confirmed SyncStateSet of its own: it reads them from the broker's role
+machine (``roles``, ``rocketray.broker.role``), whose actions the one executor
+(``rocketray.broker.executor``) carries out on this service's ``HAPort`` steps (stop replicating,
+start an epoch, serve as master, follow a master). Writes go through ``put``, which applies the ack
+policy of reference 13.4. Expand/shrink proposals go up through listeners; nothing here talks to
+the controller.
+
+A service built without ``roles`` is a standalone endpoint (HA tests, benchmarks, a slave process):
+it owns a role machine of its own, and ``change_to_master``/``change_to_master_same``/
+``change_to_slave``/``set_sync_state_set`` order that machine (``SwitchOrdered``) and run its
+actions through the same executor, with the same preconditions as in a broker.
 
 Every ack and confirm-offset decision is the pure core's (``rocketray.ha.ack``) over the tracker's
 union view (confirmed set | proposals the controller has not answered), so a joining member counts
@@ -25,7 +33,8 @@ from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 from rocketray.broker.message import Message, MessageCodecError
 from rocketray.broker.batch import EncodedBatch, encode_batch
-from rocketray.broker.role import Role
+from rocketray.broker import role as rm
+from rocketray.broker.role import Lifecycle, Role, RoleMachine, StoreFacts
 from rocketray.ha.ack import AckPolicy, PutResult, PutStatus, after_write, refused
 from rocketray.auth import AuthError, authenticate
 from rocketray.ha.config import HAConfig
@@ -60,7 +69,10 @@ class HAService:
 
     def __init__(self, store, broker_id: int, config: HAConfig | None = None,
                  secret: bytes | str = b"", loop: asyncio.AbstractEventLoop | None = None,
-                 clock_ms: Callable[[], int] = wall_clock_ms, io: OrderedIO | None = None) -> None:
+                 clock_ms: Callable[[], int] = wall_clock_ms, io: OrderedIO | None = None,
+                 roles: RoleMachine | None = None) -> None:
+        """``roles``: the broker's role machine (the owner of role, epoch and SyncStateSet); None
+        for a standalone endpoint, which then owns one."""
         if not secret:
             raise ValueError("HAService needs the cluster secret (non-empty)")
         self.store = store
@@ -77,11 +89,13 @@ class HAService:
         # no longer cached would otherwise make the loop wait for the disk); never the IO thread,
         # whose puts must not queue behind a read.
         self.reader = OrderedIO(f"ha-read-{broker_id}")
-        self.role = Role.NONE
-        self.epoch = -1
-        # Every replication decision (acks, SyncStateSet, confirm offset) is this pure core's.
+        self.standalone = roles is None
+        self.roles = roles if roles is not None else self._own_machine(broker_id)
+        # Every replication decision (acks, SyncStateSet, confirm offset) is this pure core's; the
+        # confirmed set it counts is the role machine's.
         self.replication = MasterReplication(broker_id, AckPolicy.from_config(self.config),
-                                             self.config.ha_max_time_slave_not_catchup_ms)
+                                             self.config.ha_max_time_slave_not_catchup_ms,
+                                             confirmed=lambda: self.roles.sync_state_set)
         self.log_view = StoreLogView(store, lambda: self.store.confirm_offset)
         self.connections: set[MasterConnection] = set()
         self._conn_tasks: set[asyncio.Task] = set()
@@ -90,9 +104,31 @@ class HAService:
         self._listeners: list[Callable[[frozenset[int]], object]] = []
         self._ack_waiters: list[asyncio.Future] = []
         self._confirm_listeners: list[Callable[[int], object]] = []
-        self._switching = False
         self._closed = False
         self.rejected_connections = 0
+
+    # ------------------------------------------------------------------ views of the role machine
+    @property
+    def role(self) -> Role:
+        """The broker's role (the role machine's)."""
+        return self.roles.role
+
+    @property
+    def epoch(self) -> int:
+        """The master epoch of the role held (-1 before the first switch)."""
+        return self.roles.master_epoch if self.roles.role != Role.NONE else -1
+
+    @property
+    def _switching(self) -> bool:
+        return self.roles.switching is not None
+
+    def _own_machine(self, broker_id: int) -> RoleMachine:
+        return RoleMachine(f"ha-{broker_id}", broker_id=broker_id,
+                           lifecycle=Lifecycle.REGISTER_TO_CONTROLLER_DONE)
+
+    def _facts(self) -> StoreFacts:
+        return StoreFacts(int(self.store.epoch_file.last_epoch()), int(self.store.max_offset),
+                          int(self.store.confirm_offset))
 
     @property
     def tracker(self) -> SyncStateTracker:
@@ -101,8 +137,9 @@ class HAService:
 
     def set_broker_id(self, broker_id: int) -> None:
         """The controller assigned this replica's id (before any role change)."""
-        assert self.role == Role.NONE, "broker id changes only before the first role change"
+        assert self.standalone and self.role == Role.NONE, "broker id changes only before the first role change"
         self.broker_id = broker_id
+        self.roles = self._own_machine(broker_id)
         self.replication.rename_self(broker_id)
 
     # ------------------------------------------------------------------ lifecycle
@@ -130,43 +167,15 @@ class HAService:
         if self._owns_io:
             self.io.close()
 
-    # ------------------------------------------------------------------ role switches (12.5)
-    async def change_to_master(self, epoch: int) -> bool:
-        """Become master of ``epoch``: cut a torn tail, start the epoch at the max offset, drop the
-        client and old connections, then serve slaves. False if ``epoch`` is stale."""
-        ef = self.store.epoch_file
-        if epoch < ef.last_epoch():
-            log.warning("ha %s: refuse master epoch %d < last epoch %d", self.broker_id, epoch,
-                        ef.last_epoch())
-            return False
-        self._switching = True
-        try:
-            await self._stop_client()
-            await self._close_connections("role change to master")
-            await self.io.run(self._start_master_epoch, epoch, True)
-            self.role = Role.MASTER
-            self.epoch = epoch
-            self.replication.new_term()
-            self._update_confirm_offset()
-        finally:
-            self._switching = False
-        log.info("ha %s: master of epoch %d at offset %d", self.broker_id, epoch,
-                 self.store.max_offset)
-        return True
+    # ------------------------------------------------------------------ role switch steps (12.5)
+    async def stop_replication(self, reason: str) -> None:
+        """HAPort: stop the slave client and close every slave's connection."""
+        await self._stop_client()
+        await self._close_connections(reason)
 
-    async def change_to_master_same(self, epoch: int) -> bool:
-        """Same master, new epoch: only the epoch entry (``changeToMasterWhenLastRoleIsMaster``)."""
-        if epoch < self.store.epoch_file.last_epoch():
-            return False
-        self._switching = True      # puts answer FENCED until the entry is durable, as before
-        try:
-            await self.io.run(self._start_master_epoch, epoch, False)
-        finally:
-            self._switching = False
-        self.role = Role.MASTER
-        self.epoch = epoch
-        self._notify_writers()
-        return True
+    async def start_epoch(self, epoch: int, cut_torn_tail: bool) -> None:
+        """HAPort: on the IO thread, (cut a torn tail, then) start ``epoch`` at the max offset."""
+        await self.io.run(self._start_master_epoch, epoch, cut_torn_tail)
 
     def _start_master_epoch(self, epoch: int, cut_torn_tail: bool) -> None:
         """IO thread: (cut a torn tail to the last whole message, then) start ``epoch`` durably at
@@ -178,33 +187,61 @@ class HAService:
                 ef.truncate_suffix_by_offset(cut)
         ef.start_epoch(epoch, self.store.max_offset)
 
-    async def change_to_slave(self, master_ha_address: str | tuple[str, int] | None,
-                              epoch: int) -> bool:
-        """Replicate from ``master_ha_address`` ("host:port"). Same master: only the epoch moves."""
-        if epoch < self.store.epoch_file.last_epoch():
-            log.warning("ha %s: refuse slave epoch %d < last epoch %d", self.broker_id, epoch,
-                        self.store.epoch_file.last_epoch())
-            return False
-        address = _parse_address(master_ha_address) if master_ha_address is not None else None
-        if self.role == Role.SLAVE and self._client is not None and address is not None \
-                and self._client.master_address == address:
-            self.epoch = epoch
-            self._client.expect_epoch(epoch)     # checked at the next handshake
-            return True
-        self._switching = True
-        try:
-            await self._stop_client()
-            await self._close_connections("role change to slave")
-            self.role = Role.SLAVE
-            self.epoch = epoch
-            self._notify_ack_waiters()
-            if address is not None:
-                self._client = SlaveClient(self, address, expected_epoch=epoch)
-                self._client.start()
-        finally:
-            self._switching = False
-        log.info("ha %s: slave of %s at epoch %d", self.broker_id, master_ha_address, epoch)
-        return True
+    def serve_as_master(self, new_term: bool) -> None:
+        """HAPort: the role machine made this broker master: serve slaves, confirm, wake puts."""
+        if new_term:
+            self.replication.new_term()
+        self._update_confirm_offset()
+        self._notify_writers()
+        self._notify_ack_waiters()
+        log.info("ha %s: master of epoch %d at offset %d", self.broker_id, self.epoch, self.store.max_offset)
+
+    def follow(self, master_address: str | None, epoch: int) -> None:
+        """HAPort: the role machine made this broker a slave of ``master_address`` at ``epoch``."""
+        address = _parse_address(master_address) if master_address is not None else None
+        client = self._client
+        if client is not None and address is not None and client.master_address == address:
+            client.expect_epoch(epoch)       # checked at the next handshake
+            return
+        assert client is None, "the slave link is stopped before a switch to another master"
+        self._notify_ack_waiters()
+        if address is not None:
+            self._client = SlaveClient(self, address, expected_epoch=epoch)
+            self._client.start()
+        log.info("ha %s: slave of %s at epoch %d", self.broker_id, master_address, epoch)
+
+    # ------------------------------------------------------------------ standalone endpoint
+    async def change_to_master(self, epoch: int) -> bool:
+        """Standalone: become master of ``epoch`` (cut a torn tail, start the epoch at the max
+        offset, drop the client and old connections, serve slaves). False if ``epoch`` is stale."""
+        m = self.roles
+        return await self._order(rm.BecomeMaster(epoch, False, m.sync_state_set, m.sync_state_set_epoch))
+
+    async def change_to_master_same(self, epoch: int) -> bool:
+        """Standalone: same master, new epoch: only the epoch entry. False if stale."""
+        m = self.roles
+        return await self._order(rm.BecomeMaster(epoch, True, m.sync_state_set, m.sync_state_set_epoch))
+
+    async def change_to_slave(self, master_ha_address: str | tuple[str, int] | None, epoch: int) -> bool:
+        """Standalone: replicate from ``master_ha_address`` ("host:port"; the same master: only the
+        epoch moves). False if stale."""
+        address = None
+        if master_ha_address is not None:
+            address = "%s:%d" % _parse_address(master_ha_address)
+        same = (self.role == Role.SLAVE and self._client is not None and address is not None
+                and self._client.master_address == _parse_address(address))
+        return await self._order(rm.BecomeSlave(address, epoch, None, same))
+
+    async def _order(self, switch: rm.BecomeMaster | rm.BecomeSlave) -> bool:
+        assert self.standalone, "a broker's HA service switches through its role machine"
+        await self._standalone_executor().feed(rm.SwitchOrdered(switch))
+        want = Role.MASTER if isinstance(switch, rm.BecomeMaster) else Role.SLAVE
+        return self.roles.switching is None and (self.role, self.roles.master_epoch) == (want, switch.epoch)
+
+    def _standalone_executor(self):
+        from rocketray.broker.executor import BrokerNames, Executor  # broker -> ha is the import direction
+        return Executor(self.roles, BrokerNames("", f"ha-{self.broker_id}", self.roles.broker_address),
+                        controller=None, ha=self, facts=self._facts, now_ms=self.now_ms)
 
     async def _stop_client(self) -> None:
         if self._client is not None:
@@ -223,7 +260,12 @@ class HAService:
 
     # ------------------------------------------------------------------ SyncStateSet
     def set_sync_state_set(self, ids: Iterable[int]) -> None:
-        """The controller confirmed this SyncStateSet."""
+        """HAPort: the role machine adopted this confirmed SyncStateSet. Standalone: order the
+        machine to adopt it (there is no controller)."""
+        if self.standalone and frozenset(ids) != self.roles.sync_state_set:
+            from rocketray.broker.executor import run_now
+            run_now(self._standalone_executor().feed(rm.SyncStateSetOrdered(frozenset(ids))))
+            return
         self.replication.confirmed(ids)
         self._update_confirm_offset()
         self._notify_ack_waiters()
@@ -301,7 +343,7 @@ class HAService:
             return refused(PutStatus.FENCED)
         if not self.replication.put_admitted():
             return refused(PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH)
-        epoch = self.epoch
+        epoch = self.roles.master_epoch
         try:
             batch = msgs if isinstance(msgs, EncodedBatch) else encode_batch(msgs)
             appended = self.store.put_batch(batch, now_ms)
@@ -314,7 +356,7 @@ class HAService:
         self._update_confirm_offset()
         acked = await self._wait_for(lambda: self.replication.batch_acked(end),
                                      self.config.slave_timeout_ms, epoch)
-        still_master = self.role == Role.MASTER and self.epoch == epoch and not self._closed
+        still_master = self.role == Role.MASTER and self.roles.master_epoch == epoch and not self._closed
         return after_write(acked and still_master, still_master, offsets, end)
 
     async def _wait_for(self, check: Callable[[], bool], timeout_ms: int, epoch: int) -> bool:
@@ -332,7 +374,7 @@ class HAService:
         timer: asyncio.TimerHandle | None = None
         try:
             while True:
-                if self.role != Role.MASTER or self.epoch != epoch or self._closed:
+                if self.role != Role.MASTER or self.roles.master_epoch != epoch or self._closed:
                     return False
                 if check():
                     return True

@@ -1,7 +1,9 @@
 """The master's SyncStateSet bookkeeping (reference 13.1, 13.3), pure.
 
-Theory of operation. The controller owns the SyncStateSet (SSS). The master keeps the last set the
-controller confirmed (``local``) and the proposals the controller has not answered yet
+Theory of operation. The controller owns the SyncStateSet (SSS). The master reads the last set the
+controller confirmed (``local``) from the broker's one owner of it, the role machine
+(``rocketray.broker.role``: the ``confirmed`` source; a tracker built without one, as in the unit
+tests, keeps the set itself), and keeps the proposals the controller has not answered yet
 (``pending``, oldest first: expands, removals on a closed connection, shrink candidates, and every
 proposal the role machine says it sent, ``mark_in_flight``). Every rule that decides "is this
 committed?" uses the **union view** ``local | every pending proposal`` (``rocketray.ha.ack``):
@@ -20,7 +22,7 @@ been caught up for ``max_time_slave_not_catchup_ms`` or when its connection clos
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 from rocketray.ha.ack import confirm_offset, union_view
 
@@ -31,14 +33,35 @@ MAX_PENDING = 16
 
 
 class SyncStateTracker:
-    def __init__(self, local_broker_id: int, max_time_slave_not_catchup_ms: int = 15000) -> None:
+    def __init__(self, local_broker_id: int, max_time_slave_not_catchup_ms: int = 15000,
+                 confirmed: Callable[[], frozenset[int]] | None = None) -> None:
         self.local_broker_id = local_broker_id
         self.max_time_slave_not_catchup_ms = max_time_slave_not_catchup_ms
-        self.local: frozenset[int] = frozenset({local_broker_id})
+        self._confirmed = confirmed
+        self._local: frozenset[int] = frozenset({local_broker_id})
         self.pending: tuple[frozenset[int], ...] = ()
         self.caught_up_ms: dict[int, int] = {}
 
     # -- views -----------------------------------------------------------------------------------
+
+    @property
+    def local(self) -> frozenset[int]:
+        """The confirmed set: the owner's (only this master before the first confirmation)."""
+        if self._confirmed is None:
+            return self._local
+        return self._confirmed() or frozenset({self.local_broker_id})
+
+    @local.setter
+    def local(self, ids: Iterable[int]) -> None:
+        assert self._confirmed is None, "the confirmed set belongs to its owner (the role machine)"
+        self._local = frozenset(ids)
+
+    def rename(self, local_broker_id: int) -> None:
+        """The replica's id was assigned (before any proposal)."""
+        assert not self.pending, "the id changes only before replicating"
+        if self._confirmed is None:
+            self._local = frozenset(local_broker_id if i == self.local_broker_id else i for i in self._local)
+        self.local_broker_id = local_broker_id
 
     @property
     def synchronizing(self) -> bool:
@@ -64,9 +87,12 @@ class SyncStateTracker:
     # -- changes ---------------------------------------------------------------------------------
 
     def set_sync_state_set(self, ids: Iterable[int]) -> None:
-        """The controller confirmed ``ids``: adopt them; drop the proposals it answered."""
-        self.local = frozenset(ids)
-        answered = [i for i, p in enumerate(self.pending) if p == self.local]
+        """The controller confirmed ``ids`` (the owner adopted them, or this tracker does when it has
+        no owner): drop the proposals it answered."""
+        ids = frozenset(ids)
+        if self._confirmed is None:
+            self._local = ids
+        answered = [i for i, p in enumerate(self.pending) if p == ids]
         self.pending = self.pending[answered[-1] + 1:] if answered else ()
 
     def mark_in_flight(self, proposal: Iterable[int]) -> frozenset[int]:
@@ -82,8 +108,10 @@ class SyncStateTracker:
     mark_synchronizing = mark_in_flight
 
     def reset(self) -> None:
-        """New term: forget caught-up times and proposals; only ourselves in the set."""
-        self.local = frozenset({self.local_broker_id})
+        """New term: forget caught-up times and proposals; only ourselves in the set (when no owner
+        holds the set)."""
+        if self._confirmed is None:
+            self._local = frozenset({self.local_broker_id})
         self.pending = ()
         self.caught_up_ms.clear()
 

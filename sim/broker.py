@@ -1,24 +1,27 @@
 """One broker replica in the simulated world: the real cores, a simulated shell.
 
 Theory of operation. A ``SimBroker`` is one broker process: the real ``MessageStore`` over its own
-``SimDisk``, the real ``RoleMachine`` (role, epoch, SyncStateSet), the real HA sessions
-(``SlaveSession`` / ``MasterSession``) and the real master-side core (``MasterReplication``: acks,
-union view, confirm offset, put verdicts). What this module adds is what ``ReplicasManager``,
-``HAService`` and the HA transport do in production, written for virtual time: execute the role
-machine's actions, move HA bytes over simulated connections, answer puts with ``after_write``. Every
-decision that decides whether data survives is made by the cores, so a rule reverted in a core is
-seen here. A crash (kill or power loss, or a crash the disk raises between two IO steps) ends the
+``SimDisk``, the real ``RoleMachine`` (lifecycle, role, epoch, SyncStateSet: their one owner; the
+``ha_role``/``ha_epoch`` here are views of it), the real HA sessions (``SlaveSession`` /
+``MasterSession``) and the real master-side core (``MasterReplication``: acks, union view, confirm
+offset, put verdicts). The role machine's actions run through the production executor
+(``rocketray.broker.executor``: the same switch steps, controller requests and answer parsing as
+``ReplicasManager``), for which this class is both ports, simulated: ``ControllerPort`` over the
+simulated network (an answer is fed when it arrives) and ``HAPort`` over simulated connections and
+the simulated disk. What is left here is IO for virtual time: timers, HA bytes over simulated
+connections, answering puts with ``after_write``. Every decision that decides whether data survives
+is made by the cores, so a rule reverted in a core is seen here. A crash (kill or power loss, or a crash the disk raises between two IO steps) ends the
 process: timers die with its generation, connections break, pending puts are never answered, and
 a new process recovers from the disk after a restart delay.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import random
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterable
 
+from rocketray.broker import executor as ex
 from rocketray.broker import role as rm
 from rocketray.broker.config import FlushMode, StoreConfig
 from rocketray.broker.message import Message, MessageCodecError
@@ -26,9 +29,8 @@ from rocketray.broker.batch import EncodedBatch
 from rocketray.broker.offsets import OffsetTable
 from rocketray.broker.role import MasterInfo, Role, RoleMachine, StoreFacts
 from rocketray.broker.store import MessageStore
-from rocketray.controller.api import (AlterSyncStateSetRequest, BrokerHeartbeatRequest, ElectMasterRequest,
-                                      GetReplicaInfoRequest, RegisterBrokerRequest, Response)
-from rocketray.controller.codes import ResponseCode
+from rocketray.broker.executor import BrokerNames, Executor, run_now
+from rocketray.controller.api import BrokerHeartbeatRequest, Response
 from rocketray.controller.session import Hello
 from rocketray.ha import ack
 from rocketray.ha.ack import AckPolicy, PutResult, PutStatus, refused
@@ -112,6 +114,20 @@ class SimBroker:
         self.session: tuple[Hello, tuple] | None = None   # this process's controller session (hello, token)
         self.answers: list[offsets.OffsetAnswer] = []     # committed-offset answers given (the checker drains it)
         self._offsets: tuple[tuple[int, int], int, OffsetTable] | None = None
+        self.names = BrokerNames(cluster, group, self.name, heartbeat_timeout_ms=timings.heartbeat_timeout_ms)
+
+    # views of the role machine (the one owner of role and epoch)
+    @property
+    def ha_role(self) -> Role:
+        return self.machine.role
+
+    @property
+    def ha_epoch(self) -> int:
+        return self.machine.master_epoch if self.machine.role != Role.NONE else -1
+
+    @property
+    def registered(self) -> bool:
+        return self.machine.registered
 
     # ================================================================== process lifecycle
     def boot(self) -> None:
@@ -121,14 +137,14 @@ class SimBroker:
         self.up = True
         self.machine = RoleMachine(broker_address=self.name)
         self.master = MasterReplication(self.id, AckPolicy(all_ack_in_sync_state_set=True),
-                                        self.t.not_catchup_ms)
-        self.ha_role = Role.NONE
-        self.ha_epoch = -1
+                                        self.t.not_catchup_ms, confirmed=lambda: self.machine.sync_state_set)
+        self.executor = Executor(self.machine, self.names, controller=self, ha=self, facts=self.facts,
+                                 now_ms=lambda: self.world.now_ms, alive=lambda: self.up,
+                                 stepped=self._record_epoch)
         self.sessions: dict[int, tuple[Connection, MasterSession]] = {}
         self.slave: SimSlave | None = None
         self.puts: list[_Put] = []
         self.queries: list[_Query] = []
-        self.registered = False
         self.epochs_seen = []
         self.session = None
         self.world.note(f"{self.name} boots (restart {self.restarts})")
@@ -220,86 +236,51 @@ class SimBroker:
     # ================================================================== role machine
     def facts(self) -> StoreFacts:
         assert self.store is not None
-        return StoreFacts(int(self.store.epoch_file.last_epoch()), int(self.store.max_offset))
+        return StoreFacts(int(self.store.epoch_file.last_epoch()), int(self.store.max_offset),
+                          int(self.store.confirm_offset))
 
-    def feed(self, event: rm.Input) -> None:
-        pending: list[rm.Input] = [event]
-        while pending and self.up:
-            for action in self.machine.step(pending.pop(0), self.facts()):
-                follow = self._execute(action)
-                if follow is not None:
-                    pending.append(follow)
-            if self.machine.is_master and (not self.epochs_seen or
-                                            self.epochs_seen[-1] != self.machine.master_epoch):
-                self.epochs_seen.append(self.machine.master_epoch)
+    def feed(self, event: rm.Input | None) -> None:
+        """Apply one input through the executor (simulated ports never suspend: it runs now)."""
+        if event is not None:
+            run_now(self.executor.feed(event))
 
-    def _execute(self, action: rm.Action) -> rm.Input | None:
-        if isinstance(action, rm.BecomeMaster):
-            ok = self._ha_master_same(action.epoch) if action.same else self._ha_master(action.epoch)
-            return rm.SwitchDone(ok)
-        if isinstance(action, rm.BecomeSlave):
-            return rm.SwitchDone(self._ha_slave(action.master_address, action.epoch))
-        if isinstance(action, rm.ApplySyncStateSet):
-            self.master.confirmed(action.members)
-            self._update_confirm()
-            return None
-        if isinstance(action, rm.ReportSyncStateSet):
-            assert self.store is not None
-            last = self.store.epoch_file.last_entry()
-            vetted = self.master.in_flight(action.proposal, self.store.confirm_offset,
-                                           last.start_offset if last is not None else 0)
-            self._update_confirm()
-            if vetted is None:
-                return rm.ReportAnswered(rm.ReportOutcome.REFUSED)
-            self._report(dataclasses.replace(action, proposal=vetted))
-            return None
-        if isinstance(action, rm.SendHeartbeat):
-            self._heartbeat()
-            return None
-        if isinstance(action, rm.RequestElection):
-            self._call(ElectMasterRequest.of_broker_trigger(self.cluster, self.group, self.id),
-                       lambda r: self.feed(rm.ElectAnswered(
-                           MasterInfo.from_response(r) if r is not None and r.code in (
-                               ResponseCode.SUCCESS, ResponseCode.CONTROLLER_MASTER_STILL_EXIST) else None)))
-            return None
-        if isinstance(action, rm.RequestNewTerm):
-            old = action.old_epoch
-            facts = self.facts()
-            self._call(ElectMasterRequest.of_new_term(self.cluster, self.group, self.id,
-                                                      facts.last_epoch, facts.max_offset),
-                       lambda r: self.feed(rm.NewTermAnswered(
-                           old, MasterInfo.from_response(r) if r is not None and r.ok else None)))
-            return None
-        if isinstance(action, rm.SetWritable):
-            return None
-        raise TypeError(f"unknown action {action!r}")
+    def _record_epoch(self) -> None:
+        if self.machine.is_master and (not self.epochs_seen or self.epochs_seen[-1] != self.machine.master_epoch):
+            self.epochs_seen.append(self.machine.master_epoch)
 
-    # ================================================================== controller calls
+    # ================================================================== ControllerPort (simulated)
+    async def ask(self, request: object, then: ex.Then) -> rm.Input | None:
+        """The answer arrives after a network delay (or never: ``None`` at the timeout)."""
+        self._call(request, lambda resp: self.feed(then(resp)))
+        return None
+
+    def ask_later(self, request: object, then: ex.Then) -> None:
+        self._call(request, lambda resp: self.feed(then(resp)))
+
+    async def heartbeat(self, request: BrokerHeartbeatRequest) -> None:
+        self.net.call(self.name, CONTROLLER, lambda: self.controller.handle(request), lambda _r: None,
+                      owner=self, timeout_ms=self.t.rpc_timeout_ms)
+
     def _call(self, request: object, on_answer: Callable[[Response | None], None]) -> None:
         self.net.call(self.name, CONTROLLER, lambda: self.controller.handle(request),
                       lambda resp: self.guard(lambda: on_answer(resp)), owner=self,
                       timeout_ms=self.t.rpc_timeout_ms)
 
+    # ================================================================== the shell's own steps
     def _register(self) -> None:
         def answered(resp: Response | None) -> None:
-            if resp is None or not resp.ok:
+            event = ex.register_answer(resp)
+            if event is None:
                 self._later(self.t.poll_ms, self._register)
                 return
-            self.registered = True
-            self.feed(rm.Registered(MasterInfo.from_response(resp)))
+            self.feed(event)
             self.feed(rm.Bootstrap())
-        self._call(RegisterBrokerRequest(self.cluster, self.group, self.id, self.name), answered)
+        self._call(ex.register_request(self.names, self.id), answered)
 
     def _heartbeat(self) -> None:
         if not self.registered or self.store is None:
             return
-        req = BrokerHeartbeatRequest(self.cluster, self.group, self.name, self.id,
-                                     epoch=int(self.store.epoch_file.last_epoch()),
-                                     max_offset=int(self.store.max_offset),
-                                     confirm_offset=int(self.store.confirm_offset),
-                                     heartbeat_timeout_ms=self.t.heartbeat_timeout_ms)
-        self.net.call(self.name, CONTROLLER, lambda: self.controller.handle(req), lambda _r: None,
-                      owner=self, timeout_ms=self.t.rpc_timeout_ms)
+        run_now(self.heartbeat(ex.heartbeat_request(self.names, self.id, self.facts())))
 
     def _poll(self) -> None:
         if not self.registered:
@@ -307,87 +288,70 @@ class SimBroker:
         if not self.machine.running:
             self.feed(rm.Bootstrap())
             return
-
-        def answered(resp: Response | None) -> None:
-            if resp is not None and resp.ok:
-                self.feed(rm.ReplicaInfoPolled(MasterInfo.from_response(resp)))
-        self._call(GetReplicaInfoRequest(self.group), answered)
+        self._call(ex.poll_request(self.names), lambda resp: self.feed(ex.poll_answer(resp)))
 
     def notified(self, info: MasterInfo) -> None:
         """A role-change notification from the controller arrived."""
         self.guard(lambda: self.feed(rm.RoleChangeNotified(info)) if self.registered else None)
 
-    def _report(self, action: rm.ReportSyncStateSet) -> None:
-        req = AlterSyncStateSetRequest(self.group, self.id, action.master_epoch, action.proposal,
-                                       action.sync_state_set_epoch, invoke_time_ms=self.world.now_ms)
-
-        def answered(resp: Response | None) -> None:
-            if resp is None:
-                self.feed(rm.ReportAnswered(rm.ReportOutcome.UNKNOWN))
-            elif resp.ok:
-                body = resp.body or {}
-                self.feed(rm.ReportAnswered(rm.ReportOutcome.CONFIRMED,
-                                            frozenset(body.get("sync_state_set") or action.proposal),
-                                            int(body.get("sync_state_set_epoch",
-                                                         resp.header.get("new_sync_state_set_epoch", 0)))))
-            else:
-                self.feed(rm.ReportAnswered(rm.ReportOutcome.REFUSED))
-        self._call(req, answered)
-
     def _shrink_check(self) -> None:
-        if self.machine.running and self.machine.is_master and self.ha_role == Role.MASTER:
-            candidate = self.master.shrink(self.world.now_ms)
-            self._update_confirm()
-            self.feed(rm.ShrinkChecked(frozenset(candidate)))
+        if self.machine.running and self.machine.is_master:
+            self.feed(rm.ShrinkChecked(self.maybe_shrink_sync_state_set(self.world.now_ms)))
 
     def _propose(self, proposal: frozenset[int] | None) -> None:
         if proposal is not None:
             self._update_confirm()
             self.feed(rm.SyncStateSetProposed(frozenset(proposal)))
 
-    # ================================================================== HA: role switches
-    def _ha_master(self, epoch: int) -> bool:
+    # ================================================================== HAPort (simulated)
+    async def stop_replication(self, reason: str) -> None:
+        self._stop_slave()
+        self._close_sessions(reason)
+
+    async def start_epoch(self, epoch: int, cut_torn_tail: bool) -> None:
         store = self.store
         assert store is not None
-        ef = store.epoch_file
-        if epoch < ef.last_epoch():
-            return False
-        self._stop_slave()
-        self._close_sessions("role change to master")
-        cut = store.truncate_invalid_tail()
-        if cut >= 0:
-            self.rewrites += 1
-            ef.truncate_suffix_by_offset(cut)
-        self.store.epoch_file.start_epoch(epoch, self.store.max_offset)
-        self.ha_role, self.ha_epoch = Role.MASTER, epoch
-        self.master.new_term()
-        self._update_confirm()
-        return True
+        if cut_torn_tail:
+            cut = store.truncate_invalid_tail()
+            if cut >= 0:
+                self.rewrites += 1
+                store.epoch_file.truncate_suffix_by_offset(cut)
+        store.epoch_file.start_epoch(epoch, store.max_offset)
 
-    def _ha_master_same(self, epoch: int) -> bool:
-        assert self.store is not None
-        if epoch < self.store.epoch_file.last_epoch():
-            return False
-        self.store.epoch_file.start_epoch(epoch, self.store.max_offset)
-        self.ha_role, self.ha_epoch = Role.MASTER, epoch
+    def serve_as_master(self, new_term: bool) -> None:
+        if new_term:
+            self.master.new_term()
+            self._update_confirm()
         self._check_puts()
-        return True
 
-    def _ha_slave(self, master_address: str, epoch: int) -> bool:
-        assert self.store is not None
-        if epoch < self.store.epoch_file.last_epoch():
-            return False
-        if self.ha_role == Role.SLAVE and self.slave is not None and self.slave.master == master_address:
-            self.ha_epoch = epoch
+    def follow(self, master_address: str | None, epoch: int) -> None:
+        if self.slave is not None and self.slave.master == master_address:
             self.slave.expect(epoch)
-            return True
-        self._stop_slave()
-        self._close_sessions("role change to slave")
-        self.ha_role, self.ha_epoch = Role.SLAVE, epoch
+            return
+        assert self.slave is None and master_address is not None
         self._check_puts()
         self.slave = SimSlave(self, master_address, epoch)
         self._slave_connect()
-        return True
+
+    def set_sync_state_set(self, ids: Iterable[int]) -> None:
+        self.master.confirmed(ids)
+        self._update_confirm()
+
+    def mark_in_flight(self, proposal: Iterable[int]) -> frozenset[int] | None:
+        assert self.store is not None
+        last = self.store.epoch_file.last_entry()
+        vetted = self.master.in_flight(proposal, self.store.confirm_offset,
+                                       last.start_offset if last is not None else 0)
+        self._update_confirm()
+        return vetted
+
+    def add_sss_listener(self, cb: Callable[[frozenset[int]], object]) -> None:
+        raise NotImplementedError("the simulated broker feeds its proposals itself (_propose)")
+
+    def maybe_shrink_sync_state_set(self, now_ms: int) -> frozenset[int]:
+        candidate = self.master.shrink(now_ms)
+        self._update_confirm()
+        return frozenset(candidate)
 
     def _close_sessions(self, reason: str) -> None:
         for conn, _session in list(self.sessions.values()):

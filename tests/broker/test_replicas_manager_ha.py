@@ -47,8 +47,8 @@ class RealBroker:
                                                                    flush_mode=FlushMode.ASYNC, flush_interval_ms=100,
                                                                    background_thread=background_flush))
 
-        async def ha_factory(broker_id: int) -> HAService:
-            ha = HAService(self.store, broker_id, HA_CONFIG, SECRET)
+        async def ha_factory(broker_id: int, roles) -> HAService:
+            ha = HAService(self.store, broker_id, HA_CONFIG, SECRET, roles=roles)
             await ha.start("127.0.0.1", self.port)
             return ha
 

@@ -170,21 +170,25 @@ def test_polling_adopts_a_newer_sss_for_the_same_epoch():
     run(scenario())
 
 
-@pytest.mark.parametrize("how", ["refuse", "raise"])
+@pytest.mark.parametrize("how", ["stale", "raise"])
 def test_refused_promotion_is_retried_at_the_same_epoch(how):
-    """If the HA service refuses (False) or fails a promotion the epoch is not recorded, so the
-    next notification or poll retries it."""
+    """If a promotion is stale (the epoch file already holds a newer epoch: the role machine never
+    starts it) or the HA service fails it, the epoch is not recorded, so the next notification or
+    poll retries it."""
     async def scenario():
         clock, ctl, (b1, b2, b3) = await group_of_three()
         n = RoleChangeNotification(2, A2, 2, 3, frozenset({2}))
-        b2.ha.refuse_master = True if how == "refuse" else "raise"
         if how == "raise":
+            b2.ha.fail_master = True
             with pytest.raises(RuntimeError):
                 await b2.rm.on_role_change(n)
         else:
+            b2.store.epoch_file.epochs.append(3)
             assert not await b2.rm.on_role_change(n)
+            assert b2.ha.roles() == [("change_to_slave", A1, 1)], "never started"
+            b2.store.epoch_file.epochs.pop()
         assert b2.rm.master_epoch == 1 and b2.rm.role == Role.SLAVE and b2.rm.sync_state_set == frozenset()
-        b2.ha.refuse_master = False
+        b2.ha.fail_master = False
         assert await b2.rm.on_role_change(n) and b2.rm.role == Role.SYNC_MASTER and b2.rm.master_epoch == 2
     run(scenario())
 
@@ -197,7 +201,7 @@ def test_ha_factory_is_called_once_with_the_registered_id():
         store = fakes.FakeStore()
         made = []
 
-        async def factory(broker_id):
+        async def factory(broker_id, roles):
             made.append((broker_id, list(ctl.names())))
             return fakes.FakeHA(store)
 
@@ -306,16 +310,17 @@ def test_restarted_master_asks_for_a_new_term_and_the_most_advanced_replica_wins
     run(scenario())
 
 
-def test_register_names_me_master_but_ha_refuses_stays_fenced():
-    """A promotion the HA service refuses never unfences the broker."""
+def test_register_names_me_master_but_ha_fails_stays_fenced():
+    """A promotion the HA service fails never unfences the broker."""
     async def scenario():
         clock = fakes.FakeClock()
         ctl = fakes.FakeController(clock)
         b = fakes.Replica(ctl, clock, fakes.MemIdentityStore(), A1)
-        b.ha.refuse_master = True
-        assert not await b.rm.start_basic_service_once()
+        b.ha.fail_master = True
+        with pytest.raises(RuntimeError):
+            await b.rm.start_basic_service_once()
         assert b.rm.fenced and b.rm.master_broker_id is None and b.rm.state == State.REGISTER_TO_CONTROLLER_DONE
-        b.ha.refuse_master = False
+        b.ha.fail_master = False
         assert await b.rm.start_basic_service_once() and b.rm.writable
     run(scenario())
 

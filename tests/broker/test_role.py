@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 
 from rocketray.broker.role import (
-    ApplySyncStateSet, BecomeMaster, BecomeSlave, Bootstrap, ElectAnswered, IdAssigned,
-    MasterInfo, NewTermAnswered, Registered, ReplicaInfoPolled,
+    ApplySyncStateSet, BecomeMaster, BecomeSlave, Bootstrap, ElectAnswered, FollowMaster, IdAssigned,
+    MasterInfo, ServeAsMaster, NewTermAnswered, Registered, ReplicaInfoPolled,
     ReportAnswered, ReportOutcome, ReportSyncStateSet, RequestElection, RequestNewTerm, Role,
     RoleChangeNotified, RoleMachine, SendHeartbeat, SetWritable, ShrinkChecked, Stopped, StoreFacts,
     SwitchDone, SyncStateSetProposed,
@@ -37,14 +37,15 @@ def master(me: int = 1, epoch: int = 1, sss=(1,), sss_epoch: int = 1) -> RoleMac
     assert m.step(Registered(info(None, 0))) == []
     assert m.step(ElectAnswered(info(me, epoch, sss, sss_epoch)), StoreFacts(epoch - 1)) == [
         BecomeMaster(epoch, False, frozenset(sss), sss_epoch)]
-    assert m.step(SwitchDone(True)) == [ApplySyncStateSet(frozenset(sss), sss_epoch), SetWritable(True)]
+    assert m.step(SwitchDone(True)) == [ServeAsMaster(epoch, True), ApplySyncStateSet(frozenset(sss), sss_epoch),
+                                      SetWritable(True)]
     return m
 
 
 def slave(me: int = 2, of: int = 1, epoch: int = 1) -> RoleMachine:
     m = fresh(me)
     assert m.step(Registered(info(of, epoch, (of,), 1))) == [BecomeSlave(ADDR[of], epoch, of, False)]
-    assert m.step(SwitchDone(True)) == []
+    assert m.step(SwitchDone(True)) == [FollowMaster(ADDR[of], epoch)]
     return m
 
 
@@ -68,7 +69,8 @@ def test_register_without_master_then_bootstrap_elects():
     assert m.step(ElectAnswered(None)) == [] and m.fenced       # nobody electable yet
     assert m.step(ElectAnswered(info(1, 1, (1,), 1))) == [BecomeMaster(1, False, frozenset({1}), 1)]
     assert not m.writable, "fenced while the switch is pending"
-    assert m.step(SwitchDone(True)) == [ApplySyncStateSet(frozenset({1}), 1), SetWritable(True)]
+    assert m.step(SwitchDone(True)) == [ServeAsMaster(1, True), ApplySyncStateSet(frozenset({1}), 1),
+                                      SetWritable(True)]
     assert view(m) == (Role.MASTER, 1, 1, {1}, 1) and m.running and m.writable
 
 
@@ -106,7 +108,7 @@ def test_notification_without_master_is_ignored():
 def test_master_demoted_by_newer_epoch():
     m = master(epoch=1, sss=(1, 2), sss_epoch=2)
     assert m.step(RoleChangeNotified(info(2, 2, (2,), 3))) == [BecomeSlave(A2, 2, 2, False), SetWritable(False)]
-    assert m.step(SwitchDone(True)) == []
+    assert m.step(SwitchDone(True)) == [FollowMaster(A2, 2)]
     assert view(m)[:3] == (Role.SLAVE, 2, 2) and not m.writable
 
 
@@ -114,7 +116,8 @@ def test_slave_promoted_by_newer_epoch():
     m = slave(me=2, of=1, epoch=1)
     assert m.step(RoleChangeNotified(info(2, 2, (2,), 3)), StoreFacts(1)) == [
         BecomeMaster(2, False, frozenset({2}), 3)]
-    assert m.step(SwitchDone(True)) == [ApplySyncStateSet(frozenset({2}), 3), SetWritable(True)]
+    assert m.step(SwitchDone(True)) == [ServeAsMaster(2, True), ApplySyncStateSet(frozenset({2}), 3),
+                                      SetWritable(True)]
     assert view(m) == (Role.MASTER, 2, 2, {2}, 3)
 
 
@@ -123,10 +126,11 @@ def test_same_master_new_epoch_is_a_same_switch():
     m = master(epoch=1)
     assert m.step(ReplicaInfoPolled(info(1, 3, (1,), 4)), StoreFacts(1)) == [
         BecomeMaster(3, True, frozenset({1}), 4), SetWritable(False)]
-    assert m.step(SwitchDone(True)) == [ApplySyncStateSet(frozenset({1}), 4), SetWritable(True)]
+    assert m.step(SwitchDone(True)) == [ServeAsMaster(3, False), ApplySyncStateSet(frozenset({1}), 4),
+                                      SetWritable(True)]
     s = slave(me=2, of=1, epoch=1)
     assert s.step(ReplicaInfoPolled(info(1, 3, (1,), 4))) == [BecomeSlave(A1, 3, 1, True)]
-    assert s.step(SwitchDone(True)) == [] and s.master_epoch == 3
+    assert s.step(SwitchDone(True)) == [FollowMaster(A1, 3)] and s.master_epoch == 3
 
 
 @pytest.mark.parametrize("ok", [False])
@@ -143,7 +147,7 @@ def test_one_switch_at_a_time():
     m = slave(me=2, of=1, epoch=1)
     assert m.step(RoleChangeNotified(info(3, 2, (3,), 3))) == [BecomeSlave(A3, 2, 3, False)]
     assert m.step(RoleChangeNotified(info(2, 3, (2,), 4)), StoreFacts(1)) == []  # dropped; polling retries
-    assert m.step(SwitchDone(True)) == [] and (m.master_epoch, m.master_broker_id) == (2, 3)
+    assert m.step(SwitchDone(True)) == [FollowMaster(A3, 2)] and (m.master_epoch, m.master_broker_id) == (2, 3)
     assert m.step(SwitchDone(True)) == [] and m.master_epoch == 2  # a stray result changes nothing
 
 
@@ -173,7 +177,7 @@ def test_restarted_before_controller_noticed_asks_for_a_new_term():
     assert m.step(Bootstrap(), facts) == [SendHeartbeat()], "no second election while the new term is asked"
     assert m.step(ReplicaInfoPolled(info(1, 1, (1, 2, 3), 2)), facts) == []  # same old term: asked already
     assert m.step(NewTermAnswered(1, info(2, 2, (2,), 3)), facts) == [BecomeSlave(A2, 2, 2, False)]
-    assert m.step(SwitchDone(True)) == [] and view(m)[:3] == (Role.SLAVE, 2, 2)
+    assert m.step(SwitchDone(True)) == [FollowMaster(A2, 2)] and view(m)[:3] == (Role.SLAVE, 2, 2)
 
 
 def test_new_term_won_by_the_restarted_master_itself():
@@ -318,7 +322,7 @@ def test_every_slave_switch_carries_the_controller_epoch():
     m = slave(me=2, of=1, epoch=1)
     for epoch in (2, 5):
         assert m.step(RoleChangeNotified(info(1, epoch, (1,), epoch))) == [BecomeSlave(A1, epoch, 1, True)]
-        assert m.step(SwitchDone(True)) == [] and m.master_epoch == epoch
+        assert m.step(SwitchDone(True)) == [FollowMaster(A1, epoch)] and m.master_epoch == epoch
     assert m.step(RoleChangeNotified(info(3, 6, (3,), 6))) == [BecomeSlave(A3, 6, 3, False)]
 
 

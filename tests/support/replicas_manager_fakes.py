@@ -112,7 +112,8 @@ class FakeStore:
 
 
 class FakeHA:
-    """A ``rocketray.ha.port.HAPort``: records the calls; may refuse a promotion."""
+    """A ``rocketray.ha.port.HAPort``: records the switch steps as the role switches they make
+    (``change_to_master``, ``change_to_master_same``, ``change_to_slave``); may fail a promotion."""
 
     def __init__(self, store: FakeStore, broker_id: int | None = None) -> None:
         self.store = store
@@ -120,26 +121,23 @@ class FakeHA:
         self.listeners: list[Any] = []
         self.sync_state_set: set[int] = set()
         self.shrink_result: set[int] | None = None
-        self.refuse_master: bool | str = False
+        self.fail_master = False
         self.broker_id = broker_id
 
-    async def change_to_master(self, epoch: int) -> bool:
-        if self.refuse_master == "raise":
+    async def stop_replication(self, reason: str) -> None:
+        self.calls.append(("stop_replication", reason))
+
+    async def start_epoch(self, epoch: int, cut_torn_tail: bool) -> None:
+        if self.fail_master:
             raise RuntimeError("HA failed during the promotion")
-        if self.refuse_master:
-            return False  # what HAService answers for an epoch older than its epoch file's
-        self.calls.append(("change_to_master", epoch))
+        self.calls.append(("change_to_master" if cut_torn_tail else "change_to_master_same", epoch))
         self.store.epoch_file.epochs.append(epoch)
-        return True
 
-    async def change_to_master_same(self, epoch: int) -> bool:
-        self.calls.append(("change_to_master_same", epoch))
-        self.store.epoch_file.epochs.append(epoch)
-        return True
+    def serve_as_master(self, new_term: bool) -> None:
+        self.calls.append(("serve_as_master", new_term))
 
-    async def change_to_slave(self, master_ha_address: str, epoch: int) -> bool:
-        self.calls.append(("change_to_slave", master_ha_address, epoch))
-        return True
+    def follow(self, master_address: str | None, epoch: int) -> None:
+        self.calls.append(("change_to_slave", master_address, epoch))
 
     def set_sync_state_set(self, ids: set[int]) -> None:
         self.calls.append(("set_sync_state_set", frozenset(ids)))
@@ -156,7 +154,8 @@ class FakeHA:
         return set(self.sync_state_set if self.shrink_result is None else self.shrink_result)
 
     def roles(self) -> list[tuple]:
-        return [c for c in self.calls if c[0] not in ("set_sync_state_set", "mark_in_flight")]
+        """The role switches made, in order."""
+        return [c for c in self.calls if c[0] in ("change_to_master", "change_to_master_same", "change_to_slave")]
 
 
 class MemIdentityStore:
@@ -213,7 +212,7 @@ class Replica:
         self.cluster = cluster or self.cluster
         ha = self.ha = FakeHA(self.store)
 
-        async def ha_factory(broker_id: int) -> FakeHA:
+        async def ha_factory(broker_id: int, roles: Any) -> FakeHA:
             ha.broker_id = broker_id
             return ha
 
