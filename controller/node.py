@@ -35,11 +35,11 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from rocketray.controller.api import ConsumerHeartbeatRequest, ElectMasterRequest, Response
+from rocketray.controller.api import ConsumerHeartbeatRequest, ElectMasterRequest, ElectMastersRequest, Response
 from rocketray.controller.codes import ResponseCode
 from rocketray.controller.config import ControllerConfig
 from rocketray.controller.consumers import ConsumerGroups
-from rocketray.controller.decide import (DecideContext, decide, is_write, master_session_closed,
+from rocketray.controller.decide import (DecideContext, decide, election_answers, is_write, master_session_closed,
                                         scan_need_reelect_broker_sets)
 from rocketray.controller.event_log import EventLog, EventLogError, EventLogRecord
 from rocketray.controller.events import Event, broker_name_of, decode_events, encode_events
@@ -57,6 +57,7 @@ log = logging.getLogger(__name__)
 
 _LEADER = 2  # pysyncobj's _RAFT_STATE.LEADER
 MAX_BATCH_BYTES = 256 << 10           # one request's encoded events (decide bounds each field far below)
+MAX_ELECTIONS_PER_ENTRY = 256         # groups one ElectMastersRequest elects (one Raft entry)
 JOURNAL_FILE = "raft.wal"             # DurableJournal (controller/journal.py), + ".meta" for term/vote
 LEGACY_JOURNAL_FILE = "raft.journal"  # pysyncobj's FileJournal, imported once into JOURNAL_FILE
 _ROLE_NAMES = {0: "follower", 1: "candidate", 2: "leader"}
@@ -138,6 +139,9 @@ class ControllerNode:
         self.failed_batches = 0
         self._ready_term: int | None = None
         self._closed = False
+        self._elect_lock = threading.Lock()   # groups waiting for the next batch of elections
+        self._elect_pending: dict[str, None] = {}
+        self._electing = False
 
         self.snapshots = SnapshotStore(self.store_dir / "snapshots", keep=self.config.max_snapshot_reserved_num,
                                        disk=disk)
@@ -494,30 +498,53 @@ class ControllerNode:
             expired = self.heartbeats.expire(self._clock_ms())
         with self._consumers_lock:
             self._consumer_table().expire(self._clock_ms())
-        for _cluster, name, broker_id in expired:
-            if not self.is_leader():
-                continue
+        if expired and self.is_leader():
             with self._state_lock:
-                info = self.state.sync_state.get(name)
-                master = None if info is None else info.master_broker_id
-            if master == broker_id:
+                dead = [(name, bid) for _cluster, name, bid in expired if master_session_closed(self.state, name, bid)]
+            for name, broker_id in dead:
                 log.info("master inactive, electing group=%s broker_id=%d", name, broker_id)
-                self.trigger_elect_master(name)
+            if dead:
+                self.trigger_elect_masters([name for name, _ in dead])
         return expired
 
     def on_broker_session_closed(self, broker_name: str, broker_id: int) -> Response | None:
         """A broker's session connection closed without a bye: its process is gone (RocketMQ's
         ``onBrokerChannelClose``). Its heartbeat row goes now instead of at expiry, and on the ready
-        leader a group whose master it was is re-elected at once (``trigger_elect_master``, the same
-        path as expiry). Returns the election's answer, or None when none was needed. Blocks on
-        Raft: call from a worker thread (``SessionServer`` does)."""
+        leader a group whose master it was is re-elected at once (``trigger_elect_masters``, the same
+        path as expiry), batched with the other groups whose masters' sessions closed meanwhile.
+        Returns the election's answer, or None when none was needed or another caller's batch
+        carries it. Blocks on Raft: call from a worker thread (``SessionServer`` does)."""
         with self._state_lock:
             self.heartbeats.remove(broker_name, broker_id)
             elect = master_session_closed(self.state, broker_name, broker_id)
         if not elect or not self.is_leader():
             return None
         log.info("master session closed, electing group=%s broker_id=%d", broker_name, broker_id)
-        return self.trigger_elect_master(broker_name)
+        return self._elect_coalesced(broker_name)
+
+    def _elect_coalesced(self, broker_name: str) -> Response | None:
+        """One batch of elections at a time: a call while a batch commits adds its group to the next
+        batch and returns None at once (the running caller elects it after its batch), so a machine
+        that held dozens of masters costs a few Raft round trips, not one per group."""
+        with self._elect_lock:
+            self._elect_pending[broker_name] = None
+            if self._electing:
+                return None
+            self._electing = True
+        answer: Response | None = None
+        try:
+            while True:
+                with self._elect_lock:
+                    names = list(self._elect_pending)
+                    self._elect_pending.clear()
+                    if not names:
+                        self._electing = False
+                        return answer
+                answer = self.trigger_elect_masters(names).get(broker_name, answer)
+        except BaseException:
+            with self._elect_lock:
+                self._electing = False
+            raise
 
     def scan_inactive_masters(self) -> list[tuple[str, Response]]:
         """Leader only: re-elect every set whose master is dead but some replica lives (3.3).
@@ -528,7 +555,7 @@ class ControllerNode:
             return []
         with self._state_lock:
             names = scan_need_reelect_broker_sets(self.state, self._context().alive)
-        return [(name, self.trigger_elect_master(name)) for name in names]
+        return list(self.trigger_elect_masters(names).items()) if names else []
 
     def trigger_elect_master(self, broker_name: str) -> Response:
         """Controller-triggered election with up to `elect_master_max_retry_count` attempts (5.4)."""
@@ -544,6 +571,31 @@ class ControllerNode:
             if response.code == ResponseCode.CONTROLLER_NOT_LEADER:
                 break
         return response
+
+    def trigger_elect_masters(self, broker_names: list[str]) -> dict[str, Response]:
+        """``trigger_elect_master`` for many groups: each attempt decides every group still without an
+        answer as one ``ElectMastersRequest`` (one Raft entry per ``MAX_ELECTIONS_PER_ENTRY``
+        groups), up to ``elect_master_max_retry_count`` attempts; each group elected is notified."""
+        answers: dict[str, Response] = {}
+        pending = list(dict.fromkeys(broker_names))
+        for attempt in range(self.config.elect_master_max_retry_count):
+            retry: list[str] = []
+            for start in range(0, len(pending), MAX_ELECTIONS_PER_ENTRY):
+                chunk = pending[start:start + MAX_ELECTIONS_PER_ENTRY]
+                batch = self.handle(ElectMastersRequest(tuple(chunk)), self.config.elect_master_attempt_timeout_ms)
+                got = election_answers(batch)
+                for name in chunk:
+                    answers[name] = response = got.get(name, batch)
+                    if response.ok:
+                        self._notify(response, ElectionTrigger.CONTROLLER)
+                    elif response.code != ResponseCode.CONTROLLER_NOT_LEADER:
+                        retry.append(name)
+                log.info("controller-triggered elections groups=%d attempt=%d code=%s elected=%d", len(chunk),
+                         attempt + 1, batch.code.name, sum(answers[n].ok for n in chunk))
+            if not retry or any(a.code == ResponseCode.CONTROLLER_NOT_LEADER for a in answers.values()):
+                break
+            pending = retry
+        return answers
 
     def _notify(self, response: Response, trigger: ElectionTrigger) -> None:
         """Hand one successful election to ``on_role_changed``, once, with its live members."""
