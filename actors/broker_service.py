@@ -31,7 +31,7 @@ from rocketray.actors.consumer_path import ConsumerPath
 from rocketray.actors.metrics import BrokerMetrics, configure_actor_logging
 from rocketray.spec import ClusterSpec
 from rocketray.broker.message import Message
-from rocketray.broker.batch import EncodedBatch, encode_batch
+from rocketray.broker.batch import EncodedBatch
 from rocketray.broker.register import FileIdentityStore
 from rocketray.broker.replicas_manager import ReplicasManager, Role, State
 from rocketray.broker.role import RoleMachine
@@ -58,16 +58,6 @@ def _message_dict(m: Message, broker_id: int | None) -> dict:
     return {"topic": m.topic, "queue_id": m.queue_id, "queue_offset": m.queue_offset,
             "physical_offset": m.physical_offset, "body": bytes(m.body), "properties": dict(m.properties),
             "store_timestamp_ms": m.store_timestamp_ms, "broker_id": broker_id}
-
-
-def _encode_dicts(messages: list[dict]) -> EncodedBatch | None:
-    """The pre-issue-18 put argument (message dicts) as an encoded batch; None if malformed."""
-    born = now_ms()
-    try:
-        return encode_batch(Message(m["topic"], int(m["queue_id"]), bytes(m["body"]),
-                                    dict(m.get("properties") or {}), born_timestamp_ms=born) for m in messages)
-    except (KeyError, TypeError, ValueError):  # MessageCodecError is a ValueError
-        return None
 
 
 class BrokerService:
@@ -140,16 +130,13 @@ class BrokerService:
         return ha
 
     # --- data path ------------------------------------------------------------------------
-    async def put(self, batch: EncodedBatch | list[dict]) -> PutResult:
+    async def put(self, batch: EncodedBatch) -> PutResult:
         """Append a producer's encoded batch as master and wait for the ack policy; see
         ``rocketray.ha.ack.PutResult`` (``written`` NO/YES/UNKNOWN, ``retriable``; ``broker_id`` is
         this replica's).  The batch is one ``bytes`` object through Ray (no per-message objects);
-        a malformed one is refused with MESSAGE_ILLEGAL and nothing written.  A list of message
-        dicts (the form clients sent before issue 18) is still accepted and encoded here."""
+        anything else, or a malformed batch, is refused with MESSAGE_ILLEGAL and nothing written."""
         broker_id = self.manager.broker_id
-        if isinstance(batch, list):
-            batch = _encode_dicts(batch)
-        if batch is None or not isinstance(batch, EncodedBatch):
+        if not isinstance(batch, EncodedBatch):
             result = refused(PutStatus.MESSAGE_ILLEGAL)
         elif self.ha is None or self.manager.fenced:
             result = refused(PutStatus.FENCED)
