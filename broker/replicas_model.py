@@ -2,17 +2,16 @@
 
 Split from ``rocketray.broker.replicas_manager`` (which re-exports every name) to keep that module about
 behaviour. Settings are the reference's BrokerConfig keys (§8) in snake_case with units last. The
-role, its epoch and the SyncStateSet belong to ``rocketray.broker.role`` (the one ``Role`` enum is
-defined there and re-exported here).
+lifecycle, the role, its epoch and the SyncStateSet belong to ``rocketray.broker.role`` (the one
+``Role`` and ``Lifecycle`` enums are defined there and re-exported here; ``State`` is ``Lifecycle``).
 """
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from rocketray.broker.role import MasterInfo, Role
+from rocketray.broker.role import Lifecycle, MasterInfo, Role
 from rocketray.controller.api import Response
 from rocketray.schema import INT_MAX, key
 
@@ -20,12 +19,8 @@ __all__ = ["State", "Role", "ControllerCallError", "ReplicasManagerConfig", "Rol
            "notification_from"]
 
 
-class State(enum.IntEnum):
-    INITIAL = 0
-    FIRST_TIME_SYNC_CONTROLLER_METADATA_DONE = 1
-    REGISTER_TO_CONTROLLER_DONE = 2
-    RUNNING = 3
-    SHUTDOWN = 4
+State = Lifecycle
+"""The broker's lifecycle (reference 10.2): the role machine's, its one owner (re-exported)."""
 
 
 class ControllerCallError(Exception):

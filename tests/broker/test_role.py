@@ -10,7 +10,7 @@ import pytest
 
 from rocketray.broker.role import (
     ApplySyncStateSet, BecomeMaster, BecomeSlave, Bootstrap, ElectAnswered, FollowMaster, IdAssigned,
-    MasterInfo, ServeAsMaster, NewTermAnswered, Registered, ReplicaInfoPolled,
+    LeaderFound, Lifecycle, MasterInfo, ServeAsMaster, SwitchOrdered, SyncStateSetOrdered, NewTermAnswered, Registered, ReplicaInfoPolled,
     ReportAnswered, ReportOutcome, ReportSyncStateSet, RequestElection, RequestNewTerm, Role,
     RoleChangeNotified, RoleMachine, SendHeartbeat, SetWritable, ShrinkChecked, Stopped, StoreFacts,
     SwitchDone, SyncStateSetProposed,
@@ -356,3 +356,47 @@ def test_reverting_serialized_reports_is_caught(monkeypatch):
     assert m.step(SyncStateSetProposed(frozenset({1, 3}))) == []
     monkeypatch.setattr(role, "report_may_start", lambda in_flight: True)
     assert m.step(SyncStateSetProposed(frozenset({1, 2, 3}))) == [ReportSyncStateSet(frozenset({1, 2, 3}), 1, 1)]
+
+
+# ------------------------------------------------------------------------------ lifecycle, preconditions
+
+
+def test_lifecycle_is_the_machines():
+    """INITIAL -> leader found -> registered -> RUNNING once a master is known -> SHUTDOWN; fenced
+    unless RUNNING (reference 10.2; the lifecycle used to live beside the machine in the manager)."""
+    m = fresh()
+    assert m.lifecycle == Lifecycle.INITIAL and m.fenced
+    assert m.step(LeaderFound()) == [] and m.lifecycle == Lifecycle.FIRST_TIME_SYNC_CONTROLLER_METADATA_DONE
+    assert m.step(Registered(info(None, 0))) == [] and m.lifecycle == Lifecycle.REGISTER_TO_CONTROLLER_DONE
+    m.step(ElectAnswered(info(1, 1, (1,), 1)))
+    assert m.lifecycle == Lifecycle.REGISTER_TO_CONTROLLER_DONE and m.fenced, "not while the switch is pending"
+    m.step(SwitchDone(True))
+    assert m.lifecycle == Lifecycle.RUNNING and not m.fenced
+    assert m.step(LeaderFound()) == [] and m.step(Registered(info(1, 1))) == [] and m.lifecycle == Lifecycle.RUNNING
+    assert m.step(Stopped()) == [SetWritable(False)] and m.lifecycle == Lifecycle.SHUTDOWN and m.fenced
+
+
+@pytest.mark.parametrize("who", ["slave", "same-master"])
+def test_a_switch_to_an_epoch_older_than_the_epoch_file_is_never_started(who):
+    """HA precondition (was HAService's): the epoch file already ends at a newer epoch."""
+    if who == "slave":
+        m = slave(me=2, of=1, epoch=1)
+        event = RoleChangeNotified(info(3, 2, (3,), 3))
+    else:
+        m = master(epoch=1)
+        event = ReplicaInfoPolled(info(1, 2, (1,), 3))
+    before = view(m)
+    assert m.step(event, StoreFacts(last_epoch=4)) == [] and m.switching is None and view(m) == before
+    assert m.step(event, StoreFacts(last_epoch=2)) != [], "the next poll retries once it is not stale"
+
+
+def test_a_standalone_endpoint_orders_switches_with_the_same_precondition():
+    m = RoleMachine("ha-1", broker_id=1, lifecycle=Lifecycle.REGISTER_TO_CONTROLLER_DONE)
+    go = BecomeMaster(3, False, frozenset(), 0)
+    assert m.step(SwitchOrdered(go), StoreFacts(4)) == [], "stale"
+    assert m.step(SwitchOrdered(go), StoreFacts(2)) == [go]
+    assert m.step(SwitchDone(True)) == [ServeAsMaster(3, True), SetWritable(True)]
+    assert m.step(SyncStateSetOrdered(frozenset({1, 7}))) == [ApplySyncStateSet(frozenset({1, 7}), 1)]
+    down = BecomeSlave(None, 4, None, False)
+    assert m.step(SwitchOrdered(down), StoreFacts(3)) == [down, SetWritable(False)]
+    assert m.step(SwitchDone(True)) == [FollowMaster(None, 4)] and (m.role, m.master_epoch) == (Role.SLAVE, 4)
