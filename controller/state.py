@@ -83,6 +83,21 @@ class SyncStateInfo:
         self.sync_state_set_epoch += 1
 
 
+def _copy_replica(row: BrokerReplicaInfo | None) -> BrokerReplicaInfo | None:
+    """A copy ``apply`` cannot change (what ``copy.deepcopy`` gave, at a tenth of its cost: the
+    rows' only mutable fields are the id map and the set; ids, strings and tuples are immutable)."""
+    if row is None:
+        return None
+    return BrokerReplicaInfo(row.cluster_name, row.broker_name, row.next_assign_broker_id, dict(row.broker_id_info))
+
+
+def _copy_sync(row: SyncStateInfo | None) -> SyncStateInfo | None:
+    if row is None:
+        return None
+    return SyncStateInfo(row.cluster_name, row.broker_name, row.master_broker_id, row.master_epoch,
+                         set(row.sync_state_set), row.sync_state_set_epoch)
+
+
 class ControllerState:
     """The replicated tables plus ``apply``. Compare with ``==`` (tables only)."""
 
@@ -142,8 +157,7 @@ class ControllerState:
         are put back as they were and the exception propagates. ``apply`` is deterministic, so
         every replica fails the same batch the same way and ends in the same state."""
         names = {n for n in map(broker_name_of, events) if n is not None}
-        saved = {n: (copy.deepcopy(self.replica_info.get(n)), copy.deepcopy(self.sync_state.get(n)))
-                 for n in names}
+        saved = {n: (_copy_replica(self.replica_info.get(n)), _copy_sync(self.sync_state.get(n))) for n in names}
         saved_topics = {e.topic: self.topics.get(e.topic) for e in events
                         if isinstance(e, (CreateTopicEvent, DeleteTopicEvent))}
         try:
