@@ -27,8 +27,9 @@ protocol error that closes the connection.
 A new leader has no sessions: they were held by its predecessor. Brokers follow leadership (the
 controller clients' ``watch_leader``) and reopen theirs to it at once; :class:`LeaderSessionGrace`
 gives them ``grace_ms`` from the moment this node became the ready leader, and then, once per
-leadership, names each master without a session here: the node treats it as a closed session (its
-heartbeat row goes, its group is re-elected). So a master lost together with the leader (one node
+leadership, names each master without a session here whose group has another replica with one
+(``masters_without_session``): the node treats it as a closed session (its heartbeat row goes, its
+group is re-elected). So a master lost together with the leader (one node
 held both) is replaced a grace window after the election instead of a heartbeat timeout later. A
 live master that was slow to reopen is deposed as a dead one would be; the new master's higher epoch
 fences it (the simulator's ``leader-lost-with-master`` scenarios). This module holds the codec and the session table (pure);
@@ -207,6 +208,11 @@ class LeaderSessionGrace:
 
 def masters_without_session(masters: Mapping[str, int | None],
                             open_sessions: Collection[tuple[str, int]]) -> list[tuple[str, int]]:
-    """``(group, master_id)`` of each group whose master holds no session here, sorted."""
+    """``(group, master_id)`` of each group whose master holds no session here while another replica
+    of its group does, sorted. That replica is the evidence that the group's brokers hold sessions
+    and reach this leader: a group none of whose brokers reopened (brokers without sessions, a
+    leader cut off from all of them, a single-replica group) is left to heartbeat expiry, since
+    deposing its master could elect no one reachable."""
+    reopened = {group for group, _broker_id in open_sessions}
     return sorted((group, master) for group, master in masters.items()
-                  if master is not None and (group, master) not in open_sessions)
+                  if master is not None and group in reopened and (group, master) not in open_sessions)

@@ -13,9 +13,8 @@ notification can be lost, so brokers converge by polling. Brokers hold session c
 is cut) and, if it was the master, the group is re-elected at once, as ``ControllerNode`` does; a
 power loss closes nothing. A new leader starts with no sessions until the brokers open them again;
 ``session_grace_ms`` after it took over, the real ``LeaderSessionGrace`` rule names each master that
-has not reopened its session, and it is treated as a closed session (heartbeat row dropped, group
-re-elected), as ``ControllerService`` does. The rule is off while no broker ever opened a session
-(a run whose brokers hold none, like a controller without a session listener).
+has not reopened its session while another replica of its group has, and it is treated as a closed
+session (heartbeat row dropped, group re-elected), as ``ControllerService`` does.
 """
 
 from __future__ import annotations
@@ -66,7 +65,6 @@ class SimController:
         self.session_elections = 0
         self.grace = LeaderSessionGrace(session_grace_ms, started_ms=0, warm_up_ms=session_warm_up_ms)
         self.term = 0
-        self.sessions_seen = False
         self.grace_deaths = 0
 
     # -- setup --------------------------------------------------------------------------------------
@@ -99,7 +97,7 @@ class SimController:
 
     def _grace_check(self, term: int) -> None:
         """The leader-change rule's tick at the end of ``term``'s window (``ControllerService``)."""
-        if term != self.term or not self.grace.due(self.world.now_ms, term) or not self.sessions_seen:
+        if term != self.term or not self.grace.due(self.world.now_ms, term):
             return
         masters = {group: sync.master_broker_id for group, sync in self.state.sync_state.items()}
         for group, broker_id in masters_without_session(masters, self.sessions.keys()):
@@ -137,7 +135,6 @@ class SimController:
         return resp
 
     def session_opened(self, hello: Hello) -> tuple[SessionTable, int]:
-        self.sessions_seen = True
         return self.sessions, self.sessions.opened(hello)
 
     def session_closed(self, hello: Hello, token: tuple[SessionTable, int]) -> None:

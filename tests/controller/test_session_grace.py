@@ -61,10 +61,14 @@ def test_bad_parameters_are_refused(grace, warm):
 @pytest.mark.parametrize("masters,sessions,dead", [
     ({}, set(), []),
     ({"a": 1, "b": 2}, {("a", 1), ("b", 2)}, []),
-    ({"a": 1, "b": 2}, {("a", 1)}, [("b", 2)]),
-    ({"a": 1, "b": None}, set(), [("a", 1)]),                   # no master: nothing to depose
+    ({"a": 1, "b": 2}, {("a", 1), ("b", 3)}, [("b", 2)]),
+    ({"a": 1, "b": None}, {("a", 2), ("b", 1)}, [("a", 1)]),    # no master: nothing to depose
     ({"a": 1}, {("a", 2), ("a", 3)}, [("a", 1)]),               # slaves' sessions do not cover the master
-    ({"b": 2, "a": 1}, set(), [("a", 1), ("b", 2)]),             # sorted
+    ({"b": 2, "a": 1}, {("a", 3), ("b", 1)}, [("a", 1), ("b", 2)]),  # sorted
+    # no replica of the group reopened: brokers without sessions, a leader cut off from all of them,
+    # a single-replica group: left to heartbeat expiry (an election could reach no one)
+    ({"a": 1}, set(), []),
+    ({"a": 1, "b": 2}, {("a", 2)}, [("a", 1)]),
 ])
 def test_masters_without_session(masters, sessions, dead):
     assert masters_without_session(masters, sessions) == dead

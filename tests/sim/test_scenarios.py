@@ -102,7 +102,8 @@ OLD_RULES = {
     # not by group and broker id), so the slaves' reopened sessions keep a cut-off master in office
     "leader-change-cuts-off-the-master": (
         [(sim_controller, "masters_without_session", lambda masters, open_sessions: sorted(
-            (g, m) for g, m in masters.items() if m is not None and g not in {k[0] for k in open_sessions}))],
+            (g, m) for g, m in masters.items()
+            if m is not None and g in {k[0] for k in open_sessions} and g not in {k[0] for k in open_sessions}))],
         LEADER_CHANGE_REPLACED),
     # violation 4: a role change during the ack wait answers NOT_MASTER ("nothing written")
     "violation-4-not-master-after-write": (
