@@ -385,3 +385,32 @@ def test_async_flush_syncs_the_log_early_after_flush_least_bytes(tmp_path: Path)
         assert len(set(disk.synced)) > 1                        # the queues too
     finally:
         store.close()
+
+
+def test_the_properties_check_is_the_grammar() -> None:
+    """properties_tag_hash accepts exactly ``(name 0x01 value 0x02)*`` with non-empty names (the
+    grammar as a regular expression, the old check) on UTF-8 bytes: random strings over an
+    alphabet rich in separators, and the malformed shapes by name."""
+    import re
+
+    from rocketray.broker.batch import properties_tag_hash
+    from rocketray.broker.message import MessageCodecError
+
+    grammar = re.compile(rb"(?:[^\x01\x02]+\x01[^\x01\x02]*\x02)*")
+
+    def accepted(raw: bytes) -> bool:
+        try:
+            properties_tag_hash(raw)
+            return True
+        except MessageCodecError:
+            return False
+
+    rng = random.Random(7)
+    alphabet = [b"\x01", b"\x02", b"a", b"TAGS", b"k"]
+    samples = [b"", b"\x01\x02", b"a\x01\x02", b"a\x01b", b"a\x01b\x02\x01c\x02", b"a\x01\x01b\x02",
+               b"a\x02", b"a\x01b\x02c", b"a\x01b\x02c\x01d\x02", b"TAGS\x01t\x02"]
+    samples += [b"".join(rng.choice(alphabet) for _ in range(rng.randrange(8))) for _ in range(5000)]
+    for raw in samples:
+        assert accepted(raw) == bool(grammar.fullmatch(raw)), raw
+    assert not accepted(b"a\x01\xff\xfe\x02")                        # not UTF-8
+    assert properties_tag_hash(b"k\x01v\x02TAGS\x01hello\x02") == zlib.crc32(b"hello")
