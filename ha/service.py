@@ -33,8 +33,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 from rocketray.broker.message import Message, MessageCodecError
 from rocketray.broker.batch import EncodedBatch, encode_batch
-from rocketray.broker import role as rm
-from rocketray.broker.role import Lifecycle, Role, RoleMachine, StoreFacts
+from rocketray.broker.role import Role, RoleMachine, StoreFacts
 from rocketray.ha.ack import AckPolicy, PutResult, PutStatus, after_write, refused
 from rocketray.auth import AuthError, authenticate
 from rocketray.ha.config import HAConfig
@@ -42,6 +41,7 @@ from rocketray.ha.loop_monitor import OrderedIO
 from rocketray.ha.master import MasterReplication
 from rocketray.ha.port import HAPort, WritePort
 from rocketray.ha.session import AckEvent, HandshakeEvent
+from rocketray.ha.standalone import StandaloneSwitches, parse_address, standalone_machine
 from rocketray.ha.sync_state import SyncStateTracker
 from rocketray.ha.slave_client import SlaveClient
 from rocketray.ha.transport import STREAM_LIMIT, ConnectionOwner, MasterConnection, StoreLogView
@@ -51,20 +51,11 @@ __all__ = ["HAService", "PutStatus", "PutResult", "Role"]
 log = logging.getLogger(__name__)
 
 
-def _parse_address(address: str | tuple[str, int]) -> tuple[str, int]:
-    if isinstance(address, tuple):
-        return address[0], int(address[1])
-    host, _, port = address.rpartition(":")
-    if not host or not port.isdigit():
-        raise ValueError(f"bad HA address {address!r} (want host:port)")
-    return host, int(port)
-
-
 def wall_clock_ms() -> int:
     return int(time.time() * 1000)
 
 
-class HAService:
+class HAService(StandaloneSwitches):
     """See the module docstring. Coroutine methods must run on the service's event loop."""
 
     def __init__(self, store, broker_id: int, config: HAConfig | None = None,
@@ -90,7 +81,7 @@ class HAService:
         # whose puts must not queue behind a read.
         self.reader = OrderedIO(f"ha-read-{broker_id}")
         self.standalone = roles is None
-        self.roles = roles if roles is not None else self._own_machine(broker_id)
+        self.roles = roles if roles is not None else standalone_machine(broker_id)
         # Every replication decision (acks, SyncStateSet, confirm offset) is this pure core's; the
         # confirmed set it counts is the role machine's.
         self.replication = MasterReplication(broker_id, AckPolicy.from_config(self.config),
@@ -122,10 +113,6 @@ class HAService:
     def _switching(self) -> bool:
         return self.roles.switching is not None
 
-    def _own_machine(self, broker_id: int) -> RoleMachine:
-        return RoleMachine(f"ha-{broker_id}", broker_id=broker_id,
-                           lifecycle=Lifecycle.REGISTER_TO_CONTROLLER_DONE)
-
     def _facts(self) -> StoreFacts:
         return StoreFacts(int(self.store.epoch_file.last_epoch()), int(self.store.max_offset),
                           int(self.store.confirm_offset))
@@ -139,7 +126,7 @@ class HAService:
         """The controller assigned this replica's id (before any role change)."""
         assert self.standalone and self.role == Role.NONE, "broker id changes only before the first role change"
         self.broker_id = broker_id
-        self.roles = self._own_machine(broker_id)
+        self.roles = standalone_machine(broker_id)
         self.replication.rename_self(broker_id)
 
     # ------------------------------------------------------------------ lifecycle
@@ -198,7 +185,7 @@ class HAService:
 
     def follow(self, master_address: str | None, epoch: int) -> None:
         """HAPort: the role machine made this broker a slave of ``master_address`` at ``epoch``."""
-        address = _parse_address(master_address) if master_address is not None else None
+        address = parse_address(master_address) if master_address is not None else None
         client = self._client
         if client is not None and address is not None and client.master_address == address:
             client.expect_epoch(epoch)       # checked at the next handshake
@@ -209,39 +196,6 @@ class HAService:
             self._client = SlaveClient(self, address, expected_epoch=epoch)
             self._client.start()
         log.info("ha %s: slave of %s at epoch %d", self.broker_id, master_address, epoch)
-
-    # ------------------------------------------------------------------ standalone endpoint
-    async def change_to_master(self, epoch: int) -> bool:
-        """Standalone: become master of ``epoch`` (cut a torn tail, start the epoch at the max
-        offset, drop the client and old connections, serve slaves). False if ``epoch`` is stale."""
-        m = self.roles
-        return await self._order(rm.BecomeMaster(epoch, False, m.sync_state_set, m.sync_state_set_epoch))
-
-    async def change_to_master_same(self, epoch: int) -> bool:
-        """Standalone: same master, new epoch: only the epoch entry. False if stale."""
-        m = self.roles
-        return await self._order(rm.BecomeMaster(epoch, True, m.sync_state_set, m.sync_state_set_epoch))
-
-    async def change_to_slave(self, master_ha_address: str | tuple[str, int] | None, epoch: int) -> bool:
-        """Standalone: replicate from ``master_ha_address`` ("host:port"; the same master: only the
-        epoch moves). False if stale."""
-        address = None
-        if master_ha_address is not None:
-            address = "%s:%d" % _parse_address(master_ha_address)
-        same = (self.role == Role.SLAVE and self._client is not None and address is not None
-                and self._client.master_address == _parse_address(address))
-        return await self._order(rm.BecomeSlave(address, epoch, None, same))
-
-    async def _order(self, switch: rm.BecomeMaster | rm.BecomeSlave) -> bool:
-        assert self.standalone, "a broker's HA service switches through its role machine"
-        await self._standalone_executor().feed(rm.SwitchOrdered(switch))
-        want = Role.MASTER if isinstance(switch, rm.BecomeMaster) else Role.SLAVE
-        return self.roles.switching is None and (self.role, self.roles.master_epoch) == (want, switch.epoch)
-
-    def _standalone_executor(self):
-        from rocketray.broker.executor import BrokerNames, Executor  # broker -> ha is the import direction
-        return Executor(self.roles, BrokerNames("", f"ha-{self.broker_id}", self.roles.broker_address),
-                        controller=None, ha=self, facts=self._facts, now_ms=self.now_ms)
 
     async def _stop_client(self) -> None:
         if self._client is not None:
@@ -263,8 +217,7 @@ class HAService:
         """HAPort: the role machine adopted this confirmed SyncStateSet. Standalone: order the
         machine to adopt it (there is no controller)."""
         if self.standalone and frozenset(ids) != self.roles.sync_state_set:
-            from rocketray.broker.executor import run_now
-            run_now(self._standalone_executor().feed(rm.SyncStateSetOrdered(frozenset(ids))))
+            self._order_sync_state_set(ids)
             return
         self.replication.confirmed(ids)
         self._update_confirm_offset()
