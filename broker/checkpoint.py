@@ -17,7 +17,7 @@ directory), so it is either the old or the new checkpoint, never a torn one; an 
 file loads as ``None`` and the store recovers from the start of the log.
 
 ``sync_files`` and ``nonzero_end`` are the file helpers of the commit log; durable replacement of
-small files is ``rocketray.durable``.  All IO goes through the disk port (``rocketray.broker.fs``).
+small files is ``rocketray.durable``.  All IO goes through the disk port (``rocketray.fs``).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from rocketray.broker.fs import OS_DISK, Disk, DiskFile, read_file
+from rocketray.fs import OS_DISK, Disk, DiskFile, read_file
 from rocketray.durable import write_durably
 
 _CHUNK = 1 << 20

@@ -31,7 +31,7 @@ torn record: the cut bytes are zeroed, later segments deleted, and the number of
 removed is returned.  Every segment it scanned is fsynced (and the directory), so the offset the
 store then records as verified is durable: a later power loss cannot tear bytes before it.
 
-All file IO goes through the disk port (``rocketray.broker.fs.Disk``); over the real disk the
+All file IO goes through the disk port (``rocketray.fs.Disk``); over the real disk the
 segments are read through ``mmap`` views.
 
 This class does no locking; :class:`rocketray.broker.store.MessageStore` serialises calls.
@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Sequence
 
 from rocketray.broker.checkpoint import nonzero_end, sync_files
-from rocketray.broker.fs import OS_DISK, Disk, DiskFile
+from rocketray.fs import OS_DISK, Disk, DiskFile
 from rocketray.broker.message import HEADER_SIZE, MessageCodecError, decode_index, verify_record
 from rocketray.broker.batch import IndexedRecords, index_records
 

@@ -16,7 +16,7 @@ entry comes from the record itself (assigned by the master's ``put_batch``); a r
 offset does not continue the queue is logged and the queue is re-based or cut to accept it, so the
 commit log stays the single source of truth.
 
-Every file operation goes through the disk port (``rocketray.broker.fs.Disk``).  New directories
+Every file operation goes through the disk port (``rocketray.fs.Disk``).  New directories
 are created durably (their parent fsynced at once); a queue file's entries are fsynced by the
 store before it records a dispatched offset that relies on them (``take_dirty``).
 
@@ -31,7 +31,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from rocketray.broker.fs import OS_DISK, Disk, DiskFile, ensure_dir, remove_tree
+from rocketray.fs import OS_DISK, Disk, DiskFile, ensure_dir, remove_tree
 from rocketray.broker.message import valid_topic
 from rocketray.broker.batch import CQ_ENTRY, QueueRun
 

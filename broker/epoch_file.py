@@ -18,7 +18,7 @@ written too (``0\\n0\\n``) and a valid empty main file is believed, so truncatin
 
 A cache with ``path=None`` is a scratch cache (no IO), used for the master's entries in the HA
 handshake.  The pure text codec is ``encode_entries`` / ``decode_entries``.  File IO goes through
-the disk port (``rocketray.broker.fs.Disk``, the real disk by default).
+the disk port (``rocketray.fs.Disk``, the real disk by default).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterable
 
-from rocketray.broker.fs import OS_DISK, Disk, ensure_dir, read_file
+from rocketray.fs import OS_DISK, Disk, ensure_dir, read_file
 from rocketray.durable import write_durably
 
 __all__ = ["EpochEntry", "EpochFileCache", "EpochFileError", "MAX_END_OFFSET", "decode_entries",

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, ClassVar
 if TYPE_CHECKING:  # typing.Self is 3.11+; annotations are never evaluated at run time
     from typing_extensions import Self
 
-from rocketray.broker.fs import OS_DISK, Disk, ensure_dir, read_file
+from rocketray.fs import OS_DISK, Disk, ensure_dir, read_file
 from rocketray.durable import write_durably
 
 __all__ = ["BrokerIdentity", "TempBrokerIdentity", "IDENTITY_FILE", "TEMP_IDENTITY_FILE"]

@@ -39,7 +39,7 @@ All public methods hold one re-entrant lock; the fsyncs of the background flushe
 checkpoint) run outside it, so a periodic flush does not stall writers and readers.
 
 Every file operation goes through the disk port given to the constructor (``disk``, default the
-real one, ``rocketray.broker.fs.OS_DISK``); ``rocketray.sim.disk.SimDisk`` runs the very same store
+real one, ``rocketray.fs.OS_DISK``); ``rocketray.sim.disk.SimDisk`` runs the very same store
 over a simulated disk with crashes (``StoreConfig(background_thread=False)`` there: the simulator
 calls ``flush()`` itself).
 """
@@ -60,7 +60,7 @@ from rocketray.broker.config import FlushMode, StoreConfig
 from rocketray.broker.consume_queue import ConsumeQueues
 from rocketray.broker.dispatch import Dispatcher
 from rocketray.broker.epoch_file import EPOCH_FILE_NAME, EpochFileCache
-from rocketray.broker.fs import OS_DISK, Disk, DiskFile, ensure_dir
+from rocketray.fs import OS_DISK, Disk, DiskFile, ensure_dir
 from rocketray.broker.message import Message, MessageCodecError, decode_record
 from rocketray.broker.batch import (EncodedBatch, encode_batch, index_records, record_offsets, seal_batch,
                                     whole_records_length)

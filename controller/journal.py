@@ -41,7 +41,7 @@ bytes were never synced, so nothing acknowledged is lost. The commit index is a 
 bound of what is committed), saved with the term/vote at most once a second, and never read back
 above the last entry.
 
-All IO goes through the disk port (``rocketray.broker.fs.Disk``), so the power-loss tests run the
+All IO goes through the disk port (``rocketray.fs.Disk``), so the power-loss tests run the
 journal over the simulated disk (``rocketray.sim.disk.SimDisk``).
 """
 
@@ -58,7 +58,7 @@ from typing import Any
 import msgpack
 from pysyncobj.journal import Journal
 
-from rocketray.broker.fs import OS_DISK, Disk, DiskFile, read_file
+from rocketray.fs import OS_DISK, Disk, DiskFile, read_file
 from rocketray.durable import write_durably
 
 log = logging.getLogger(__name__)

@@ -46,7 +46,7 @@ from rocketray.controller.events import Event, broker_name_of, decode_events, en
 from rocketray.controller.heartbeat import HeartbeatTable
 from rocketray.controller.notify import ElectionTrigger, RoleChangeNotice, role_change_notice
 from rocketray.controller.pipeline import Proposal, Speculation
-from rocketray.broker.fs import OS_DISK, Disk, ensure_dir
+from rocketray.fs import OS_DISK, Disk, ensure_dir
 from rocketray.controller.raft import (PayloadError, RaftHost, RecoveryRefused, SnapshotHooks, decode_payload,
                                        encode_payload, import_pysyncobj_journal, plan_recovery, sync_obj_conf)
 from rocketray.controller.state import ControllerState

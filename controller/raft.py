@@ -48,7 +48,7 @@ from pysyncobj.config import SERIALIZER_STATE
 from pysyncobj.journal import FileJournal
 from pysyncobj.transport import TCPTransport
 
-from rocketray.broker.fs import OS_DISK, Disk
+from rocketray.fs import OS_DISK, Disk
 from rocketray.controller.journal import DurableJournal, peek_entries
 
 from rocketray.controller.config import ControllerConfig

@@ -4,7 +4,7 @@
 fsyncs the directory, so that after a crash (kill or power loss) the target holds either the old
 or the new bytes, never a mix, and the rename itself is on disk.
 
-Both helpers run over a disk port (``rocketray.broker.fs.Disk``, default the real one), so the
+Both helpers run over a disk port (``rocketray.fs.Disk``, default the real one), so the
 files written through them (store checkpoint, epoch file, identity files) run over the simulated
 disk too.
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import posixpath
 
-from rocketray.broker.fs import OS_DISK, Disk
+from rocketray.fs import OS_DISK, Disk
 
 __all__ = ["fsync_dir", "write_durably"]
 

@@ -1,4 +1,4 @@
-"""A deterministic simulated disk implementing the store's disk port (``rocketray.broker.fs.Disk``).
+"""A deterministic simulated disk implementing the store's disk port (``rocketray.fs.Disk``).
 
 Theory of operation
 -------------------
@@ -88,7 +88,7 @@ def _apply(data: bytearray, op: tuple) -> None:
 
 
 class SimFile:
-    """A handle on a simulated file (implements ``rocketray.broker.fs.DiskFile``)."""
+    """A handle on a simulated file (implements ``rocketray.fs.DiskFile``)."""
 
     __slots__ = ("_disk", "_node", "_gen", "_closed")
 
@@ -152,7 +152,7 @@ class SimFile:
 
 
 class SimDisk:
-    """A simulated file system (implements ``rocketray.broker.fs.Disk``); see the module docstring.
+    """A simulated file system (implements ``rocketray.fs.Disk``); see the module docstring.
 
     ``rng`` decides what a power loss keeps; ``clock_ms`` (optional) gives file modification times
     (retention by age); ``cwd`` resolves relative paths.

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rocketray.broker.fs import OS_DISK, Disk, ensure_dir, read_file
+from rocketray.fs import OS_DISK, Disk, ensure_dir, read_file
 from rocketray.durable import write_durably
 from rocketray.snapshot.format import (SECTION_SNAPSHOT_META, SnapshotCorrupt, decode_snapshot,
                              encode_snapshot)

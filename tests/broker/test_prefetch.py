@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import os
 
-from rocketray.broker import fs
-from rocketray.broker.fs import OS_DISK
+from rocketray import fs
+from rocketray.fs import OS_DISK
 
 MiB = 1 << 20
 

@@ -323,7 +323,7 @@ class _SyncLog:
     """The real disk, recording which files were fsynced (by name, through their duplicates too)."""
 
     def __init__(self) -> None:
-        from rocketray.broker.fs import OS_DISK
+        from rocketray.fs import OS_DISK
         self.disk = OS_DISK
         self.synced: list[str] = []
 

@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from rocketray.broker.fs import Disk, DiskFile
+from rocketray.fs import Disk, DiskFile
 from rocketray.controller.api import ApplyBrokerIdRequest, GetReplicaInfoRequest
 from rocketray.controller.config import ControllerConfig
 from rocketray.controller.node import ControllerNode

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from rocketray.broker.fs import OS_DISK, Disk, DiskFile, ensure_dir, read_file, remove_tree
+from rocketray.fs import OS_DISK, Disk, DiskFile, ensure_dir, read_file, remove_tree
 from rocketray.durable import write_durably
 from rocketray.sim.disk import CrashMode, SimCrash, SimDisk
 
