@@ -221,6 +221,15 @@ class RaftHost(SyncObj):
         self._SyncObj__raftCurrentTerm = max(journal.getCurrentTerm(), journal[-1][2])
         self._SyncObj__votedForNodeId = journal.getVotedForNodeId()
         self._SyncObj__raftCommitIndex = journal.getRaftCommitIndex()
+        # pysyncobj's leader sends append_entries to every follower right after it applied
+        # entries, only to tell them the new commit index; the next append or heartbeat
+        # (append_entries_period_ms) carries it anyway. Not sending it halves the messages of a
+        # write and keeps the followers' apply out of the next write's round trip.
+        self._SyncObj__applyLogEntries = self._apply_log_entries_without_eager_send
+
+    def _apply_log_entries_without_eager_send(self) -> bool:
+        SyncObj._SyncObj__applyLogEntries(self)  # type: ignore[attr-defined]
+        return False
 
     def doTick(self, timeToWait: float = 0.0) -> None:
         journal = self.journal
