@@ -14,7 +14,7 @@ import pytest
 from rocketray.controller.api import ApplyBrokerIdRequest, ElectMasterRequest, GetNextBrokerIdRequest, RegisterBrokerRequest
 from rocketray.controller.codes import ResponseCode
 from rocketray.controller.events import ApplyBrokerIdEvent, ElectMasterEvent, encode_events
-from rocketray.controller.pipeline import Speculation
+from rocketray.controller.pipeline import Speculation, copy_state
 from rocketray.controller.raft import RaftHost, SyncingTransport, encode_payload
 from rocketray.controller.state import ControllerState
 
@@ -147,6 +147,21 @@ def test_speculation_expects_its_own_entries_in_order_and_drops_itself_on_anythi
     assert spec.valid_for(3) and spec.in_flight == 1
     spec.applied(b"other", True)               # not ours and it changed the state
     assert not spec.valid_for(3) and spec.invalidations == 1
+
+
+def test_the_speculation_starts_from_a_copy_that_shares_nothing_mutable():
+    state = ControllerState()
+    for event in (ApplyBrokerIdEvent(CLUSTER, "g", "h:1", "h:1;1", 1), ApplyBrokerIdEvent(CLUSTER, "g", "h:2", "h:2;2", 2),
+                  ElectMasterEvent(True, "g", 1)):
+        state.apply(event)
+    state.topics["t"] = ("g",)
+    before = state.to_snapshot(), state.topics_to_snapshot()
+    copy = copy_state(state)
+    assert copy == state
+    copy.apply(ApplyBrokerIdEvent(CLUSTER, "g", "h:3", "h:3;3", 3))
+    copy.sync_state["g"].update_sync_state_set({1, 2})
+    copy.topics["u"] = ("g",)
+    assert (state.to_snapshot(), state.topics_to_snapshot()) == before
 
 
 def test_speculation_whose_apply_raises_is_dropped():
