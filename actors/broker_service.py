@@ -29,6 +29,7 @@ from rocketray.actors.controller_session import ControllerSession
 from rocketray.actors.client_port import ClientPort
 from rocketray.actors.consumer_path import ConsumerPath
 from rocketray.actors.metrics import BrokerMetrics, configure_actor_logging
+from rocketray.actors.views import BrokerStatus, EpochEntry, HAStatus, QueuePosition, StoredMessage
 from rocketray.spec import ClusterSpec
 from rocketray.broker.message import Message
 from rocketray.broker.batch import EncodedBatch
@@ -54,10 +55,9 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _message_dict(m: Message, broker_id: int | None) -> dict:
-    return {"topic": m.topic, "queue_id": m.queue_id, "queue_offset": m.queue_offset,
-            "physical_offset": m.physical_offset, "body": bytes(m.body), "properties": dict(m.properties),
-            "store_timestamp_ms": m.store_timestamp_ms, "broker_id": broker_id}
+def _stored(m: Message, broker_id: int | None) -> StoredMessage:
+    return StoredMessage(m.topic, m.queue_id, m.queue_offset, m.physical_offset, bytes(m.body), dict(m.properties),
+                         m.store_timestamp_ms, broker_id)
 
 
 class BrokerService:
@@ -151,10 +151,10 @@ class BrokerService:
         self._metrics.put(broker_id, result.status.name, count, 0.0)
         return dataclasses.replace(result, broker_id=broker_id)
 
-    async def get_messages(self, topic: str, queue_id: int, queue_offset: int, max_count: int) -> list[dict]:
+    async def get_messages(self, topic: str, queue_id: int, queue_offset: int, max_count: int) -> list[StoredMessage]:
         """Messages of one queue from ``queue_offset``, never beyond this replica's confirm offset."""
         broker_id = self.manager.broker_id
-        return [_message_dict(m, broker_id) for m in self.store.get_messages(topic, queue_id, queue_offset, max_count)]
+        return [_stored(m, broker_id) for m in self.store.get_messages(topic, queue_id, queue_offset, max_count)]
 
     async def pull(self, topic: str, queue_id: int, queue_offset: int, max_count: int, max_bytes: int,
                    hold_ms: int, group: str | None = None) -> PullResult:
@@ -200,32 +200,29 @@ class BrokerService:
     async def on_role_change(self, notification: dict) -> bool:
         return await self.manager.on_role_change(notification)
 
-    async def status(self) -> dict:
+    async def status(self) -> BrokerStatus:
+        """This replica as it stands (``actors/views.py``); ``role`` NONE until the first switch."""
         m = self.manager
-        entries = self.store.epoch_file.entries()
-        return {
-            "group": self._group, "replica": self._replica, "ha_address": self._me.ha_address,
-            "broker_id": m.broker_id, "state": m.state.name,
-            "running": m.state == State.RUNNING,
-            "role": "master" if m.role == Role.SYNC_MASTER else "slave",
-            "fenced": m.fenced, "master_broker_id": m.master_broker_id, "master_address": m.master_address,
-            "master_epoch": m.master_epoch, "sync_state_set": sorted(m.sync_state_set),
-            "sync_state_set_epoch": m.sync_state_set_epoch,
-            "min_offset": self.store.min_offset, "max_offset": self.store.max_offset,
-            "confirm_offset": self.store.confirm_offset,
-            "epoch_entries": [[e.epoch, e.start_offset, e.end_offset] for e in entries],
-            "queues": self.store.queue_positions(),
-            "ha": self.ha.status() if self.ha is not None else None,
-            "pid": os.getpid(),
-            "controller_session": self.session.connected_to,
-            "max_loop_stall_ms": round(self._stall.max_stall_ms, 1),
-        }
+        return BrokerStatus(
+            group=self._group, replica=self._replica, ha_address=self._me.ha_address,
+            broker_id=m.broker_id, state=m.state.name, running=m.state == State.RUNNING, role=Role(m.role),
+            fenced=m.fenced, master_broker_id=m.master_broker_id, master_address=m.master_address,
+            master_epoch=m.master_epoch, sync_state_set=tuple(sorted(m.sync_state_set)),
+            sync_state_set_epoch=m.sync_state_set_epoch,
+            min_offset=self.store.min_offset, max_offset=self.store.max_offset,
+            confirm_offset=self.store.confirm_offset,
+            epoch_entries=tuple(EpochEntry(e.epoch, e.start_offset, e.end_offset)
+                                for e in self.store.epoch_file.entries()),
+            queues=tuple(QueuePosition(**q) for q in self.store.queue_positions()),
+            ha=HAStatus.from_dict(self.ha.status()) if self.ha is not None else None,
+            pid=os.getpid(), controller_session=self.session.connected_to,
+            max_loop_stall_ms=round(self._stall.max_stall_ms, 1))
 
     # --- samples for the analytics -----------------------------------------------------------
     def _sample(self) -> dict:
         m = self.manager
         return {"time_ms": now_ms(), "group": self._group, "broker_id": m.broker_id,
-                "role": "master" if m.role == Role.SYNC_MASTER else "slave", "master_epoch": m.master_epoch,
+                "role": Role(m.role).name, "master_epoch": m.master_epoch,
                 "max_offset": self.store.max_offset, "confirm_offset": self.store.confirm_offset}
 
     async def _sample_forever(self) -> None:

@@ -23,6 +23,7 @@ import ray
 
 from rocketray import ports, waiting
 from rocketray.actors import remote
+from rocketray.actors.views import BrokerStatus, to_json
 from rocketray.spec import BrokerSpec, ClusterSpec, ControllerSpec
 
 log = logging.getLogger(__name__)
@@ -206,19 +207,20 @@ class Cluster:
                         uncovered)
         return events, uncovered
 
-    def broker_status(self, group: str, replica: int, timeout_s: float = 3.0) -> dict | None:
+    def broker_status(self, group: str, replica: int, timeout_s: float = 3.0) -> BrokerStatus | None:
+        """``BrokerService.status()`` of one replica, None if it does not answer within ``timeout_s``."""
         try:
             return ray.get(self.broker(group, replica).status.remote(), timeout=timeout_s)
         except Exception:  # noqa: BLE001
             return None
 
-    def group_status(self, group: str) -> list[dict | None]:
+    def group_status(self, group: str) -> list[BrokerStatus | None]:
         return [self.broker_status(group, b.replica) for b in self.spec.brokers_of(group)]
 
     def master_of(self, group: str) -> int | None:
         """Replica index whose broker currently acts as a writable master, if any."""
         for b, st in zip(self.spec.brokers_of(group), self.group_status(group)):
-            if st and st.get("role") == "master" and st.get("running"):
+            if st is not None and st.is_running_master:
                 return b.replica
         return None
 
@@ -232,10 +234,11 @@ class Cluster:
         samples: list[dict] = []
         for b in self.spec.brokers:
             status = self.broker_status(b.group, b.replica, timeout_s)
-            if status is None or status.get("broker_id") is None:
+            if status is None or status.broker_id is None:
                 continue
-            replicas.append({k: status[k] for k in ("group", "broker_id", "role", "master_epoch", "epoch_entries",
-                                                    "min_offset", "max_offset", "confirm_offset", "queues")})
+            replicas.append({k: to_json(getattr(status, k)) for k in (
+                "group", "broker_id", "role", "master_epoch", "epoch_entries", "min_offset", "max_offset",
+                "confirm_offset", "queues")})
             try:
                 samples.extend(ray.get(self.broker(b.group, b.replica).samples.remote(), timeout=timeout_s))
             except Exception:  # noqa: BLE001 - an unreachable replica contributes no samples

@@ -23,6 +23,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
+from rocketray.actors.views import BrokerStatus
+
 PREFIX = "rocketray_"
 
 #: Loggers of rocketray's packages (cores log under their module names).
@@ -198,7 +200,7 @@ class BrokerMetrics:
         self._reg = _Registry(factory, on_error)
         self._cluster = cluster
         self._group = group
-        self._last: dict[str, Any] | None = None
+        self._last: BrokerStatus | None = None
 
     def _tags(self, broker_id: Any) -> dict[str, Any]:
         return {"cluster": self._cluster, "group": self._group, "broker_id": -1 if broker_id is None else broker_id}
@@ -210,55 +212,52 @@ class BrokerMetrics:
         if status == "PUT_OK":
             self._reg.record("broker_put_latency_ms", latency_ms, tags)
 
-    def observe(self, status: Mapping[str, Any]) -> list[str]:
+    def observe(self, status: BrokerStatus) -> list[str]:
         """Record one sample of this replica; return log lines for the transitions since the last."""
-        bid = status.get("broker_id")
-        tags = self._tags(bid)
-        master = status.get("role") == "master"
+        tags = self._tags(status.broker_id)
+        master = status.is_master
         self._reg.record("broker_is_master", 1 if master else 0, tags)
-        self._reg.record("broker_master_epoch", int(status.get("master_epoch") or 0), tags)
-        self._reg.record("broker_sync_state_set_size", len(status.get("sync_state_set") or []), tags)
-        max_offset = int(status.get("max_offset") or 0)
-        self._reg.record("broker_max_offset", max_offset, tags)
-        self._reg.record("broker_confirm_offset", int(status.get("confirm_offset") or 0), tags)
+        self._reg.record("broker_master_epoch", status.master_epoch, tags)
+        self._reg.record("broker_sync_state_set_size", len(status.sync_state_set), tags)
+        self._reg.record("broker_max_offset", status.max_offset, tags)
+        self._reg.record("broker_confirm_offset", status.confirm_offset, tags)
         if master:
             self._reg.record("broker_replication_lag_bytes", 0, tags)
             for slave_id, lag in replication_lags(status):
                 self._reg.record("broker_replication_lag_bytes", lag, self._tags(slave_id))
         lines = self._transitions(status)
-        self._last = dict(status)
+        self._last = status
         return lines
 
-    def _transitions(self, now: Mapping[str, Any]) -> list[str]:
+    def _transitions(self, now: BrokerStatus) -> list[str]:
         before = self._last
         if before is None:
             return []
-        keys = {"group": self._group, "broker_id": now.get("broker_id")}
+        keys = {"group": self._group, "broker_id": now.broker_id}
         lines = []
-        if (before.get("role"), before.get("master_epoch")) != (now.get("role"), now.get("master_epoch")):
-            lines.append("replica role changed " + _kv(**keys, role=now.get("role"), epoch=now.get("master_epoch"),
-                                                       previous_role=before.get("role"),
-                                                       previous_epoch=before.get("master_epoch"),
-                                                       master_broker_id=now.get("master_broker_id"),
-                                                       offset=now.get("max_offset")))
-        if list(before.get("sync_state_set") or []) != list(now.get("sync_state_set") or []):
+        if (before.role, before.master_epoch) != (now.role, now.master_epoch):
+            lines.append("replica role changed " + _kv(**keys, role=now.role.name, epoch=now.master_epoch,
+                                                       previous_role=before.role.name,
+                                                       previous_epoch=before.master_epoch,
+                                                       master_broker_id=now.master_broker_id,
+                                                       offset=now.max_offset))
+        if before.sync_state_set != now.sync_state_set:
             lines.append("sync state set changed " + _kv(
-                **keys, epoch=now.get("master_epoch"), sss_epoch=now.get("sync_state_set_epoch"),
-                sync_state_set=";".join(str(i) for i in now.get("sync_state_set") or []),
-                previous=";".join(str(i) for i in before.get("sync_state_set") or [])))
-        old_max, new_max = before.get("max_offset"), now.get("max_offset")
-        if isinstance(old_max, int) and isinstance(new_max, int) and new_max < old_max:
-            lines.append("replica truncated " + _kv(**keys, epoch=now.get("master_epoch"), offset=new_max,
+                **keys, epoch=now.master_epoch, sss_epoch=now.sync_state_set_epoch,
+                sync_state_set=";".join(str(i) for i in now.sync_state_set),
+                previous=";".join(str(i) for i in before.sync_state_set)))
+        old_max, new_max = before.max_offset, now.max_offset
+        if new_max < old_max:
+            lines.append("replica truncated " + _kv(**keys, epoch=now.master_epoch, offset=new_max,
                                                     previous_offset=old_max, cut_bytes=old_max - new_max))
         return lines
 
 
-def replication_lags(status: Mapping[str, Any]) -> Iterable[tuple[int, int]]:
+def replication_lags(status: BrokerStatus) -> Iterable[tuple[int, int]]:
     """``(slave_id, lag_bytes)`` for each slave connected to a master, from its HA status."""
-    ha = status.get("ha") or {}
-    max_offset = int(status.get("max_offset") or 0)
-    for conn in ha.get("connections") or []:
-        slave_id, ack = conn.get("slave_id"), conn.get("ack_offset")
-        if slave_id is None or ack is None or ack < 0:
+    if status.ha is None:
+        return
+    for conn in status.ha.connections:
+        if conn.slave_id is None or conn.ack_offset < 0:
             continue
-        yield int(slave_id), max(0, max_offset - int(ack))
+        yield conn.slave_id, max(0, status.max_offset - conn.ack_offset)

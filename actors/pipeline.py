@@ -19,6 +19,7 @@ from typing import Callable, Protocol
 import ray
 
 from rocketray.actors.cluster import Cluster, ClusterError, wait_for
+from rocketray.actors.views import to_json
 from rocketray.actors.workload import BATCH, Workload
 from rocketray.controller.api import GetReplicaInfoRequest
 from rocketray.waiting import NotYet
@@ -135,7 +136,7 @@ def lose_node_and_time(cluster: Cluster, workload: Workload, nodes: NodeControl,
     def rejoined():
         for g, r in brokers:
             st = cluster.broker_status(g, r, timeout_s=2.0)
-            if not st or not st.get("running") or st.get("role") != "slave":
+            if st is None or not st.is_running_slave:
                 return False
         md = cluster.controller_metadata(timeout_s=2.0)
         return all(md[i] is not None for i in ctrls)
@@ -171,16 +172,16 @@ def settle(cluster: Cluster, timeout_s: float = 120, in_sync: bool = False) -> N
     def settled():
         for group in cluster.spec.groups:
             statuses = cluster.group_status(group)
-            brief = [None if s is None else {k: s.get(k) for k in SETTLE_KEYS} for s in statuses]
-            if any(s is None or not s.get("running") for s in statuses):
+            brief = [None if s is None else {k: to_json(getattr(s, k)) for k in SETTLE_KEYS} for s in statuses]
+            if any(s is None or not s.running for s in statuses):
                 return NotYet(f"{group}: a replica is not running: {brief}")
-            masters = [s for s in statuses if s["role"] == "master"]
+            masters = [s for s in statuses if s is not None and s.is_master]
             if len(masters) != 1:
                 return NotYet(f"{group}: {len(masters)} masters: {brief}")
-            end = masters[0]["max_offset"]
-            if any(s["confirm_offset"] < end or s["max_offset"] < end for s in statuses):
+            end = masters[0].max_offset
+            if any(s.confirm_offset < end or s.max_offset < end for s in statuses if s is not None):
                 return NotYet(f"{group}: a replica has not confirmed the master's end {end}: {brief}")
-            if in_sync and not {s["broker_id"] for s in statuses} <= set(masters[0]["sync_state_set"]):
+            if in_sync and not {s.broker_id for s in statuses if s is not None} <= set(masters[0].sync_state_set):
                 return NotYet(f"{group}: the SyncStateSet does not hold every replica yet: {brief}")
         return True
 
@@ -195,9 +196,11 @@ def verify(cluster: Cluster, workload: Workload) -> dict:
     consistent = True
     digests: dict[str, list] = {}
     for group in cluster.spec.groups:
-        statuses = cluster.group_status(group)
-        upto = min(s["confirm_offset"] for s in statuses)
-        start = max(s["min_offset"] for s in statuses)
+        statuses = [s for s in cluster.group_status(group) if s is not None]
+        if len(statuses) != len(cluster.spec.brokers_of(group)):
+            raise ClusterError(f"{group}: a replica did not answer its status, its log cannot be compared")
+        upto = min(s.confirm_offset for s in statuses)
+        start = max(s.min_offset for s in statuses)
         refs = [cluster.broker(group, b.replica).digest.remote(start, upto) for b in cluster.spec.brokers_of(group)]
         group_digests = ray.get(refs, timeout=60)
         digests[group] = group_digests
@@ -247,7 +250,7 @@ def _run_steps(cluster: Cluster, workload: Workload, messages: int, progress_fac
         # kill, the set's expansion can still be waiting for the new leader); the killed master's
         # rejoin is judged here, as the node loss may legitimately make it master again
         settle(cluster, in_sync=True)
-        old_status = cluster.broker_status(group, old_master) or {}
+        old_status = cluster.broker_status(group, old_master)
         node_step = lose_node_and_time(cluster, workload, nodes, group, produce_while_down=third // 2, say=say)
     workload.produce(max(BATCH, messages - 2 * third), bar)
     if bar is not None:
@@ -255,7 +258,7 @@ def _run_steps(cluster: Cluster, workload: Workload, messages: int, progress_fac
     say("waiting for the cluster to settle")
     settle(cluster)
     if old_status is None:
-        old_status = cluster.broker_status(group, old_master) or {}
+        old_status = cluster.broker_status(group, old_master)
     say("consuming the topic with a new consumer group")
     return {"broker_failover_ms": broker_failover_ms, "controller_failover_ms": controller_failover_ms,
             "old_master": old_master, "new_master": new_master, "old_status": old_status, "node_step": node_step,
@@ -270,7 +273,7 @@ def _summary(cluster: Cluster, workload: Workload, figures: dict, started: float
         "another_replica_became_master": figures["new_master"] is not None
         and figures["new_master"] != figures["old_master"],
         "controller_served_after_leader_kill": figures["controller_failover_ms"] > 0,
-        "old_master_rejoined_as_slave": old_status.get("role") == "slave" and bool(old_status.get("running")),
+        "old_master_rejoined_as_slave": old_status is not None and old_status.is_running_slave,
         "every_acked_message_readable": result["lost"] == 0,   # delivered to a consumer group
         "replicas_consistent": result["consistent"],
         "some_messages_acked": workload.acked_count > 0,
@@ -278,14 +281,13 @@ def _summary(cluster: Cluster, workload: Workload, figures: dict, started: float
     extra: dict = {}
     if node_step is not None:
         lost = node_step["lost_brokers"]
-        rejoined = [cluster.broker_status(g, r) or {} for g, r in node_step["lost_broker_keys"]]
+        rejoined = [cluster.broker_status(g, r) for g, r in node_step["lost_broker_keys"]]
         checks.update({
             "replicas_on_distinct_nodes": replicas_on_distinct_nodes(cluster),
             "node_loss_killed_its_actors": node_step["unreachable_while_down"],
             "writes_resumed_after_node_loss": node_step["node_failover_ms"] > 0,
             "master_moved_off_lost_node": node_step["new_master_off_lost_node"],
-            "lost_node_brokers_rejoined_as_slaves": all(st.get("role") == "slave" and st.get("running")
-                                                        for st in rejoined),
+            "lost_node_brokers_rejoined_as_slaves": all(st is not None and st.is_running_slave for st in rejoined),
         })
         extra = {"node_failover_ms": round(node_step["node_failover_ms"], 1),
                  "node_rejoin_ms": round(node_step["node_rejoin_ms"], 1), "node_lost": node_step["node"],

@@ -74,7 +74,9 @@ def master_beside_leader(cluster, group: str) -> None:
     label = node_label(cluster.spec.controllers[leader].node_resource)
     beside = next(b for b in cluster.spec.brokers_of(group) if node_label(b.node_resource) == label)
     if cluster.wait_for_master(group, 60) != beside.replica:
-        broker_id = cluster.broker_status(group, beside.replica)["broker_id"]
+        status = cluster.broker_status(group, beside.replica)
+        assert status is not None and status.broker_id is not None, f"{group}-{beside.replica} did not answer"
+        broker_id = status.broker_id
         answer = cluster.call_controller(ElectMasterRequest.of_admin_trigger(cluster.spec.cluster_name, group,
                                                                               broker_id), timeout_s=10.0)
         assert answer.ok, answer

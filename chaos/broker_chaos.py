@@ -110,7 +110,7 @@ def _plan(cluster: Cluster, args: argparse.Namespace, out: Path, say
     """The seeded fault and churn schedules (both saved to ``schedule.json``) and the consumer groups."""
     kinds = parse_kinds(args.nemesis)
     statuses = poll_statuses(cluster, timeout_s=10)
-    groups = {g: sorted(int(st["broker_id"]) for (gg, _r), st in statuses.items() if gg == g and st.get("broker_id"))
+    groups = {g: sorted(st.broker_id for (gg, _r), st in statuses.items() if gg == g and st.broker_id is not None)
               or [b.replica + 1 for b in cluster.spec.brokers_of(g)] for g in cluster.spec.groups}
     interval_ms, fault_ms = timing(cluster.spec.profile, dict(cluster.spec.config_overrides))
     steps = plan_steps(kinds, args.seed, groups=groups, controllers=len(cluster.spec.controllers),

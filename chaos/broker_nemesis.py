@@ -51,7 +51,7 @@ class Nemesis:
     # --- resolving targets ------------------------------------------------------------------
     def replica_of(self, group: str, broker_id: int) -> int | None:
         for b, st in zip(self.cluster.spec.brokers_of(group), self.cluster.group_status(group)):
-            if st and st.get("broker_id") == broker_id:
+            if st is not None and st.broker_id == broker_id:
                 return b.replica
         return None
 

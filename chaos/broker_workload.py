@@ -35,6 +35,7 @@ from typing import Any
 import ray
 
 from rocketray.actors.cluster import Cluster
+from rocketray.actors.views import BrokerStatus, to_json
 from rocketray.chaos.replica_reader import ReplicaReader, now_ms, payload_body
 from rocketray.client import (Admin, ClientClosed, ClientError, InvalidMessage, Producer, SendFailed,
                               SendResult)
@@ -214,7 +215,7 @@ class ConsumerLoop(threading.Thread):
             self.stop.wait(self.period_s)
 
 
-def poll_statuses(cluster: Cluster, timeout_s: float = STATUS_TIMEOUT_S) -> dict[tuple[str, int], dict]:
+def poll_statuses(cluster: Cluster, timeout_s: float = STATUS_TIMEOUT_S) -> dict[tuple[str, int], BrokerStatus]:
     """Status of every replica that answers within ``timeout_s`` (paused or dead ones are absent)."""
     keys, refs = [], []
     for b in cluster.spec.brokers:
@@ -225,7 +226,7 @@ def poll_statuses(cluster: Cluster, timeout_s: float = STATUS_TIMEOUT_S) -> dict
             continue
     ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
     ready_set = set(ready)
-    out: dict[tuple[str, int], dict] = {}
+    out: dict[tuple[str, int], BrokerStatus] = {}
     for key, ref in zip(keys, refs):
         if ref in ready_set:
             try:
@@ -244,7 +245,7 @@ class Sampler(threading.Thread):
         self.runlog = runlog
         self.stop = stop
         self.period_s = period_s
-        self.latest: dict[tuple[str, int], dict] = {}
+        self.latest: dict[tuple[str, int], BrokerStatus] = {}
 
     def run(self) -> None:
         while not self.stop.is_set():
@@ -256,11 +257,10 @@ class Sampler(threading.Thread):
             t = now_ms()
             for key, st in statuses.items():
                 self.latest[key] = st
-                if st.get("broker_id") is None:
+                if st.broker_id is None:
                     continue
-                self.runlog.sample(Sample(t, st["group"], int(st["broker_id"]), st["role"],
-                                          int(st.get("master_epoch") or 0), int(st["max_offset"]),
-                                          int(st["confirm_offset"])))
+                self.runlog.sample(Sample(t, st.group, st.broker_id, st.role.name, st.master_epoch, st.max_offset,
+                                          st.confirm_offset))
             self.stop.wait(max(0.0, self.period_s - (time.monotonic() - started)))
 
 
@@ -286,11 +286,11 @@ def replica_snapshots(cluster: Cluster) -> list[ReplicaSnapshot]:
     statuses = poll_statuses(cluster, timeout_s=10.0)
     for group in cluster.spec.groups:
         members = [(b, statuses.get((group, b.replica))) for b in cluster.spec.brokers_of(group)]
-        members = [(b, st) for b, st in members if st is not None and st.get("broker_id") is not None]
-        if not members:
+        present = [(b, st) for b, st in members if st is not None and st.broker_id is not None]
+        if not present:
             continue
-        upto = max(0, min(int(st["confirm_offset"]) for _b, st in members))
-        refs = [cluster.broker(group, b.replica).digest.remote(0, upto, True) for b, _st in members]
+        upto = max(0, min(st.confirm_offset for _b, st in present))
+        refs = [cluster.broker(group, b.replica).digest.remote(0, upto, True) for b, _st in present]
         digests: list[Any] = []
         for ref in refs:
             try:
@@ -299,12 +299,12 @@ def replica_snapshots(cluster: Cluster) -> list[ReplicaSnapshot]:
                 digests.append(None)
         if any(d is None for d in digests):
             digests = [None] * len(digests)  # all or none of a group carry a digest (contract)
-        for (b, st), digest in zip(members, digests):
+        for (b, st), digest in zip(present, digests):
+            assert st.broker_id is not None
             out.append(ReplicaSnapshot(
-                group=group, broker_id=int(st["broker_id"]), role=st["role"],
-                master_epoch=int(st.get("master_epoch") or 0),
-                epoch_entries=tuple(tuple(e) for e in st["epoch_entries"]),  # type: ignore[misc]
-                min_offset=int(st["min_offset"]), max_offset=int(st["max_offset"]),
-                confirm_offset=int(st["confirm_offset"]), digest_to_confirm=digest,
-                queues=tuple(st.get("queues") or ())))
+                group=group, broker_id=st.broker_id, role=st.role.name, master_epoch=st.master_epoch,
+                epoch_entries=tuple((e.epoch, e.start_offset, e.end_offset) for e in st.epoch_entries),
+                min_offset=st.min_offset, max_offset=st.max_offset,
+                confirm_offset=st.confirm_offset, digest_to_confirm=digest,
+                queues=tuple(to_json(q) for q in st.queues)))
     return out

@@ -297,9 +297,9 @@ def broker_epochs(cluster, groups: list[str]) -> tuple[list[tuple[str, dict]], l
                 continue
             caches.append((b.ha_address, {
                 "cluster_name": cluster.spec.cluster_name, "broker_name": group, "broker_addr": b.ha_address,
-                "broker_id": st.get("broker_id"), "role": st.get("role"), "master_epoch": st.get("master_epoch"),
-                "epoch_list": [{"epoch": e, "start_offset": s, "end_offset": t} for e, s, t in st["epoch_entries"]],
-                "max_offset": st.get("max_offset"), "confirm_offset": st.get("confirm_offset")}))
+                "broker_id": st.broker_id, "role": st.role.name, "master_epoch": st.master_epoch,
+                "epoch_list": [e._asdict() for e in st.epoch_entries],
+                "max_offset": st.max_offset, "confirm_offset": st.confirm_offset}))
     return caches, missing
 
 

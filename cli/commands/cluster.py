@@ -74,6 +74,8 @@ def _controller_view(cluster) -> dict:
 
 def collect_status(cluster) -> dict:
     """Plain data for one status screen: controllers, and per group the controller's view and each replica."""
+    from rocketray.actors.views import to_json
+
     metadata = cluster.controller_metadata()
     leader = next((i for i, md in enumerate(metadata) if md and md.get("is_leader")), None)
     leader_md = metadata[leader] if leader is not None else None
@@ -82,13 +84,14 @@ def collect_status(cluster) -> dict:
     for group in cluster.spec.groups:
         replicas = []
         statuses = cluster.group_status(group)
-        master_max = max((s["max_offset"] for s in statuses if s and s.get("role") == "master"), default=None)
+        master_max = max((s.max_offset for s in statuses if s is not None and s.is_master), default=None)
         for b, st in zip(cluster.spec.brokers_of(group), statuses):
             row = {"replica": b.replica, "ha_address": b.ha_address, "alive": st is not None}
-            if st:
-                row.update({k: st.get(k) for k in ("broker_id", "role", "master_epoch", "max_offset",
-                                                   "confirm_offset", "sync_state_set", "running", "state")})
-                row["lag_bytes"] = None if master_max is None else master_max - st["max_offset"]
+            if st is not None:
+                row.update({k: to_json(getattr(st, k)) for k in ("broker_id", "role", "master_epoch", "max_offset",
+                                                                 "confirm_offset", "sync_state_set", "running",
+                                                                 "state")})
+                row["lag_bytes"] = None if master_max is None else master_max - st.max_offset
             replicas.append(row)
         info = view.get(group) or {}
         controller = None

@@ -16,6 +16,7 @@ import pytest
 from rocketray.controller import config_update as cu
 from rocketray.controller.codes import ResponseCode
 from rocketray.controller.config import ControllerConfig
+from rocketray.actors.views import Role
 
 GROUP = "broker-a"
 
@@ -161,7 +162,7 @@ def test_get_broker_epoch_both_modes(cluster, capsys):
     data = json.loads(out)
     assert code == 0 and len(data["brokers"]) == 3 and data["unreachable"] == []
     roles = sorted(b["role"] for b in data["brokers"])
-    assert roles == ["master", "slave", "slave"]
+    assert roles == ["MASTER", "SLAVE", "SLAVE"]
     for b in data["brokers"]:
         assert b["epoch_list"] and b["epoch_list"][-1]["epoch"] <= b["master_epoch"]
     code, _, err = admin(capsys, cluster, "get-broker-epoch", "-b", "broker-zz")
@@ -209,19 +210,19 @@ def _wait_master_moved(cluster, new_id, old_id):
     from rocketray.actors.cluster import wait_for
 
     def moved():
-        by_id = {st["broker_id"]: st for st in cluster.group_status(GROUP) if st}
+        by_id = {st.broker_id: st for st in cluster.group_status(GROUP) if st}
         new, old = by_id.get(new_id), by_id.get(old_id)
-        return (new and old and new["role"] == "master" and new["running"] and old["role"] == "slave"
-                and old["running"] and old["master_broker_id"] == new_id
-                and old["master_epoch"] == new["master_epoch"])
+        return (new and old and new.role == Role.MASTER and new.running and old.role == Role.SLAVE
+                and old.running and old.master_broker_id == new_id
+                and old.master_epoch == new.master_epoch)
 
     wait_for(moved, 60, f"broker {new_id} master and broker {old_id} its slave")
 
 
 def _ids(cluster):
-    by_id = {st["broker_id"]: st for st in cluster.group_status(GROUP) if st}
-    master = next(i for i, st in by_id.items() if st["role"] == "master")
-    return master, sorted(i for i in by_id if i != master), by_id[master]["master_epoch"]
+    by_id = {st.broker_id: st for st in cluster.group_status(GROUP) if st}
+    master = next(i for i, st in by_id.items() if st.role == Role.MASTER)
+    return master, sorted(i for i in by_id if i != master), by_id[master].master_epoch
 
 
 @pytest.mark.slow
@@ -237,7 +238,7 @@ def test_elect_master_moves_the_master_and_the_old_master_follows(cluster, capsy
     code, out, err = admin(capsys, cluster, "elect-master", "-b", GROUP, "--broker-id", str(target))
     assert code == 0, err
     kv = lines_of(out)
-    target_addr = next(st["ha_address"] for st in cluster.group_status(GROUP) if st["broker_id"] == target)
+    target_addr = next(st.ha_address for st in cluster.group_status(GROUP) if st.broker_id == target)
     assert kv["#BrokerName"] == GROUP and kv["#BrokerMasterAddr"] == target_addr
     assert int(kv["#MasterEpoch"]) > epoch
     assert out.count("\t#Broker\t") == 3, "quirk 14 fixed: member lines are printed"

@@ -13,6 +13,7 @@ import ray
 from rocketray.actors import pipeline, remote
 from rocketray.actors.pipeline import Workload
 from rocketray.controller.api import GetReplicaInfoRequest
+from rocketray.actors.views import Role
 from rr_testing import wait_until
 
 pytestmark = pytest.mark.slow
@@ -49,7 +50,7 @@ def test_kill_master_new_master_from_sss_writes_resume_old_master_rejoins(make_c
     w.produce(300)
     pipeline.settle(cluster)
     status = cluster.broker_status(GROUP, old)
-    assert status["role"] == "slave" and status["running"]
+    assert status.role == Role.SLAVE and status.running
     result = pipeline.verify(cluster, w)
     assert result["lost"] == 0 and result["consistent"], result
 
@@ -70,7 +71,7 @@ def test_old_master_truncates_divergent_bytes_when_it_rejoins(make_cluster):
         w.use_settings(send_timeout_ms=500, request_timeout_ms=15_000)
         divergent = w.send_batch(GROUP)
         assert divergent.outcome == "unknown" and divergent.error == "FLUSH_SLAVE_TIMEOUT", divergent
-        old_max = cluster.broker_status(GROUP, old)["max_offset"]
+        old_max = cluster.broker_status(GROUP, old).max_offset
         ray.kill(cluster.broker(GROUP, old), no_restart=True)
     finally:
         for pid in paused:
@@ -84,8 +85,8 @@ def test_old_master_truncates_divergent_bytes_when_it_rejoins(make_cluster):
     pipeline.settle(cluster)
     status = cluster.broker_status(GROUP, old)
     master = cluster.broker_status(GROUP, new)
-    assert status["role"] == "slave" and status["max_offset"] == master["max_offset"]
-    assert status["epoch_entries"][:-1] == master["epoch_entries"][:-1]
+    assert status.role == Role.SLAVE and status.max_offset == master.max_offset
+    assert status.epoch_entries[:-1] == master.epoch_entries[:-1]
     result = pipeline.verify(cluster, w)
     assert result["lost"] == 0 and result["consistent"], result
     assert old_max > 0
@@ -136,7 +137,7 @@ def restart_with_files(cluster, replica: int, prepare) -> dict:
     ray.kill(cluster.broker(GROUP, replica), no_restart=True)
     prepare(spec.store_dir)
     remote.start_broker(cluster.spec, GROUP, replica)
-    wait_until(lambda: (cluster.broker_status(GROUP, replica) or {}).get("running"), 60,
+    wait_until(lambda: getattr(cluster.broker_status(GROUP, replica), "running", None), 60,
                what="the replica to register and run again")
     return cluster.broker_status(GROUP, replica)
 
@@ -153,7 +154,7 @@ def test_registration_crash_points_recover_on_real_actors(make_cluster):
     pipeline.settle(cluster)
     master = cluster.wait_for_master(GROUP)
     victim = next(b.replica for b in cluster.spec.brokers_of(GROUP) if b.replica != master)
-    broker_id = cluster.broker_status(GROUP, victim)["broker_id"]
+    broker_id = cluster.broker_status(GROUP, victim).broker_id
     code = stored_check_code(cluster, broker_id)
 
     def temp_only(store_dir):
@@ -161,7 +162,7 @@ def test_registration_crash_points_recover_on_real_actors(make_cluster):
         TempBrokerIdentity(cluster.spec.cluster_name, GROUP, broker_id, code).save(store_dir)
 
     status = restart_with_files(cluster, victim, temp_only)
-    assert status["broker_id"] == broker_id and status["role"] == "slave"
+    assert status.broker_id == broker_id and status.role == Role.SLAVE
     spec = next(b for b in cluster.spec.brokers_of(GROUP) if b.replica == victim)
     assert TempBrokerIdentity.load(spec.store_dir) is None
     assert BrokerIdentity.load(spec.store_dir).broker_id == broker_id
@@ -170,7 +171,7 @@ def test_registration_crash_points_recover_on_real_actors(make_cluster):
         TempBrokerIdentity(cluster.spec.cluster_name, GROUP, 99, "127.0.0.1:1;1").save(store_dir)
 
     status = restart_with_files(cluster, victim, both_files)
-    assert status["broker_id"] == broker_id and status["role"] == "slave"
+    assert status.broker_id == broker_id and status.role == Role.SLAVE
     assert TempBrokerIdentity.load(spec.store_dir) is None
     next_ids = [next_id for name, _c, next_id, _ids in leader_tables(cluster)["replica_info"] if name == GROUP]
     assert next_ids == [4], "no new broker id was handed out"
@@ -194,7 +195,7 @@ def test_pause_master_past_its_heartbeat_timeout_is_replaced(make_cluster):
     w.forget_master(GROUP)
     w.produce(200)
     pipeline.settle(cluster)
-    assert cluster.broker_status(GROUP, old)["role"] == "slave"
+    assert cluster.broker_status(GROUP, old).role == Role.SLAVE
     result = pipeline.verify(cluster, w)
     assert result["lost"] == 0 and result["consistent"], result
 
@@ -213,17 +214,17 @@ def test_broker_restarted_on_a_new_port_keeps_its_id_and_the_controller_learns_t
     pipeline.settle(cluster)
     master = cluster.wait_for_master(GROUP)
     victim = next(b for b in cluster.spec.brokers_of(GROUP) if b.replica != master)
-    broker_id = cluster.broker_status(GROUP, victim.replica)["broker_id"]
+    broker_id = cluster.broker_status(GROUP, victim.replica).broker_id
     ray.kill(cluster.broker(GROUP, victim.replica), no_restart=True)
 
     moved = dataclasses.replace(victim, ha_port=free_port())
     spec = dataclasses.replace(cluster.spec, brokers=tuple(moved if b == victim else b for b in cluster.spec.brokers))
     remote.start_broker(spec, GROUP, victim.replica)
-    wait_until(lambda: (cluster.broker_status(GROUP, victim.replica) or {}).get("running"), 60,
+    wait_until(lambda: getattr(cluster.broker_status(GROUP, victim.replica), "running", None), 60,
                what="the moved replica to register and run")
     status = cluster.broker_status(GROUP, victim.replica)
-    assert status["broker_id"] == broker_id and status["ha_address"] == moved.ha_address
-    assert status["role"] == "slave"
+    assert status.broker_id == broker_id and status.ha_address == moved.ha_address
+    assert status.role == Role.SLAVE
 
     def controller_address():
         ids = next(ids for name, _c, _n, ids in leader_tables(cluster)["replica_info"] if name == GROUP)
@@ -231,8 +232,8 @@ def test_broker_restarted_on_a_new_port_keeps_its_id_and_the_controller_learns_t
 
     wait_until(lambda: controller_address() == moved.ha_address, 30, what="the controller to learn the new address")
     w.produce(100)
-    wait_until(lambda: cluster.broker_status(GROUP, victim.replica)["max_offset"]
-               == cluster.broker_status(GROUP, master)["max_offset"], 60, what="the moved replica to catch up")
+    wait_until(lambda: cluster.broker_status(GROUP, victim.replica).max_offset
+               == cluster.broker_status(GROUP, master).max_offset, 60, what="the moved replica to catch up")
 
 
 def test_master_killed_for_good_is_replaced_at_connection_speed_not_at_heartbeat_expiry(make_cluster):
@@ -248,7 +249,7 @@ def test_master_killed_for_good_is_replaced_at_connection_speed_not_at_heartbeat
     pipeline.settle(cluster)
     old = cluster.wait_for_master(GROUP)
     leader = cluster.spec.controllers[cluster.wait_for_leader(60)].raft_address
-    wait_until(lambda: all(cluster.broker_status(GROUP, b.replica)["controller_session"] == leader
+    wait_until(lambda: all(cluster.broker_status(GROUP, b.replica).controller_session == leader
                            for b in cluster.spec.brokers_of(GROUP)), 30,
                what="every replica to hold a session with the controller leader")
     before = replica_info(cluster).header

@@ -9,6 +9,9 @@ import urllib.request
 import pytest
 
 from rocketray.actors.metrics import METRICS, PREFIX, BrokerMetrics, ControllerMetrics, replication_lags
+from rocketray.actors.views import Role
+
+from broker_status_factory import broker_status
 
 
 class FakeMetric:
@@ -91,14 +94,6 @@ def test_controller_counts_elections_by_trigger_and_code():
     assert f.value("controller_elections_total", cluster="k", group="broker-a", trigger="admin", code="SUCCESS") == 2
 
 
-def broker_status(**kw):
-    st = {"broker_id": 1, "role": "master", "master_epoch": 2, "master_broker_id": 1, "sync_state_set": [1, 2],
-          "sync_state_set_epoch": 3, "max_offset": 1000, "confirm_offset": 900,
-          "ha": {"connections": [{"slave_id": 2, "ack_offset": 900}, {"slave_id": 3, "ack_offset": -1}]}}
-    st.update(kw)
-    return st
-
-
 def test_broker_sample_records_offsets_and_lag_per_replica():
     """The master reports every connected slave's lag (its max minus the slave's ack) under the slave's id."""
     f = FakeFactory()
@@ -118,16 +113,26 @@ def test_broker_transitions_are_logged_with_domain_keys():
     """Role/epoch change, SyncStateSet change and a max offset going back (truncation) each log one line."""
     m = BrokerMetrics("k", "broker-a", factory=FakeFactory())
     assert m.observe(broker_status()) == []
-    lines = m.observe(broker_status(role="slave", master_epoch=3, master_broker_id=2, sync_state_set=[2],
+    lines = m.observe(broker_status(role=Role.SLAVE, master_epoch=3, master_broker_id=2, sync_state_set=(2,),
                                     max_offset=800))
-    assert any(line.startswith("replica role changed group=broker-a broker_id=1 role=slave epoch=3")
+    assert any(line.startswith("replica role changed group=broker-a broker_id=1 role=SLAVE epoch=3")
                for line in lines), lines
     assert any(line.startswith("sync state set changed group=broker-a broker_id=1 epoch=3") and
                "sync_state_set=2 previous=1;2" in line for line in lines), lines
     assert "replica truncated group=broker-a broker_id=1 epoch=3 offset=800 previous_offset=1000 cut_bytes=200" \
         in lines
-    assert m.observe(broker_status(role="slave", master_epoch=3, master_broker_id=2, sync_state_set=[2],
+    assert m.observe(broker_status(role=Role.SLAVE, master_epoch=3, master_broker_id=2, sync_state_set=(2,),
                                    max_offset=850)) == [], "no transition, no line"
+
+
+def test_a_replica_without_a_role_is_not_counted_as_master():
+    """Role NONE (before the first switch) reads NONE, not slave, and never as a master."""
+    f = FakeFactory()
+    m = BrokerMetrics("k", "broker-a", factory=f)
+    m.observe(broker_status(role=Role.NONE, ha=None, master_broker_id=None))
+    assert f.value("broker_is_master", cluster="k", group="broker-a", broker_id=1) == 0
+    lines = m.observe(broker_status())
+    assert any("role=MASTER epoch=2 previous_role=NONE" in line for line in lines), lines
 
 
 def test_put_outcomes_and_latency_histogram():

@@ -17,6 +17,7 @@ from rocketray.actors.pipeline import Workload
 from rocketray.broker.message import Message
 from rocketray.broker.batch import encode_batch
 from rocketray.controller.api import GetReplicaInfoRequest, GetSyncStateDataRequest
+from rocketray.actors.views import Role
 from rr_testing import wait_until
 
 pytestmark = pytest.mark.slow
@@ -39,14 +40,14 @@ def alive_ids(cluster) -> set[int]:
 
 
 def broker_id_of(cluster, replica: int) -> int:
-    return cluster.broker_status(GROUP, replica)["broker_id"]
+    return cluster.broker_status(GROUP, replica).broker_id
 
 
 def assert_nothing_lost(cluster, w: Workload) -> None:
     pipeline.settle(cluster)
     result = pipeline.verify(cluster, w)
     assert result["lost"] == 0 and result["consistent"], result
-    entries = [cluster.broker_status(GROUP, b.replica)["epoch_entries"] for b in cluster.spec.brokers_of(GROUP)]
+    entries = [cluster.broker_status(GROUP, b.replica).epoch_entries for b in cluster.spec.brokers_of(GROUP)]
     for e in entries:
         assert [x[0] for x in e] == sorted({x[0] for x in e}), f"epochs strictly increase: {e}"
     assert all(e[:-1] == entries[0][:-1] for e in entries), f"closed epoch entries agree: {entries}"
@@ -71,8 +72,8 @@ def test_5663_sync_state_set_expand_raced_with_master_kill(make_cluster):
         w.produce(300)
     finally:
         cluster.resume_pid(pid)
-    master_max = cluster.broker_status(GROUP, old)["max_offset"]
-    wait_until(lambda: cluster.broker_status(GROUP, lagging)["max_offset"] >= master_max, 30,
+    master_max = cluster.broker_status(GROUP, old).max_offset
+    wait_until(lambda: cluster.broker_status(GROUP, lagging).max_offset >= master_max, 30,
                what="the lagging slave to catch up (the master then expands the SyncStateSet)")
     sss_at_kill = set(replica_info(cluster).body["sync_state_set"])
     cluster.kill_broker(GROUP, old, wait_restart=False)
@@ -131,7 +132,7 @@ def test_9689_new_epoch_with_the_same_master(make_cluster):
         for pid in pids:
             cluster.resume_pid(pid)
     status = cluster.broker_status(GROUP, old)
-    assert status["role"] == "master" and status["epoch_entries"][-1][0] > epoch, status
+    assert status.role == Role.MASTER and status.epoch_entries[-1][0] > epoch, status
     w.produce(200)
     assert_nothing_lost(cluster, w)
 
@@ -168,7 +169,7 @@ def test_10666_slave_killed_in_the_middle_of_truncation(make_cluster):
     w.produce(100)
     pipeline.settle(cluster)
     status, master = cluster.broker_status(GROUP, old), cluster.broker_status(GROUP, new)
-    assert status["role"] == "slave" and status["max_offset"] == master["max_offset"], (status, master)
+    assert status.role == Role.SLAVE and status.max_offset == master.max_offset, (status, master)
     assert_nothing_lost(cluster, w)
 
 
@@ -200,7 +201,7 @@ def test_6662_old_master_paused_past_its_election_then_resumed_while_clients_wri
         w.acked[GROUP].update(stale_ids)
     writer.join(timeout=120)
     assert not writer.is_alive()
-    wait_until(lambda: cluster.broker_status(GROUP, old)["role"] == "slave", 30,
+    wait_until(lambda: cluster.broker_status(GROUP, old).role == Role.SLAVE, 30,
                what="the old master to step down to slave")
     w.produce(200)
     assert_nothing_lost(cluster, w)

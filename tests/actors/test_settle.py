@@ -11,6 +11,9 @@ import pytest
 
 from rocketray.actors import pipeline
 from rocketray.actors.cluster import ClusterError
+from rocketray.actors.views import BrokerStatus, Role
+
+from broker_status_factory import broker_status
 
 
 class Group:
@@ -22,13 +25,13 @@ class Group:
         self.polls = 0
         self.expand_after = expand_after
 
-    def group_status(self, group: str) -> list[dict]:
+    def group_status(self, group: str) -> list[BrokerStatus]:
         self.polls += 1
         grown = self.expand_after is not None and self.polls > self.expand_after
-        sss = [1, 2, 3] if grown else [1]
-        return [{"replica": r, "broker_id": r, "running": True, "role": "master" if r == 1 else "slave",
-                 "state": "RUNNING", "fenced": False, "master_epoch": 2, "sync_state_set": sss if r == 1 else [],
-                 "max_offset": 500, "confirm_offset": 500, "master_address": "m"} for r in (1, 2, 3)]
+        sss = (1, 2, 3) if grown else (1,)
+        return [broker_status(replica=r, broker_id=r, role=Role.MASTER if r == 1 else Role.SLAVE,
+                              sync_state_set=sss if r == 1 else (), max_offset=500, confirm_offset=500,
+                              master_address="m") for r in (1, 2, 3)]
 
 
 def test_settle_in_sync_waits_for_the_sync_state_set_to_hold_every_replica():

@@ -19,6 +19,7 @@ from rocketray.chaos.broker_chaos import NemesisListError, parse_kinds, plan_ste
 from rocketray.chaos.ha_proxy import HaProxies
 from rocketray.spec import BrokerSpec, ClusterSpec
 from rocketray import ports
+from rocketray.actors.views import Role
 from rr_testing import wait_until
 
 GROUP = "broker-a"
@@ -212,7 +213,7 @@ def test_live_loss_with_all_ack_off_and_unclean_election_is_reported(ray_here, t
         remote.start_broker(cluster.spec, GROUP, old)  # rejoins as a slave, truncating the lost batch
         pipeline.settle(cluster)
         runlog.event("heal", "end", None, None)
-        wait_until(lambda: (cluster.broker_status(GROUP, old) or {}).get("role") == "slave", 30,
+        wait_until(lambda: getattr(cluster.broker_status(GROUP, old), "role", None) == Role.SLAVE, 30,
                    what="the old master to rejoin as a slave")
         final_reads(cluster, layout, runlog)
         write_run(tmp_path / "run", runlog, replica_snapshots(cluster), cluster)

@@ -23,6 +23,7 @@ import os
 import pytest
 
 from rocketray.waiting import NotYet, wait_for
+from rocketray.actors.views import Role
 
 pytestmark = pytest.mark.slow
 
@@ -137,7 +138,7 @@ def test_acknowledged_offsets_survive_failover_and_the_old_masters_return(cluste
     starts_at_or_past(got, o1, f"new master r{b}")
     assert {m.body for m in got} == {f"order {i}".encode() for i in range(100, 150)}, "exactly the new messages"
 
-    wait_for(lambda: (cluster.broker_status(GROUP, a) or {}).get("role") == "slave", 60,
+    wait_for(lambda: getattr(cluster.broker_status(GROUP, a), "role", None) == Role.SLAVE, 60,
              f"the old master r{a} to rejoin as a slave")
     settle(cluster, in_sync=True)           # r{a} holds the log, o2's commit record included
     third = next(x.replica for x in cluster.spec.brokers_of(GROUP) if x.replica not in (a, b))

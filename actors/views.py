@@ -1,0 +1,170 @@
+"""What the actors answer their callers: frozen dataclasses instead of dicts read with ``.get``.
+
+A broker's ``status()`` is a :class:`BrokerStatus` (its HA part a nested :class:`HAStatus`), its
+``get_messages`` a list of :class:`StoredMessage`; a controller's ``metadata()`` is a
+:class:`ControllerMetadata` and its ``watch_master`` answer a :class:`MasterView`. Roles are the
+broker's one :class:`~rocketray.broker.role.Role` enum, so a replica with no role yet reads ``NONE``
+(not ``slave``). These types cross Ray by pickle and stay inside the cluster; what leaves it as JSON
+(``rocketray status --json``, analytics records) goes through :func:`to_json`, which keeps the
+field names as keys and writes enums by name (``MASTER``, ``SLAVE``, ``NONE``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from dataclasses import dataclass
+from typing import Any, Mapping, NamedTuple
+
+from rocketray.broker.role import Role
+
+__all__ = ["BrokerStatus", "EpochEntry", "HAConnection", "HAStatus", "QueuePosition", "Role", "StoredMessage", "to_json"]
+
+
+class EpochEntry(NamedTuple):
+    """One epoch-file entry: ``[epoch, start_offset, end_offset]`` in JSON (a list, as before)."""
+
+    epoch: int
+    start_offset: int
+    end_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class QueuePosition:
+    """One consume queue's positions (``MessageStore.queue_positions``)."""
+
+    topic: str
+    queue_id: int
+    min_offset: int
+    max_offset: int
+    visible_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class HAConnection:
+    """One slave connected to this master's HA service."""
+
+    slave_id: int | None
+    peer: str
+    ack_offset: int
+    async_learner: bool
+    state: str
+
+
+@dataclass(frozen=True, slots=True)
+class HAStatus:
+    """The HA service's view (``HAService.status()``); ``epoch_entries`` are ``(epoch, start)`` pairs."""
+
+    broker_id: int
+    role: Role
+    epoch: int
+    max_offset: int
+    confirm_offset: int
+    epoch_entries: tuple[tuple[int, int], ...]
+    sync_state_set: tuple[int, ...]
+    sync_state_set_view: tuple[int, ...]
+    pending_proposals: tuple[tuple[int, ...], ...]
+    synchronizing: bool
+    connections: tuple[HAConnection, ...]
+    master_address: str | None
+    slave_connected: bool
+    slave_last_error: str
+    rejected_connections: int
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> HAStatus:
+        """From ``HAService.status()`` (a dict the HA module keeps); every key is required."""
+        return cls(
+            broker_id=d["broker_id"], role=Role(d["role"]), epoch=d["epoch"], max_offset=d["max_offset"],
+            confirm_offset=d["confirm_offset"], epoch_entries=tuple((e[0], e[1]) for e in d["epoch_entries"]),
+            sync_state_set=tuple(d["sync_state_set"]), sync_state_set_view=tuple(d["sync_state_set_view"]),
+            pending_proposals=tuple(tuple(p) for p in d["pending_proposals"]),
+            synchronizing=bool(d["synchronizing"]),
+            connections=tuple(HAConnection(c["slave_id"], c["peer"], c["ack_offset"], c["async_learner"],
+                                           c["state"]) for c in d["connections"]),
+            master_address=d["master_address"], slave_connected=d["slave_connected"],
+            slave_last_error=d["slave_last_error"], rejected_connections=d["rejected_connections"])
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerStatus:
+    """One replica as its broker actor sees it (``BrokerService.status()``).
+
+    ``running``: the lifecycle reached RUNNING; ``role``: MASTER only once the switch to master is
+    done (``is_running_master`` is what a writer waits for); ``ha`` is None until the controller gave
+    this replica its broker id and the HA service started."""
+
+    group: str
+    replica: int
+    ha_address: str
+    broker_id: int | None
+    state: str
+    running: bool
+    role: Role
+    fenced: bool
+    master_broker_id: int | None
+    master_address: str | None
+    master_epoch: int
+    sync_state_set: tuple[int, ...]
+    sync_state_set_epoch: int
+    min_offset: int
+    max_offset: int
+    confirm_offset: int
+    epoch_entries: tuple[EpochEntry, ...]
+    queues: tuple[QueuePosition, ...]
+    ha: HAStatus | None
+    pid: int
+    controller_session: str | None
+    max_loop_stall_ms: float
+
+    @property
+    def is_master(self) -> bool:
+        return self.role == Role.MASTER
+
+    @property
+    def is_running_master(self) -> bool:
+        return self.running and self.role == Role.MASTER
+
+    @property
+    def is_running_slave(self) -> bool:
+        return self.running and self.role == Role.SLAVE
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    """One message as a replica stores it (``BrokerService.get_messages``); ``broker_id`` is the
+    answering replica's (None before it has one)."""
+
+    topic: str
+    queue_id: int
+    queue_offset: int
+    physical_offset: int
+    body: bytes
+    properties: Mapping[str, str]
+    store_timestamp_ms: int
+    broker_id: int | None
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, enum.Enum):
+        return value.name
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).decode("utf-8", errors="replace")
+    if isinstance(value, Mapping):
+        return {k: _json_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_value(v) for v in value]
+    return value
+
+
+def to_json(view: Any) -> Any:
+    """A view as JSON-ready data: field names as keys, enums by name, tuples as lists."""
+    if dataclasses.is_dataclass(view) and not isinstance(view, type):
+        return {f.name: to_json(getattr(view, f.name)) for f in dataclasses.fields(view)}
+    if isinstance(view, tuple) and hasattr(view, "_fields"):  # EpochEntry: a list, as before
+        return [to_json(v) for v in view]
+    if isinstance(view, (list, tuple)):
+        return [to_json(v) for v in view]
+    if isinstance(view, Mapping):
+        return {k: to_json(v) for k, v in view.items()}
+    return _json_value(view)
