@@ -54,25 +54,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from rocketray.broker.checkpoint import StoreCheckpoint, load_checkpoint, save_checkpoint, sync_files
+from rocketray.broker.checkpoint import StoreCheckpoint, load_checkpoint, save_checkpoint
 from rocketray.broker.commitlog import CommitLog, StoreError
 from rocketray.broker.config import FlushMode, StoreConfig
 from rocketray.broker.consume_queue import ConsumeQueues
 from rocketray.broker.dispatch import Dispatcher
 from rocketray.broker.epoch_file import EPOCH_FILE_NAME, EpochFileCache
-from rocketray.fs import OS_DISK, Disk, DiskFile, ensure_dir
+from rocketray.fs import OS_DISK, Disk, ensure_dir
 from rocketray.broker.message import Message, MessageCodecError, decode_record
 from rocketray.broker.batch import (EncodedBatch, encode_batch, index_records, record_offsets, seal_batch,
                                     whole_records_length)
+from rocketray.broker.store_flush import FLUSH_LEAST_BYTES, FLUSH_TICK_MS, StoreFlushing  # noqa: F401
 
 __all__ = ["AppendResult", "MalformedBatch", "MessageStore", "StoreError"]
 
 log = logging.getLogger(__name__)
-
-#: Async mode: the background thread fsyncs the log as soon as this many bytes were appended since its
-#: last flush (and flushes everything every ``flush_interval_ms``); it looks every ``FLUSH_TICK_MS``.
-FLUSH_LEAST_BYTES = 4 << 20
-FLUSH_TICK_MS = 10
 
 
 class MalformedBatch(StoreError, MessageCodecError):
@@ -95,7 +91,7 @@ class AppendResult:
         return record_offsets(self.data)
 
 
-class MessageStore:
+class MessageStore(StoreFlushing):
     """The message store of one replica (see the module docstring)."""
 
     def __init__(self, root_dir: str | os.PathLike[str], config: StoreConfig | None = None,
@@ -439,98 +435,6 @@ class MessageStore:
                 self._write_checkpoint()
                 log.info("store %s: retention deleted %d segments; min offset %d", self.root, deleted, lo)
             return deleted
-
-    # ------------------------------------------------------------------ flushing
-    def _write_checkpoint(self) -> None:
-        """Under the lock, with the log fsynced up to ``_verified``: fsync the queues, save."""
-        files, dirs = self.cqs.take_dirty()
-        sync_files(files, self.disk, None)
-        for directory in dirs:
-            self.disk.fsync_dir(directory)
-        with self._checkpoint_lock:
-            save_checkpoint(self.root, StoreCheckpoint(self._verified, self._confirm,
-                                                             self.dispatcher.dispatched), self.disk)
-
-    def flush(self) -> None:
-        """fsync the log and the queues and write the checkpoint."""
-        with self._lock:
-            self._check_open()
-            self.commitlog.flush()
-            self._verified = self.commitlog.max_offset
-            self._write_checkpoint()
-
-    def _flush_in_background(self) -> None:
-        """The periodic flush, with every fsync outside the store lock (writers keep going): take the
-        dirty log and queue files and the offsets they vouch for under the lock, fsync them, then
-        save the checkpoint unless a truncation, retention or rebuild ran meanwhile (it bumps the
-        generation and writes its own checkpoint; the checkpoint lock orders the two saves)."""
-        with self._lock:
-            if self._closed:
-                return
-            generation = self._generation
-            files, directory, verified = self._take_dirty_log()
-            cq_files, cq_dirs = self.cqs.take_dirty()
-            dispatched = self.dispatcher.dispatched
-        sync_files(files, self.disk, directory)
-        sync_files(cq_files, self.disk, None)
-        for directory in cq_dirs:
-            self.disk.fsync_dir(directory)
-        with self._lock:
-            if self._closed or generation != self._generation:
-                return  # a truncation, retention or rebuild ran meanwhile and wrote its own checkpoint
-            self._verified = verified
-            checkpoint = StoreCheckpoint(verified, self._confirm, dispatched)
-        with self._checkpoint_lock:  # never taken before the store lock by this thread: no deadlock
-            if generation == self._generation:
-                save_checkpoint(self.root, checkpoint, self.disk)
-
-    def _flush_log_early(self) -> None:
-        """The early async flush: fsync only the log written since the last flush (outside the
-        store lock). The queues and the checkpoint wait for the periodic flush, which then has
-        little of the log left to sync; recovery rescans at most one interval of records."""
-        with self._lock:
-            if self._closed:
-                return
-            files, directory, _ = self._take_dirty_log()
-        sync_files(files, self.disk, directory)
-
-    def _take_dirty_log(self) -> tuple[list[DiskFile], Path | None, int]:
-        """Under the lock: duplicated handles of the log files written since the last flush, the
-        log's directory if it changed, and the offset they reach once synced."""
-        files, dir_dirty = self.commitlog.take_dirty_files()
-        self._flush_taken_offset = self.commitlog.max_offset
-        return files, self.commitlog.dir if dir_dirty else None, self._flush_taken_offset
-
-    def _background(self) -> None:
-        """Flush every ``flush_interval_ms``, and in async mode fsync the log alone as soon as
-        ``FLUSH_LEAST_BYTES`` were appended since the last flush (like RocketMQ's flushLeastPages):
-        small fsyncs, because a large one makes the writer's next ``pwrite`` wait for the disk (tail
-        latency)."""
-        interval_s = self.config.flush_interval_ms / 1000
-        early = self.config.flush_mode is FlushMode.ASYNC
-        tick_s = min(interval_s, FLUSH_TICK_MS / 1000) if early else interval_s
-        next_flush = time.monotonic() + interval_s
-        next_retention = time.monotonic() + self.config.retention_check_interval_ms / 1000
-        while not self._stop.wait(tick_s):
-            try:
-                now = time.monotonic()
-                if now >= next_flush:
-                    next_flush = now + interval_s
-                    self._flush_in_background()
-                elif early and self._unflushed_bytes() >= FLUSH_LEAST_BYTES:
-                    self._flush_log_early()
-                if now >= next_retention:
-                    next_retention = now + self.config.retention_check_interval_ms / 1000
-                    self.delete_expired_segments()
-            except StoreError:
-                return
-            except Exception:  # noqa: BLE001 - a shell keeps running and logs
-                log.exception("store %s: background flush failed", self.root)
-
-    def _unflushed_bytes(self) -> int:
-        """Bytes appended since the last background flush took the dirty files."""
-        with self._lock:
-            return 0 if self._closed else self.commitlog.max_offset - self._flush_taken_offset
 
     # ------------------------------------------------------------------ lifecycle
     def _check_open(self) -> None:
