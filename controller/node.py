@@ -1,17 +1,19 @@
 """ControllerNode: one replicated controller (the shell around the pure controller core).
 
 Theory of operation. A node hosts one pysyncobj `RaftHost` ticked by a thread of its own. Every
-request goes through one pipeline, one request at a time (`_pipeline` lock):
+request goes through one pipeline; decisions are taken one at a time (`_pipeline` lock), commits
+overlap (controller/pipeline.py):
 
 1. Only a *ready* leader serves: Raft leader whose own barrier (an empty batch) committed in the
    current term, so every entry of earlier terms is applied. Elsewhere the answer is
    CONTROLLER_NOT_LEADER (2007) with `leader_address` / `leader_id` in the header.
-2. Reads (and writes that produce no events) first commit a barrier when
-   `is_process_read_event` (default True): linearizable reads.
-3. `decide(state, request, ctx)` runs on the current state (pure).
-4. The events are encoded into one payload and replicated; `handle` waits until the entry is
-   committed *and applied on this node* (pysyncobj applies before it calls back), so the next
-   request decides on a state that includes its predecessor.
+2. `decide(state, request, ctx)` runs (pure) on the *speculation*: the applied state plus the
+   events of this leader's proposals still in flight, so it includes every predecessor.
+3. The events are encoded into one payload and proposed; reads (and writes that produce no
+   events) propose a barrier instead when `is_process_read_event` (default True): linearizable
+   reads. The lock is released here: the next request decides while this one commits.
+4. `handle` answers once its entry is committed *and applied on this node* (pysyncobj applies
+   before it calls back): fsynced on a majority, as before.
 
 State changes only on the tick thread, in log order (`_apply`); entries at or below the loaded
 snapshot index are skipped. Liveness (heartbeat table) is local to each node, as in RocketMQ.
