@@ -211,7 +211,7 @@ class ConsumerLoop(threading.Thread):
                 except Exception:  # noqa: BLE001 - dead or paused replica: try another next pass
                     break
                 if msgs:
-                    self.next_offset[q] = msgs[-1]["queue_offset"] + 1
+                    self.next_offset[q] = msgs[-1].queue_offset + 1
             self.stop.wait(self.period_s)
 
 

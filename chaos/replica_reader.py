@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import itertools
 import time
-from typing import Any, Callable
+from typing import Callable
 
 import ray
 
 from rocketray.actors.cluster import Cluster
+from rocketray.actors.views import StoredMessage
 
 Recorder = Callable[[dict], None]
 READ_BATCH = 512
@@ -53,11 +54,11 @@ class ReplicaReader:
         self.batch = batch
         self._op_ids = itertools.count(1)
 
-    def read_queue(self, group: str, replica: int, queue_id: int, from_offset: int = 0) -> list[dict[str, Any]]:
+    def read_queue(self, group: str, replica: int, queue_id: int, from_offset: int = 0) -> list[StoredMessage]:
         """Every message of one queue on one replica from ``from_offset`` up to its confirm offset
         (raises if the replica does not answer within the call timeout)."""
         actor = self.cluster.broker(group, replica)
-        out: list[dict[str, Any]] = []
+        out: list[StoredMessage] = []
         offset = from_offset
         while True:
             start = now_ms()
@@ -69,12 +70,12 @@ class ReplicaReader:
             for m in msgs:
                 self._record(group, queue_id, m, start, end)
             out.extend(msgs)
-            offset = msgs[-1]["queue_offset"] + 1
+            offset = msgs[-1].queue_offset + 1
 
-    def _record(self, group: str, queue_id: int, m: dict[str, Any], start: float, end: float) -> None:
-        pid = (m.get("properties") or {}).get("pid")
+    def _record(self, group: str, queue_id: int, m: StoredMessage, start: float, end: float) -> None:
+        pid = m.properties.get("pid")
         self.recorder({"op_id": f"{self.process}-{next(self._op_ids)}", "process": self.process, "f": "read",
-                       "group": group, "queue_id": queue_id, "payload_id": checked_payload_id(pid, m["body"]),
-                       "queue_offset": m["queue_offset"], "physical_offset": m["physical_offset"],
-                       "start_ms": start, "end_ms": end, "outcome": "ok", "broker_id": m.get("broker_id"),
+                       "group": group, "queue_id": queue_id, "payload_id": checked_payload_id(pid, m.body),
+                       "queue_offset": m.queue_offset, "physical_offset": m.physical_offset,
+                       "start_ms": start, "end_ms": end, "outcome": "ok", "broker_id": m.broker_id,
                        "error": None})

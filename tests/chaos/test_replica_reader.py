@@ -1,0 +1,24 @@
+"""ReplicaReader's read rows from the broker's typed answer (``StoredMessage``), one layer, no Ray."""
+
+from __future__ import annotations
+
+from rocketray.actors.views import StoredMessage
+from rocketray.chaos.replica_reader import ReplicaReader, payload_body
+
+
+def test_a_read_row_per_stored_message_and_corrupt_bodies_are_marked():
+    """Each message becomes a ``read`` row with its offsets and the answering broker id; a body that is
+    not its pid's payload is recorded as ``corrupt:<pid>`` (a missing pid as ``corrupt:None``)."""
+    rows: list[dict] = []
+    reader = ReplicaReader(None, "T", "tail-g", rows.append)  # type: ignore[arg-type]
+    good = StoredMessage("T", 1, 7, 640, payload_body("p-1"), {"pid": "p-1"}, 5, 3)
+    bad = StoredMessage("T", 1, 8, 700, b"garbage", {"pid": "p-2"}, 6, 3)
+    bare = StoredMessage("T", 1, 9, 760, b"x", {}, 7, None)
+    for m in (good, bad, bare):
+        reader._record("g", 1, m, 10.0, 11.0)
+    assert [r["payload_id"] for r in rows] == ["p-1", "corrupt:p-2", "corrupt:None"]
+    assert rows[0] | {"op_id": None} == {
+        "op_id": None, "process": "tail-g", "f": "read", "group": "g", "queue_id": 1, "payload_id": "p-1",
+        "queue_offset": 7, "physical_offset": 640, "start_ms": 10.0, "end_ms": 11.0, "outcome": "ok",
+        "broker_id": 3, "error": None}
+    assert rows[2]["broker_id"] is None
