@@ -176,11 +176,13 @@ def _start_controllers(name: str, profile: str, data_dir: str):
 
 
 def _leader(cluster) -> tuple[int, dict]:
+    from rocketray.actors.views import to_json
+
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         for i, md in enumerate(cluster.controller_metadata()):
-            if md and md.get("is_leader"):
-                return i, md
+            if md is not None and md.is_leader:
+                return i, to_json(md)  # flat: ControllerNode.metadata()'s keys
         time.sleep(0.05)
     raise TimeoutError("no controller leader")
 
@@ -252,7 +254,7 @@ def _restart(cluster, leader: int) -> dict:
     pid = ray.get(cluster.controller(follower.index).pid.remote(), timeout=10)
     ray.kill(cluster.controller(follower.index), no_restart=True)
     psutil.Process(pid).wait(30) if psutil.pid_exists(pid) else None
-    target = ray.get(cluster.controller(leader).metadata.remote(), timeout=10)["commit_index"]
+    target = ray.get(cluster.controller(leader).metadata.remote(), timeout=10).commit_index
     expected = ray.get(cluster.controller(leader).state_snapshot.remote(), timeout=10)
     config = load_config(spec.profile, dict(spec.config_overrides)).controller_node_config()
     peers = [c.raft_address for c in spec.controllers if c.index != follower.index]
