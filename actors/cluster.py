@@ -23,7 +23,7 @@ import ray
 
 from rocketray import ports, waiting
 from rocketray.actors import remote
-from rocketray.actors.views import BrokerStatus, to_json
+from rocketray.actors.views import BrokerStatus, ControllerMetadata, to_json
 from rocketray.spec import BrokerSpec, ClusterSpec, ControllerSpec
 
 log = logging.getLogger(__name__)
@@ -151,14 +151,15 @@ class Cluster:
         return [self.controller(c.index) for c in self.spec.controllers]
 
     # --- inspection ---------------------------------------------------------------------
-    def controller_metadata(self, timeout_s: float = 3.0) -> list[dict | None]:
+    def controller_metadata(self, timeout_s: float = 3.0) -> list[ControllerMetadata | None]:
+        """Each controller's ``metadata()`` by index, None where it does not answer within ``timeout_s``."""
         refs = []
         for c in self.spec.controllers:
             try:
                 refs.append(self.controller(c.index).metadata.remote())
             except ValueError:  # killed for good (ray.kill without restart): no such actor any more
                 refs.append(None)
-        out: list[dict | None] = []
+        out: list[ControllerMetadata | None] = []
         for ref in refs:
             try:
                 out.append(None if ref is None else ray.get(ref, timeout=timeout_s))
@@ -168,7 +169,7 @@ class Cluster:
 
     def leader_index(self) -> int | None:
         for i, md in enumerate(self.controller_metadata()):
-            if md and md.get("is_leader"):
+            if md is not None and md.is_leader:
                 return i
         return None
 

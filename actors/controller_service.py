@@ -23,6 +23,7 @@ import ray
 from rocketray.controller import config_update
 from rocketray.config import load_config
 from rocketray.actors.metrics import ControllerMetrics, configure_actor_logging
+from rocketray.actors.views import ControllerMetadata, MasterView
 from rocketray.spec import ClusterSpec
 from rocketray.controller.api import (AlterSyncStateSetRequest, CleanBrokerDataRequest, ConsumerHeartbeatRequest,
                                       CreateTopicRequest, DeleteTopicRequest, ElectMasterRequest, Response)
@@ -161,12 +162,11 @@ class ControllerService:
         return self._node.consumer_heartbeat(request)
 
     @ray.method(concurrency_group=NONBLOCKING_GROUP)
-    def metadata(self) -> dict:
-        md = dict(self._node.metadata())
-        md["index"] = self._index
-        md["broker_sessions"] = None if self._sessions is None else self._sessions.open_sessions
-        md["session_grace_deaths"] = self.session_grace_deaths
-        return md
+    def metadata(self) -> ControllerMetadata:
+        """This controller's identity, Raft role and progress (``actors/views.py``; never blocks)."""
+        return ControllerMetadata.from_node(
+            self._index, self._node.metadata(),
+            None if self._sessions is None else self._sessions.open_sessions, self.session_grace_deaths)
 
     def state_snapshot(self) -> dict:
         """This node's replicated tables (``ControllerState.to_snapshot`` shape), for admin and tests."""
@@ -178,10 +178,11 @@ class ControllerService:
         return self._node.events(after_index, limit)
 
     @ray.method(concurrency_group=WATCH_GROUP)
-    def watch_master(self, broker_name: str, known_epoch: int, timeout_s: float = WATCH_MAX_S) -> dict:
+    def watch_master(self, broker_name: str, known_epoch: int, timeout_s: float = WATCH_MAX_S) -> MasterView:
         """Answers when this node applied a master epoch of ``broker_name`` above ``known_epoch``, or
         after ``timeout_s`` (at most ``WATCH_MAX_S``) with the current one (``ControllerNode.wait_master_change``)."""
-        return self._node.wait_master_change(broker_name, known_epoch, min(float(timeout_s), WATCH_MAX_S))
+        view = self._node.wait_master_change(broker_name, known_epoch, min(float(timeout_s), WATCH_MAX_S))
+        return MasterView(view["master_epoch"], view["master_broker_id"], view["master_address"])
 
     @ray.method(concurrency_group=NONBLOCKING_GROUP)
     def leader_status(self) -> dict:
@@ -273,8 +274,8 @@ class ControllerService:
 
     def _sample_metrics(self) -> None:
         try:
-            md = self._node.metadata()
-            state = self._node.snapshot_state() if md.get("is_leader") else None
+            md = self.metadata()
+            state = self._node.snapshot_state() if md.is_leader else None
             for line in self._metrics.observe(md, state):
                 log.info(line)
         except Exception:  # noqa: BLE001 - observability must not kill the timer

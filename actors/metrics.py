@@ -23,7 +23,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
-from rocketray.actors.views import BrokerStatus
+from rocketray.actors.views import BrokerStatus, ControllerMetadata
 
 PREFIX = "rocketray_"
 
@@ -143,7 +143,7 @@ def _kv(**items: Any) -> str:
 
 
 class ControllerMetrics:
-    """The controller's series; ``observe`` takes ``ControllerNode.metadata()`` and the state tables."""
+    """The controller's series; ``observe`` takes ``ControllerService.metadata()`` and the state tables."""
 
     def __init__(self, cluster: str, controller: int, factory: Any | None = None,
                  on_error: Callable[[str, BaseException], None] | None = None):
@@ -158,25 +158,25 @@ class ControllerMetrics:
         self._reg.record("controller_elections_total", 1,
                          {"cluster": self._cluster, "group": group, "trigger": trigger, "code": code_name})
 
-    def observe(self, metadata: Mapping[str, Any], state: Mapping[str, Any] | None) -> list[str]:
+    def observe(self, metadata: ControllerMetadata, state: Mapping[str, Any] | None) -> list[str]:
         """Record one sample; return log lines for leadership changes and new snapshots."""
         lines: list[str] = []
-        leader = bool(metadata.get("is_leader"))
+        leader = metadata.is_leader
         self._reg.record("controller_is_leader", 1 if leader else 0, self._tags)
-        self._reg.record("controller_term", int(metadata.get("term") or 0), self._tags)
-        self._reg.record("controller_applied_index", int(metadata.get("applied_index") or 0), self._tags)
-        count = int(metadata.get("snapshots_saved") or 0)
-        index = int(metadata.get("snapshot_last_index") or 0)
+        self._reg.record("controller_term", metadata.term, self._tags)
+        self._reg.record("controller_applied_index", metadata.applied_index, self._tags)
+        count = metadata.snapshots_saved
+        index = metadata.snapshot_last_index
         self._reg.record("controller_snapshot_count", count, self._tags)
         self._reg.record("controller_last_snapshot_index", index, self._tags)
         if self._last_snapshot_count is not None and count > self._last_snapshot_count:
             lines.append("controller snapshot taken " + _kv(controller=self._tags["controller"], index=index,
-                                                            term=metadata.get("term"), count=count))
+                                                            term=metadata.term, count=count))
         self._last_snapshot_count = count
         if self._last_leader is not None and leader != self._last_leader:
             lines.append("controller role changed " + _kv(controller=self._tags["controller"],
                                                           role="leader" if leader else "follower",
-                                                          term=metadata.get("term")))
+                                                          term=metadata.term))
         self._last_leader = leader
         if leader and state is not None:
             self._observe_groups(state)

@@ -18,7 +18,8 @@ from typing import Any, Mapping, NamedTuple
 
 from rocketray.broker.role import Role
 
-__all__ = ["BrokerStatus", "EpochEntry", "HAConnection", "HAStatus", "QueuePosition", "Role", "StoredMessage", "to_json"]
+__all__ = ["BrokerStatus", "ControllerMetadata", "EpochEntry", "HAConnection", "HAStatus", "MasterView",
+           "QueuePosition", "Role", "StoredMessage", "to_json"]
 
 
 class EpochEntry(NamedTuple):
@@ -145,6 +146,60 @@ class StoredMessage:
     broker_id: int | None
 
 
+@dataclass(frozen=True, slots=True)
+class ControllerMetadata:
+    """One controller's word about itself (``ControllerService.metadata()``): identity, Raft role and
+    progress typed; ``raft`` holds the node's other counters (journal, snapshots kept, speculation,
+    timings: ``ControllerNode.metadata()``) under their own keys, which JSON writes alongside."""
+
+    index: int
+    self_address: str
+    self_id: str | None
+    leader_address: str | None
+    leader_id: str | None
+    is_leader: bool
+    raft_role: str
+    term: int
+    peers: tuple[str, ...]
+    commit_index: int
+    applied_index: int
+    snapshot_last_index: int
+    snapshots_saved: int
+    broker_sessions: int | None
+    session_grace_deaths: int
+    raft: Mapping[str, Any]
+
+    @classmethod
+    def from_node(cls, index: int, md: Mapping[str, Any], broker_sessions: int | None,
+                  session_grace_deaths: int) -> ControllerMetadata:
+        """From ``ControllerNode.metadata()`` (every typed key required) and the actor's own counters."""
+        typed = {f.name for f in dataclasses.fields(cls)} - {"index", "broker_sessions", "session_grace_deaths",
+                                                             "raft"}
+        return cls(index=index, self_address=md["self_address"], self_id=md["self_id"],
+                   leader_address=md["leader_address"], leader_id=md["leader_id"], is_leader=bool(md["is_leader"]),
+                   raft_role=md["raft_role"], term=int(md["term"]), peers=tuple(md["peers"]),
+                   commit_index=int(md["commit_index"]), applied_index=int(md["applied_index"]),
+                   snapshot_last_index=int(md["snapshot_last_index"] or 0),
+                   snapshots_saved=int(md["snapshots_saved"] or 0), broker_sessions=broker_sessions,
+                   session_grace_deaths=session_grace_deaths,
+                   raft={k: v for k, v in md.items() if k not in typed})
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """The flat JSON object ``rocketray status --json`` has always printed per controller."""
+        out = {f.name: to_json(getattr(self, f.name)) for f in dataclasses.fields(self) if f.name != "raft"}
+        return {**to_json(self.raft), **out}
+
+
+@dataclass(frozen=True, slots=True)
+class MasterView:
+    """One group's master as a controller applied it (``ControllerService.watch_master``): epoch -1 and
+    no master when the group is unknown there."""
+
+    master_epoch: int
+    master_broker_id: int | None
+    master_address: str | None
+
+
 def _json_value(value: Any) -> Any:
     if isinstance(value, enum.Enum):
         return value.name
@@ -159,6 +214,8 @@ def _json_value(value: Any) -> Any:
 
 def to_json(view: Any) -> Any:
     """A view as JSON-ready data: field names as keys, enums by name, tuples as lists."""
+    if isinstance(view, ControllerMetadata):
+        return view.to_json_dict()
     if dataclasses.is_dataclass(view) and not isinstance(view, type):
         return {f.name: to_json(getattr(view, f.name)) for f in dataclasses.fields(view)}
     if isinstance(view, tuple) and hasattr(view, "_fields"):  # EpochEntry: a list, as before

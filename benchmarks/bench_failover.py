@@ -124,7 +124,7 @@ class ElectionClock:
             if not ready:
                 return
             try:
-                if ray.get(ready[0])["master_epoch"] > epoch:
+                if ray.get(ready[0]).master_epoch > epoch:
                     self._at.append(time.monotonic())
                     return
             except ray.exceptions.RayError:

@@ -196,10 +196,10 @@ class RayTransport:
             time.sleep(0.01)                # that controller died: re-armed next time (no hot loop)
             return None
         with self._lock:
-            if view["master_epoch"] <= self._epochs.get(group, -1):
+            if view.master_epoch <= self._epochs.get(group, -1):
                 return None
-            self._epochs[group] = view["master_epoch"]
-        b = self.cluster.spec.broker_by_ha_address(view["master_address"] or "")
+            self._epochs[group] = view.master_epoch
+        b = self.cluster.spec.broker_by_ha_address(view.master_address or "")
         if b is None:
             return None
         with self._lock:

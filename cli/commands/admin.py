@@ -253,14 +253,14 @@ def _groups(cluster, args: argparse.Namespace) -> list[str]:
 def controller_metadata(cluster) -> dict:
     """getControllerMetaData from the first controller that answers (the leader's view if any)."""
     answers = cluster.controller_metadata()
-    live = [md for md in answers if md]
+    live = [md for md in answers if md is not None]
     if not live:
         raise AdminError("no controller answered")
-    md = next((m for m in live if m.get("is_leader")), live[0])
-    peers = [f"n{i}:{addr}" for i, addr in enumerate(md.get("peers") or [])]
-    return {"group": cluster.spec.namespace, "controller_leader_id": md.get("leader_id"),
-            "controller_leader_address": md.get("leader_address"), "term": md.get("term"), "peers": peers,
-            "controllers": [None if m is None else {k: m.get(k) for k in (
+    md = next((m for m in live if m.is_leader), live[0])
+    peers = [f"n{i}:{addr}" for i, addr in enumerate(md.peers)]
+    return {"group": cluster.spec.namespace, "controller_leader_id": md.leader_id,
+            "controller_leader_address": md.leader_address, "term": md.term, "peers": peers,
+            "controllers": [None if m is None else {k: getattr(m, k) for k in (
                 "index", "self_id", "self_address", "is_leader", "raft_role", "term", "commit_index",
                 "applied_index", "snapshot_last_index", "snapshots_saved")} for m in answers]}
 

@@ -77,7 +77,7 @@ def collect_status(cluster) -> dict:
     from rocketray.actors.views import to_json
 
     metadata = cluster.controller_metadata()
-    leader = next((i for i, md in enumerate(metadata) if md and md.get("is_leader")), None)
+    leader = next((i for i, md in enumerate(metadata) if md is not None and md.is_leader), None)
     leader_md = metadata[leader] if leader is not None else None
     view = _controller_view(cluster) if leader is not None else {}
     groups = {}
@@ -102,9 +102,9 @@ def collect_status(cluster) -> dict:
                           "sync_state_set_epoch": info.get("sync_state_set_epoch")}
         groups[group] = {"controller": controller, "replicas": replicas}
     return {"cluster": cluster.spec.name, "controller_leader": leader,
-            "controller_leader_address": leader_md.get("self_address") if leader_md else None,
-            "controller_term": leader_md.get("term") if leader_md else None,
-            "controllers": metadata, "groups": groups}
+            "controller_leader_address": leader_md.self_address if leader_md is not None else None,
+            "controller_term": leader_md.term if leader_md is not None else None,
+            "controllers": [None if md is None else to_json(md) for md in metadata], "groups": groups}
 
 
 def _dash(value) -> str:

@@ -264,7 +264,7 @@ def test_master_killed_for_good_is_replaced_at_connection_speed_not_at_heartbeat
     assert elected_s < 20, elected_s  # a heartbeat expiry would take 60 s
     seen = ray.get(watch, timeout=10)   # a follower's watch: committed state, no leader needed
     after = replica_info(cluster).header
-    assert (seen["master_epoch"], seen["master_broker_id"], seen["master_address"]) == \
+    assert (seen.master_epoch, seen.master_broker_id, seen.master_address) == \
         (after["master_epoch"], after["master_broker_id"], after["master_address"])
     w.forget_master(GROUP)
     assert w.send_batch(GROUP).outcome == "ok"

@@ -44,8 +44,8 @@ def test_master_lost_with_the_controller_leader_is_replaced_without_heartbeat_ex
     wait_until(replaced, 20, what="a new master elected by the new controller leader")
     elapsed_s = time.monotonic() - t0
     assert elapsed_s < 30, f"the master was replaced after {elapsed_s:.1f} s: heartbeat expiry, not the grace rule"
-    md = [m for m in cluster.controller_metadata() if m and m.get("is_leader")]
-    assert md and md[0]["session_grace_deaths"] >= 1
+    md = [m for m in cluster.controller_metadata() if m is not None and m.is_leader]
+    assert md and md[0].session_grace_deaths >= 1
     assert w.send_batch(GROUP).outcome == "ok", "writes resume on the new master"
     w.produce(100)
     delivered = w.consume_all()        # a fresh consumer group reads every acknowledged message

@@ -11,7 +11,7 @@ import pytest
 from rocketray.actors.metrics import METRICS, PREFIX, BrokerMetrics, ControllerMetrics, replication_lags
 from rocketray.actors.views import Role
 
-from broker_status_factory import broker_status
+from broker_status_factory import broker_status, controller_metadata as controller_md
 
 
 class FakeMetric:
@@ -47,12 +47,6 @@ class FakeFactory:
 
     def value(self, name, **tags):
         return self.made[name].values.get(tuple(sorted((k, str(v)) for k, v in tags.items())))
-
-
-def controller_md(**kw):
-    md = {"is_leader": True, "term": 3, "applied_index": 40, "snapshots_saved": 0, "snapshot_last_index": 0}
-    md.update(kw)
-    return md
 
 
 STATE = {"version": 1, "replica_info": [],

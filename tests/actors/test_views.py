@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import pickle
 
-from rocketray.actors.views import EpochEntry, HAStatus, QueuePosition, Role, StoredMessage, to_json
+from rocketray.actors.views import (ControllerMetadata, EpochEntry, HAStatus, MasterView, QueuePosition, Role,
+                                    StoredMessage, to_json)
 
 from broker_status_factory import broker_status
 
@@ -47,3 +48,25 @@ def test_ha_status_from_the_ha_service_dict():
     ha = HAStatus.from_dict(HA_DICT)
     assert ha.role is Role.NONE and ha.pending_proposals == ((1, 2),) and ha.connections[0].async_learner
     assert to_json(ha)["epoch_entries"] == [[1, 0]]
+
+
+NODE_MD = {"self_address": "h:1", "self_id": "n0", "leader_address": "h:1", "leader_id": "n0", "is_leader": True,
+           "raft_role": "leader", "term": 4, "peers": ["h:1", "h:2", "h:3"], "commit_index": 9, "last_applied": 9,
+           "applied_index": 9, "journal_len": 9, "snapshot_last_index": None, "snapshots_saved": 0,
+           "max_tick_ms": 1.25}
+
+
+def test_controller_metadata_json_is_the_flat_object_status_printed_before():
+    """``rocketray status --json`` keeps every key ControllerNode.metadata() has plus the actor's three,
+    flat; the typed fields are read from the node's answer (a null snapshot index reads 0)."""
+    md = ControllerMetadata.from_node(2, NODE_MD, broker_sessions=3, session_grace_deaths=1)
+    assert md.is_leader and md.term == 4 and md.peers == ("h:1", "h:2", "h:3") and md.snapshot_last_index == 0
+    out = json.loads(json.dumps(to_json(md)))
+    assert set(out) == set(NODE_MD) | {"index", "broker_sessions", "session_grace_deaths"}
+    assert out["index"] == 2 and out["journal_len"] == 9 and out["peers"] == ["h:1", "h:2", "h:3"]
+    assert pickle.loads(pickle.dumps(md)) == md
+
+
+def test_master_view_crosses_ray_as_a_value():
+    view = MasterView(master_epoch=3, master_broker_id=2, master_address="h:2")
+    assert pickle.loads(pickle.dumps(view)) == view and to_json(view)["master_address"] == "h:2"

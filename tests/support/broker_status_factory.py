@@ -1,11 +1,12 @@
-"""A ``BrokerStatus`` for one-layer tests (metrics, settle, CLI output): a running master of broker-a
-with one caught-up slave connected; override any field by keyword."""
+"""Actor answers for one-layer tests (metrics, settle, CLI output): a ``BrokerStatus`` of a running master
+of broker-a with one caught-up slave connected, a leader's ``ControllerMetadata``; override any field by
+keyword."""
 
 from __future__ import annotations
 
 import dataclasses
 
-from rocketray.actors.views import BrokerStatus, HAConnection, HAStatus, Role
+from rocketray.actors.views import BrokerStatus, ControllerMetadata, HAConnection, HAStatus, Role
 
 _DEFAULT = object()
 
@@ -27,3 +28,12 @@ def broker_status(ha=_DEFAULT, **kw) -> BrokerStatus:
                       confirm_offset=900, epoch_entries=(), queues=(), ha=ha, pid=1, controller_session=None,
                       max_loop_stall_ms=0.0)
     return dataclasses.replace(st, **kw)
+
+
+def controller_metadata(**kw) -> ControllerMetadata:
+    md = ControllerMetadata(index=0, self_address="10.0.0.1:9000", self_id="n0", leader_address="10.0.0.1:9000",
+                            leader_id="n0", is_leader=True, raft_role="leader", term=3,
+                            peers=("10.0.0.1:9000", "10.0.0.2:9000", "10.0.0.3:9000"), commit_index=40,
+                            applied_index=40, snapshot_last_index=0, snapshots_saved=0, broker_sessions=3,
+                            session_grace_deaths=0, raft={"journal_len": 40, "max_tick_ms": 1.5})
+    return dataclasses.replace(md, **kw)
