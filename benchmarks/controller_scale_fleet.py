@@ -78,12 +78,14 @@ class Fleet:
         self._errors = 0
         self._running = False
         self._task: asyncio.Future | None = None
+        self.busy_answers = 0
         self._cpu0 = time.process_time()
 
     # -- setup -------------------------------------------------------------------------------------
-    async def setup(self, groups: int, replicas: int, concurrency: int = 16) -> dict:
+    async def setup(self, groups: int, replicas: int, concurrency: int = 32) -> dict:
         from rocketray.controller.api import (AlterSyncStateSetRequest, ApplyBrokerIdRequest, ElectMasterRequest,
                                               GetNextBrokerIdRequest, RegisterBrokerRequest)
+        from rocketray.controller.codes import ResponseCode
 
         cluster = self.spec.cluster_name
         started = time.perf_counter()
@@ -98,38 +100,62 @@ class Fleet:
                        for r in range(replicas)]
             async with gate:
                 for rep in members:
-                    resp = await self.client.call(GetNextBrokerIdRequest(cluster, name))
+                    resp = await self._call(GetNextBrokerIdRequest(cluster, name))
                     assert resp.ok, resp
                     next_id = resp.header["next_broker_id"]
-                    resp = await self.client.call(ApplyBrokerIdRequest(cluster, name, next_id,
+                    resp = await self._call(ApplyBrokerIdRequest(cluster, name, next_id,
                                                                        f"{rep.address};{name}-{rep.index}"))
                     assert resp.ok, resp
                     rep.broker_id = next_id
-                    resp = await self.client.call(RegisterBrokerRequest(cluster, name, rep.broker_id, rep.address))
+                    resp = await self._call(RegisterBrokerRequest(cluster, name, rep.broker_id, rep.address))
                     assert resp.ok, resp
                     self._heartbeat(rep, time.perf_counter(), timed=False)
                     rep.due_s = time.perf_counter() + period_s
                     self.replicas.append(rep)
                 master = members[0]
-                resp = await self._until_ok(ElectMasterRequest.of_broker_trigger(cluster, name, master.broker_id))
+                resp = await self._until_ok(ElectMasterRequest.of_broker_trigger(cluster, name, master.broker_id),
+                                            done=(ResponseCode.CONTROLLER_MASTER_STILL_EXIST,))
                 epoch = resp.header["master_epoch"]
-                resp = await self.client.call(AlterSyncStateSetRequest(
+                # an attempt whose answer was lost may have committed: the retry is then fenced (2001)
+                resp = await self._until_ok(AlterSyncStateSetRequest(
                     name, master.broker_id, epoch, frozenset(r.broker_id for r in members),
-                    resp.header["sync_state_set_epoch"]))
-                assert resp.ok, resp
+                    resp.header["sync_state_set_epoch"]), done=(ResponseCode.CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH,))
 
         await asyncio.gather(*(one_group(g) for g in range(groups)))
-        self.leader = self.client._leader
+        self.leader = self.spec.controller_by_address(self.client.leader_address).index
         registered_s = time.perf_counter() - started
         await asyncio.gather(*(self._open_session(r) for r in self.replicas))
         return {"replicas": len(self.replicas), "leader": self.leader, "registered_s": round(registered_s, 2),
+                "setup_busy_answers": self.busy_answers,
                 "setup_s": round(time.perf_counter() - started, 2)}
 
-    async def _until_ok(self, request, timeout_s: float = 30.0):
+    async def _call(self, request, attempts: int = 10):
+        """A request, retried while the controller answers SYSTEM_ERROR (busy: its request queue timed out)
+        or none answers in time (the requests here are idempotent, as a broker's registrar's are)."""
+        from rocketray.actors.controller_client import ControllerUnavailable
+        from rocketray.controller.codes import ResponseCode
+
+        for attempt in range(attempts):
+            try:
+                resp = await self.client.call(request)
+            except ControllerUnavailable:
+                if attempt == attempts - 1:
+                    raise
+                self.busy_answers += 1
+                continue
+            if resp.code != ResponseCode.SYSTEM_ERROR:
+                return resp
+            self.busy_answers += 1
+            await asyncio.sleep(0.1)
+        return resp
+
+    async def _until_ok(self, request, timeout_s: float = 60.0, done: tuple = ()):
         """The first election is answered 2004 until the requester's heartbeat is in the leader's table."""
         deadline = time.monotonic() + timeout_s
         while True:
-            resp = await self.client.call(request)
+            resp = await self._call(request)
+            if resp.code in done:
+                return resp
             if resp.ok or time.monotonic() > deadline:
                 assert resp.ok, resp
                 return resp
