@@ -24,6 +24,7 @@ from rocketray.client import Admin, Consumer, Producer, SendResult, SendStatus, 
 from rocketray.client.core import key_queue
 from rocketray.client.errors import ClientError
 from rocketray.client.transport import connect_transport
+from rocketray.verify.outcome import Outcome
 
 TOPIC = "rocketray-pipeline"
 QUEUES_PER_GROUP = 4
@@ -57,10 +58,10 @@ def group_queues(route: TopicRoute) -> dict[str, list[int]]:
 
 @dataclass(frozen=True, slots=True)
 class BatchOutcome:
-    """What a batch of sends came to: ``ok`` (every message acknowledged), ``unknown`` (some may be
-    stored, none refused), or ``failed``; ``error`` is the first error's status or code."""
+    """What a batch of sends came to: OK (every message acknowledged), UNKNOWN (some may be
+    stored, none refused), or FAILED; ``error`` is the first error's status or code."""
 
-    outcome: str
+    outcome: Outcome
     acked: int
     unknown: int
     failed: int
@@ -156,7 +157,7 @@ class Workload:
             results = [_outcome(f) for f in batch]
             failed = [e for e in (self._record(group, r) for r in results) if e is not None]
             unknown = sum(1 for r in results if isinstance(r, SendUnknown))
-            outcome = "ok" if not failed else ("unknown" if unknown else "failed")
+            outcome = Outcome.OK if not failed else (Outcome.UNKNOWN if unknown else Outcome.FAILED)
             outcomes.append(BatchOutcome(outcome, len(batch) - len(failed), unknown, len(failed) - unknown,
                                          failed[0] if failed else None))
         return outcomes

@@ -194,7 +194,7 @@ def _sum_outcomes(producers: Sequence[ProducerLoop]) -> dict[str, int]:
     total: dict[str, int] = {}
     for p in producers:
         for k, v in p.outcomes.items():
-            total[k] = total.get(k, 0) + v
+            total[k.value] = total.get(k.value, 0) + v
     return total
 
 

@@ -41,6 +41,7 @@ from rocketray.client import (Admin, ClientClosed, ClientError, InvalidMessage, 
                               SendResult)
 from rocketray.client.core import key_queue
 from rocketray.verify.history import NemesisEvent, ReplicaSnapshot, Sample
+from rocketray.verify.outcome import Outcome
 
 log = logging.getLogger("rocketray.chaos.brokers")
 
@@ -100,16 +101,16 @@ class RunLog:
             self.samples.append(s)
 
 
-def send_outcome(result: SendResult | BaseException) -> tuple[str, str | None]:
-    """(outcome, error code) of one payload: ``ok``; ``failed`` when the client says it was not written
-    (SendFailed, InvalidMessage, ClientClosed: refused or never sent); ``unknown`` otherwise
+def send_outcome(result: SendResult | BaseException) -> tuple[Outcome, str | None]:
+    """(outcome, error code) of one payload: OK; FAILED when the client says it was not written
+    (SendFailed, InvalidMessage, ClientClosed: refused or never sent); UNKNOWN otherwise
     (SendUnknown: maybe written, or an error the client did not classify)."""
     if isinstance(result, SendResult):
-        return "ok", None
+        return Outcome.OK, None
     code = result.code if isinstance(result, ClientError) else type(result).__name__
     if isinstance(result, (SendFailed, InvalidMessage, ClientClosed)):
-        return "failed", code
-    return "unknown", code
+        return Outcome.FAILED, code
+    return Outcome.UNKNOWN, code
 
 
 class ProducerLoop(threading.Thread):
@@ -129,7 +130,7 @@ class ProducerLoop(threading.Thread):
         self.result_timeout_s = send_timeout_ms / 1000 + 30
         self.seq = 0
         self.op_ids = itertools.count(1)
-        self.outcomes: dict[str, int] = {"ok": 0, "unknown": 0, "failed": 0}
+        self.outcomes: dict[Outcome, int] = {o: 0 for o in Outcome}
         self.acked_queues: set[tuple[str, int]] = set()
 
     def run(self) -> None:

@@ -168,7 +168,7 @@ def final_reads(cluster: ProxiedControllers, recorder: Recorder, groups: list[st
                 continue
             output = output_of("read", reply["code"], reply["header"], reply["body"])
             recorder.op({"process": process, "key": group, "f": "read", "input": None, "output": jsonable(output),
-                         "outcome": "ok", "start_ns": start_ns - t0_ns, "end_ns": time.monotonic_ns() - t0_ns,
+                         "outcome": Outcome.OK, "start_ns": start_ns - t0_ns, "end_ns": time.monotonic_ns() - t0_ns,
                          "start_ms": start_ms, "end_ms": int(time.time() * 1000), "node": leader,
                          "code": int(reply["code"]), "error": None, "term": reply.get("term_after"),
                          "_inp": None, "_out": output})

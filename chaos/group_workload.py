@@ -31,6 +31,7 @@ from typing import Sequence
 from rocketray.chaos.broker_workload import RunLog
 from rocketray.chaos.replica_reader import checked_payload_id, now_ms
 from rocketray.client import Admin, CommitFailed, Consumer, QueueProgress
+from rocketray.verify.outcome import Outcome
 from rocketray.client.transport import Transport
 from rocketray.verify.groups import POLL_TIMEOUT_MS
 from rocketray.verify.nemesis import ChurnStep
@@ -157,7 +158,7 @@ class Slot(threading.Thread):
             log.info("consumer %s: commit failed: %s", process, exc)
         end = now_ms()
         for (topic, queue_id), offset in sorted(entries.items()):
-            outcome = "ok" if acked.get((topic, queue_id)) == offset else "failed"
+            outcome = Outcome.OK if acked.get((topic, queue_id)) == offset else Outcome.FAILED
             self.runlog.record({"f": "commit", "process": process, "consumer_group": self.consumer_group,
                                 "topic": topic, "queue_id": queue_id, "offset": offset, "outcome": outcome,
                                 "start_ms": start, "end_ms": end})

@@ -19,6 +19,7 @@ import ray
 
 from rocketray.actors.cluster import Cluster
 from rocketray.actors.views import StoredMessage
+from rocketray.verify.outcome import Outcome
 
 Recorder = Callable[[dict], None]
 READ_BATCH = 512
@@ -77,5 +78,5 @@ class ReplicaReader:
         self.recorder({"op_id": f"{self.process}-{next(self._op_ids)}", "process": self.process, "f": "read",
                        "group": group, "queue_id": queue_id, "payload_id": checked_payload_id(pid, m.body),
                        "queue_offset": m.queue_offset, "physical_offset": m.physical_offset,
-                       "start_ms": start, "end_ms": end, "outcome": "ok", "broker_id": m.broker_id,
+                       "start_ms": start, "end_ms": end, "outcome": Outcome.OK.value, "broker_id": m.broker_id,
                        "error": None})

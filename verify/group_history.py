@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Union
 
+from rocketray.verify.outcome import Outcome
 from rocketray.verify.fields import FieldError, Ident, Number, get_ident, get_int, get_number, get_str
 
 __all__ = ["GROUP_FUNCTIONS", "CONSUMER_EVENTS", "COMMIT_OUTCOMES", "Delivery", "CommitRecord", "ProgressRow",
@@ -34,7 +35,7 @@ __all__ = ["GROUP_FUNCTIONS", "CONSUMER_EVENTS", "COMMIT_OUTCOMES", "Delivery", 
 
 GROUP_FUNCTIONS = ("deliver", "commit", "progress", "consumer")
 CONSUMER_EVENTS = ("start", "crash", "close")
-COMMIT_OUTCOMES = ("ok", "failed")
+COMMIT_OUTCOMES = (Outcome.OK.value, Outcome.FAILED.value)  # a commit is never left unknown
 
 
 def _span(obj: dict[str, Any], start_key: str, end_key: str) -> tuple[Number, Number]:
@@ -85,13 +86,16 @@ class CommitRecord:
     topic: str
     queue_id: int
     offset: int
-    outcome: str
+    outcome: Outcome
     start_ms: Number
     end_ms: Number
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "outcome", Outcome(self.outcome))  # a bad spelling raises ValueError
+
     @property
     def ok(self) -> bool:
-        return self.outcome == "ok"
+        return self.outcome is Outcome.OK
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> "CommitRecord":
@@ -101,12 +105,12 @@ class CommitRecord:
                    topic=get_str(obj, "topic"),  # type: ignore[arg-type]
                    queue_id=get_int(obj, "queue_id", minimum=0),  # type: ignore[arg-type]
                    offset=get_int(obj, "offset", minimum=0),  # type: ignore[arg-type]
-                   outcome=get_str(obj, "outcome", choices=COMMIT_OUTCOMES),  # type: ignore[arg-type]
+                   outcome=Outcome(get_str(obj, "outcome", choices=COMMIT_OUTCOMES)),
                    start_ms=start_ms, end_ms=end_ms)
 
     def to_json(self) -> dict[str, Any]:
         return {"f": "commit", "process": self.process, "consumer_group": self.consumer_group, "topic": self.topic,
-                "queue_id": self.queue_id, "offset": self.offset, "outcome": self.outcome,
+                "queue_id": self.queue_id, "offset": self.offset, "outcome": self.outcome.value,
                 "start_ms": self.start_ms, "end_ms": self.end_ms}
 
 

@@ -30,6 +30,7 @@ from rocketray.verify.fields import get_ident as _ident
 from rocketray.verify.fields import get_int as _int
 from rocketray.verify.fields import get_number as _number
 from rocketray.verify.fields import get_str as _str
+from rocketray.verify.outcome import Outcome
 from rocketray.verify.group_history import GROUP_FUNCTIONS, GroupHistory, GroupRecord, parse_group_row
 
 HISTORY_FILE = "history.jsonl"
@@ -40,7 +41,7 @@ CONTROLLER_EVENTS_FILE = "controller_events.jsonl"
 VERDICT_FILE = "verdict.json"
 
 OP_FUNCTIONS = ("send", "read")
-OUTCOMES = ("ok", "failed", "unknown")
+OUTCOMES = tuple(o.value for o in Outcome)
 #: The broker chaos run's fault kinds, declared once (``rocketray.verify.nemesis`` schedules them,
 #: ``rocketray.chaos.broker_chaos`` executes them); ``nemesis.jsonl`` accepts these plus ``heal``.
 FAULT_KINDS = (
@@ -87,9 +88,12 @@ class OpRecord:
     physical_offset: int | None
     start_ms: Number
     end_ms: Number
-    outcome: str
+    outcome: Outcome
     broker_id: int | None = None
     error: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "outcome", Outcome(self.outcome))  # a bad spelling raises ValueError
 
     @property
     def is_send(self) -> bool:
@@ -101,17 +105,17 @@ class OpRecord:
 
     @property
     def ok(self) -> bool:
-        return self.outcome == "ok"
+        return self.outcome is Outcome.OK
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> "OpRecord":
         f = _str(obj, "f", choices=OP_FUNCTIONS)
-        outcome = _str(obj, "outcome", choices=OUTCOMES)
+        outcome = Outcome(_str(obj, "outcome", choices=OUTCOMES))
         payload_id = _ident(obj, "payload_id", nullable=True)
         queue_offset = _int(obj, "queue_offset", nullable=True, minimum=0, absent_is_null=True)
-        if payload_id is None and (f == "send" or outcome == "ok"):
+        if payload_id is None and (f == "send" or outcome is Outcome.OK):
             raise _FieldError("key 'payload_id' must not be null for a send or an ok read")
-        if f == "read" and outcome == "ok" and queue_offset is None:
+        if f == "read" and outcome is Outcome.OK and queue_offset is None:
             raise _FieldError("key 'queue_offset' must not be null for an ok read")
         start_ms = _number(obj, "start_ms")
         end_ms = _number(obj, "end_ms")
@@ -128,7 +132,7 @@ class OpRecord:
             physical_offset=_int(obj, "physical_offset", nullable=True, minimum=0, absent_is_null=True),
             start_ms=start_ms,
             end_ms=end_ms,
-            outcome=outcome,  # type: ignore[arg-type]
+            outcome=outcome,
             broker_id=_int(obj, "broker_id", nullable=True, absent_is_null=True),
             error=_str(obj, "error", nullable=True, absent_is_null=True),
         )
@@ -138,7 +142,7 @@ class OpRecord:
             "op_id": self.op_id, "process": self.process, "f": self.f, "group": self.group,
             "queue_id": self.queue_id, "payload_id": self.payload_id, "queue_offset": self.queue_offset,
             "physical_offset": self.physical_offset, "start_ms": self.start_ms, "end_ms": self.end_ms,
-            "outcome": self.outcome, "broker_id": self.broker_id, "error": self.error,
+            "outcome": self.outcome.value, "broker_id": self.broker_id, "error": self.error,
         }
 
 

@@ -33,18 +33,13 @@ timestamps count as concurrent, which errs towards "linearizable" when clocks ar
 
 from __future__ import annotations
 
-import enum
 import math
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Iterable, NamedTuple, Protocol, Sequence
 
-
-class Outcome(str, enum.Enum):
-    OK = "ok"
-    FAILED = "failed"
-    UNKNOWN = "unknown"
+from rocketray.verify.outcome import Outcome
 
 
 @dataclass(frozen=True, slots=True)
