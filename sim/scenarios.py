@@ -380,7 +380,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
              _elected_slave_loses_power_before_taking_the_term),
     Scenario("restarted-master-resumes-its-old-term",
              "a master restarted before the controller noticed resumes its term (#9689)",
-             _in_flight_dropped(_no_commits(_no_sessions(PROFILES["default"]))), 4),
+             _in_flight_dropped(_no_commits(_no_sessions(PROFILES["default"]))), 12),
     Scenario("violation-2-lagging-member-dropped-while-an-expand-waits",
              "the shrink check replaced a pending expand; a put was acknowledged without the member "
              "the controller had just added",

@@ -80,10 +80,14 @@ OLD_RULES = {
         [(role, "is_term_won_before_boot", lambda sitting, at_registration: False)], LOST),
     # #9689: a master restarted before the controller noticed resumes its term (the registration
     # rule would also catch the restart, so both are reverted; tests/broker/test_role.py pins the
-    # epoch-file rule alone on a notification after registering)
+    # epoch-file rule alone on a notification after registering). The resumed term loses
+    # acknowledged messages (seed 12). Seed 4 used to show it as a confirm offset beyond a member:
+    # the resumed master computed its confirm offset against a SyncStateSet of itself alone before
+    # the controller's set reached the HA tracker; since the tracker reads the role machine's set
+    # (one owner, issue 28) that window is gone, and seed 4 shows nothing.
     "restarted-master-resumes-its-old-term": (
         [(role, "is_term_from_before_restart", lambda sitting, epoch, last_epoch: False),
-         (role, "is_term_won_before_boot", lambda sitting, at_registration: False)], CONFIRM),
+         (role, "is_term_won_before_boot", lambda sitting, at_registration: False)], LOST),
     # violation 3: segments unlinked oldest first, and recovery trusts segments without a
     # contiguity check
     "violation-3-kill-between-two-unlinks": (
