@@ -23,9 +23,9 @@ from typing import Callable
 
 from rocketray.broker.role import MasterInfo
 from rocketray.controller.api import (ApplyBrokerIdRequest, BrokerHeartbeatRequest, ElectMasterRequest,
-                                      GetReplicaInfoRequest, Response)
-from rocketray.controller.decide import (DecideContext, decide, decide_elect_master, is_write,
-                                         master_session_closed, scan_need_reelect_broker_sets)
+                                      ElectMastersRequest, GetReplicaInfoRequest, Response)
+from rocketray.controller.decide import (DecideContext, decide, decide_elect_master, decide_elect_masters,
+                                         is_write, master_session_closed, scan_need_reelect_broker_sets)
 from rocketray.controller.events import ElectMasterEvent
 from rocketray.controller.heartbeat import HeartbeatTable
 from rocketray.controller.session import Hello, LeaderSessionGrace, SessionTable, masters_without_session
@@ -184,9 +184,10 @@ class SimController:
         self.heartbeats.expire(now)
         if now >= self.heartbeat_timeout_ms:    # the start-up grace of every node (ControllerService)
             alive = self.heartbeats.alive_predicate(now)
-            for group in scan_need_reelect_broker_sets(self.state, alive):
+            groups = scan_need_reelect_broker_sets(self.state, alive)
+            if groups:  # one batch, one log entry, as ControllerNode.trigger_elect_masters
                 ctx = DecideContext.from_heartbeats(self.heartbeats, now)
-                resp, events = decide_elect_master(self.state, ElectMasterRequest.of_controller_trigger(group), ctx)
+                _resp, events = decide_elect_masters(self.state, ElectMastersRequest(tuple(groups)), ctx)
                 if events:
                     self._apply(events)
         self.world.at(self.scan_interval_ms, self._scan, owner=self)
