@@ -164,6 +164,9 @@ class ControllerService:
     @ray.method(concurrency_group=NONBLOCKING_GROUP)
     def metadata(self) -> ControllerMetadata:
         """This controller's identity, Raft role and progress (``actors/views.py``; never blocks)."""
+        return self._metadata()
+
+    def _metadata(self) -> ControllerMetadata:
         return ControllerMetadata.from_node(
             self._index, self._node.metadata(),
             None if self._sessions is None else self._sessions.open_sessions, self.session_grace_deaths)
@@ -274,7 +277,7 @@ class ControllerService:
 
     def _sample_metrics(self) -> None:
         try:
-            md = self.metadata()
+            md = self._metadata()
             state = self._node.snapshot_state() if md.is_leader else None
             for line in self._metrics.observe(md, state):
                 log.info(line)
