@@ -105,9 +105,11 @@ def test_a_foreign_entry_that_changes_the_state_drops_the_speculation(make_clust
 
 
 def test_concurrent_writers_share_fsyncs_and_every_replica_agrees(make_cluster, wait):
-    cluster = make_cluster()
-    leader = cluster.wait_leader()
-    clients, per_client = 16, 10
+    # Timing loose enough that a starved tick on a loaded CI machine costs no leadership.
+    cluster = make_cluster(raft_min_timeout_ms=1500, raft_max_timeout_ms=3000, connection_timeout_ms=4000,
+                           leader_fallback_timeout_ms=8000, request_timeout_ms=20000)
+    leader = cluster.wait_leader(30)
+    clients, per_client = 16, 5
     names = [[f"g{k}-{i}" for i in range(per_client)] for k in range(clients)]
     syncs_before = sum(n.metadata()["journal_syncs"] for n in cluster.running())
     answers: list = []
