@@ -257,7 +257,7 @@ def _run_steps(cluster: Cluster, workload: Workload, messages: int, progress_fac
         bar.close()
     say("waiting for the cluster to settle")
     settle(cluster)
-    if old_status is None:
+    if nodes is None:  # with a node step it was judged before the node loss (above)
         old_status = cluster.broker_status(group, old_master)
     say("consuming the topic with a new consumer group")
     return {"broker_failover_ms": broker_failover_ms, "controller_failover_ms": controller_failover_ms,
