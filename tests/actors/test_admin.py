@@ -290,12 +290,13 @@ def test_status_shows_leader_masters_sss_offsets_and_lag(cluster, capsys):
     group_line = next(line for line in lines if line.startswith(f"group {GROUP}: master="))
     assert "sss={1,2,3}" in group_line and "epoch=" in group_line
     rows = [line for line in lines if "RUNNING" in line]
-    assert len(rows) == 3 and sum(" master " in r for r in rows) == 1
+    assert len(rows) == 3 and sum(" MASTER " in r for r in rows) == 1 and sum(" SLAVE " in r for r in rows) == 2
     code, out, _ = cli(capsys, "status", "--name", cluster.spec.name, "--json")
     data = json.loads(out)
     g = data["groups"][GROUP]
     assert g["controller"]["sync_state_set"] == [1, 2, 3]
     assert all(r["lag_bytes"] is not None and r["confirm_offset"] is not None for r in g["replicas"])
+    assert sorted(r["role"] for r in g["replicas"]) == ["MASTER", "SLAVE", "SLAVE"]
 
 
 @pytest.mark.slow
