@@ -474,8 +474,9 @@ class SimBroker:
         self._check_queries()
         now = self.world.now_ms
         keep = []
+        m = self.machine        # read once per put, not through the ha_role/ha_epoch views (hot path)
         for p in self.puts:
-            still = self.up and self.ha_role == Role.MASTER and self.ha_epoch == p.epoch
+            still = self.up and m.role == Role.MASTER and m.master_epoch == p.epoch
             acked = still and self.master.batch_acked(p.end)
             if acked or not still or now >= p.deadline_ms:
                 p.reply(ack.after_write(acked, still, p.offsets, p.end))
