@@ -38,6 +38,7 @@ from rocketray.broker.role import Role
 from rocketray.sim.broker import SimBroker
 from rocketray.sim.clients import SimConsumer, SimProducer
 from rocketray.sim.controller import SimController
+from rocketray.sim.loss import LossOracle
 from rocketray.sim import offsets as sim_offsets
 from rocketray.sim.offsets import LogFold
 from rocketray.sim.world import Violation
@@ -77,6 +78,10 @@ class Invariants:
         self._read_commits: dict[str, dict[tuple[str, str, int], tuple[int, str]]] = {}
         self._log_folds: dict[str, LogFold] = {}          # name -> fold of its whole log (8)
         self._read_marks: dict[str, tuple] = {}           # group -> what the last step's 9 read
+        # async flush with overlapping faults: what a power loss may lose (sim/loss.py); records it
+        # forgives are no longer required by 1, 2 and 8, and 9 restarts from the loss
+        self.oracle = LossOracle() if async_flush else None
+        self._ends: dict[str, tuple[tuple[int, ...], int]] = {}   # group -> (record counts, end) after a loss
 
     # -- after every step ---------------------------------------------------------------------------
     def exempt(self, b: SimBroker) -> bool:
@@ -90,8 +95,57 @@ class Invariants:
         return True
 
     def _group_end(self, group: str) -> int:
+        if self.oracle is not None and group in self.oracle.events:
+            return self._end_after_loss(group)
         return max([p.acked_end for p in self.producers if p.group == group] +
                    [max(c.read_end, c.commit_end) for c in self.consumers if c.group == group] + [0])
+
+    def _records(self, group: str, start: tuple[int, ...] = ()):
+        """Every acknowledged, read and committed record of ``group`` (from the counts in ``start``)
+        as (at_ms, physical offset); and the counts now."""
+        lists = [p.acked for p in self.producers if p.group == group]
+        for c in self.consumers:
+            if c.group == group:
+                lists += [c.read, c.committed]
+        counts = tuple(len(x) for x in lists)
+        begin = start or (0,) * len(lists)
+        return [(r.at_ms, r.physical_offset) for x, i in zip(lists, begin) for r in x[i:]], counts
+
+    def _end_after_loss(self, group: str) -> int:
+        """The group's end counting only records not forgiven (a record's end taken as its offset + 1,
+        as a reader's is; the byte comparison of ``check_logs`` checks whole records)."""
+        assert self.oracle is not None
+        counts, end = self._ends.get(group, ((), 0))
+        records, now = self._records(group, counts)
+        if now != counts:
+            end = max([end] + [off + 1 for at, off in records if not self.oracle.forgiven(group, at, off)])
+            self._ends[group] = (now, end)
+        return end
+
+    def _power_lost(self, group: str, b: SimBroker, brokers: list[SimBroker]) -> None:
+        """Async flush: ``b`` lost power at this step; forgive what no other member holds."""
+        assert self.oracle is not None
+        members = set(self.controller.sync_state_set(group))
+        master = self._current_master(group, brokers)
+        for m in (b, master):       # the union view of the master that lost power, or of the one serving
+            if m is not None and m.ha_role == Role.MASTER:
+                members |= m.master.view()
+        f = self.oracle.power_lost(group, b, brokers, members, self.controller.world.now_ms, self.exempt)
+        if f is None:
+            return
+        self.controller.world.note(f"oracle: {b.name} lost power; records of {group} from offset {f.end} "
+                                   f"acknowledged so far may be lost")
+        self._ends.pop(group, None)
+        # 8 and 9 restart from the loss: commits forgiven leave the history, readings before it no
+        # longer bind (a reader may have been answered a forgiven commit)
+        acked = self._acked_commits.pop(group, None)
+        if acked is not None:
+            for entry in self._committers[group]:
+                entry[1] = 0
+            self._acked_count[group] = 0
+            self._take_commits(group, keep=lambda c: not self.oracle.forgiven(group, c.at_ms, c.physical_offset))
+        self._read_commits.pop(group, None)
+        self._read_marks.pop(group, None)
 
     def check_step(self) -> None:
         self._steps += 1
@@ -100,9 +154,12 @@ class Invariants:
                 if b.power_losses != self._power_losses.get(b.name, 0):
                     self._power_losses[b.name] = b.power_losses
                     if self.async_flush:   # what was acked or read, and what it may have acked
+                        self._power_lost(group, b, brokers)
                         self._exempt_until[b.name] = max(self._group_end(group), b.end_before_power_loss)
                 if not b.up:
                     continue
+                if self.oracle is not None and b.store is not None:
+                    self.oracle.seen_up(b, self.durable_end)
                 m = b.machine
                 if m.is_master:
                     key = (group, m.master_epoch)
@@ -204,8 +261,9 @@ class Invariants:
         return m
 
     # -- offset commits (8, 9) ----------------------------------------------------------------------
-    def _take_commits(self, group: str) -> bool:
-        """Take the commits acknowledged since the last step into ``_acked_commits``; True if any."""
+    def _take_commits(self, group: str, keep=None) -> bool:
+        """Take the commits acknowledged since the last step into ``_acked_commits``; True if any
+        (``keep``: only those it accepts)."""
         new = False
         for entry in self._committers[group]:          # [consumer, commits already taken]
             c, taken = entry
@@ -213,6 +271,8 @@ class Invariants:
                 continue
             acked = self._acked_commits.setdefault(group, {})
             for commit in c.committed[taken:]:
+                if keep is not None and not keep(commit):
+                    continue
                 times, highest = acked.setdefault((commit.consumer_group, commit.topic, commit.queue_id), ([], []))
                 times.append(commit.at_ms)
                 highest.append(max(commit.offset, highest[-1] if highest else -1))
@@ -309,14 +369,22 @@ class Invariants:
                 if self._found.get(b.name, (None,))[0] != key:
                     self._found[b.name] = (key, set())
                 found = self._found[b.name][1]
+                forgiven = self._forgiven_in(group)
                 for a in acked.get(group, ()):
-                    if (a.physical_offset, a.body) not in found:
+                    if (a.physical_offset, a.body) not in found and not forgiven(a):
                         self._expect(b, a.physical_offset, a.body, "acknowledged message lost")
                         found.add((a.physical_offset, a.body))
                 for r in read.get(group, ()):
-                    if (r.physical_offset, r.body) not in found:
+                    if (r.physical_offset, r.body) not in found and not forgiven(r):
                         self._expect(b, r.physical_offset, r.body, "read message disappeared")
                         found.add((r.physical_offset, r.body))
+
+    def _forgiven_in(self, group: str):
+        """A predicate on records of ``group``: may async flush have lost it (sim/loss.py)?"""
+        oracle = self.oracle
+        if oracle is None or group not in oracle.events:
+            return lambda r: False
+        return lambda r: oracle.forgiven(group, r.at_ms, r.physical_offset)
 
     @staticmethod
     def _expect(b: SimBroker, offset: int, body: bytes, invariant: str) -> None:

@@ -42,7 +42,7 @@ class Connection:
         self.alive = True
         self._last_at = {client: 0, server: 0}
         self._in_flight = {client: 0, server: 0}     # bytes sent and not yet delivered, per sender
-        self._sends = {client: [], server: []}       # per sender: sequence numbers not yet delivered
+        self._sends: dict[str, list[int]] = {client: [], server: []}   # per sender: sequence numbers not yet delivered
         self._sent = 0
         self._drain: set[int] = set()                # sends of a crashed end that still arrive
         self._drain_until = 0                        # the last of them arrives by then

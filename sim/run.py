@@ -61,6 +61,8 @@ class SimConfig:
     commit_interval_ms: int = 500       # each consumer commits its cursor this often (0: never)
     stale_commit_p: float = 0.2         # a commit below one already acknowledged (rebalance, late commit)
     consumer_restart_p: float = 0.03    # per commit tick: the consumer restarts and resumes from the master
+    burst_p: float = 0.0                # after a fault, another one this likely within ``burst_ms``, at the
+    burst_ms: tuple[int, int] = (5, 400)  # serving master half the time: the windows overlapping faults open
     swarm: bool = False                 # each seed draws its own fault mix and rates (``swarm``)
     in_flight_after_crash: bool = True  # a crashed node's sends still arrive (all after a kill, what was
                                         # on the wire after a power loss); False: dropped with it
@@ -81,6 +83,11 @@ PROFILES: dict[str, SimConfig] = {
     "async": SimConfig(faults=("kill", "power-loss", "io-crash", "isolate", "reset", "controller-cut",
                                "leader-change"), fault_gap_ms=(200, 900), max_faults=30, one_at_a_time=True,
                        timings=BrokerTimings(flush_mode=FlushMode.ASYNC)),
+    # async flush with overlapping faults and bursts: the invariants forgive exactly what async flush
+    # may lose (sim/loss.py); not in the CI budget yet (docs/simulation.md: its first findings)
+    "async-overlap": SimConfig(faults=("kill", "power-loss", "io-crash", "isolate", "reset", "controller-cut",
+                                       "leader-change", "heal"), fault_gap_ms=(200, 900), max_faults=30,
+                               burst_p=0.4, timings=BrokerTimings(flush_mode=FlushMode.ASYNC)),
     "controller": SimConfig(commit_fault_p=0.2, loss=0.05, fault_gap_ms=(150, 700), max_faults=40,
                             timings=BrokerTimings(not_catchup_ms=800, shrink_ms=100)),
     # each seed its own mix (``swarm``)
@@ -92,8 +99,9 @@ def swarm(seed: int, base: SimConfig) -> SimConfig:
     """Swarm testing (as FoundationDB and TigerBeetle do): ``seed``'s own fault mix, drawn from a
     generator of its own so the run's schedule stays the seed's. A random subset of the fault kinds
     (a mix without some kinds reaches states the full mix interrupts: a long run of only resets, a
-    congested link nobody heals), its rates, the network's loss and window, the load, the shrink
-    and catch-up limits and whether brokers hold controller sessions."""
+    congested link nobody heals), its rates, bursts of faults close together, the network's loss and
+    window, the load, the shrink and catch-up limits, restart delays and whether brokers hold
+    controller sessions (sync flush: overlapping faults under async flush are ``async-overlap``'s)."""
     rng = random.Random(f"swarm-{seed}")
     kinds = [k for k in FAULTS + EXTRA_FAULTS if k != "heal"]
     chosen = tuple(k for k in kinds if rng.random() < 0.5) or (rng.choice(kinds),)
@@ -101,21 +109,23 @@ def swarm(seed: int, base: SimConfig) -> SimConfig:
         chosen += ("heal",)
     low = rng.choice((60, 150, 300, 600))
     t = base.timings
+    restart_min = rng.choice((100, 300, 300))
     return dataclasses.replace(
         base, swarm=False, faults=chosen, fault_gap_ms=(low, low * rng.choice((2, 4, 8))),
         max_faults=rng.choice((6, 12, 25, 50)), loss=rng.choice((0.0, 0.01, 0.05)),
         commit_fault_p=rng.choice((0.0, 0.02, 0.2)), window_bytes=rng.choice((1024, 8 * 1024, 64 * 1024)),
         batch=rng.choice((1, 3, 8)), produce_interval_ms=rng.choice((5, 10, 30)),
-        producers=rng.choice((1, 1, 2, 4)),
+        producers=rng.choice((1, 1, 2, 4)), burst_p=rng.choice((0.0, 0.3, 0.6)),
         timings=dataclasses.replace(t, shrink_ms=rng.choice((100, 500)), not_catchup_ms=rng.choice((800, 1500, 3000)),
                                     segment_bytes=rng.choice((1024, 4096)),
-                                    controller_sessions=rng.random() < 0.75))
+                                    controller_sessions=rng.random() < 0.75,
+                                    restart_min_ms=restart_min, restart_max_ms=restart_min * rng.choice((2, 8))))
 
 
 #: The CI budget: seeds per fault mix (2,000 in all); ``tests/sim/test_simulator.py`` runs them with
 #: no violation allowed, ``sim/mutants.py`` runs them against every mutant until it is caught.
-CI_BUDGET: dict[str, int] = {"default": 750, "crashes": 250, "network": 250, "load": 250, "controller": 250,
-                             "async": 250}
+CI_BUDGET: dict[str, int] = {"default": 500, "swarm": 250, "crashes": 250, "network": 250, "load": 250,
+                             "controller": 250, "async": 250}
 
 
 @dataclass(slots=True)
@@ -267,7 +277,20 @@ class Sim:
             self.inject(kind)
             if self.config.one_at_a_time and kind in ("isolate", "one-way", "split", "controller-cut", "slow"):
                 self.world.at(self.world.rng.randint(300, 2000), self.net.heal, what="heal (one at a time)")
+            elif self.config.burst_p > 0 and self.world.rng.random() < self.config.burst_p:
+                self.world.at(self.world.rng.randint(*self.config.burst_ms), self._burst, what="")
         self.world.at(self.world.rng.randint(*self.config.fault_gap_ms), self._nemesis, what="")
+
+    def _burst(self) -> None:
+        """A second fault right after one (``burst_p``), at a group's serving master half the time:
+        a member lost its tail and the master goes next, a slave is elected and loses power, a
+        proposal waits while the controller's link is cut."""
+        rng = self.world.rng
+        if self.world.now_ms >= self.config.duration_ms or self.faults >= self.config.max_faults:
+            return                          # past the fault window: everything is healed by now
+        kind = rng.choice([k for k in self.config.faults if k != "heal"] or ["heal"])
+        target = self.serving_master(rng.choice(list(self.groups))) if rng.random() < 0.5 else None
+        self.inject(kind, target)
 
     def _all_whole(self) -> bool:
         # an io-crash armed but not yet fired is a fault still in progress, and so is a group whose

@@ -5,8 +5,11 @@
     rocketray simulate --seeds 200 --json      # one JSON object: seeds, violations, seeds_per_s, ...
     rocketray simulate --profile crashes       # a fault mix: default, crashes, network, load, controller, async
     rocketray simulate --scenario list         # the named scenarios; --scenario NAME runs one
+    rocketray simulate --mutants all           # break each data-survival rule of sim/mutants.py in turn and
+                                               # hunt it over the CI seed budget: seeds-to-catch per mutant
+    rocketray simulate --mutants list          # the mutants (and those not reached yet); NAME[,NAME] hunts some
 
-Exit status 0 when no invariant was violated, 1 when one was (the failing seed, the violated
+Exit status 0 when no invariant was violated (with --mutants: when every mutant was caught), 1 when one was (the failing seed, the violated
 invariant and the last events before it are printed, with the smallest failing configuration when
 ``--shrink`` is given).
 """
@@ -40,6 +43,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--workers", type=int, default=None,
                    help="processes running seeds side by side (default: the machine's cores, at most 8); "
                         "results and the first failing seed are the same as with one")
+    p.add_argument("--mutants", default=None,
+                   help="'all', 'list' or NAME[,NAME]: hunt single broken rules over the CI seed budget "
+                        "(sim/mutants.py); fails if any survives")
+    p.add_argument("--budget", type=int, default=None,
+                   help="with --mutants: at most this many runs of the CI schedule per mutant (default: all 2000)")
     p.add_argument("--keep-going", action="store_true", help="do not stop at the first violation")
     p.add_argument("--shrink", action="store_true", help="for a failing seed, find the smallest failing config")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -55,6 +63,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.scenario is not None:
         return _scenario(args)
+    if args.mutants is not None:
+        return _mutants(args)
     if args.profile not in PROFILES:
         print(f"rocketray simulate: unknown profile {args.profile!r} (one of {', '.join(PROFILES)})", file=sys.stderr)
         return 2
@@ -119,3 +129,42 @@ def _scenario(args: argparse.Namespace) -> int:
             for line in r.trace:
                 print("  " + line)
     return 0 if r.ok else EXIT_VIOLATION
+
+
+def _mutants(args: argparse.Namespace) -> int:
+    from rocketray.sim.mutants import ALL_MUTANTS, MutantTargetError, hunt_all
+
+    if args.mutants == "list":
+        for m in ALL_MUTANTS.values():
+            print(f"{m.name} [{m.area}]: {m.rule}" + (f" (NOT REACHED: {m.not_reached})" if m.not_reached else ""))
+        return 0
+    names = None if args.mutants == "all" else [n.strip() for n in args.mutants.split(",") if n.strip()]
+    unknown = [n for n in names or () if n not in ALL_MUTANTS]
+    if unknown:
+        print(f"rocketray simulate: unknown mutant {', '.join(unknown)} (see --mutants list)", file=sys.stderr)
+        return 2
+    workers = args.workers if args.workers is not None else 2
+
+    def show(h) -> None:
+        if not args.json:
+            caught = f"caught at run {h.caught_at} ({h.profile} seed {h.seed})" if h.caught_at else "SURVIVED"
+            print(f"{h.mutant}: {caught}, {h.wall_s} s" + (f": {h.violation[:160]}" if h.violation else ""),
+                  flush=True)
+    try:
+        hunts = hunt_all(names, workers=max(1, workers), limit=args.budget, progress=show)
+    except MutantTargetError as exc:
+        print(f"rocketray simulate: {exc}", file=sys.stderr)
+        return 2
+    survived = [h.mutant for h in hunts if h.caught_at is None]
+    if args.json:
+        print(json.dumps({"mutants": [{"mutant": h.mutant, "area": ALL_MUTANTS[h.mutant].area,
+                                                         "seeds_to_catch": h.caught_at, "profile": h.profile,
+                                                         "seed": h.seed, "violation": h.violation,
+                                                         "runs": h.runs, "wall_s": h.wall_s} for h in hunts],
+                          "survived": survived}))
+    else:
+        caught = sorted(h.caught_at for h in hunts if h.caught_at)
+        print(f"mutants {len(hunts)}, caught {len(caught)}, survived {len(survived)}"
+              + (f" ({', '.join(survived)})" if survived else "")
+              + (f"; seeds-to-catch median {caught[len(caught) // 2]}, max {caught[-1]}" if caught else ""))
+    return EXIT_VIOLATION if survived else 0

@@ -8,13 +8,11 @@ test_scenarios.py.
 from __future__ import annotations
 
 from rocketray.broker.message import decode_record
-from rocketray.broker.offsets import OFFSETS_TOPIC, OffsetTable, fold_all
-from rocketray.broker.role import Role
-from rocketray.ha import ack
+from rocketray.broker.offsets import OFFSETS_TOPIC, fold_all
 from rocketray.ha.ack import PutStatus, refused
-from rocketray.sim import offsets as sim_offsets
 from rocketray.sim.broker import SimBroker
 from rocketray.sim.invariants import Invariants
+from rocketray.sim.mutants import MUTANTS, applied
 from rocketray.sim.offsets import CONSUMER_GROUP, LogFold
 from rocketray.sim.run import PROFILES, Sim, SimConfig, run_seed, run_seeds
 
@@ -92,40 +90,18 @@ def test_commits_are_acknowledged_again_after_healing_or_liveness_fails(monkeypa
 
 
 # -- mutants: each reverted rule is caught within a bounded number of seeds ---------------------------
-
-def _keep_the_last(self: OffsetTable, c) -> None:
-    self._offsets[(c.group, c.topic, c.queue_id)] = c.offset
-
+# (the rules broken are sim/mutants.py's, which the mutation check in test_mutants.py also hunts)
 
 def test_a_fold_that_keeps_the_last_commit_is_caught(monkeypatch):
     """OffsetTable.apply keeping the last committed value instead of the maximum: a stale commit
     (a consumer that lost its queue, a late commit) rolls the group's progress back. Invariant 9
     sees it on the master at seed 1; with 9 off, invariant 8 sees it in the replicas' logs."""
-    monkeypatch.setattr(OffsetTable, "apply", _keep_the_last)
-    seed, violation = _first_violation(3)
-    assert seed == 1 and violation.startswith(BACK), violation
-    _silence(monkeypatch, "9")
-    seed, violation = _first_violation(3)
-    assert seed == 1 and violation.startswith(HELD), violation
-
-
-def _ack_commits_on_the_masters_own_write(original):
-    def put(self: SimBroker, batch, reply) -> None:
-        if decode_record(batch.data)[0].topic != OFFSETS_TOPIC:
-            original(self, batch, reply)
-            return
-
-        def run() -> None:
-            if self.ha_role != Role.MASTER or not self.machine.writable:
-                reply(refused(PutStatus.NOT_MASTER))
-                return
-            appended = self.store.put_batch(batch, self.world.now_ms)
-            self._update_confirm()
-            for key in list(self.sessions):
-                self._pump(key)
-            reply(ack.after_write(True, True, appended.offsets(), appended.end_offset))
-        self.guard(run)
-    return put
+    with applied(MUTANTS["offsets-fold-keeps-last"]):
+        seed, violation = _first_violation(3)
+        assert seed == 1 and violation.startswith(BACK), violation
+        _silence(monkeypatch, "9")
+        seed, violation = _first_violation(3)
+        assert seed == 1 and violation.startswith(HELD), violation
 
 
 def test_a_commit_acknowledged_without_the_replicas_acks_is_caught(monkeypatch):
@@ -133,31 +109,24 @@ def test_a_commit_acknowledged_without_the_replicas_acks_is_caught(monkeypatch):
     SyncStateSet's acks (messages keep the rule). Invariant 1 sees the commit record missing on a
     member at seed 1; with 1 off, invariant 8 does; with 1 and 8 off, invariant 9 sees the group's
     progress go back after a failover within 10 seeds."""
-    monkeypatch.setattr(SimBroker, "put", _ack_commits_on_the_masters_own_write(SimBroker.put))
-    seed, violation = _first_violation(3)
-    assert seed == 1 and violation.startswith(LOST), violation
-    _silence(monkeypatch, "1")
-    seed, violation = _first_violation(3)
-    assert seed == 1 and violation.startswith(HELD), violation
-    _silence(monkeypatch, "8")
-    seed, violation = _first_violation(10)
-    assert seed is not None and violation.startswith(BACK), violation
+    with applied(MUTANTS["commit-acked-on-own-write"]):
+        seed, violation = _first_violation(3)
+        assert seed == 1 and violation.startswith(LOST), violation
+        _silence(monkeypatch, "1")
+        seed, violation = _first_violation(3)
+        assert seed == 1 and violation.startswith(HELD), violation
+        _silence(monkeypatch, "8")
+        seed, violation = _first_violation(10)
+        assert seed is not None and violation.startswith(BACK), violation
 
 
-def test_a_reader_that_ignores_the_confirm_offset_is_caught(monkeypatch):
+def test_a_reader_that_ignores_the_confirm_offset_is_caught():
     """The master answers at once from every commit record of its log, confirmed or not: a commit
     whose outcome the consumer never learnt is answered, then lost with the master, and the group's
-    progress goes back (invariant 9, seed 7 of the default mix). Either guard alone is not reached:
-    see docs/simulation.md."""
-    def whole_log(self: SimBroker) -> OffsetTable:
-        key = (self.restarts, self.rewrites)
-        fold = self.__dict__.get("_mutant_fold")
-        if fold is None or fold.key != key:
-            fold = self._mutant_fold = LogFold(key)
-        return fold.advance(self.store)
-    monkeypatch.setattr(SimBroker, "offset_table", whole_log)
-    monkeypatch.setattr(sim_offsets, "answerable", lambda confirm_offset, asked_max_offset: True)
-    seed, violation = _first_violation(20)
+    progress goes back (invariant 9 within 20 seeds of the default mix). Either guard alone is not
+    reached: see docs/simulation.md."""
+    with applied(MUTANTS["offsets-reader-ignores-confirm"]):
+        seed, violation = _first_violation(20)
     assert seed is not None and violation.startswith(BACK), violation
 
 
