@@ -336,7 +336,7 @@ def run(argv: list[str]) -> dict:
                 try:
                     figures = measure(g, args, tmp)
                 except Exception as exc:  # noqa: BLE001 - a size that breaks is a result: say how, go on
-                    figures = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+                    figures = {"error": f"{type(exc).__name__}: {exc}"[-400:]}
                 for key, value in figures.items():
                     result[f"{key}_{g}"] = value
     finally:
