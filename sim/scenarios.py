@@ -376,7 +376,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
              "a slave elected by the progress it reported loses power before taking the term, "
              "restarts with less, and takes the term its registration names; the others truncate "
              "acknowledged messages to follow it",
-             _ASYNC_QUICK_RESTART, 1,
+             _ASYNC_QUICK_RESTART, 3,
              _elected_slave_loses_power_before_taking_the_term),
     Scenario("restarted-master-resumes-its-old-term",
              "a master restarted before the controller noticed resumes its term (#9689)",
