@@ -55,12 +55,9 @@ import asyncio
 import collections
 import json
 import os
-import queue
 import struct
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 import traceback
 from pathlib import Path
@@ -71,6 +68,7 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 import bench_produce_allack as allack  # noqa: E402  (its in-process master with slave processes)
+from command_process import CommandProcess  # noqa: E402
 
 ANSWER = "@@client-e2e "        # marks a worker's answer lines: Ray may write to stdout too
 STAMP = struct.Struct(">dI")     # e2e body head: time.time() before the send, sequence number
@@ -261,60 +259,13 @@ def worker_main(cluster: str) -> None:
 
 # --- the benchmark process --------------------------------------------------------------------------
 
-class WorkerProcess:
-    """A worker subprocess and its answers (read by a thread, so every wait has a timeout)."""
-
-    def __init__(self, cluster: str, env: dict, log_path: Path) -> None:
-        self.log_path = log_path
-        self._log = open(log_path, "w")
-        self.proc = subprocess.Popen([sys.executable, __file__, "--worker", cluster], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=self._log, text=True, env=env,
-                                     cwd=HERE.parent)
-        self._answers: queue.Queue = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            if line.startswith(ANSWER):
-                self._answers.put(json.loads(line[len(ANSWER):]))
-        self._answers.put(None)                      # EOF: the worker exited
-
-    def send(self, cmd: str, **args: Any) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps({"cmd": cmd, "args": args}) + "\n")
-        self.proc.stdin.flush()
-
-    def receive(self, timeout_s: float = COMMAND_TIMEOUT_S) -> dict:
-        try:
-            answer = self._answers.get(timeout=timeout_s)
-        except queue.Empty:
-            raise TimeoutError(f"worker {self.proc.pid}: no answer in {timeout_s} s\n{self._tail()}") from None
-        if answer is None:
-            raise RuntimeError(f"worker {self.proc.pid} exited ({self.proc.wait()})\n{self._tail()}")
-        if "error" in answer:
-            raise RuntimeError(f"worker {self.proc.pid} failed:\n{answer['error']}")
-        return answer
-
-    def call(self, cmd: str, **args: Any) -> dict:
-        self.send(cmd, **args)
-        return self.receive()
-
-    def _tail(self) -> str:
-        self._log.flush()
-        return self.log_path.read_text()[-3000:]
-
-    def close(self) -> None:
-        try:
-            self.send("exit")
-            self.proc.wait(60)
-        except (OSError, subprocess.TimeoutExpired):
-            self.proc.kill()
-            self.proc.wait()
-        self._log.close()
+def worker_process(cluster: str, env: dict, log_path: Path) -> CommandProcess:
+    """A worker subprocess (this file with ``--worker``) and its answers."""
+    return CommandProcess([sys.executable, __file__, "--worker", cluster], env, log_path, ANSWER, HERE.parent,
+                          COMMAND_TIMEOUT_S)
 
 
-def floor_side(producer: WorkerProcess, args, tmp: Path) -> dict:
+def floor_side(producer: CommandProcess, args, tmp: Path) -> dict:
     ray_call = producer.call("ray_floor", calls=args.ray_calls, window_calls=args.ray_window_calls,
                              window=args.window, message_bytes=args.message_bytes)
     shape = argparse.Namespace(seconds=args.inprocess_seconds, batch=1, producers=1,
@@ -327,7 +278,7 @@ def floor_side(producer: WorkerProcess, args, tmp: Path) -> dict:
             "inprocess_put_p99_ms": put["p99_ms"]}
 
 
-def client_side(round_no: int, admin, producer: WorkerProcess, consumer: WorkerProcess, args) -> dict:
+def client_side(round_no: int, admin, producer: CommandProcess, consumer: CommandProcess, args) -> dict:
     topic, e2e_topic = f"bench-client-{round_no}", f"bench-client-e2e-{round_no}"
     admin.create_topic(topic, queues=args.queues)
     admin.create_topic(e2e_topic, queues=args.queues)
@@ -360,13 +311,13 @@ def measure(args, tmp: Path) -> tuple[list[dict], list[dict]]:
     name = f"bench-client-e2e-{int(time.time())}"
     cluster = start_cluster(name, controllers=3, groups=1, replicas=3, profile="default", data_dir=str(tmp / "data"))
     env = {**os.environ, "RAY_ADDRESS": ray.get_runtime_context().gcs_address, "PYTHONUNBUFFERED": "1"}
-    workers: list[WorkerProcess] = []
+    workers: list[CommandProcess] = []
     floors: list[dict] = []
     clients: list[dict] = []
     try:
-        producer = WorkerProcess(name, env, tmp / "producer.log")
+        producer = worker_process(name, env, tmp / "producer.log")
         workers.append(producer)
-        consumer = WorkerProcess(name, env, tmp / "consumer.log")
+        consumer = worker_process(name, env, tmp / "consumer.log")
         workers.append(consumer)
         admin = Admin(name)
         for i in range(args.rounds):

@@ -41,16 +41,16 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
-import queue
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from command_process import CommandProcess  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 FLEET = HERE / "controller_scale_fleet.py"
@@ -66,46 +66,9 @@ def _pct(values: list[float], q: float) -> float:
     return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 2) if ordered else 0.0
 
 
-class FleetProcess:
-    """The fleet subprocess and its answers (read by a thread, so every wait has a timeout)."""
-
-    def __init__(self, cluster: str, env: dict, log_path: Path) -> None:
-        self.log_path = log_path
-        self._log = open(log_path, "w")
-        self.proc = subprocess.Popen([sys.executable, str(FLEET), cluster], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=self._log, text=True, env=env, cwd=HERE.parent)
-        self._answers: queue.Queue = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            if line.startswith(ANSWER):
-                self._answers.put(json.loads(line[len(ANSWER):]))
-        self._answers.put(None)
-
-    def call(self, cmd: str, timeout_s: float = 60.0, **args: Any) -> dict:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps({"cmd": cmd, "args": args}) + "\n")
-        self.proc.stdin.flush()
-        try:
-            answer = self._answers.get(timeout=timeout_s)
-        except queue.Empty:
-            raise TimeoutError(f"fleet: no answer to {cmd} in {timeout_s} s; see {self.log_path}") from None
-        if answer is None or "error" in answer:
-            raise RuntimeError(f"fleet failed on {cmd}: {answer and answer['error']}; see {self.log_path}")
-        return answer
-
-    def close(self) -> None:
-        try:
-            if self.proc.poll() is None:
-                self.proc.stdin.write(json.dumps({"cmd": "exit"}) + "\n")  # type: ignore[union-attr]
-                self.proc.stdin.flush()  # type: ignore[union-attr]
-                self.proc.wait(timeout=20)
-        except (OSError, subprocess.TimeoutExpired):
-            self.proc.kill()
-            self.proc.wait(timeout=10)
-        self._log.close()
+def fleet_process(cluster: str, env: dict, log_path: Path) -> CommandProcess:
+    """The fleet subprocess (``controller_scale_fleet.py``) and its answers."""
+    return CommandProcess([sys.executable, str(FLEET), cluster], env, log_path, ANSWER, HERE.parent, wait_s=60.0)
 
 
 class WriteProbe:
@@ -198,7 +161,7 @@ def _leader(cluster) -> tuple[int, dict]:
     raise TimeoutError("no controller leader")
 
 
-def _steady(fleet: FleetProcess, cluster, leader: int, pids: list[int], seconds: float, writes_per_s: float,
+def _steady(fleet: CommandProcess, cluster, leader: int, pids: list[int], seconds: float, writes_per_s: float,
             tag: str) -> dict:
     """``leader``: the controller the fleet registered with (asking the controllers could wait behind
     the heartbeats queued in their non-blocking calls' threads)."""
@@ -220,7 +183,7 @@ def _steady(fleet: FleetProcess, cluster, leader: int, pids: list[int], seconds:
             "fleet_cores": round(hb["fleet_cpu_s"] / elapsed, 3), **probe.figures("write")}
 
 
-def _node_loss(cluster, fleet: FleetProcess, writes_per_s: float, tag: str) -> dict:
+def _node_loss(cluster, fleet: CommandProcess, writes_per_s: float, tag: str) -> dict:
     import ray
 
     leader, md = _leader(cluster)
@@ -293,10 +256,10 @@ def measure(groups: int, args, data_dir: str) -> dict:
 
     cluster, pids = _start_controllers(f"scale{groups}", args.profile, data_dir, args.renice)
     env = {**os.environ, "RAY_ADDRESS": ray.get_runtime_context().gcs_address, "PYTHONUNBUFFERED": "1"}
-    fleet = FleetProcess(cluster.spec.name, env, Path(data_dir) / f"fleet-{groups}.log")
+    fleet = fleet_process(cluster.spec.name, env, Path(data_dir) / f"fleet-{groups}.log")
     out: dict[str, Any] = {}
     try:
-        out.update(fleet.call("setup", timeout_s=900, groups=groups, replicas=3))
+        out.update(fleet.call("setup", wait_s=900, groups=groups, replicas=3))
         print(f"controller-scale G={groups}: set up in {out['setup_s']} s", file=sys.stderr, flush=True)
         time.sleep(args.warmup)
         out.update(_steady(fleet, cluster, out["leader"], pids, args.seconds, args.writes_per_s, f"s{groups}"))
