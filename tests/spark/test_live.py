@@ -31,7 +31,7 @@ def test_live_analytics_reads_a_running_cluster(spark, tmp_path, capsys):
         # and the newest election names the current master and its epoch.
         elected = [e for e in records["controller_events"] if e["type"] == "ElectMasterEvent"]
         assert epochs <= {(e["broker_name"], e["master_epoch"]) for e in elected}
-        master = next(r for r in records["replicas"] if r["role"] == "master")
+        master = next(r for r in records["replicas"] if r["role"] == "MASTER")   # Role by name (docs/contracts.md)
         assert (elected[-1]["master_broker_id"], elected[-1]["master_epoch"]) == (master["broker_id"],
                                                                                    master["master_epoch"])
         assert all(e["time_ms"] > 0 for e in records["controller_events"])
