@@ -242,9 +242,11 @@ class Producer:
             except Exception as exc:  # noqa: BLE001 - every outcome reaches the futures
                 outcome = exc
             with self._lock:
-                nxt = self._acc.take_next(current.queue, _now_ms()) if chain else None
-                if not chain:
+                if chain:
+                    nxt = self._acc.take_next(current.queue, _now_ms())
+                else:
                     self._acc.done(current.queue)
+                    nxt = None
                 self._lock.notify_all()
             if nxt is not None:
                 started = self._start(nxt)
