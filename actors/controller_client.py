@@ -37,7 +37,7 @@ import ray
 
 from rocketray.config import load_config
 from rocketray.controller.api import Response
-from rocketray.controller.leadership import Attempts, Leader, LeaderView
+from rocketray.controller.leadership import Attempts, Leader, LeaderStatus, LeaderView
 from rocketray.spec import ClusterSpec
 
 log = logging.getLogger("rocketray.controller_client")
@@ -97,9 +97,9 @@ class AsyncControllerClient:
             self._moved = asyncio.Event()
         return self._moved
 
-    def _observe(self, index: int, status: dict) -> None:
-        if self._view.observe(index, status):
-            log.info("controller leader is now controller-%d term=%s", index, status.get("term"))
+    def _observe(self, status: LeaderStatus) -> None:
+        if self._view.observe(status):
+            log.info("controller leader is now controller-%d term=%d", status.index, status.term)
             moved, self._moved = self._event(), asyncio.Event()
             moved.set()
 
@@ -117,7 +117,7 @@ class AsyncControllerClient:
                 self._handles.pop(index, None)
                 await asyncio.sleep(WATCH_RETRY_S)
                 continue
-            self._observe(index, status)
+            self._observe(status)
 
     def _probe(self) -> None:
         """Ask each controller with no question pending, at most every ``PROBE_PERIOD_S``."""
@@ -135,7 +135,7 @@ class AsyncControllerClient:
         except (asyncio.TimeoutError, *_TRANSPORT_ERRORS):
             self._handles.pop(index, None)
             return
-        self._observe(index, status)
+        self._observe(status)
 
     async def _wait_moved(self, timeout_s: float) -> None:
         try:
@@ -275,8 +275,8 @@ class SyncControllerClient:
             with self._lock:
                 if self._probes.get(index, (None, 0))[0] is ref:
                     self._probes[index] = (None, self._probes[index][1])
-                if status is not None and self._view.observe(index, status):
-                    log.info("controller leader is now controller-%d term=%s", index, status.get("term"))
+                if status is not None and self._view.observe(status):
+                    log.info("controller leader is now controller-%d term=%d", status.index, status.term)
         return also is not None and also in ready
 
     def _leader(self, deadline: float) -> Leader | None:

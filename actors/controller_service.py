@@ -28,6 +28,7 @@ from rocketray.spec import ClusterSpec
 from rocketray.controller.api import (AlterSyncStateSetRequest, CleanBrokerDataRequest, ConsumerHeartbeatRequest,
                                       CreateTopicRequest, DeleteTopicRequest, ElectMasterRequest, Response)
 from rocketray.controller.codes import ResponseCode
+from rocketray.controller.leadership import LeaderStatus
 from rocketray.controller.node import ControllerNode
 from rocketray.controller.session import LeaderSessionGrace, masters_without_session
 from rocketray.controller.session_server import SessionServer
@@ -188,17 +189,20 @@ class ControllerService:
         return MasterView(view["master_epoch"], view["master_broker_id"], view["master_address"])
 
     @ray.method(concurrency_group=NONBLOCKING_GROUP)
-    def leader_status(self) -> dict:
-        """This node's word about itself: ``{"index", "term", "is_leader"}`` (ready leader)."""
-        return {"index": self._index, **self._node.wait_ready_leader(1 << 62, 0.0)}
+    def leader_status(self) -> LeaderStatus:
+        """This node's word about itself: its term and whether it is that term's ready leader."""
+        return self._leader_status(self._node.wait_ready_leader(1 << 62, 0.0))
 
     @ray.method(concurrency_group=WATCH_GROUP)
-    def watch_leader(self, known_term: int, timeout_s: float = WATCH_MAX_S) -> dict:
+    def watch_leader(self, known_term: int, timeout_s: float = WATCH_MAX_S) -> LeaderStatus:
         """Answers when this node is the ready leader of a term above ``known_term``, or after
-        ``timeout_s`` (at most ``WATCH_MAX_S``): ``{"index", "term", "is_leader"}``
+        ``timeout_s`` (at most ``WATCH_MAX_S``) with its status as it stands
         (``ControllerNode.wait_ready_leader``)."""
-        status = self._node.wait_ready_leader(int(known_term), min(float(timeout_s), WATCH_MAX_S))
-        return {"index": self._index, **status}
+        return self._leader_status(
+            self._node.wait_ready_leader(int(known_term), min(float(timeout_s), WATCH_MAX_S)))
+
+    def _leader_status(self, status: dict) -> LeaderStatus:
+        return LeaderStatus(self._index, int(status["term"]), bool(status["is_leader"]))
 
     @ray.method(concurrency_group=NONBLOCKING_GROUP)
     def pid(self) -> int:

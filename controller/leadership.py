@@ -25,12 +25,21 @@ died or answered), now without waiting out a dead controller's restart or a lost
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
 
 from rocketray.controller.api import Response
 from rocketray.controller.codes import ResponseCode
 
-__all__ = ["Attempts", "Leader", "LeaderView"]
+__all__ = ["Attempts", "Leader", "LeaderStatus", "LeaderView"]
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderStatus:
+    """A controller's word about itself (its ``leader_status`` and ``watch_leader`` answers):
+    controller ``index`` is at Raft ``term`` and is, or is not, the ready leader of that term."""
+
+    index: int
+    term: int
+    is_leader: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,13 +59,10 @@ class LeaderView:
         self.leader: Leader | None = None
         self.term = -1          # the highest term a ready leader was seen in
 
-    def observe(self, index: int, status: Mapping[str, Any]) -> bool:
-        """Controller ``index``'s word about itself (``{"term", "is_leader"}``). True when it names
-        a ready leader the view did not hold."""
-        term = status.get("term")
-        if type(term) is not int:
-            return False
-        if status.get("is_leader"):
+    def observe(self, status: LeaderStatus) -> bool:
+        """A controller's word about itself. True when it names a ready leader the view did not hold."""
+        index, term = status.index, status.term
+        if status.is_leader:
             if term < self.term:
                 return False    # an answer from before a newer leader was seen
             new = Leader(index, term)

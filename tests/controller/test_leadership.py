@@ -8,62 +8,61 @@ import pytest
 
 from rocketray.controller.api import Response
 from rocketray.controller.codes import ResponseCode
-from rocketray.controller.leadership import Attempts, Leader, LeaderView
+from rocketray.controller.leadership import Attempts, Leader, LeaderStatus, LeaderView
 
 OK = Response(ResponseCode.SUCCESS, {})
 NOT_LEADER = Response.error(ResponseCode.CONTROLLER_NOT_LEADER, "not leader", {"leader_address": "x"})
 
 
-def ready(term: int) -> dict:
-    return {"term": term, "is_leader": True}
+def ready(index: int, term: int) -> LeaderStatus:
+    return LeaderStatus(index, term, True)
 
 
-def follower(term: int) -> dict:
-    return {"term": term, "is_leader": False}
+def follower(index: int, term: int) -> LeaderStatus:
+    return LeaderStatus(index, term, False)
 
 
 @pytest.mark.parametrize("answers,leader", [
     ([], None),
-    ([(0, follower(3)), (1, follower(3))], None),
-    ([(1, ready(3))], Leader(1, 3)),
-    ([(1, ready(3)), (2, ready(4))], Leader(2, 4)),
-    ([(2, ready(4)), (1, ready(3))], Leader(2, 4)),        # a stale answer never moves it back
-    ([(1, ready(3)), (1, follower(3))], None),              # the leader says it stopped serving
-    ([(1, ready(3)), (2, follower(3))], Leader(1, 3)),      # a follower's word is about itself only
-    ([(1, ready(5)), (1, follower(4))], Leader(1, 5)),      # an older "not leader" of it changes nothing
-    ([(1, {"term": "3", "is_leader": True})], None),        # malformed: ignored
-    ([(1, ready(3)), (1, follower(3)), (1, ready(3))], Leader(1, 3)),  # it serves again in its term
+    ([follower(0, 3), follower(1, 3)], None),
+    ([ready(1, 3)], Leader(1, 3)),
+    ([ready(1, 3), ready(2, 4)], Leader(2, 4)),
+    ([ready(2, 4), ready(1, 3)], Leader(2, 4)),        # a stale answer never moves it back
+    ([ready(1, 3), follower(1, 3)], None),              # the leader says it stopped serving
+    ([ready(1, 3), follower(2, 3)], Leader(1, 3)),      # a follower's word is about itself only
+    ([ready(1, 5), follower(1, 4)], Leader(1, 5)),      # an older "not leader" of it changes nothing
+    ([ready(1, 3), follower(1, 3), ready(1, 3)], Leader(1, 3)),  # it serves again in its term
 ])
 def test_the_view_follows_controllers_word_about_themselves(answers, leader):
     view = LeaderView()
-    for index, status in answers:
-        view.observe(index, status)
+    for status in answers:
+        view.observe(status)
     assert view.leader == leader
 
 
 def test_observe_says_when_the_view_moved():
     view = LeaderView()
-    assert view.observe(0, ready(1)) and not view.observe(0, ready(1)) and view.observe(2, ready(2))
-    assert not view.observe(1, follower(9))
+    assert view.observe(ready(0, 1)) and not view.observe(ready(0, 1)) and view.observe(ready(2, 2))
+    assert not view.observe(follower(1, 9))
 
 
 def test_an_answer_ends_the_request_and_not_leader_forgets_the_leader():
     view = LeaderView()
-    view.observe(1, ready(3))
+    view.observe(ready(1, 3))
     a = Attempts(view)
     a.sent(a.target())
     assert a.answered(NOT_LEADER) is None and view.leader is None and a.target() is None
-    view.observe(2, ready(4))
+    view.observe(ready(2, 4))
     a.sent(a.target())
     assert a.answered(OK) is OK and view.leader == Leader(2, 4)
 
 
 def test_a_failure_forgets_only_the_leader_it_was_sent_to():
     view = LeaderView()
-    view.observe(1, ready(3))
+    view.observe(ready(1, 3))
     a = Attempts(view)
     a.sent(a.target())
-    view.observe(2, ready(4))     # someone else learnt of a newer leader meanwhile
+    view.observe(ready(2, 4))     # someone else learnt of a newer leader meanwhile
     a.failed()
     assert view.leader == Leader(2, 4)
 
@@ -76,11 +75,11 @@ def test_a_failure_forgets_only_the_leader_it_was_sent_to():
 ])
 def test_an_attempt_in_flight_is_given_up_only_for_a_later_leader_elsewhere(sent, seen, give_up):
     view = LeaderView()
-    view.observe(sent.index, ready(sent.term))
+    view.observe(ready(sent.index, sent.term))
     a = Attempts(view)
     a.sent(a.target())
     if seen is not None:
-        view.observe(seen.index, ready(seen.term))
+        view.observe(ready(seen.index, seen.term))
     assert a.give_up() is give_up
     if give_up:
         assert a.target() == seen       # and the next attempt goes to it, with its term
