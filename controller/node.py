@@ -468,6 +468,12 @@ class ControllerNode:
         with self._state_lock:
             return self.heartbeats.on_heartbeat(request, self._clock_ms())
 
+    def forget_broker(self, broker_name: str, broker_id: int) -> None:
+        """Drop a broker's heartbeat row without acting on it: its session moved to another
+        controller with a bye (``SessionServer``), so its liveness is that node's to keep."""
+        with self._state_lock:
+            self.heartbeats.remove(broker_name, broker_id)
+
     def consumer_heartbeat(self, request: Any) -> Response:
         """A consumer group member's heartbeat (``ConsumerHeartbeatRequest``): on the ready leader,
         refresh it in the local membership table and answer the group's live members; elsewhere
