@@ -82,8 +82,11 @@ class ControllerService:
         self._sessions: SessionServer | None = None
         if me.session_port is not None:
             try:
+                # heartbeats ride the sessions (acked on them): a node's rows are its sessions' brokers
                 self._sessions = SessionServer(me.host, me.session_port, self._spec.secret,
-                                               self._node.on_broker_session_closed).start()
+                                               self._node.on_broker_session_closed,
+                                               on_heartbeat=self._node.heartbeat,
+                                               on_moved=self._node.forget_broker).start()
             except OSError as exc:  # not fatal: heartbeat expiry still finds dead brokers
                 log.error("controller session listener not started index=%d port=%d: %r", index,
                           me.session_port, exc)
@@ -228,6 +231,12 @@ class ControllerService:
         # old leader is then replaced at its heartbeat expiry, not one timeout after the election).
         grace_s = self._config.broker.controller_heartbeat_timeout_ms / 1000.0
         started = time.monotonic()
+        # With heartbeats on the sessions (every broker's liveness goes to the leader it follows), a
+        # new leader's table fills as the brokers reopen their sessions with it: before the session
+        # grace of this leadership has passed, a master that has not reopened yet would look dead
+        # to the scan while its slaves look alive. The scan waits for that window in every
+        # leadership (``_leading_since``); the leader-change rule acts at its end.
+        lead: tuple[int | None, float] = (None, started)
         while not self._stop.wait(min(cfg.scan_not_active_broker_interval_ms, cfg.scan_inactive_master_interval_ms,
                                       METRICS_PERIOD_MS) / 4000.0):
             cfg = self._node.config
@@ -236,7 +245,9 @@ class ControllerService:
                 if now >= next_expiry:  # a dead master found here is re-elected by the node
                     next_expiry = now + cfg.scan_not_active_broker_interval_ms / 1000.0
                     self._node.expire_heartbeats()
-                if now >= next_master_scan and now - started >= grace_s and self._node.is_leader():
+                lead = self._leading_since(lead, now)
+                if now >= next_master_scan and now - started >= grace_s and lead[0] is not None \
+                        and now - lead[1] >= self._session_grace_s():
                     next_master_scan = now + cfg.scan_inactive_master_interval_ms / 1000.0
                     self._node.scan_inactive_masters()
             except Exception:  # noqa: BLE001 - a scan failure must not kill the timer
@@ -244,6 +255,20 @@ class ControllerService:
             if now >= next_metrics:
                 next_metrics = now + METRICS_PERIOD_MS / 1000.0
                 self._sample_metrics()
+
+    def _session_grace_s(self) -> float:
+        """How long a new leader waits for the brokers to reopen their sessions (0 without a session
+        listener: brokers then heartbeat every controller through Ray, and its table is warm)."""
+        if self._sessions is None:
+            return 0.0
+        return SESSION_GRACE_HEARTBEATS * self._config.broker.broker_heartbeat_interval_ms / 1000.0
+
+    def _leading_since(self, lead: tuple[int | None, float], now: float) -> tuple[int | None, float]:
+        """``(term, since)``: the term in which this node is the ready leader (None: it is not) and
+        when this loop first saw it lead in that term."""
+        status = self._node.wait_ready_leader(1 << 62, 0.0)
+        term = status["term"] if status["is_leader"] else None
+        return lead if term == lead[0] else (term, now)
 
     def _session_grace_loop(self) -> None:
         """The leader-change rule: once per leadership, ``SESSION_GRACE_HEARTBEATS`` broker heartbeat
