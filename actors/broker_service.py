@@ -35,7 +35,7 @@ from rocketray.broker.message import Message
 from rocketray.broker.batch import EncodedBatch
 from rocketray.broker.register import FileIdentityStore
 from rocketray.broker.replicas_manager import ReplicasManager, Role, State
-from rocketray.broker.role import RoleMachine
+from rocketray.broker.role import MasterInfo, RoleMachine
 from rocketray.broker.pull import OffsetsResult, PullResult
 from rocketray.broker.store import MessageStore
 from rocketray.controller.session import Hello
@@ -74,7 +74,15 @@ class BrokerService:
         self._io = OrderedIO(f"broker-{group}-{replica}")
         self._stall = LoopStallMonitor(interval_ms=10).start()
         self.ha: HAService | None = None
-        controller_client = AsyncControllerClient(self._spec)
+        # the session carries the heartbeats to the leader (Ray calls to every controller only
+        # when the controllers have no session port)
+        self.session = ControllerSession(
+            self._spec, self._session_hello,
+            lambda: controller_client.leader_address or self.manager.controller_leader_address,
+            lambda: self.manager.sync_controller_metadata_once())
+        controller_client = AsyncControllerClient(
+            self._spec, heartbeat_sink=self.session.heartbeat if ControllerSession.carries_heartbeats(self._spec)
+            else None)
         self.manager = ReplicasManager(
             cluster_name=self._spec.cluster_name, broker_name=group, broker_address=self._me.ha_address,
             controller_client=controller_client, store=self.store,
@@ -85,10 +93,7 @@ class BrokerService:
         self.consumers = ConsumerPath(self.store, lambda: self.manager.role == Role.SYNC_MASTER and self.ha is not None,
                                       lambda: self.manager.writable, lambda: self.ha)
         # the session follows the leader the client follows (long polls), else the manager's belief
-        self.session = ControllerSession(
-            self._spec, self._session_hello,
-            lambda: controller_client.leader_address or self.manager.controller_leader_address,
-            self.manager.sync_controller_metadata_once).start()
+        self.session.start()
         self._samples: collections.deque[dict] = collections.deque(maxlen=SAMPLES_KEPT)
         self._sampler = asyncio.get_running_loop().create_task(self._sample_forever())
         self._metrics = BrokerMetrics(self._spec.name, group, on_error=lambda name, exc: log.warning(
@@ -197,7 +202,8 @@ class BrokerService:
         return h.hexdigest()
 
     # --- control path ---------------------------------------------------------------------
-    async def on_role_change(self, notification: dict) -> bool:
+    async def on_role_change(self, notification: MasterInfo) -> bool:
+        """NOTIFY_BROKER_ROLE_CHANGED from the controller actor (``RoleChangeNotice.notification``)."""
         return await self.manager.on_role_change(notification)
 
     async def status(self) -> BrokerStatus:

@@ -331,7 +331,7 @@ class ControllerService:
 
     def _notify(self, notice: RoleChangeNotice) -> None:
         """Push the new role to the group's live members (reference 5.5), fire-and-forget."""
-        notification = notice.to_message()
+        notification = notice.notification()
         for _broker_id, address in notice.targets:
             b = self._spec.broker_by_ha_address(address)
             if b is None:

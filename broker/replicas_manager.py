@@ -43,7 +43,7 @@ from rocketray.broker import role as rm
 from rocketray.broker.executor import BrokerNames, Executor
 from rocketray.broker.register import IdentityStore, Registrar, RegisterState
 from rocketray.broker.replicas_model import (ControllerCallError, ReplicasManagerConfig, Role, RoleChangeNotification,
-                                             State, notification_from)
+                                             State)
 from rocketray.broker.role import MasterInfo, RoleMachine, StoreFacts
 from rocketray.controller.api import BrokerHeartbeatRequest, Response
 from rocketray.controller.codes import ResponseCode
@@ -402,10 +402,12 @@ class ReplicasManager:
 
     # ---------------------------------------------------------------- role changes (§5.5)
 
-    async def on_role_change(self, notification: MasterInfo | Response | Mapping[str, Any]) -> bool:
-        """NOTIFY_BROKER_ROLE_CHANGED: the machine acts only for a known master and a strictly newer
-        epoch. True if the broker switched to the notified role."""
-        info = notification_from(notification)
+    async def on_role_change(self, info: MasterInfo) -> bool:
+        """NOTIFY_BROKER_ROLE_CHANGED (``RoleChangeNotice.notification``): the machine acts only for
+        a known master and a strictly newer epoch. True if the broker switched to the notified role.
+        Anything but a ``MasterInfo`` is refused with a TypeError and changes nothing."""
+        if not isinstance(info, MasterInfo):
+            raise TypeError(f"a role-change notification is a MasterInfo, not {type(info).__name__}")
         if self.broker_id is None:
             return False
         before = (self.master_epoch, self.master_broker_id)

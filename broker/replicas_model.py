@@ -9,14 +9,11 @@ lifecycle, the role, its epoch and the SyncStateSet belong to ``rocketray.broker
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
 
 from rocketray.broker.role import Lifecycle, MasterInfo, Role
-from rocketray.controller.api import Response
 from rocketray.schema import INT_MAX, key
 
-__all__ = ["State", "Role", "ControllerCallError", "ReplicasManagerConfig", "RoleChangeNotification",
-           "notification_from"]
+__all__ = ["State", "Role", "ControllerCallError", "ReplicasManagerConfig", "RoleChangeNotification"]
 
 
 State = Lifecycle
@@ -47,16 +44,5 @@ class ReplicasManagerConfig:
 
 
 RoleChangeNotification = MasterInfo
-"""NOTIFY_BROKER_ROLE_CHANGED (reference §5.5) as typed data: the controller's view of the group."""
-
-
-def notification_from(n: MasterInfo | Response | Mapping[str, Any]) -> MasterInfo:
-    """The typed notification from what crosses the actor boundary: the record itself, an elect
-    response (header + body), or the flat mapping the controller actor sends."""
-    if isinstance(n, MasterInfo):
-        return n
-    if isinstance(n, Response):
-        return MasterInfo.from_response(n)
-    if isinstance(n, Mapping):
-        return MasterInfo.from_parts(n, n)
-    raise TypeError(f"not a role-change notification: {n!r}")
+"""NOTIFY_BROKER_ROLE_CHANGED (reference §5.5): the controller's view of the group, the one shape a
+notification has (``rocketray.controller.notify.RoleChangeNotice.notification``)."""

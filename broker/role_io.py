@@ -1,15 +1,17 @@
 """The vocabulary of the broker's role machine (``rocketray.broker.role``): its inputs, its actions
 and the two views it reads (the controller's ``MasterInfo`` and the store's ``StoreFacts``).
 
-Plain frozen dataclasses, no behaviour beyond parsing a controller answer; the rules live in
-``role.py``.
+Plain frozen dataclasses; the rules live in ``role.py``. ``MasterInfo`` is the controller API's
+(``rocketray.controller.api``: it is what the controller notifies and answers), re-exported here.
 """
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Any, Mapping, Union
+from typing import Union
+
+from rocketray.controller.api import MasterInfo
 
 __all__ = [
     "Role", "Lifecycle", "StoreFacts", "MasterInfo", "ReportOutcome",
@@ -52,38 +54,6 @@ class StoreFacts:
     last_epoch: int = -1
     max_offset: int = 0
     confirm_offset: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class MasterInfo:
-    """The controller's view of the group: who is master at which epoch, and the SyncStateSet."""
-
-    master_broker_id: int | None
-    master_address: str | None
-    master_epoch: int
-    sync_state_set_epoch: int = 0
-    sync_state_set: frozenset[int] = frozenset()
-
-    @property
-    def names_master(self) -> bool:
-        return self.master_broker_id is not None and bool(self.master_address)
-
-    @classmethod
-    def from_parts(cls, header: Mapping[str, Any], body: Mapping[str, Any] | None) -> "MasterInfo":
-        """From a controller answer or notification: header (master_*) and body (sync_state_set*)."""
-        body = body or {}
-        sss_epoch = body.get("sync_state_set_epoch")
-        if sss_epoch is None:
-            sss_epoch = header.get("sync_state_set_epoch")
-        master_id = header.get("master_broker_id")
-        return cls(None if master_id is None else int(master_id), header.get("master_address") or None,
-                   int(header.get("master_epoch") or 0), int(sss_epoch or 0),
-                   frozenset(int(i) for i in body.get("sync_state_set") or ()))
-
-    @classmethod
-    def from_response(cls, resp: Any) -> "MasterInfo":
-        """From a ``rocketray.controller.api.Response`` (header + body)."""
-        return cls.from_parts(resp.header or {}, resp.body)
 
 
 class ReportOutcome(enum.Enum):

@@ -203,3 +203,33 @@ class Response:
     @classmethod
     def error(cls, code: ResponseCode, remark: str, header: dict[str, Any] | None = None) -> Response:
         return cls(code, dict(header or {}), None, remark)
+
+
+@dataclass(frozen=True, slots=True)
+class MasterInfo:
+    """The controller's view of one group as a broker reads it: who is master at which epoch, and the
+    SyncStateSet. It is what the controller pushes after an election (NOTIFY_BROKER_ROLE_CHANGED,
+    reference 5.5: master id, address and epoch, SyncStateSet epoch, the set as body) and what a
+    broker takes from the answers to REGISTER_BROKER, ELECT_MASTER and GET_REPLICA_INFO."""
+
+    master_broker_id: int | None
+    master_address: str | None
+    master_epoch: int
+    sync_state_set_epoch: int = 0
+    sync_state_set: frozenset[int] = frozenset()
+
+    @property
+    def names_master(self) -> bool:
+        return self.master_broker_id is not None and bool(self.master_address)
+
+    @classmethod
+    def from_response(cls, resp: Response) -> MasterInfo:
+        """From a register, elect or replica-info answer: header (master_*) and body (sync_state_set*)."""
+        header, body = resp.header or {}, resp.body or {}
+        sss_epoch = body.get("sync_state_set_epoch")
+        if sss_epoch is None:
+            sss_epoch = header.get("sync_state_set_epoch")
+        master_id = header.get("master_broker_id")
+        return cls(None if master_id is None else int(master_id), header.get("master_address") or None,
+                   int(header.get("master_epoch") or 0), int(sss_epoch or 0),
+                   frozenset(int(i) for i in body.get("sync_state_set") or ()))

@@ -15,7 +15,7 @@ import enum
 from dataclasses import dataclass
 from typing import Callable
 
-from rocketray.controller.api import ElectMasterRequest, Response
+from rocketray.controller.api import ElectMasterRequest, MasterInfo, Response
 from rocketray.controller.codes import ResponseCode
 
 Alive = Callable[[str, int], bool]
@@ -48,11 +48,10 @@ class RoleChangeNotice:
     sync_state_set: tuple[int, ...]
     targets: tuple[tuple[int, str], ...]
 
-    def to_message(self) -> dict[str, object]:
-        """The map a broker's ``on_role_change`` receives."""
-        return {"broker_name": self.broker_name, "master_broker_id": self.master_broker_id,
-                "master_address": self.master_address, "master_epoch": self.master_epoch,
-                "sync_state_set_epoch": self.sync_state_set_epoch, "sync_state_set": list(self.sync_state_set)}
+    def notification(self) -> MasterInfo:
+        """What a broker's ``on_role_change`` receives (the one shape of a notification)."""
+        return MasterInfo(self.master_broker_id, self.master_address, self.master_epoch,
+                          self.sync_state_set_epoch, frozenset(self.sync_state_set))
 
 
 def role_change_notice(response: Response, trigger: ElectionTrigger, alive: Alive) -> RoleChangeNotice | None:

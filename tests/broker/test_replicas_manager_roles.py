@@ -50,8 +50,10 @@ def test_role_change_only_for_strictly_newer_epochs():
         clock, ctl, (b1, b2, b3) = await group_of_three()
         stale = RoleChangeNotification(2, A2, 1, 5, frozenset({2}))
         assert not await b1.rm.on_role_change(stale)
-        assert not await b3.rm.on_role_change({"master_broker_id": 3, "master_address": A3, "master_epoch": 0,
-                                               "sync_state_set_epoch": 9, "sync_state_set": [3]})
+        assert not await b3.rm.on_role_change(RoleChangeNotification(3, A3, 0, 9, frozenset({3})))
+        with pytest.raises(TypeError, match="MasterInfo"):  # the one shape: a map is refused, nothing changes
+            await b3.rm.on_role_change({"master_broker_id": 3, "master_address": A3, "master_epoch": 5,
+                                        "sync_state_set_epoch": 9, "sync_state_set": [3]})
         assert not await b2.rm.on_role_change(RoleChangeNotification(None, None, 7, 7, frozenset()))
         assert b1.ha.roles() == [("change_to_master", 1)] and b1.rm.role == Role.SYNC_MASTER
         assert b3.ha.roles() == [("change_to_slave", A1, 1)]
@@ -395,9 +397,7 @@ def test_equal_epoch_notification_does_not_touch_a_sitting_master():
         clock, ctl, (b1, b2, b3) = await group_of_three()
         calls = list(b1.ha.calls)
         for epoch in (0, 1):
-            assert not await b1.rm.on_role_change({"master_broker_id": 2, "master_address": A2,
-                                                   "master_epoch": epoch, "sync_state_set_epoch": 9,
-                                                   "sync_state_set": [2]})
+            assert not await b1.rm.on_role_change(RoleChangeNotification(2, A2, epoch, 9, frozenset({2})))
         assert b1.ha.calls == calls and b1.rm.writable and b1.rm.sync_state_set == {1, 2, 3}
     run(scenario())
 

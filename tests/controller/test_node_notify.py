@@ -52,7 +52,7 @@ def test_each_election_is_notified_once_to_live_members_with_its_trigger(one_nod
     notice = notices[1]
     assert notice.trigger is ElectionTrigger.CONTROLLER and notice.master_broker_id == 2
     assert [broker_id for broker_id, _ in notice.targets] == [2]
-    assert notice.to_message()["sync_state_set"] == [2]
+    assert notice.notification().sync_state_set == frozenset({2})
 
     # an election that elects nobody new (the master is alive) notifies nobody
     assert node.handle(ElectMasterRequest.of_broker_trigger(CLUSTER, NAME, 2)).code == C.CONTROLLER_MASTER_STILL_EXIST
