@@ -39,7 +39,8 @@ from typing import Any
 
 from rocketray.chaos.controller_workload import (BROKER_IDS, HISTORY_FILE, INITIAL_STATE_FILE, Client, Recorder,
                                                  final_reads, jsonable, to_operations)
-from rocketray.controller.proc import NOT_LEADER, Lost, NodeClient, NodeProcess, NotSent
+from rocketray.controller.proc import NodeProcess
+from rocketray.controller.proc_wire import NOT_LEADER, Lost, NodeClient, NotSent
 from rocketray.verify.controller_model import CoreGroupModel, group_states
 from rocketray.verify.linearizability import check_history
 from rocketray.verify.nemesis import LEADER, PROCESS_FAULTS, ControllerStep, make_controller_schedule, swap_nodes

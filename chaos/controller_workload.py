@@ -19,7 +19,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rocketray.controller.proc import NOT_LEADER, Lost, NodeClient, NotSent
+from rocketray.controller.proc_wire import NOT_LEADER, Lost, NodeClient, NotSent
 from rocketray.verify.controller_model import op_args, output_of
 from rocketray.verify.linearizability import (AlterInput, AlterOutput, ElectInput, ElectOutput, GroupState,
                                           Operation, Outcome, ReadOutput)

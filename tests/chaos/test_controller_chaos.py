@@ -13,7 +13,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from rocketray.controller import proc
+from rocketray.controller import proc_wire
 from rocketray.chaos.controller_workload import classify, load_run
 from rocketray.verify.controller_model import CoreGroupModel
 from rocketray.verify.linearizability import (AlterInput, ControllerGroupModel, ElectInput, GroupState, Operation,
@@ -34,8 +34,8 @@ def pair():
 
 def test_frame_round_trips_with_its_label():
     a, b = pair()
-    a.sendall(proc.encode_frame(SECRET, proc.REQ, {"id": 1, "op": "status", "args": {"set": {3, 1}}}))
-    assert proc.read_frame(b, SECRET, proc.REQ) == {"id": 1, "op": "status", "args": {"set": [1, 3]}}
+    a.sendall(proc_wire.encode_frame(SECRET, proc_wire.REQ, {"id": 1, "op": "status", "args": {"set": {3, 1}}}))
+    assert proc_wire.read_frame(b, SECRET, proc_wire.REQ) == {"id": 1, "op": "status", "args": {"set": [1, 3]}}
 
 
 @pytest.mark.parametrize("mutate", [
@@ -44,39 +44,39 @@ def test_frame_round_trips_with_its_label():
 ])
 def test_tampered_frame_is_rejected(mutate):
     a, b = pair()
-    a.sendall(mutate(proc.encode_frame(SECRET, proc.REQ, {"id": 1, "op": "status"})))
-    with pytest.raises(proc.ProtocolError, match="bad frame tag"):
-        proc.read_frame(b, SECRET, proc.REQ)
+    a.sendall(mutate(proc_wire.encode_frame(SECRET, proc_wire.REQ, {"id": 1, "op": "status"})))
+    with pytest.raises(proc_wire.ProtocolError, match="bad frame tag"):
+        proc_wire.read_frame(b, SECRET, proc_wire.REQ)
 
 
 def test_response_cannot_be_replayed_as_request_nor_forged_without_the_secret():
     a, b = pair()
-    a.sendall(proc.encode_frame(SECRET, proc.RESP, {"id": 1, "op": "status"}))
-    with pytest.raises(proc.ProtocolError):
-        proc.read_frame(b, SECRET, proc.REQ)
-    a.sendall(proc.encode_frame(b"other-secret", proc.REQ, {"id": 1, "op": "status"}))
-    with pytest.raises(proc.ProtocolError):
-        proc.read_frame(b, SECRET, proc.REQ)
+    a.sendall(proc_wire.encode_frame(SECRET, proc_wire.RESP, {"id": 1, "op": "status"}))
+    with pytest.raises(proc_wire.ProtocolError):
+        proc_wire.read_frame(b, SECRET, proc_wire.REQ)
+    a.sendall(proc_wire.encode_frame(b"other-secret", proc_wire.REQ, {"id": 1, "op": "status"}))
+    with pytest.raises(proc_wire.ProtocolError):
+        proc_wire.read_frame(b, SECRET, proc_wire.REQ)
 
 
 def test_oversize_length_is_rejected_before_reading_the_body():
     a, b = pair()
-    a.sendall(proc.FRAME_HEADER.pack(proc.MAX_FRAME_BYTES + 1))
-    with pytest.raises(proc.ProtocolError, match="out of range"):
-        proc.read_frame(b, SECRET, proc.REQ)
+    a.sendall(proc_wire.FRAME_HEADER.pack(proc_wire.MAX_FRAME_BYTES + 1))
+    with pytest.raises(proc_wire.ProtocolError, match="out of range"):
+        proc_wire.read_frame(b, SECRET, proc_wire.REQ)
 
 
 def test_client_reports_not_sent_when_nobody_listens():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    with pytest.raises(proc.NotSent):
-        proc.NodeClient("127.0.0.1", port, SECRET).call("status")
+    with pytest.raises(proc_wire.NotSent):
+        proc_wire.NodeClient("127.0.0.1", port, SECRET).call("status")
 
 
 def test_client_reports_lost_when_the_server_closes_after_the_request():
     server = socket.create_server(("127.0.0.1", 0))
-    client = proc.NodeClient("127.0.0.1", server.getsockname()[1], SECRET)
+    client = proc_wire.NodeClient("127.0.0.1", server.getsockname()[1], SECRET)
     import threading
 
     def accept_and_close():
@@ -85,7 +85,7 @@ def test_client_reports_lost_when_the_server_closes_after_the_request():
         conn.close()
     t = threading.Thread(target=accept_and_close)
     t.start()
-    with pytest.raises(proc.Lost):
+    with pytest.raises(proc_wire.Lost):
         client.call("status", timeout_s=2)
     t.join()
     server.close()
