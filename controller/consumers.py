@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from rocketray.controller.api import ConsumerHeartbeatRequest, Response
 from rocketray.controller.codes import ResponseCode
-from rocketray.controller.decide import check_request_limits
+from rocketray.controller.limits import check_request_limits
 from rocketray.controller.topics import topic_name_problem
 
 #: RocketMQ's group name rule (``Validators.checkGroup``): same characters as a topic, 255 at most.

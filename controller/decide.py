@@ -20,19 +20,16 @@ Deliberate fixes of reference section 18 made here (each pinned by a ``test_quir
   (2009): RocketMQ would drop the sync-state row but keep the replica row, after which the set
   looks unknown, id 1 is handed out again and the old rows are overwritten (ids reused).
 
-Sizes and shapes are bounded here, before anything is replicated (``check_request_limits``): a
-string field longer than ``MAX_STRING_BYTES`` (UTF-8), a set or list of more than ``MAX_SET_SIZE``
-members, or an int outside int64 is answered CONTROLLER_INVALID_REQUEST (2005) with no event. A
-committed entry is applied on every replica and at every restart, so anything that could make an
-apply fail must be refused at decide time (an ApplyBrokerId with a 1 MiB check code once wedged
-every controller: its event-log record exceeded the frame limit at apply time).
+Sizes and shapes are bounded first, before anything is replicated (``check_request_limits`` in
+``rocketray.controller.limits``): an oversized or badly shaped request is answered
+CONTROLLER_INVALID_REQUEST (2005) with no event.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
-from dataclasses import dataclass, fields, is_dataclass
+from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from rocketray.controller.api import (AlterSyncStateSetRequest, ApplyBrokerIdRequest, CleanBrokerDataRequest,
@@ -45,6 +42,7 @@ from rocketray.controller.election import contains_log, elect, rank_key
 from rocketray.controller.events import (AlterSyncStateSetEvent, ApplyBrokerIdEvent, CleanBrokerDataEvent,
                                ElectMasterEvent, Event, UpdateBrokerAddressEvent)
 from rocketray.controller.heartbeat import BrokerLiveInfo, HeartbeatTable
+from rocketray.controller.limits import check_request_limits
 from rocketray.controller.state import FIRST_BROKER_CONTROLLER_ID, ControllerState
 from rocketray.controller.topics import (decide_create_topic, decide_delete_topic, decide_get_topic_route,
                                          decide_list_topics)
@@ -52,39 +50,6 @@ from rocketray.controller.topics import (decide_create_topic, decide_delete_topi
 Decision = tuple[Response, list[Event]]
 Alive = Callable[[str, int], bool]
 _IDS_FORMAT = re.compile(r"^\s*-?[0-9]+\s*$")
-MAX_STRING_BYTES = 4096      # any one string field of a request (names, addresses, check codes)
-MAX_SET_SIZE = 1024          # members of a SyncStateSet, broker names in one query
-_INT64_MIN, _INT64_MAX = -(2 ** 63), 2 ** 63 - 1
-
-
-def _field_problem(name: str, value: Any) -> str | None:
-    if isinstance(value, bool) or value is None:
-        return None
-    if isinstance(value, int):
-        return None if _INT64_MIN <= value <= _INT64_MAX else f"{name} is outside int64"
-    if isinstance(value, str):
-        size = len(value.encode("utf-8", "surrogatepass"))
-        return None if size <= MAX_STRING_BYTES else f"{name} is {size} bytes, over {MAX_STRING_BYTES}"
-    if isinstance(value, (frozenset, set, tuple, list)):
-        if len(value) > MAX_SET_SIZE:
-            return f"{name} has {len(value)} members, over {MAX_SET_SIZE}"
-        for member in value:
-            problem = _field_problem(f"a member of {name}", member)
-            if problem is not None:
-                return problem
-        return None
-    return f"{name} has an unsupported type {type(value).__name__}"
-
-
-def check_request_limits(request: object) -> Response | None:
-    """CONTROLLER_INVALID_REQUEST if a field of the request is oversized or of a bad shape, else None."""
-    if not is_dataclass(request) or isinstance(request, type):
-        return None  # decide answers REQUEST_CODE_NOT_SUPPORTED
-    for f in fields(request):
-        problem = _field_problem(f.name, getattr(request, f.name))
-        if problem is not None:
-            return Response.error(C.CONTROLLER_INVALID_REQUEST, f"{type(request).__name__}: {problem}")
-    return None
 
 
 def _always_alive(broker_name: str, broker_id: int) -> bool:
