@@ -16,6 +16,10 @@ can decide it (``ControllerNode.handle(term=...)``). Nothing waits on a dead con
   new leader the moment that one can serve, even between calls: its session
   (``actors/controller_session.py``) follows it at once.
 
+A broker's heartbeats do not go through Ray: they ride its session connection to the leader
+(``heartbeat_sink``, the session's ``heartbeat``). Only a cluster whose controllers have no session
+port still fires one Ray call per heartbeat at every controller.
+
 A killed leader therefore costs a client the election plus a round trip, not the killed actor's
 restart (Ray queues calls to a restarting actor) or a call timeout (a lost node). A call still waits
 longer than the controller's own request deadline (``request_timeout_ms``, ``ControllerNode.handle``)
@@ -69,9 +73,11 @@ def call_timeout_for(spec: ClusterSpec) -> float:
 class AsyncControllerClient:
     """Used inside a broker actor's event loop (see the module docstring)."""
 
-    def __init__(self, spec: ClusterSpec, call_timeout_s: float | None = None):
+    def __init__(self, spec: ClusterSpec, call_timeout_s: float | None = None,
+                 heartbeat_sink: Callable[[Any], None] | None = None):
         self._spec = spec
         self._timeout_s = call_timeout_for(spec) if call_timeout_s is None else call_timeout_s
+        self._heartbeat_sink = heartbeat_sink
         self._view = LeaderView()
         self._handles: dict[int, Any] = {}
         self._probes: dict[int, asyncio.Future] = {}
@@ -205,8 +211,12 @@ class AsyncControllerClient:
                 return None
 
     async def heartbeat(self, request) -> None:
-        """Fire a heartbeat at every controller (liveness is local to each node)."""
+        """Hand a heartbeat to the session (``heartbeat_sink``: it goes to the leader on the broker's
+        session connection), or without one fire it at every controller through Ray."""
         self._start_watches()
+        if self._heartbeat_sink is not None:
+            self._heartbeat_sink(request)
+            return
         for c in self._spec.controllers:
             try:
                 self._handle(c.index).heartbeat.remote(request)

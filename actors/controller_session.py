@@ -2,23 +2,31 @@
 
 A task on the broker actor's event loop. Once the broker has its id and knows the controller leader,
 it connects to that controller's session port, authenticates with the cluster secret and sends its
-hello; then it only holds the connection. If the broker's process dies the kernel closes it and the
+hello with its newest heartbeat; then every heartbeat of the broker (``heartbeat``, called by the
+ReplicasManager every ``broker_heartbeat_interval_ms``) is a frame on this connection, acked by the
+controller: liveness goes only to the leader the broker follows, as RocketMQ's broker heartbeats on
+its channel, not as a Ray call to every controller. A heartbeat while no session is held is kept
+and sent with the next hello. If the broker's process dies the kernel closes the connection and the
 leader re-elects at once. When another leader is known (``leader_of``: the broker's controller client
 follows leadership with a long poll on every controller, ``actors/controller_client.py``) or the broker
 id changes, the session says bye and moves within ``POLL_S``: a new leader treats a master that has
 not reopened its session within a grace window as dead (``LeaderSessionGrace``). When the controller
 end closes (the controller died or restarted), or a connect fails, it asks for the leader again and
-retries with a bounded backoff, cut short as soon as another leader is known.
+retries with a bounded backoff, cut short as soon as another leader is known. A malformed frame from
+the controller closes the connection (and the session reconnects).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Awaitable, Callable
 
 from rocketray.auth import SESSION_LABEL, AuthError, authenticate
-from rocketray.controller.session import Hello, encode_bye, encode_hello
+from rocketray.controller.api import BrokerHeartbeatRequest
+from rocketray.controller.session import (AckDecoder, Hello, SessionProtocolError, encode_bye, encode_heartbeat,
+                                          encode_hello, heartbeat_of)
 from rocketray.spec import ClusterSpec
 
 log = logging.getLogger("rocketray.broker.session")
@@ -26,6 +34,7 @@ log = logging.getLogger("rocketray.broker.session")
 __all__ = ["ControllerSession"]
 
 POLL_S = 0.05            # how often a held session checks whether the leader moved
+READ_BYTES = 4096
 CONNECT_TIMEOUT_S = 2.0
 BACKOFF_MIN_S = 0.05
 BACKOFF_MAX_S = 1.0
@@ -46,6 +55,37 @@ class ControllerSession:
         self._auth_timeout_ms = auth_timeout_ms
         self._task: asyncio.Task | None = None
         self.connected_to: str | None = None   # raft address of the controller holding the session
+        self._latest: BrokerHeartbeatRequest | None = None     # the newest heartbeat, sent on every hello
+        self._held: tuple[Hello, asyncio.StreamWriter] | None = None
+        self._seq = 0
+        self._sent_at: dict[int, float] = {}    # seq -> monotonic send time, until acked (bounded)
+        self.heartbeats_sent = 0
+        self.heartbeats_acked = 0
+        self.last_ack_ms: float | None = None   # the newest ack's round trip
+
+    @staticmethod
+    def carries_heartbeats(spec: ClusterSpec) -> bool:
+        """Do this cluster's heartbeats ride the session? Only if every controller has a session port;
+        else brokers heartbeat every controller through Ray (``AsyncControllerClient.heartbeat``)."""
+        return bool(spec.controllers) and all(c.session_port is not None for c in spec.controllers)
+
+    def heartbeat(self, request: BrokerHeartbeatRequest) -> None:
+        """Send ``request`` on the session now if one is held for its broker id, and keep it for the
+        next hello either way. Never blocks (the socket's buffer takes it)."""
+        self._latest = request
+        if self._held is not None:
+            self._send_heartbeat(*self._held)
+
+    def _send_heartbeat(self, hello: Hello, writer: asyncio.StreamWriter) -> None:
+        request = self._latest
+        if request is None or request.broker_id != hello.broker_id or writer.is_closing():
+            return
+        self._seq += 1
+        if len(self._sent_at) >= 64:     # acks that never came (a closed session) do not pile up
+            self._sent_at.clear()
+        self._sent_at[self._seq] = time.monotonic()
+        writer.write(encode_heartbeat(heartbeat_of(request, self._seq)))
+        self.heartbeats_sent += 1
 
     def start(self) -> "ControllerSession":
         self._task = asyncio.get_running_loop().create_task(self._run())
@@ -99,27 +139,49 @@ class ControllerSession:
 
     async def _hold(self, target: Target) -> bool:
         """Open the session and hold it. True: it moved on purpose (bye sent); False: the controller
-        end closed it."""
+        end closed it (or sent bytes that are not acks)."""
         leader, host, port, hello = target
         reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), CONNECT_TIMEOUT_S)
         try:
             await authenticate(reader, writer, "client", self._spec.secret, self._auth_timeout_ms, SESSION_LABEL)
             writer.write(encode_hello(hello))
+            self._send_heartbeat(hello, writer)
             await writer.drain()
+            self._held = (hello, writer)
             self.connected_to = leader
             log.info("controller session opened to %s group=%s broker_id=%d", leader, hello.group, hello.broker_id)
-            closed = asyncio.ensure_future(reader.read(1))  # the controller sends nothing: EOF or reset
+            closed = asyncio.ensure_future(self._read_acks(reader))
             try:
                 while True:
                     done, _ = await asyncio.wait({closed}, timeout=POLL_S)
                     if done:
-                        log.info("controller session to %s closed by the controller", leader)
+                        log.info("controller session to %s closed: %s", leader, closed.result())
                         return False
                     if self._target() != target:
+                        self._held = None
                         writer.write(encode_bye())
                         await asyncio.wait_for(writer.drain(), CONNECT_TIMEOUT_S)
                         return True
             finally:
                 closed.cancel()
         finally:
+            self._held = None
             writer.close()
+
+    async def _read_acks(self, reader: asyncio.StreamReader) -> str:
+        """Take the controller's acks until the connection ends; returns why it ended."""
+        decoder = AckDecoder()
+        while True:
+            data = await reader.read(READ_BYTES)
+            if not data:
+                return "by the controller"
+            try:
+                acks = decoder.receive_data(data)
+            except SessionProtocolError as exc:
+                return f"protocol error {exc.code.value}: {exc}"
+            now = time.monotonic()
+            for ack in acks:
+                sent = self._sent_at.pop(ack.seq, None)
+                self.heartbeats_acked += 1
+                if sent is not None:
+                    self.last_ack_ms = (now - sent) * 1000

@@ -17,44 +17,81 @@ The connection is authenticated with the cluster secret before anything else
 (``rocketray.auth``, under ``SESSION_LABEL``): a close can trigger an election, so an anonymous
 peer must not be able to open a session in a broker's name. After the exchange::
 
-    frame = length u32 big-endian | msgpack map (version "v" = 1, type "t")
-    hello  {"v": 1, "t": "hello", "cluster": str, "group": str, "broker_id": int >= 1, "address": str}
-    bye    {"v": 1, "t": "bye"}
+    frame     = length u32 big-endian | msgpack map (version "v" = 1, type "t")
+    hello     {"v": 1, "t": "hello", "cluster": str, "group": str, "broker_id": int >= 1, "address": str}
+    heartbeat {"v": 1, "t": "hb", "seq": int >= 0, "timeout_ms": int >= 1, "epoch": int, "max_offset": int,
+               "confirm_offset": int, "priority": int}
+    bye       {"v": 1, "t": "bye"}
+    ack       {"v": 1, "t": "ack", "seq": int >= 0}        (controller -> broker, one per heartbeat)
+
+The broker sends a hello, then heartbeats (the first one with the hello, then one every
+``broker_heartbeat_interval_ms``), and at most a bye. A heartbeat carries the broker's progress; who
+it is comes from the hello, so a heartbeat can only speak for the broker that opened the session
+(:func:`heartbeat_request` builds the controller's ``BrokerHeartbeatRequest`` from both). The
+controller records it in its heartbeat table and answers an ack with the same ``seq``. As in
+RocketMQ, where the broker heartbeats on its channel, liveness travels only to the controller that
+holds the session (the leader), not to every controller: a node's heartbeat rows are the brokers
+that hold a session with it (a bye or a close drops the row), so a node that becomes leader knows
+exactly the brokers that reopened their sessions with it, with the progress they reported then.
+The broker decodes the controller's side with :class:`AckDecoder`.
 
 The first frame must be a hello; a frame over ``MAX_FRAME_BYTES`` or of any other shape is a
-protocol error that closes the connection.
+:class:`SessionProtocolError` (with a :class:`SessionErrorCode`) that closes that connection and
+changes nothing else.
 
 A new leader has no sessions: they were held by its predecessor. Brokers follow leadership (the
 controller clients' ``watch_leader``) and reopen theirs to it at once; :class:`LeaderSessionGrace`
 gives them ``grace_ms`` from the moment this node became the ready leader, and then, once per
 leadership, names each master without a session here whose group has another replica with one
 (``masters_without_session``): the node treats it as a closed session (its heartbeat row goes, its
-group is re-elected). So a master lost together with the leader (one node
-held both) is replaced a grace window after the election instead of a heartbeat timeout later. A
-live master that was slow to reopen is deposed as a dead one would be; the new master's higher epoch
-fences it (the simulator's ``leader-lost-with-master`` scenarios). This module holds the codec and the session table (pure);
-the listener that runs them is ``SessionServer`` in ``rocketray.controller.session_server``, the
+group is re-elected). So a master lost together with the leader (one node held both) is replaced a
+grace window after the election instead of a heartbeat timeout later. A live master that was slow to
+reopen is deposed as a dead one would be; the new master's higher epoch fences it (the simulator's
+``leader-lost-with-master`` scenarios). Until that window has passed in a leadership, the node's
+dead-master scan waits too: its heartbeat table fills as the brokers reopen their sessions, and a
+master that had not yet would look dead to it. This module holds the codec and the session table
+(pure); the listener that runs them is ``SessionServer`` in ``rocketray.controller.session_server``, the
 broker's side ``rocketray.actors.controller_session``.
 """
 
 from __future__ import annotations
 
+import enum
 import struct
 from dataclasses import dataclass
 from typing import Collection, Mapping
 
 import msgpack
 
-__all__ = ["Bye", "Hello", "LeaderSessionGrace", "MAX_FRAME_BYTES", "SessionDecoder", "SessionProtocolError",
-           "SessionTable", "encode_bye", "encode_hello", "masters_without_session"]
+from rocketray.controller.api import BrokerHeartbeatRequest
+
+__all__ = ["Ack", "AckDecoder", "Bye", "Heartbeat", "Hello", "LeaderSessionGrace", "MAX_FRAME_BYTES",
+           "SessionDecoder", "SessionErrorCode", "SessionProtocolError", "SessionTable", "encode_ack",
+           "encode_bye", "encode_heartbeat", "encode_hello", "heartbeat_of", "heartbeat_request",
+           "masters_without_session"]
 
 VERSION = 1
 MAX_FRAME_BYTES = 4096
 _LEN = struct.Struct(">I")
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+class SessionErrorCode(enum.Enum):
+    """Why a peer's bytes are not a session frame."""
+
+    FRAME_TOO_LARGE = "frame_too_large"     # a length over MAX_FRAME_BYTES
+    UNDECODABLE = "undecodable"             # not msgpack
+    BAD_VERSION = "bad_version"             # not a map with "v" = 1
+    BAD_FRAME = "bad_frame"                 # a known type with missing, extra or ill-typed fields, or an unknown type
+    OUT_OF_ORDER = "out_of_order"           # not hello first, a second hello, anything after a bye
 
 
 class SessionProtocolError(ValueError):
-    """The peer sent bytes that are not a session frame: close the connection."""
+    """The peer sent bytes that are not a session frame: close that connection (``code`` says why)."""
+
+    def __init__(self, code: SessionErrorCode, message: str) -> None:
+        super().__init__(f"{code.value}: {message}")
+        self.code = code
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,8 +109,28 @@ class Hello:
 
 
 @dataclass(frozen=True, slots=True)
+class Heartbeat:
+    """A broker's heartbeat on its session: its progress now (who it is: the session's hello).
+    ``seq`` numbers the heartbeats of one session; the controller's ack repeats it."""
+
+    seq: int
+    timeout_ms: int
+    epoch: int
+    max_offset: int
+    confirm_offset: int
+    priority: int
+
+
+@dataclass(frozen=True, slots=True)
 class Bye:
     """The broker closes this session on purpose (it moves to another controller)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    """The controller recorded heartbeat ``seq`` of this session."""
+
+    seq: int
 
 
 def _frame(body: dict) -> bytes:
@@ -87,53 +144,126 @@ def encode_hello(hello: Hello) -> bytes:
                    "broker_id": hello.broker_id, "address": hello.address})
 
 
+def encode_heartbeat(hb: Heartbeat) -> bytes:
+    return _frame({"v": VERSION, "t": "hb", "seq": hb.seq, "timeout_ms": hb.timeout_ms, "epoch": hb.epoch,
+                   "max_offset": hb.max_offset, "confirm_offset": hb.confirm_offset, "priority": hb.priority})
+
+
 def encode_bye() -> bytes:
     return _frame({"v": VERSION, "t": "bye"})
 
 
-def _decode(data: bytes) -> Hello | Bye:
+def encode_ack(seq: int) -> bytes:
+    return _frame({"v": VERSION, "t": "ack", "seq": seq})
+
+
+def heartbeat_of(request: BrokerHeartbeatRequest, seq: int) -> Heartbeat:
+    """The frame a broker sends for its ``BrokerHeartbeatRequest`` (identity left to the hello)."""
+    return Heartbeat(seq, request.heartbeat_timeout_ms, request.epoch, request.max_offset, request.confirm_offset,
+                     request.election_priority)
+
+
+def heartbeat_request(hello: Hello, hb: Heartbeat) -> BrokerHeartbeatRequest:
+    """The controller's heartbeat request for a heartbeat received on ``hello``'s session."""
+    return BrokerHeartbeatRequest(hello.cluster, hello.group, hello.address, hello.broker_id, epoch=hb.epoch,
+                                  max_offset=hb.max_offset, confirm_offset=hb.confirm_offset,
+                                  heartbeat_timeout_ms=hb.timeout_ms, election_priority=hb.priority)
+
+
+def _int(value: object, low: int = _INT64[0]) -> bool:
+    return type(value) is int and low <= value <= _INT64[1]
+
+
+_HEARTBEAT_KEYS = ("seq", "timeout_ms", "epoch", "max_offset", "confirm_offset", "priority")
+
+
+def _decode(data: bytes) -> Hello | Heartbeat | Bye | Ack:
     try:
         body = msgpack.unpackb(data, raw=False, strict_map_key=True)
     except Exception as exc:  # noqa: BLE001 - any msgpack failure is the peer's protocol error
-        raise SessionProtocolError(f"undecodable frame: {exc}") from None
+        raise SessionProtocolError(SessionErrorCode.UNDECODABLE, f"undecodable frame: {exc}") from None
     if not isinstance(body, dict) or body.get("v") != VERSION:
-        raise SessionProtocolError("not a version-1 session frame")
+        raise SessionProtocolError(SessionErrorCode.BAD_VERSION, "not a version-1 session frame")
     kind = body.get("t")
     if kind == "bye" and len(body) == 2:
         return Bye()
+    if kind == "hb" and len(body) == 2 + len(_HEARTBEAT_KEYS):
+        values = [body.get(k) for k in _HEARTBEAT_KEYS]
+        if all(_int(v) for v in values) and values[0] >= 0 and values[1] >= 1:
+            return Heartbeat(*values)
+    if kind == "ack" and len(body) == 3 and _int(body.get("seq"), 0):
+        return Ack(body["seq"])
     if kind == "hello" and len(body) == 6:
         cluster, group, broker_id, address = (body.get(k) for k in ("cluster", "group", "broker_id", "address"))
         if (isinstance(cluster, str) and isinstance(group, str) and group and isinstance(address, str)
-                and type(broker_id) is int and broker_id >= 1):
+                and _int(broker_id, 1)):
             return Hello(cluster, group, broker_id, address)
-    raise SessionProtocolError(f"not a hello or bye frame: type {kind!r}")
+    raise SessionProtocolError(SessionErrorCode.BAD_FRAME, f"not a well-formed session frame: type {kind!r}")
 
 
-class SessionDecoder:
-    """Feed received bytes, take whole frames; the first must be a hello."""
+class _Frames:
+    """Splits a byte stream into decoded frames (bounded: a length over MAX_FRAME_BYTES is refused
+    before its body arrives)."""
 
-    __slots__ = ("_buf", "_greeted")
+    __slots__ = ("_buf",)
 
     def __init__(self) -> None:
         self._buf = bytearray()
-        self._greeted = False
 
-    def receive_data(self, data: bytes) -> list[Hello | Bye]:
+    def feed(self, data: bytes) -> list[Hello | Heartbeat | Bye | Ack]:
         self._buf += data
-        frames: list[Hello | Bye] = []
+        frames = []
         while len(self._buf) >= _LEN.size:
             (size,) = _LEN.unpack_from(self._buf)
             if size > MAX_FRAME_BYTES:
-                raise SessionProtocolError(f"frame of {size} bytes, over {MAX_FRAME_BYTES}")
+                raise SessionProtocolError(SessionErrorCode.FRAME_TOO_LARGE,
+                                           f"frame of {size} bytes, over {MAX_FRAME_BYTES}")
             if len(self._buf) < _LEN.size + size:
                 break
-            frame = _decode(bytes(self._buf[_LEN.size:_LEN.size + size]))
+            frames.append(_decode(bytes(self._buf[_LEN.size:_LEN.size + size])))
             del self._buf[:_LEN.size + size]
-            if isinstance(frame, Hello) == self._greeted:
-                raise SessionProtocolError("a session opens with one hello and carries no other")
+        return frames
+
+
+class SessionDecoder:
+    """The controller's side: feed received bytes, take whole frames. A session is one hello, then
+    heartbeats, then at most a bye (nothing after it); anything else is a protocol error."""
+
+    __slots__ = ("_frames", "_greeted", "_ended")
+
+    def __init__(self) -> None:
+        self._frames = _Frames()
+        self._greeted = False
+        self._ended = False
+
+    def receive_data(self, data: bytes) -> list[Hello | Heartbeat | Bye]:
+        frames: list[Hello | Heartbeat | Bye] = []
+        for frame in self._frames.feed(data):
+            if isinstance(frame, Ack):
+                raise SessionProtocolError(SessionErrorCode.BAD_FRAME, "an ack is the controller's frame")
+            if self._ended or isinstance(frame, Hello) == self._greeted:
+                raise SessionProtocolError(SessionErrorCode.OUT_OF_ORDER,
+                                           "a session is one hello, then heartbeats, then at most a bye")
             self._greeted = True
+            self._ended = isinstance(frame, Bye)
             frames.append(frame)
         return frames
+
+
+class AckDecoder:
+    """The broker's side: the controller sends only acks."""
+
+    __slots__ = ("_frames",)
+
+    def __init__(self) -> None:
+        self._frames = _Frames()
+
+    def receive_data(self, data: bytes) -> list[Ack]:
+        frames = self._frames.feed(data)
+        for frame in frames:
+            if not isinstance(frame, Ack):
+                raise SessionProtocolError(SessionErrorCode.BAD_FRAME, f"the controller sent a {type(frame).__name__}")
+        return frames  # type: ignore[return-value]
 
 
 class SessionTable:
@@ -153,6 +283,10 @@ class SessionTable:
     def keys(self) -> frozenset[tuple[str, int]]:
         """The ``(group, broker_id)`` of every current session."""
         return frozenset(self._current)
+
+    def is_current(self, hello: Hello, token: int) -> bool:
+        """Is ``token`` (from ``opened``) still the current session of ``hello``'s broker?"""
+        return self._current.get(hello.key) == token
 
     def opened(self, hello: Hello) -> int:
         self._next += 1

@@ -1,10 +1,14 @@
 """The controller's broker-session listener (the shell around ``rocketray.controller.session``).
 
 One asyncio loop on a daemon thread accepts broker session connections on the controller's session
-port, authenticates each with the cluster secret, reads its hello (and, later, a bye or EOF), and
-keeps the :class:`SessionTable` on that loop thread only. When a broker's current session ends
-without a bye, ``on_closed(group, broker_id)`` runs on a worker thread (it may block on a Raft commit:
-an election), never on the loop.
+port, authenticates each with the cluster secret, reads its hello, its heartbeats (and, last, a bye
+or EOF), and keeps the :class:`SessionTable` on that loop thread only. Each heartbeat goes to
+``on_heartbeat`` (the node's heartbeat table: a lock held for microseconds, never Raft) on the loop
+and is acked on the same connection. When a broker's current session ends without a bye,
+``on_closed(group, broker_id)`` runs on a worker thread (it may block on a Raft commit: an
+election), never on the loop; when it ends with a bye (the broker moved to another controller),
+``on_moved(group, broker_id)`` runs on the loop (it drops the broker's heartbeat row here, which its
+next leader now holds). A malformed frame closes that connection only.
 """
 
 from __future__ import annotations
@@ -16,7 +20,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 from rocketray.auth import SESSION_LABEL, AuthError, authenticate
-from rocketray.controller.session import Bye, Hello, SessionDecoder, SessionProtocolError, SessionTable
+from rocketray.controller.api import BrokerHeartbeatRequest
+from rocketray.controller.session import (Bye, Heartbeat, Hello, SessionDecoder, SessionProtocolError, SessionTable,
+                                          encode_ack, heartbeat_request)
 
 log = logging.getLogger(__name__)
 
@@ -30,12 +36,16 @@ class SessionServer:
     """Listens on ``host:port``; see the module docstring. ``start`` raises if the port cannot be bound."""
 
     def __init__(self, host: str, port: int, secret: str, on_closed: Callable[[str, int], object], *,
+                 on_heartbeat: Callable[[BrokerHeartbeatRequest], object] = lambda request: None,
+                 on_moved: Callable[[str, int], object] = lambda group, broker_id: None,
                  auth_timeout_ms: int = 5000) -> None:
         if not secret:
             raise ValueError("the broker-session port needs the cluster secret")
         self.host, self.port = host, port
         self._secret = secret
         self._on_closed = on_closed
+        self._on_heartbeat = on_heartbeat
+        self._on_moved = on_moved
         self._auth_timeout_ms = auth_timeout_ms
         self._table = SessionTable()
         self._loop = asyncio.new_event_loop()
@@ -45,6 +55,8 @@ class SessionServer:
         self._workers = ThreadPoolExecutor(max_workers=2, thread_name_prefix="controller-session-closed")
         self.closes_handled = 0
         self.refused = 0
+        self.heartbeats = 0          # heartbeats recorded (read from other threads: a counter only)
+        self.protocol_errors = 0
 
     def start(self) -> "SessionServer":
         self._thread.start()
@@ -81,7 +93,10 @@ class SessionServer:
             decoder = SessionDecoder()
             while not said_bye:
                 for frame in decoder.receive_data(data):
-                    if isinstance(frame, Hello):
+                    if isinstance(frame, Heartbeat):
+                        assert hello is not None  # the decoder admits heartbeats only after the hello
+                        self._heartbeat(hello, frame, writer)
+                    elif isinstance(frame, Hello):
                         hello, token = frame, self._table.opened(frame)
                         log.info("broker session opened group=%s broker_id=%d address=%s", frame.group,
                                  frame.broker_id, frame.address)
@@ -95,17 +110,36 @@ class SessionServer:
             self.refused += 1
             log.warning("controller session: dropping unauthenticated peer %s: %s", peer, exc)
         except SessionProtocolError as exc:
-            log.warning("controller session: closing peer %s: %s", peer, exc)
+            self.protocol_errors += 1
+            log.warning("controller session: closing peer %s code=%s: %s", peer, exc.code.value, exc)
         except (ConnectionError, OSError):
             pass  # a reset is a close like any other
         finally:
             writer.close()
         if hello is not None:
+            current = self._table.is_current(hello, token)
             dead = self._table.closed(hello, token, said_bye)
             log.info("broker session closed group=%s broker_id=%d bye=%s current=%s", hello.group,
-                     hello.broker_id, said_bye, dead is not None or said_bye)
+                     hello.broker_id, said_bye, current)
             if dead is not None:
                 self._workers.submit(self._closed, *dead)
+            elif current:
+                self._call(self._on_moved, *hello.key)
+
+    def _heartbeat(self, hello: Hello, frame: Heartbeat, writer: asyncio.StreamWriter) -> None:
+        """Record one heartbeat (on the loop: the node's table is a dict under a short lock) and ack it."""
+        if self._call(self._on_heartbeat, heartbeat_request(hello, frame)):
+            self.heartbeats += 1
+            writer.write(encode_ack(frame.seq))
+
+    @staticmethod
+    def _call(fn: Callable, *args: object) -> bool:
+        try:
+            fn(*args)
+            return True
+        except Exception:  # noqa: BLE001 - a failed reaction must not drop the session
+            log.exception("broker session callback failed %s%r", getattr(fn, "__name__", fn), args)
+            return False
 
     def _closed(self, group: str, broker_id: int) -> None:
         try:
@@ -118,7 +152,8 @@ class SessionServer:
         """Stop listening and drop every connection (their closes are not acted on). Idempotent."""
         if not self._loop.is_running():
             return
-        self._on_closed = lambda group, broker_id: None
+        self._on_closed = self._on_moved = lambda group, broker_id: None
+        self._on_heartbeat = lambda request: None
 
         async def shutdown() -> None:
             if self._server is not None:

@@ -1,4 +1,5 @@
-"""Broker-session frames and the session table (issue 18: failover at connection speed), pure."""
+"""Broker-session frames and the session table (issue 18: failover at connection speed; issue 29:
+heartbeats on the session), pure."""
 
 from __future__ import annotations
 
@@ -9,10 +10,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rocketray.controller.session import (MAX_FRAME_BYTES, Bye, Hello, SessionDecoder, SessionProtocolError,
-                                          SessionTable, encode_bye, encode_hello)
+from rocketray.controller.api import BrokerHeartbeatRequest
+from rocketray.controller.session import (MAX_FRAME_BYTES, Ack, AckDecoder, Bye, Heartbeat, Hello, SessionDecoder,
+                                          SessionErrorCode, SessionProtocolError, SessionTable, encode_ack,
+                                          encode_bye, encode_heartbeat, encode_hello, heartbeat_of,
+                                          heartbeat_request)
 
 HELLO = Hello("c", "broker-a", 2, "127.0.0.1:10912")
+HB = Heartbeat(seq=7, timeout_ms=10_000, epoch=3, max_offset=4096, confirm_offset=2048, priority=5)
 
 
 def frame(body) -> bytes:
@@ -48,32 +53,104 @@ def test_any_chunking_of_valid_frames_decodes_the_same(cuts):
     assert out == [HELLO, Bye()]
 
 
-@pytest.mark.parametrize("data, why", [
-    (encode_bye(), "a bye before any hello"),
-    (encode_hello(HELLO) + encode_hello(HELLO), "a second hello"),
-    (struct.pack(">I", MAX_FRAME_BYTES + 1), "an oversize length, refused before its body arrives"),
-    (frame({"v": 2, "t": "bye"}), "an unknown version"),
-    (frame({"v": 1, "t": "hello", "cluster": "c", "group": "g", "broker_id": 0, "address": "a"}), "broker id 0"),
-    (frame({"v": 1, "t": "hello", "cluster": "c", "group": "g", "broker_id": True, "address": "a"}), "a bool id"),
-    (frame({"v": 1, "t": "hello", "cluster": "c", "group": "", "broker_id": 1, "address": "a"}), "no group"),
-    (frame({"v": 1, "t": "hello", "cluster": "c", "group": "g", "broker_id": 1}), "a missing field"),
+def hb_body(**changes):
+    return {"v": 1, "t": "hb", "seq": 1, "timeout_ms": 1000, "epoch": 1, "max_offset": 0, "confirm_offset": 0,
+            "priority": 1, **changes}
+
+
+H = encode_hello(HELLO)
+E = SessionErrorCode
+
+
+@pytest.mark.parametrize("data, code, why", [
+    (encode_bye(), E.OUT_OF_ORDER, "a bye before any hello"),
+    (encode_heartbeat(HB), E.OUT_OF_ORDER, "a heartbeat before any hello"),
+    (H + H, E.OUT_OF_ORDER, "a second hello"),
+    (H + encode_bye() + encode_heartbeat(HB), E.OUT_OF_ORDER, "a heartbeat after the bye"),
+    (H + encode_ack(1), E.BAD_FRAME, "an ack, the controller's frame, from a broker"),
+    (struct.pack(">I", MAX_FRAME_BYTES + 1), E.FRAME_TOO_LARGE, "an oversize length, refused before its body"),
+    (frame({"v": 2, "t": "bye"}), E.BAD_VERSION, "an unknown version"),
+    (frame({"v": 1, "t": "hello", "cluster": "c", "group": "g", "broker_id": 0, "address": "a"}), E.BAD_FRAME,
+     "broker id 0"),
+    (frame({"v": 1, "t": "hello", "cluster": "c", "group": "g", "broker_id": True, "address": "a"}), E.BAD_FRAME,
+     "a bool id"),
+    (frame({"v": 1, "t": "hello", "cluster": "c", "group": "", "broker_id": 1, "address": "a"}), E.BAD_FRAME,
+     "no group"),
+    (frame({"v": 1, "t": "hello", "cluster": "c", "group": "g", "broker_id": 1}), E.BAD_FRAME, "a missing field"),
     (frame({"v": 1, "t": "hello", "cluster": "c", "group": "g", "broker_id": 1, "address": "a", "x": 1}),
-     "an extra field"),
-    (frame([1, 2]), "not a map"),
-    (struct.pack(">I", 3) + b"\xc1\xc1\xc1", "not msgpack"),
+     E.BAD_FRAME, "an extra field"),
+    (H + frame(hb_body(seq=-1)), E.BAD_FRAME, "a negative heartbeat seq"),
+    (H + frame(hb_body(timeout_ms=0)), E.BAD_FRAME, "a heartbeat timeout of 0"),
+    (H + frame(hb_body(epoch="1")), E.BAD_FRAME, "a string epoch"),
+    (H + frame(hb_body(max_offset=1.5)), E.BAD_FRAME, "a float offset"),
+    (H + frame(hb_body(priority=False)), E.BAD_FRAME, "a bool priority"),
+    (H + frame(hb_body(confirm_offset=1 << 63)), E.BAD_FRAME, "an offset past int64"),
+    (H + frame({k: v for k, v in hb_body().items() if k != "epoch"}), E.BAD_FRAME, "a heartbeat missing a field"),
+    (H + frame(hb_body(x=1)), E.BAD_FRAME, "a heartbeat with an extra field"),
+    (H + frame({"v": 1, "t": "ping"}), E.BAD_FRAME, "an unknown type"),
+    (frame([1, 2]), E.BAD_VERSION, "not a map"),
+    (struct.pack(">I", 3) + b"\xc1\xc1\xc1", E.UNDECODABLE, "not msgpack"),
 ])
-def test_malformed_input_is_a_protocol_error(data, why):
-    with pytest.raises(SessionProtocolError):
+def test_malformed_input_is_a_protocol_error_with_its_code(data, code, why):
+    with pytest.raises(SessionProtocolError) as err:
         SessionDecoder().receive_data(data)
+    assert err.value.code is code, why
+    assert code.value in str(err.value)
+
+
+def test_golden_bytes_of_heartbeat_and_ack():
+    """The heartbeat and ack layouts are pinned like the hello's."""
+    assert encode_ack(5) == bytes.fromhex("0000000f") + b"\x83\xa1v\x01\xa1t\xa3ack\xa3seq\x05"
+    data = encode_heartbeat(HB)
+    assert data[:4] == struct.pack(">I", len(data) - 4)
+    assert msgpack.unpackb(data[4:]) == {"v": 1, "t": "hb", "seq": 7, "timeout_ms": 10_000, "epoch": 3,
+                                         "max_offset": 4096, "confirm_offset": 2048, "priority": 5}
+
+
+def test_a_session_is_hello_heartbeats_bye_and_the_heartbeat_speaks_for_the_hello():
+    """The heartbeat round-trips; the controller's request takes identity from the hello only."""
+    d = SessionDecoder()
+    out = []
+    for b in H + encode_heartbeat(HB) + encode_heartbeat(Heartbeat(8, 10_000, 3, 5000, 4096, 5)) + encode_bye():
+        out += d.receive_data(bytes([b]))
+    assert out == [HELLO, HB, Heartbeat(8, 10_000, 3, 5000, 4096, 5), Bye()]
+    request = heartbeat_request(HELLO, HB)
+    assert request == BrokerHeartbeatRequest("c", "broker-a", "127.0.0.1:10912", 2, epoch=3, max_offset=4096,
+                                             confirm_offset=2048, heartbeat_timeout_ms=10_000, election_priority=5)
+    assert heartbeat_of(request, 7) == HB
+
+
+def test_the_broker_side_takes_acks_only():
+    d = AckDecoder()
+    assert d.receive_data(encode_ack(1) + encode_ack(2)[:3]) == [Ack(1)]
+    assert d.receive_data(encode_ack(2)[3:]) == [Ack(2)]
+    for bad, code in [(encode_hello(HELLO), E.BAD_FRAME), (frame({"v": 1, "t": "ack", "seq": -1}), E.BAD_FRAME),
+                      (frame({"v": 1, "t": "ack"}), E.BAD_FRAME), (struct.pack(">I", 1 << 20), E.FRAME_TOO_LARGE)]:
+        with pytest.raises(SessionProtocolError) as err:
+            AckDecoder().receive_data(bad)
+        assert err.value.code is code
 
 
 @given(st.binary(max_size=64))
 def test_random_bytes_decode_ask_for_more_or_raise_a_protocol_error(data):
+    for decoder, kinds in ((SessionDecoder(), (Hello, Heartbeat, Bye)), (AckDecoder(), (Ack,))):
+        try:
+            for f in decoder.receive_data(data):
+                assert isinstance(f, kinds)
+        except SessionProtocolError as exc:
+            assert isinstance(exc.code, SessionErrorCode)
+
+
+@given(st.integers(0, 300), st.binary(max_size=16))
+def test_a_valid_session_with_bytes_flipped_decodes_or_raises_a_protocol_error(at, junk):
+    data = bytearray(H + encode_heartbeat(HB) + encode_bye())
+    at = at % len(data)
+    data[at:at + len(junk)] = junk
     try:
-        for f in SessionDecoder().receive_data(data):
-            assert isinstance(f, (Hello, Bye))
-    except SessionProtocolError:
-        pass
+        for f in SessionDecoder().receive_data(bytes(data)):
+            assert isinstance(f, (Hello, Heartbeat, Bye))
+    except SessionProtocolError as exc:
+        assert isinstance(exc.code, SessionErrorCode)
 
 
 def test_only_the_current_session_of_a_broker_that_ends_without_bye_counts_as_dead():
@@ -86,5 +163,6 @@ def test_only_the_current_session_of_a_broker_that_ends_without_bye_counts_as_de
     new = table.opened(HELLO)                       # the broker restarted and opened a new session
     assert table.closed(HELLO, old, said_bye=False) is None, "an older session's close is stale"
     assert len(table) == 1, "the newer session is still open"
+    assert table.is_current(HELLO, new) and not table.is_current(HELLO, old)
     assert table.closed(HELLO, new, said_bye=True) is None, "a bye is a move, not a death"
     assert len(table) == 0

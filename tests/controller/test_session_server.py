@@ -56,7 +56,8 @@ def group(tmp_path, port_factory):
     1 master, SyncStateSet {1,2,3}."""
     cluster = InProcessControllers(tmp_path / "n", [port_factory()], ControllerConfig.for_tests(), SECRET)
     node = cluster.wait_leader()
-    server = SessionServer("127.0.0.1", 0, SECRET, node.on_broker_session_closed).start()
+    server = SessionServer("127.0.0.1", 0, SECRET, node.on_broker_session_closed, on_heartbeat=node.heartbeat,
+                           on_moved=node.forget_broker).start()
     for broker_id in (1, 2, 3):
         address = f"127.0.0.1:{9000 + broker_id}"
         assert node.handle(ApplyBrokerIdRequest(CLUSTER, GROUP, broker_id, f"{address};1")).ok
@@ -137,6 +138,61 @@ def test_bye_a_slave_close_and_a_stale_session_elect_nobody(group):
     new.kill()
     new.wait()
     wait_until(lambda: master(node)[0] == 3, 5, what="the current session's close elects (2 is dead)")
+
+
+def test_heartbeats_ride_the_session_acked_a_bad_frame_closes_that_connection_only_a_bye_drops_the_row(group):
+    """Issue 29: a broker's heartbeats are frames on its session. Each one refreshes the node's row
+    with the progress it carries (identity from the hello) and is acked with its seq; a malformed
+    frame closes its own connection and nothing else; a bye (the broker moved to another
+    controller) drops the row without an election."""
+    import asyncio
+
+    from rocketray.auth import SESSION_LABEL, authenticate
+    from rocketray.controller.session import (AckDecoder, Ack, Heartbeat, Hello, encode_bye, encode_heartbeat,
+                                              encode_hello)
+
+    node, server, _open = group
+
+    async def session(broker_id: int):
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        await authenticate(reader, writer, "client", SECRET, 5000, SESSION_LABEL)
+        writer.write(encode_hello(Hello(CLUSTER, GROUP, broker_id, f"127.0.0.1:{9000 + broker_id}")))
+        return reader, writer
+
+    async def acks(reader, n: int) -> list:
+        decoder, got = AckDecoder(), []
+        while len(got) < n:
+            data = await asyncio.wait_for(reader.read(4096), 5)
+            assert data, "the controller closed a good session"
+            got += decoder.receive_data(data)
+        return got
+
+    async def main() -> None:
+        reader, writer = await session(2)
+        writer.write(encode_heartbeat(Heartbeat(1, HEARTBEAT_TIMEOUT_MS, 1, 777, 555, 9)))
+        writer.write(encode_heartbeat(Heartbeat(2, HEARTBEAT_TIMEOUT_MS, 1, 888, 666, 9)))
+        assert await acks(reader, 2) == [Ack(1), Ack(2)]
+        row = node.heartbeats.live_info(GROUP, 2)
+        assert (row.max_offset, row.confirm_offset, row.election_priority, row.broker_address) == \
+            (888, 666, 9, "127.0.0.1:9002")
+
+        bad_reader, bad_writer = await session(3)
+        bad_writer.write(b"\x00\x00\x00\x02\x81\xc1")            # not msgpack
+        assert await asyncio.wait_for(bad_reader.read(100), 5) == b"", "the bad connection is closed"
+        writer.write(encode_heartbeat(Heartbeat(3, HEARTBEAT_TIMEOUT_MS, 1, 999, 666, 9)))
+        assert await acks(reader, 1) == [Ack(3)], "the good session is untouched"
+        assert node.heartbeats.live_info(GROUP, 2).max_offset == 999
+
+        writer.write(encode_bye())
+        assert await asyncio.wait_for(reader.read(100), 5) == b""
+        writer.close()
+
+    asyncio.run(main())
+    assert server.protocol_errors == 1
+    wait_until(lambda: node.heartbeats.live_info(GROUP, 2) is None, 5, what="the moved broker's row dropped")
+    wait_until(lambda: server.closes_handled == 1, 5, what="the bad session's close (no bye) handled")
+    assert node.heartbeats.live_info(GROUP, 3) is None, "a session closed without a bye is a close: row gone"
+    assert master(node) == (1, 1), "no election: a bye, and the close of a slave's session"
 
 
 def test_a_peer_without_the_secret_opens_no_session(group):
