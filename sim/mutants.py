@@ -80,6 +80,8 @@ def applied(mutant: Mutant) -> Iterator[Mutant]:
             replacement = make(original)
             if isinstance(stored, staticmethod):
                 replacement = staticmethod(replacement)
+            elif isinstance(stored, classmethod):
+                replacement = classmethod(replacement)
             setattr(owner, attr, replacement)
             done.append((owner, attr, stored))
         yield mutant
@@ -257,6 +259,53 @@ def _fold_whole_log(_original):
     return offset_table
 
 
+def _unclean_context(original):
+    def from_heartbeats(cls, table, now_ms, enable_elect_unclean_master=False):
+        return original(table, now_ms, True)
+    return from_heartbeats
+
+
+def _read_uncommitted(original):
+    def __init__(self, root_dir, config=None, **disk):
+        from rocketray.broker.config import StoreConfig
+        original(self, root_dir, dataclasses.replace(config or StoreConfig(), read_uncommitted=True), **disk)
+    return __init__
+
+
+def _timeout_not_written(original):
+    from rocketray.ha.ack import PutResult, PutStatus, Written
+
+    def after_write(acked, still_master, offsets, end_offset):
+        result = original(acked, still_master, offsets, end_offset)
+        if result.status is PutStatus.FLUSH_SLAVE_TIMEOUT:
+            return PutResult(PutStatus.FLUSH_SLAVE_TIMEOUT, Written.NO)
+        return result
+    return after_write
+
+
+def _ack_untruncated_end(original):
+    from rocketray.ha.protocol import encode_slave_ack
+    from rocketray.ha.session import Send, Truncate
+
+    def on_handshake(self, packet, local, now_ms):
+        actions = original(self, packet, local, now_ms)
+        if not any(isinstance(a, Truncate) for a in actions):
+            return actions
+        self.reported_offset = local.max_offset        # the end before the cut
+        return [a if not isinstance(a, Send) else Send(encode_slave_ack(local.max_offset)) for a in actions]
+    return on_handshake
+
+
+def _write_in_place(_original):
+    def write_durably(path, data, tmp_name=None, disk=None):
+        f = disk.open(str(path), create=True, truncate=True)    # no temp file, no fsync, no rename
+        try:
+            f.pwrite(data, 0)
+        finally:
+            f.close()
+    return write_durably
+
+
 def _const(value):
     return lambda _original: (lambda *args, **kwargs: value)
 
@@ -293,6 +342,9 @@ ALL_MUTANTS: dict[str, Mutant] = {m.name: m for m in [
            "a master restarted before the controller noticed resumes its term (#9689)",
            (("rocketray.broker.role:is_term_from_before_restart", _const(False)),),
            not_reached="caught at run 101 of the CI schedule by the old simulator (controller seed 13): too late for the CI check's time; scenario restarted-master-resumes-its-old-term reaches it"),
+    Mutant("unclean-election", "election",
+           "with no SyncStateSet member alive the controller elects another registered replica",
+           (("rocketray.controller.decide:DecideContext.from_heartbeats", _unclean_context),)),
     # -- SyncStateSet bookkeeping
     Mutant("shrink-overwrites-pending-expand", "sync-state-set",
            "the shrink check builds its candidate from the confirmed set and replaces a pending expand",
@@ -315,6 +367,9 @@ ALL_MUTANTS: dict[str, Mutant] = {m.name: m for m in [
     Mutant("not-master-after-write", "ack",
            "a role change during the ack wait answers NOT_MASTER (not written) for a written batch",
            (("rocketray.ha.ack:after_write", _old_after_write),)),
+    Mutant("timeout-answered-not-written", "ack",
+           "a put whose acks timed out is answered FLUSH_SLAVE_TIMEOUT as not written (it was written)",
+           (("rocketray.ha.ack:after_write", _timeout_not_written),)),
     # -- confirm offset
     Mutant("confirm-ignores-unknown-acks", "confirm",
            "the confirm offset is the min of the known acks; a member with no ack yet does not freeze it",
@@ -326,6 +381,9 @@ ALL_MUTANTS: dict[str, Mutant] = {m.name: m for m in [
     Mutant("confirm-alone-is-max", "confirm",
            "a master alone in its confirmed set confirms its max offset while an expand is pending",
            (("rocketray.ha.sync_state:SyncStateTracker.compute_confirm_offset", _confirm_alone_is_max),)),
+    Mutant("reads-beyond-confirm", "confirm",
+           "a replica indexes and serves consumers records beyond its confirm offset",
+           (("rocketray.broker.store:MessageStore.__init__", _read_uncommitted),)),
     # -- slave apply order
     Mutant("slave-acks-before-append", "apply",
            "the slave sends its ack before it appends (and fsyncs) the batch",
@@ -345,6 +403,12 @@ ALL_MUTANTS: dict[str, Mutant] = {m.name: m for m in [
            (("rocketray.broker.commitlog:unlink_order", lambda _o: (lambda segments: list(segments))),),
            not_reached="not caught in the first 120 runs (old simulator) nor 24 (with in-flight delivery): a second guard "
                        "behind recovery's contiguity check (recovery-ignores-holes); scenario violation-3 reverts both"),
+    Mutant("slave-acks-untruncated-end", "truncation",
+           "a slave that truncates on the handshake acks the end its log had before the cut",
+           (("rocketray.ha.session:SlaveSession._on_handshake", _ack_untruncated_end),)),
+    Mutant("epoch-file-not-durable", "epoch-file",
+           "the epoch file is rewritten in place without fsync (no temp file, no rename)",
+           (("rocketray.broker.epoch_file:write_durably", _write_in_place),)),
     # -- flush / fsync
     Mutant("flush-skips-fsync", "flush",
            "a sync-flush append does not fsync before the ack",
