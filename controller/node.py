@@ -60,6 +60,7 @@ log = logging.getLogger(__name__)
 _LEADER = 2  # pysyncobj's _RAFT_STATE.LEADER
 MAX_BATCH_BYTES = 256 << 10           # one request's encoded events (decide bounds each field far below)
 MAX_ELECTIONS_PER_ENTRY = 256         # groups one ElectMastersRequest elects (one Raft entry)
+SLOW_REQUEST_S = 0.1                  # a request slower than this logs where its time went
 JOURNAL_FILE = "raft.wal"             # DurableJournal (controller/journal.py), + ".meta" for term/vote
 LEGACY_JOURNAL_FILE = "raft.journal"  # pysyncobj's FileJournal, imported once into JOURNAL_FILE
 _ROLE_NAMES = {0: "follower", 1: "candidate", 2: "leader"}
@@ -304,15 +305,16 @@ class ControllerNode:
         with self._consumers_lock:  # members re-register with whoever leads next
             self.consumers.clear()
         if new == _LEADER:
-            threading.Thread(target=self._become_ready, name="controller-leader-noop", daemon=True).start()
+            threading.Thread(target=self._become_ready, args=(time.monotonic(),), name="controller-leader-noop",
+                             daemon=True).start()
 
-    def _become_ready(self) -> None:
+    def _become_ready(self, elected_at: float) -> None:
         """A new leader commits a barrier before it serves (reference 3.3); retried while leader."""
         while not self._closed and self._raft._isLeader():
             with self._pipeline:
                 if self._ensure_ready() is not None:
-                    log.info("controller leader ready self=%s term=%d", self.self_address,
-                             self._raft.raftCurrentTerm)
+                    log.info("controller leader ready self=%s term=%d barrier_ms=%.1f", self.self_address,
+                             self._raft.raftCurrentTerm, (time.monotonic() - elected_at) * 1000)
                     return
             time.sleep(self.config.append_entries_period_ms / 1000)
 
@@ -412,18 +414,27 @@ class ControllerNode:
                 raise _ReplicationFailed(ResponseCode.SYSTEM_ERROR, "request deadline passed")
             return remaining
 
+        t0 = time.monotonic()
         if not self._pipeline.acquire(timeout=max(0.0, deadline - time.monotonic())):
             return Response.error(ResponseCode.SYSTEM_ERROR, "controller busy: request queue timeout")
+        t1 = t2 = t3 = time.monotonic()
         try:
             try:
                 ready = self._ensure_ready(left())
+                t2 = time.monotonic()
                 if ready is None or (term is not None and ready != term):
                     return self._not_leader()
                 response, proposal = self._decide(request, ready)
+                t3 = time.monotonic()
             finally:
                 self._pipeline.release()  # the next request decides while this one commits
             if proposal is not None:
                 self._await(proposal, left())
+            t4 = time.monotonic()
+            if t4 - t0 > SLOW_REQUEST_S:
+                log.info("slow request %s took_ms=%.1f lock_ms=%.1f ready_ms=%.1f decide_ms=%.1f commit_ms=%.1f",
+                         type(request).__name__, (t4 - t0) * 1000, (t1 - t0) * 1000, (t2 - t1) * 1000,
+                         (t3 - t2) * 1000, (t4 - t3) * 1000)
         except _ReplicationFailed as exc:
             if not self._raft._isLeader():
                 return self._not_leader()
@@ -590,7 +601,9 @@ class ControllerNode:
             retry: list[str] = []
             for start in range(0, len(pending), MAX_ELECTIONS_PER_ENTRY):
                 chunk = pending[start:start + MAX_ELECTIONS_PER_ENTRY]
+                started = time.monotonic()
                 batch = self.handle(ElectMastersRequest(tuple(chunk)), self.config.elect_master_attempt_timeout_ms)
+                took_ms = (time.monotonic() - started) * 1000
                 got = election_answers(batch)
                 for name in chunk:
                     answers[name] = response = got.get(name, batch)
@@ -598,8 +611,8 @@ class ControllerNode:
                         self._notify(response, ElectionTrigger.CONTROLLER)
                     elif response.code != ResponseCode.CONTROLLER_NOT_LEADER:
                         retry.append(name)
-                log.info("controller-triggered elections groups=%d attempt=%d code=%s elected=%d", len(chunk),
-                         attempt + 1, batch.code.name, sum(answers[n].ok for n in chunk))
+                log.info("controller-triggered elections groups=%d attempt=%d code=%s elected=%d took_ms=%.1f",
+                         len(chunk), attempt + 1, batch.code.name, sum(answers[n].ok for n in chunk), took_ms)
             if not retry or any(a.code == ResponseCode.CONTROLLER_NOT_LEADER for a in answers.values()):
                 break
             pending = retry
