@@ -43,16 +43,16 @@ import bisect
 import logging
 import os
 import struct
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from rocketray.broker.checkpoint import nonzero_end, sync_files
 from rocketray.fs import OS_DISK, Disk, DiskFile
-from rocketray.broker.message import HEADER_SIZE, MessageCodecError, decode_index, verify_record
+from rocketray.broker.message import MessageCodecError, decode_index, verify_record
 from rocketray.broker.batch import IndexedRecords, index_records
+from rocketray.broker.segments import (Segment, first_gap, first_scanned, records_within, segment_name,
+                                       unlink_order)
 
-__all__ = ["CommitLog", "Segment", "StoreError", "first_gap", "first_scanned", "segment_name", "unlink_order"]
+__all__ = ["CommitLog", "StoreError"]
 
 log = logging.getLogger(__name__)
 
@@ -65,63 +65,6 @@ class StoreError(Exception):
     """A refused store operation (bad offset, non-boundary truncation, closed store)."""
 
     retriable = False
-
-
-def segment_name(base_offset: int) -> str:
-    """File name of the segment starting at ``base_offset``."""
-    return f"{base_offset:020d}"
-
-
-@dataclass(eq=False)
-class Segment:
-    """One segment file: ``size`` bytes of records starting at ``base_offset``."""
-
-    base_offset: int
-    path: Path
-    file: DiskFile
-    size: int = 0
-    sealed: bool = False
-
-    @property
-    def end_offset(self) -> int:
-        return self.base_offset + self.size
-
-    def close(self) -> None:
-        self.file.close()
-
-
-def unlink_order(segments: Sequence[Segment]) -> list[Segment]:
-    """The order in which a cut unlinks the segments after the cut point: newest first, so a kill
-    between two unlinks leaves a contiguous log (issue 15 fix 3; the old order was oldest first)."""
-    return list(reversed(segments))
-
-
-def first_scanned(bases: Sequence[int], verified_offset: int) -> int:
-    """Index of the first segment recovery scans: the one holding the last verified byte.  When the
-    verified offset is exactly a segment base, the previous segment may have been sealed (an
-    ftruncate) after that checkpoint and not synced, so it is scanned and fsynced too (the old
-    rule, ``bisect_right(bases, verified_offset) - 1``, trusted it)."""
-    return max(0, bisect.bisect_left(bases, verified_offset) - 1)
-
-
-def _records_within(view: memoryview, pos: int, room: int) -> int:
-    """Length of the longest run of whole records from ``pos`` that fits in ``room`` bytes."""
-    fit = 0
-    while pos + fit + HEADER_SIZE <= len(view):
-        size = _SIZE.unpack_from(view, pos + fit)[0]
-        if size < HEADER_SIZE or fit + size > room:
-            break
-        fit += size
-    return fit
-
-
-def first_gap(segments: Sequence[Segment]) -> int | None:
-    """Index of the first segment that does not start where the previous one ends (a hole), or
-    None when the segments are contiguous (issue 15 fix 3: recovery keeps only the run before it)."""
-    for i in range(1, len(segments)):
-        if segments[i].base_offset != segments[i - 1].end_offset:
-            return i
-    return None
 
 
 class CommitLog:
@@ -197,7 +140,7 @@ class CommitLog:
             if n - pos <= room:
                 self._write(seg, view[pos:])
                 break
-            fit = _records_within(view, pos, room)
+            fit = records_within(view, pos, room)
             if fit == 0:
                 size = _SIZE.unpack_from(view, pos)[0]
                 if seg.size == 0 or size > self.segment_size:

@@ -10,7 +10,8 @@ import pytest
 
 from rocketray.broker import commitlog
 from rocketray.broker.checkpoint import load_checkpoint
-from rocketray.broker.commitlog import CommitLog, StoreError, first_gap
+from rocketray.broker.commitlog import CommitLog, StoreError
+from rocketray.broker.segments import first_gap
 from rocketray.broker.config import FlushMode, StoreConfig
 from rocketray.broker.message import Message, MessageCodecError
 from rocketray.broker.store import MessageStore
