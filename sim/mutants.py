@@ -272,6 +272,19 @@ def _read_uncommitted(original):
     return __init__
 
 
+def _append_unflushed(original):
+    from rocketray.broker.config import FlushMode
+
+    def append_raw(self, offset, data):
+        config = self.config
+        self.config = dataclasses.replace(config, flush_mode=FlushMode.ASYNC)
+        try:
+            return original(self, offset, data)
+        finally:
+            self.config = config
+    return append_raw
+
+
 def _timeout_not_written(original):
     from rocketray.ha.ack import PutResult, PutStatus, Written
 
@@ -390,6 +403,9 @@ ALL_MUTANTS: dict[str, Mutant] = {m.name: m for m in [
            (("rocketray.ha.session:SlaveSession._on_transfer", _reorder("Send", "Append")),),
            not_reached="not caught in the first 24 runs of the CI schedule with in-flight delivery: it needs a "
                        "crash inside the append that follows the early ack (an io-crash at that IO step)"),
+    Mutant("slave-acks-unflushed", "apply",
+           "with sync flush a slave acks a received batch before it is fsynced (the slave path skips the flush)",
+           (("rocketray.broker.store:MessageStore.append_raw", _append_unflushed),)),
     Mutant("slave-epoch-after-data", "epoch-file",
            "the slave records a new epoch's entry after appending the epoch's first bytes",
            (("rocketray.ha.session:SlaveSession._on_transfer", _reorder("Append", "RecordEpoch")),),
