@@ -23,7 +23,7 @@ and the queues it vouches for; it also runs retention.
 The dispatcher indexes records into consume queues in log order but never past the confirm offset
 (reference 13.2) unless ``read_uncommitted``; raising the confirm offset dispatches synchronously,
 and ``get_messages`` also stops at the confirm offset, so a consumer never sees an unconfirmed
-message even if the confirm offset was lowered.
+message even if the confirm offset was lowered (the reads are ``rocketray.broker.store_read``).
 
 Start-up recovery: scan from the checkpoint's verified offset, cut a torn or invalid tail
 (``recovered_cut_bytes``), clamp the confirm offset into ``[min, max]``, cut consume queues back to
@@ -52,7 +52,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Iterable
 
 from rocketray.broker.checkpoint import StoreCheckpoint, load_checkpoint, save_checkpoint
 from rocketray.broker.commitlog import CommitLog, StoreError
@@ -61,10 +61,10 @@ from rocketray.broker.consume_queue import ConsumeQueues
 from rocketray.broker.dispatch import Dispatcher
 from rocketray.broker.epoch_file import EPOCH_FILE_NAME, EpochFileCache
 from rocketray.fs import OS_DISK, Disk, ensure_dir
-from rocketray.broker.message import Message, MessageCodecError, decode_record
-from rocketray.broker.batch import (EncodedBatch, encode_batch, index_records, record_offsets, seal_batch,
-                                    whole_records_length)
+from rocketray.broker.message import Message, MessageCodecError
+from rocketray.broker.batch import EncodedBatch, encode_batch, index_records, record_offsets, seal_batch
 from rocketray.broker.store_flush import FLUSH_LEAST_BYTES, FLUSH_TICK_MS, StoreFlushing  # noqa: F401
+from rocketray.broker.store_read import StoreReading
 
 __all__ = ["AppendResult", "MalformedBatch", "MessageStore", "StoreError"]
 
@@ -91,7 +91,7 @@ class AppendResult:
         return record_offsets(self.data)
 
 
-class MessageStore(StoreFlushing):
+class MessageStore(StoreReading, StoreFlushing):
     """The message store of one replica (see the module docstring)."""
 
     def __init__(self, root_dir: str | os.PathLike[str], config: StoreConfig | None = None,
@@ -238,115 +238,6 @@ class MessageStore(StoreFlushing):
             self.commitlog.flush()
         if self.config.read_uncommitted:
             self._dispatch()
-
-    # ------------------------------------------------------------------ reading
-    def read_raw(self, offset: int, max_bytes: int) -> memoryview:
-        """Whole records from ``offset`` (a record boundary), at least one if any, at most ``max_bytes``
-        unless the first record alone is larger; never past ``max_offset`` nor a segment end."""
-        with self._lock:
-            if offset >= self.commitlog.max_offset:
-                return memoryview(b"")
-            if offset < self.commitlog.min_offset:
-                raise StoreError(f"offset {offset} is below min offset {self.commitlog.min_offset}")
-            view = self.commitlog.check_boundary(offset)
-            if len(view) <= max_bytes:
-                return view  # it ends at its segment's data end: a record boundary
-            return view[:whole_records_length(view, max_bytes)]
-
-    def warm(self, offset: int, length: int) -> None:
-        """Bring the log's ``[offset, offset + length)`` (clamped to the log) into the page cache,
-        blocking without the store lock or the GIL: a helper thread does it before a replication
-        catch-up sends those bytes, so the sender does not wait for the disk."""
-        with self._lock:
-            if self._closed:
-                return
-            handles = self.commitlog.prefetch_handles(offset, length)
-        for handle, position, n in handles:
-            try:
-                handle.prefetch(position, n)
-            finally:
-                handle.close()
-
-    def get_messages(self, topic: str, queue_id: int, queue_offset: int, max_count: int) -> list[Message]:
-        """Messages of a queue from ``queue_offset``, never beyond the confirm offset unless
-        ``read_uncommitted``; entries whose segment was deleted by retention are skipped."""
-        with self._lock:
-            cq = self.cqs.get(topic, queue_id)
-            if cq is None or max_count <= 0:
-                return []
-            limit = self.commitlog.max_offset if self.config.read_uncommitted else self._confirm
-            result = []
-            if self.commitlog.min_offset > 0:  # skip entries whose records retention deleted
-                queue_offset = max(queue_offset, cq.first_at_or_after(self.commitlog.min_offset))
-            for entry in cq.read(queue_offset, max_count):
-                if entry.physical_offset + entry.size > limit:
-                    break
-                msg, _size = decode_record(self.commitlog.read(entry.physical_offset, entry.size))
-                result.append(msg)
-            return result
-
-    def read_queue(self, topic: str, queue_id: int, queue_offset: int, max_count: int,
-                   max_bytes: int) -> tuple[bytes, int, int, int]:
-        """A consumer pull's raw records: ``(records, count, first_queue_offset, queue_max_offset)``.
-
-        ``records`` are whole stored records of the queue from ``queue_offset`` (moved up to the first
-        one retention kept), joined, at most ``max_count`` of them and at most ``max_bytes`` unless the
-        first alone is larger; never a record ending beyond the confirm offset (as ``get_messages``).
-        ``first_queue_offset`` is the queue offset of the first record (``queue_offset`` or past it,
-        where retention left the queue to start); ``queue_max_offset`` one past the queue's last
-        dispatched entry."""
-        with self._lock:
-            cq = self.cqs.get(topic, queue_id)
-            if cq is None or max_count <= 0:
-                return b"", 0, queue_offset, 0
-            limit = self.commitlog.max_offset if self.config.read_uncommitted else self._confirm
-            if self.commitlog.min_offset > 0:
-                queue_offset = max(queue_offset, cq.first_at_or_after(self.commitlog.min_offset))
-            parts: list[bytes | memoryview] = []
-            size = 0
-            for entry in cq.read(queue_offset, max_count):
-                if entry.physical_offset + entry.size > limit or (parts and size + entry.size > max_bytes):
-                    break
-                record = self.commitlog.read(entry.physical_offset, entry.size)
-                if len(record) != entry.size:
-                    break
-                parts.append(record)
-                size += entry.size
-            return b"".join(parts), len(parts), queue_offset, cq.max_offset
-
-    def queue_max_offset(self, topic: str, queue_id: int) -> int:
-        """One past the last dispatched (consumer-visible) queue offset; 0 for an unknown queue."""
-        with self._lock:
-            cq = self.cqs.get(topic, queue_id)
-            return cq.max_offset if cq is not None else 0
-
-    def queue_min_offset(self, topic: str, queue_id: int) -> int:
-        """First queue offset whose record is still stored."""
-        with self._lock:
-            cq = self.cqs.get(topic, queue_id)
-            return cq.first_at_or_after(self.commitlog.min_offset) if cq is not None else 0
-
-    def queue_positions(self) -> list[dict[str, Any]]:
-        """Every consume queue's positions: ``min_offset`` (first queue offset still stored),
-        ``max_offset`` (one past the last dispatched entry) and ``visible_offset`` (one past the
-        last entry a consumer can read: its record ends at or before the confirm offset)."""
-        with self._lock:
-            limit = self.commitlog.max_offset if self.config.read_uncommitted else self._confirm
-            out = []
-            for (topic, queue_id), cq in sorted(self.cqs.queues.items()):
-                visible = cq.first_at_or_after(limit)
-                last = cq.read(visible - 1, 1) if visible > cq.min_offset else []
-                if last and last[0].physical_offset + last[0].size > limit:
-                    visible -= 1  # a record that starts before the confirm offset but ends after it
-                first = cq.first_at_or_after(self.commitlog.min_offset) if self.commitlog.min_offset else cq.min_offset
-                out.append({"topic": topic, "queue_id": queue_id, "min_offset": first,
-                            "max_offset": cq.max_offset, "visible_offset": visible})
-            return out
-
-    def next_queue_offset(self, topic: str, queue_id: int) -> int:
-        """The queue offset ``put_messages`` would assign next (includes unconfirmed messages)."""
-        with self._lock:
-            return self.dispatcher.next_queue_offset(topic, queue_id)
 
     # ------------------------------------------------------------------ dispatch
     def _dispatch(self) -> None:

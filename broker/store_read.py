@@ -1,0 +1,145 @@
+"""The store's reads: what a slave's replication, a consumer's pull and the status views read.
+
+Part of ``MessageStore`` (its base class, as ``StoreFlushing`` is; the store module's docstring is
+the theory of operation). Every read holds the store lock and stops at the confirm offset unless
+``read_uncommitted`` (reference 13.2): a consumer never sees a record the SyncStateSet does not all
+hold, even after the confirm offset was lowered. ``read_raw`` (replication) reads up to the log's
+end; retention may have deleted the records a queue's first entries point at, which are skipped.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from rocketray.broker.batch import whole_records_length
+from rocketray.broker.commitlog import StoreError
+from rocketray.broker.message import Message, decode_record
+
+if TYPE_CHECKING:
+    from rocketray.broker.commitlog import CommitLog
+    from rocketray.broker.config import StoreConfig
+    from rocketray.broker.consume_queue import ConsumeQueues
+    from rocketray.broker.dispatch import Dispatcher
+
+__all__ = ["StoreReading"]
+
+
+class StoreReading:
+    """The reading half of ``MessageStore`` (see the module docstring); the attributes below are
+    the store's."""
+
+    config: StoreConfig
+    commitlog: CommitLog
+    cqs: ConsumeQueues
+    dispatcher: Dispatcher
+    _lock: Any
+    _closed: bool
+    _confirm: int
+
+    def read_raw(self, offset: int, max_bytes: int) -> memoryview:
+        """Whole records from ``offset`` (a record boundary), at least one if any, at most ``max_bytes``
+        unless the first record alone is larger; never past ``max_offset`` nor a segment end."""
+        with self._lock:
+            if offset >= self.commitlog.max_offset:
+                return memoryview(b"")
+            if offset < self.commitlog.min_offset:
+                raise StoreError(f"offset {offset} is below min offset {self.commitlog.min_offset}")
+            view = self.commitlog.check_boundary(offset)
+            if len(view) <= max_bytes:
+                return view  # it ends at its segment's data end: a record boundary
+            return view[:whole_records_length(view, max_bytes)]
+
+    def warm(self, offset: int, length: int) -> None:
+        """Bring the log's ``[offset, offset + length)`` (clamped to the log) into the page cache,
+        blocking without the store lock or the GIL: a helper thread does it before a replication
+        catch-up sends those bytes, so the sender does not wait for the disk."""
+        with self._lock:
+            if self._closed:
+                return
+            handles = self.commitlog.prefetch_handles(offset, length)
+        for handle, position, n in handles:
+            try:
+                handle.prefetch(position, n)
+            finally:
+                handle.close()
+
+    def get_messages(self, topic: str, queue_id: int, queue_offset: int, max_count: int) -> list[Message]:
+        """Messages of a queue from ``queue_offset``, never beyond the confirm offset unless
+        ``read_uncommitted``; entries whose segment was deleted by retention are skipped."""
+        with self._lock:
+            cq = self.cqs.get(topic, queue_id)
+            if cq is None or max_count <= 0:
+                return []
+            limit = self.commitlog.max_offset if self.config.read_uncommitted else self._confirm
+            result = []
+            if self.commitlog.min_offset > 0:  # skip entries whose records retention deleted
+                queue_offset = max(queue_offset, cq.first_at_or_after(self.commitlog.min_offset))
+            for entry in cq.read(queue_offset, max_count):
+                if entry.physical_offset + entry.size > limit:
+                    break
+                msg, _size = decode_record(self.commitlog.read(entry.physical_offset, entry.size))
+                result.append(msg)
+            return result
+
+    def read_queue(self, topic: str, queue_id: int, queue_offset: int, max_count: int,
+                   max_bytes: int) -> tuple[bytes, int, int, int]:
+        """A consumer pull's raw records: ``(records, count, first_queue_offset, queue_max_offset)``.
+
+        ``records`` are whole stored records of the queue from ``queue_offset`` (moved up to the first
+        one retention kept), joined, at most ``max_count`` of them and at most ``max_bytes`` unless the
+        first alone is larger; never a record ending beyond the confirm offset (as ``get_messages``).
+        ``first_queue_offset`` is the queue offset of the first record (``queue_offset`` or past it,
+        where retention left the queue to start); ``queue_max_offset`` one past the queue's last
+        dispatched entry."""
+        with self._lock:
+            cq = self.cqs.get(topic, queue_id)
+            if cq is None or max_count <= 0:
+                return b"", 0, queue_offset, 0
+            limit = self.commitlog.max_offset if self.config.read_uncommitted else self._confirm
+            if self.commitlog.min_offset > 0:
+                queue_offset = max(queue_offset, cq.first_at_or_after(self.commitlog.min_offset))
+            parts: list[bytes | memoryview] = []
+            size = 0
+            for entry in cq.read(queue_offset, max_count):
+                if entry.physical_offset + entry.size > limit or (parts and size + entry.size > max_bytes):
+                    break
+                record = self.commitlog.read(entry.physical_offset, entry.size)
+                if len(record) != entry.size:
+                    break
+                parts.append(record)
+                size += entry.size
+            return b"".join(parts), len(parts), queue_offset, cq.max_offset
+
+    def queue_max_offset(self, topic: str, queue_id: int) -> int:
+        """One past the last dispatched (consumer-visible) queue offset; 0 for an unknown queue."""
+        with self._lock:
+            cq = self.cqs.get(topic, queue_id)
+            return cq.max_offset if cq is not None else 0
+
+    def queue_min_offset(self, topic: str, queue_id: int) -> int:
+        """First queue offset whose record is still stored."""
+        with self._lock:
+            cq = self.cqs.get(topic, queue_id)
+            return cq.first_at_or_after(self.commitlog.min_offset) if cq is not None else 0
+
+    def queue_positions(self) -> list[dict[str, Any]]:
+        """Every consume queue's positions: ``min_offset`` (first queue offset still stored),
+        ``max_offset`` (one past the last dispatched entry) and ``visible_offset`` (one past the
+        last entry a consumer can read: its record ends at or before the confirm offset)."""
+        with self._lock:
+            limit = self.commitlog.max_offset if self.config.read_uncommitted else self._confirm
+            out = []
+            for (topic, queue_id), cq in sorted(self.cqs.queues.items()):
+                visible = cq.first_at_or_after(limit)
+                last = cq.read(visible - 1, 1) if visible > cq.min_offset else []
+                if last and last[0].physical_offset + last[0].size > limit:
+                    visible -= 1  # a record that starts before the confirm offset but ends after it
+                first = cq.first_at_or_after(self.commitlog.min_offset) if self.commitlog.min_offset else cq.min_offset
+                out.append({"topic": topic, "queue_id": queue_id, "min_offset": first,
+                            "max_offset": cq.max_offset, "visible_offset": visible})
+            return out
+
+    def next_queue_offset(self, topic: str, queue_id: int) -> int:
+        """The queue offset ``put_messages`` would assign next (includes unconfirmed messages)."""
+        with self._lock:
+            return self.dispatcher.next_queue_offset(topic, queue_id)
