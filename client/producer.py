@@ -295,7 +295,12 @@ class Producer:
                 if reply.master_moved:
                     continue  # the watch named the new master: send there at once
             self._transport.forget_master(group)
-            if not self._transport.await_new_master(group, backoff_s):   # an election ends the wait
+            if self._transport.await_new_master(group, backoff_s):   # an election ends the wait
+                # and the backoff: the new master may refuse for the moment it takes its role (its
+                # notification trails the watch), so the next wait is short again, not the doubled
+                # wait of the outage before (issue 29: 320 ms lost after a leader-lost node loss)
+                backoff_s = BACKOFF_MIN_S
+            else:
                 backoff_s = min(backoff_s * 2, BACKOFF_MAX_S)
         if maybe_written:
             raise SendUnknown(f"no answer from {group}'s master before the send timeout ({last})", "")

@@ -208,3 +208,30 @@ def test_a_busy_groups_next_put_goes_out_before_the_answered_ones_futures_resolv
     assert [r.status for r in results] == [SendStatus.SEND_OK] * 3
     assert [transport.batches[0].count, transport.batches[1].count] == [1, 2]
     assert [r.queue_offset for r in results] == [10, 20, 21]
+
+
+class ElectionAfterWaits(ScriptedTransport):
+    """``await_new_master`` runs out ``elect_after`` times, then a new master is named; records each wait."""
+
+    def __init__(self, replies, elect_after):
+        super().__init__(replies)
+        self.waits: list[float] = []
+        self.elect_after = elect_after
+
+    def await_new_master(self, group, timeout_s):
+        self.waits.append(timeout_s)
+        return len(self.waits) == self.elect_after + 1
+
+
+def test_a_new_master_resets_the_backoff():
+    """After an outage whose waits doubled, the master a watch names refuses while it takes its role
+    (NOT_MASTER): the next wait is the shortest again, not the outage's doubled one."""
+    from rocketray.client.producer import BACKOFF_MIN_S
+
+    lost = [Unanswered("CONNECT_FAILED")] * 5
+    transport = ElectionAfterWaits(lost + [refused(PutStatus.NOT_MASTER), written(True, True)], elect_after=4)
+    with Producer(transport=transport, send_timeout_ms=30_000) as p:
+        result = p.send("t", b"a", key="k")
+    assert result.status is SendStatus.SEND_OK
+    assert transport.waits[:4] == [BACKOFF_MIN_S * 2 ** i for i in range(4)]
+    assert transport.waits[5] == BACKOFF_MIN_S   # the wait after the new master's refusal
