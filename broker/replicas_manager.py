@@ -36,14 +36,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from typing import Any, Awaitable, Callable, Coroutine, Iterable, Mapping, Protocol
+from typing import Any, Awaitable, Callable, Coroutine, Iterable
 
 from rocketray.broker import executor as ex
 from rocketray.broker import role as rm
 from rocketray.broker.executor import BrokerNames, Executor
 from rocketray.broker.register import IdentityStore, Registrar, RegisterState
-from rocketray.broker.replicas_model import (ControllerCallError, ReplicasManagerConfig, Role, RoleChangeNotification,
-                                             State)
+from rocketray.broker.replicas_model import (ControllerCallError, ControllerClient, EpochFileView, HAFactory,
+                                             ReplicasManagerConfig, Role, RoleChangeNotification, State, StorePort)
 from rocketray.broker.role import MasterInfo, RoleMachine, StoreFacts
 from rocketray.controller.api import BrokerHeartbeatRequest, Response
 from rocketray.controller.codes import ResponseCode
@@ -53,44 +53,6 @@ __all__ = ["ControllerCallError", "ControllerClient", "EpochFileView", "HAPort",
            "ReplicasManagerConfig", "Role", "RoleChangeNotification", "State", "StorePort"]
 
 log = logging.getLogger(__name__)
-
-
-# ---------------------------------------------------------------------------------------------
-# Ports
-
-
-class ControllerClient(Protocol):
-    """How the broker reaches the controller (``rocketray.actors.controller_client.AsyncControllerClient``)."""
-
-    async def call(self, request: object, address: str | None = None) -> Response:
-        """Send to ``address`` (the believed leader); raises on transport failure."""
-
-    async def heartbeat(self, request: BrokerHeartbeatRequest) -> None:
-        """Heartbeat every controller node (liveness is per node)."""
-
-    async def metadata(self) -> list[Mapping[str, Any]]:
-        """Every reachable controller node's metadata, each with ``"leader_address"`` (None if unknown)."""
-
-
-class EpochFileView(Protocol):
-    def last_epoch(self) -> int: ...
-
-
-class StorePort(Protocol):
-    """The store facts the manager reads (``rocketray.broker.store.MessageStore``)."""
-
-    @property
-    def max_offset(self) -> int: ...
-
-    @property
-    def confirm_offset(self) -> int: ...
-
-    @property
-    def epoch_file(self) -> EpochFileView: ...
-
-
-HAFactory = Callable[[int, RoleMachine], Awaitable[HAPort]]
-"""Builds the HA service for the broker id, reading role, epoch and SyncStateSet from the machine."""
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Plain data of the broker's controller loop: lifecycle, its settings, notifications.
+"""Plain data and ports of the broker's controller loop: lifecycle, its settings, notifications, and
+the interfaces it is given (controller client, store, HA factory).
 
 Split from ``rocketray.broker.replicas_manager`` (which re-exports every name) to keep that module about
 behaviour. Settings are the reference's BrokerConfig keys (§8) in snake_case with units last. The
@@ -9,11 +10,15 @@ lifecycle, the role, its epoch and the SyncStateSet belong to ``rocketray.broker
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Awaitable, Callable, Mapping, Protocol
 
-from rocketray.broker.role import Lifecycle, MasterInfo, Role
+from rocketray.broker.role import Lifecycle, MasterInfo, Role, RoleMachine
+from rocketray.controller.api import BrokerHeartbeatRequest, Response
+from rocketray.ha.port import HAPort
 from rocketray.schema import INT_MAX, key
 
-__all__ = ["State", "Role", "ControllerCallError", "ReplicasManagerConfig", "RoleChangeNotification"]
+__all__ = ["State", "Role", "ControllerCallError", "ControllerClient", "EpochFileView", "HAFactory",
+           "ReplicasManagerConfig", "RoleChangeNotification", "StorePort"]
 
 
 State = Lifecycle
@@ -46,3 +51,41 @@ class ReplicasManagerConfig:
 RoleChangeNotification = MasterInfo
 """NOTIFY_BROKER_ROLE_CHANGED (reference §5.5): the controller's view of the group, the one shape a
 notification has (``rocketray.controller.notify.RoleChangeNotice.notification``)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Ports
+
+
+class ControllerClient(Protocol):
+    """How the broker reaches the controller (``rocketray.actors.controller_client.AsyncControllerClient``)."""
+
+    async def call(self, request: object, address: str | None = None) -> Response:
+        """Send to ``address`` (the believed leader); raises on transport failure."""
+
+    async def heartbeat(self, request: BrokerHeartbeatRequest) -> None:
+        """Heartbeat every controller node (liveness is per node)."""
+
+    async def metadata(self) -> list[Mapping[str, Any]]:
+        """Every reachable controller node's metadata, each with ``"leader_address"`` (None if unknown)."""
+
+
+class EpochFileView(Protocol):
+    def last_epoch(self) -> int: ...
+
+
+class StorePort(Protocol):
+    """The store facts the manager reads (``rocketray.broker.store.MessageStore``)."""
+
+    @property
+    def max_offset(self) -> int: ...
+
+    @property
+    def confirm_offset(self) -> int: ...
+
+    @property
+    def epoch_file(self) -> EpochFileView: ...
+
+
+HAFactory = Callable[[int, RoleMachine], Awaitable[HAPort]]
+"""Builds the HA service for the broker id, reading role, epoch and SyncStateSet from the machine."""
