@@ -28,6 +28,7 @@ from rocketray.sim.controller import CONTROLLER, SimController
 from rocketray.sim.disk import CrashMode
 from rocketray.sim.invariants import Invariants
 from rocketray.sim.net import Network
+from rocketray.sim.windows import Windows
 from rocketray.sim.world import Violation, World
 
 __all__ = ["SimConfig", "SimResult", "Sim", "run_seed", "run_seeds", "shrink", "FAULTS", "PROFILES", "CI_BUDGET", "swarm"]
@@ -64,6 +65,7 @@ class SimConfig:
     burst_p: float = 0.0                # after a fault, another one this likely within ``burst_ms``, at the
     burst_ms: tuple[int, int] = (5, 400)  # serving master half the time: the windows overlapping faults open
     swarm: bool = False                 # each seed draws its own fault mix and rates (``swarm``)
+    window_p: float = 0.0               # a nemesis step waits for a rare window instead (sim/windows.py)
     in_flight_after_crash: bool = True  # a crashed node's sends still arrive (all after a kill, what was
                                         # on the wire after a power loss); False: dropped with it
     timings: BrokerTimings = field(default_factory=BrokerTimings)
@@ -92,7 +94,13 @@ PROFILES: dict[str, SimConfig] = {
                             timings=BrokerTimings(not_catchup_ms=800, shrink_ms=100)),
     # each seed its own mix (``swarm``)
     "swarm": SimConfig(swarm=True),
+    # half the faults wait for a rare window (sim/windows.py): a proposal at the controller, a
+    # counted member behind or just restarted, an old master back
+    "windows": SimConfig(window_p=0.5, fault_gap_ms=(150, 700), max_faults=30),
 }
+#: async flush with overlapping faults, half of them waiting for a window (a member that lost its
+#: tail and is still counted is the window the election's ranking rules need)
+PROFILES["async-windows"] = dataclasses.replace(PROFILES["async-overlap"], window_p=0.5)
 
 
 def swarm(seed: int, base: SimConfig) -> SimConfig:
@@ -184,6 +192,7 @@ class Sim:
         self.invariants = Invariants(self.controller, self.groups, self.producers, self.consumers,
                                      async_flush=t.flush_mode is FlushMode.ASYNC)
         self.faults = 0
+        self.windows = Windows(self)
 
     def _power_lost(self, name: str) -> bool:
         """Asked by the network as ``name`` goes down: was it a power loss (not a kill)?"""
@@ -273,6 +282,10 @@ class Sim:
         if self.world.now_ms >= self.config.duration_ms or self.faults >= self.config.max_faults:
             return
         if not self.config.one_at_a_time or self._all_whole():
+            if self.config.window_p > 0 and self.world.rng.random() < self.config.window_p:
+                self.windows.arm()
+                self.world.at(self.world.rng.randint(*self.config.fault_gap_ms), self._nemesis, what="")
+                return
             kind = self.world.rng.choice(self.config.faults)
             self.inject(kind)
             if self.config.one_at_a_time and kind in ("isolate", "one-way", "split", "controller-cut", "slow"):
