@@ -21,7 +21,7 @@ from the moment it is proposed (issue 15 fixes 1 and 2). The confirm offset is w
 store's ``confirm_offset`` whenever it moves, which is what consumers and the transfer headers read.
 ``put`` answers a typed ``PutResult``: a batch written before the role changed is MASTER_CHANGED
 with ``written=UNKNOWN``, never NOT_MASTER (fix 4). The connection shells (``ha/transport.py``) call
-back only through the public ``ConnectionOwner`` methods below.
+back only through the public ``ConnectionOwner`` methods (``rocketray.ha.serving``, a base class).
 """
 
 from __future__ import annotations
@@ -35,12 +35,11 @@ from rocketray.broker.message import Message, MessageCodecError
 from rocketray.broker.batch import EncodedBatch, encode_batch
 from rocketray.broker.role import Role, RoleMachine, StoreFacts
 from rocketray.ha.ack import AckPolicy, PutResult, PutStatus, after_write, refused
-from rocketray.auth import AuthError, authenticate
 from rocketray.ha.config import HAConfig
 from rocketray.ha.loop_monitor import OrderedIO
 from rocketray.ha.master import MasterReplication
 from rocketray.ha.port import HAPort, WritePort
-from rocketray.ha.session import AckEvent, HandshakeEvent
+from rocketray.ha.serving import SlaveServing
 from rocketray.ha.standalone import StandaloneSwitches, parse_address, standalone_machine
 from rocketray.ha.sync_state import SyncStateTracker
 from rocketray.ha.slave_client import SlaveClient
@@ -55,7 +54,7 @@ def wall_clock_ms() -> int:
     return int(time.time() * 1000)
 
 
-class HAService(StandaloneSwitches):
+class HAService(SlaveServing, StandaloneSwitches):
     """See the module docstring. Coroutine methods must run on the service's event loop."""
 
     def __init__(self, store, broker_id: int, config: HAConfig | None = None,
@@ -356,70 +355,6 @@ class HAService(StandaloneSwitches):
         """Call after writing to the store outside ``put`` so connections stream it now."""
         self._update_confirm_offset()
         self._notify_writers()
-
-    # ------------------------------------------------------------------ connection callbacks
-    async def _on_accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peer = "%s:%s" % writer.get_extra_info("peername")[:2]
-        if self.role != Role.MASTER or self._closed:
-            log.info("ha %s: dropping connection from %s: not master", self.broker_id, peer)
-            self.rejected_connections += 1
-            writer.close()
-            return
-        task = asyncio.current_task()
-        assert task is not None
-        self._conn_tasks.add(task)
-        try:
-            try:
-                leftover = await authenticate(reader, writer, "server", self.secret,
-                                              self.config.ha_auth_timeout_ms)
-            except (AuthError, OSError) as exc:
-                self.rejected_connections += 1
-                log.warning("ha %s: dropping unauthenticated peer %s: %s", self.broker_id, peer,
-                            exc)
-                writer.close()
-                return
-            if self.role != Role.MASTER:
-                writer.close()
-                return
-            conn = MasterConnection(self, reader, writer, peer, leftover)
-            self.connections.add(conn)
-            self.replication.opened(conn)
-            await conn.run()
-        except asyncio.CancelledError:
-            pass    # closing the service; the streams callback would log a cancelled task
-        finally:
-            self._conn_tasks.discard(task)
-
-    # ------------------------------------------------------------------ ConnectionOwner (transport)
-    def on_session_event(self, conn: MasterConnection, event, now_ms: int) -> None:
-        """A master connection decoded a slave packet."""
-        if conn.closed:
-            return
-        if isinstance(event, HandshakeEvent):
-            for key in self.replication.handshake(conn, event.slave_id):
-                assert isinstance(key, MasterConnection)
-                key.close(f"slave {event.slave_id} reconnected")
-            log.info("ha %s: slave %d handshake from %s (learner=%s, from_last_file=%s)",
-                     self.broker_id, event.slave_id, conn.peer, event.async_learner,
-                     event.sync_from_last_file)
-            return
-        assert isinstance(event, AckEvent)
-        last = self.store.epoch_file.last_entry()
-        epoch_start = last.start_offset if last is not None else 0
-        self._propose(self.replication.acked(conn, event, self.store.confirm_offset, epoch_start))
-        self._update_confirm_offset()
-        self._notify_ack_waiters()
-
-    def on_caught_up(self, conn: MasterConnection, now_ms: int) -> None:
-        """A master connection has nothing left to send: its slave is caught up."""
-        self.replication.caught_up(conn, now_ms, conn.session.async_learner)
-
-    def connection_closed(self, conn: MasterConnection) -> None:
-        """A master connection closed (any reason)."""
-        self.connections.discard(conn)
-        self._propose(self.replication.closed(conn, self.role == Role.MASTER))
-        self._update_confirm_offset()
-        self._notify_ack_waiters()
 
     # ------------------------------------------------------------------ status
     def status(self) -> dict:
