@@ -112,6 +112,7 @@ class SimBroker:
         self.store: MessageStore | None = None
         self.peers: dict[str, SimBroker] = {}   # every broker of the group by name (set by the world)
         self.session: tuple[Hello, tuple] | None = None   # this process's controller session (hello, token)
+        self.latest_heartbeat: BrokerHeartbeatRequest | None = None   # sent with every hello (sessions)
         self.answers: list[offsets.OffsetAnswer] = []     # committed-offset answers given (the checker drains it)
         self._offsets: tuple[tuple[int, int], int, OffsetTable] | None = None
         self.names = BrokerNames(cluster, group, self.name, heartbeat_timeout_ms=timings.heartbeat_timeout_ms)
@@ -147,6 +148,7 @@ class SimBroker:
         self.queries: list[_Query] = []
         self.epochs_seen = []
         self.session = None
+        self.latest_heartbeat = None
         self.world.note(f"{self.name} boots (restart {self.restarts})")
         self.guard(self._open_store)
         if not self.up:
@@ -163,13 +165,17 @@ class SimBroker:
 
     def open_session(self) -> None:
         """Open this process's session connection to the controller leader (its hello arrives after
-        a network delay, unless the link is cut or the process dies first)."""
+        a network delay, unless the link is cut or the process dies first), with the newest
+        heartbeat (``ControllerSession``)."""
         if not self.t.controller_sessions:
             return
         hello = Hello(self.cluster, self.group, self.id, self.name)
+        latest = self.latest_heartbeat
 
         def opened() -> None:
             self.session = (hello, self.controller.session_opened(hello))
+            if latest is not None:
+                self.controller.session_heartbeat(hello, self.session[1], latest)
         self.net.signal(self.name, CONTROLLER, opened, owner=self)
 
     def _close_session(self) -> None:
@@ -258,8 +264,18 @@ class SimBroker:
         self._call(request, lambda resp: self.feed(then(resp)))
 
     async def heartbeat(self, request: BrokerHeartbeatRequest) -> None:
-        self.net.call(self.name, CONTROLLER, lambda: self.controller.handle(request), lambda _r: None,
-                      owner=self, timeout_ms=self.t.rpc_timeout_ms)
+        """With sessions, on the session (kept for the next hello when none is held); else a call
+        (the Ray path to every controller)."""
+        if not self.t.controller_sessions:
+            self.net.call(self.name, CONTROLLER, lambda: self.controller.handle(request), lambda _r: None,
+                          owner=self, timeout_ms=self.t.rpc_timeout_ms)
+            return
+        self.latest_heartbeat = request
+        if self.session is None:
+            return
+        hello, token = self.session
+        self.net.call(self.name, CONTROLLER, lambda: self.controller.session_heartbeat(hello, token, request),
+                      lambda _r: None, owner=self, timeout_ms=self.t.rpc_timeout_ms)
 
     def _call(self, request: object, on_answer: Callable[[Response | None], None]) -> None:
         self.net.call(self.name, CONTROLLER, lambda: self.controller.handle(request),
@@ -278,6 +294,8 @@ class SimBroker:
         self._call(ex.register_request(self.names, self.id), answered)
 
     def _heartbeat(self) -> None:
+        if self.t.controller_sessions and (self.session is None or self.session[1][0] is not self.controller.sessions):
+            self.open_session()     # its hello was lost (a cut link): the session retries, as ControllerSession does
         if not self.registered or self.store is None:
             return
         run_now(self.heartbeat(ex.heartbeat_request(self.names, self.id, self.facts())))

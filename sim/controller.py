@@ -6,15 +6,22 @@ real ``decide`` on the current state with liveness from the real ``HeartbeatTabl
 applied (committed) at once, or, when the seed says the leader died at that moment, either never
 (lost before commit) or without an answer (committed, caller sees a timeout: unknown). A leader
 change is a seeded event; every node waits one heartbeat timeout after its start before its
-dead-master scan, like the real node (the nodes start with the run; a new leader's table is
-warm). Elections triggered by the scan or by a broker notify the live members of the group; a
-notification can be lost, so brokers converge by polling. Brokers hold session connections
-(the real ``SessionTable``): a killed broker's session close reaches the controller (unless the link
-is cut) and, if it was the master, the group is re-elected at once, as ``ControllerNode`` does; a
-power loss closes nothing. A new leader starts with no sessions until the brokers open them again;
-``session_grace_ms`` after it took over, the real ``LeaderSessionGrace`` rule names each master that
-has not reopened its session while another replica of its group has, and it is treated as a closed
-session (heartbeat row dropped, group re-elected), as ``ControllerService`` does.
+dead-master scan, like the real node (the nodes start with the run). Elections triggered by the
+scan or by a broker notify the live members of the group; a notification can be lost, so brokers
+converge by polling. Brokers hold session connections (the real ``SessionTable``): a killed
+broker's session close reaches the controller (unless the link is cut) and, if it was the master,
+the group is re-elected at once, as ``ControllerNode`` does; a power loss closes nothing.
+
+With sessions (``heartbeats_on_sessions``, production), a broker's heartbeats ride its session: the
+controller takes one only on the broker's current session with the current leader
+(``session_heartbeat``), and the newest one arrives with every hello. So a new leader starts with no
+sessions *and no heartbeat rows* (its table is the brokers that reopened their sessions with it);
+its dead-master scan waits ``session_grace_ms`` in every leadership, as ``ControllerService``'s scan
+does; and ``session_grace_ms`` after it took over, the real ``LeaderSessionGrace`` rule names each
+master that has not reopened its session while another replica of its group has, and it is treated
+as a closed session (heartbeat row dropped, group re-elected). Without sessions (a cluster whose
+controllers have no session port), brokers heartbeat every controller, so a new leader's table is
+warm and its scan waits for nothing but the node's start-up grace.
 """
 
 from __future__ import annotations
@@ -45,7 +52,7 @@ SESSION_WARM_UP_MS = 1000
 class SimController:
     def __init__(self, world: World, net: Network, *, cluster: str, heartbeat_timeout_ms: int,
                  scan_interval_ms: int, commit_fault_p: float = 0.0, session_grace_ms: int = SESSION_GRACE_MS,
-                 session_warm_up_ms: int = SESSION_WARM_UP_MS) -> None:
+                 session_warm_up_ms: int = SESSION_WARM_UP_MS, heartbeats_on_sessions: bool = True) -> None:
         self.world, self.net = world, net
         self.cluster = cluster
         self.heartbeat_timeout_ms = heartbeat_timeout_ms
@@ -66,6 +73,9 @@ class SimController:
         self.grace = LeaderSessionGrace(session_grace_ms, started_ms=0, warm_up_ms=session_warm_up_ms)
         self.term = 0
         self.grace_deaths = 0
+        self.heartbeats_on_sessions = heartbeats_on_sessions
+        self.session_grace_ms = session_grace_ms
+        self.leading_since_ms = 0       # when the current leader took over (its scan waits the grace)
 
     # -- setup --------------------------------------------------------------------------------------
     def assign_ids(self, group: str, ids: list[int]) -> None:
@@ -81,9 +91,12 @@ class SimController:
 
     # -- faults ---------------------------------------------------------------------------------------
     def change_leader(self) -> None:
-        """A new Raft leader (brokers heartbeat every controller, so its heartbeat table is warm and,
-        up since the run started, it scans for dead masters at once, like the real node)."""
+        """A new Raft leader: no sessions; with heartbeats on the sessions, no heartbeat rows either
+        (else brokers heartbeat every controller and its table is warm)."""
         self.sessions = SessionTable()
+        if self.heartbeats_on_sessions:
+            self.heartbeats = HeartbeatTable()
+        self.leading_since_ms = self.world.now_ms
         self.term += 1
         self.world.note(f"controller leader changed term={self.term}")
         self.grace.due(self.world.now_ms, self.term)         # its window starts now
@@ -137,6 +150,15 @@ class SimController:
     def session_opened(self, hello: Hello) -> tuple[SessionTable, int]:
         return self.sessions, self.sessions.opened(hello)
 
+    def session_heartbeat(self, hello: Hello, token: tuple[SessionTable, int],
+                          request: BrokerHeartbeatRequest) -> Response | None:
+        """A heartbeat on a session (``SessionServer``): recorded only if that session is the broker's
+        current one with the current leader (else it went to a controller that no longer leads)."""
+        table, number = token
+        if table is not self.sessions or not table.is_current(hello, number):
+            return None
+        return self.heartbeats.on_heartbeat(request, self.world.now_ms)
+
     def session_closed(self, hello: Hello, token: tuple[SessionTable, int]) -> None:
         """A broker's session ended without a bye (``ControllerNode.on_broker_session_closed``)."""
         table, number = token
@@ -182,7 +204,8 @@ class SimController:
     def _scan(self) -> None:
         now = self.world.now_ms
         self.heartbeats.expire(now)
-        if now >= self.heartbeat_timeout_ms:    # the start-up grace of every node (ControllerService)
+        settled = not self.heartbeats_on_sessions or now >= self.leading_since_ms + self.session_grace_ms
+        if now >= self.heartbeat_timeout_ms and settled:  # the start-up and leadership graces (ControllerService)
             alive = self.heartbeats.alive_predicate(now)
             groups = scan_need_reelect_broker_sets(self.state, alive)
             if groups:  # one batch, one log entry, as ControllerNode.trigger_elect_masters

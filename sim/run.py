@@ -164,7 +164,8 @@ class Sim:
         t = config.timings
         self.controller = SimController(self.world, self.net, cluster="sim",
                                         heartbeat_timeout_ms=t.heartbeat_timeout_ms,
-                                        scan_interval_ms=t.poll_ms, commit_fault_p=config.commit_fault_p)
+                                        scan_interval_ms=t.poll_ms, commit_fault_p=config.commit_fault_p,
+                                        heartbeats_on_sessions=t.controller_sessions)
         self.groups: dict[str, list[SimBroker]] = {}
         self.brokers: dict[str, SimBroker] = {}
         for g in range(config.groups):
