@@ -36,7 +36,7 @@ from rocketray.broker.message import MessageCodecError, decode_record
 from rocketray.broker.commitlog import StoreError
 from rocketray.broker.role import Role
 from rocketray.sim.broker import SimBroker
-from rocketray.sim.clients import SimConsumer, SimProducer
+from rocketray.sim.clients import Read, SimConsumer, SimProducer
 from rocketray.sim.controller import SimController
 from rocketray.sim.loss import LossOracle
 from rocketray.sim import offsets as sim_offsets
@@ -82,6 +82,11 @@ class Invariants:
         # forgives are no longer required by 1, 2 and 8, and 9 restarts from the loss
         self.oracle = LossOracle() if async_flush else None
         self._ends: dict[str, tuple[tuple[int, ...], int]] = {}   # group -> (record counts, end) after a loss
+        self._seen_elections = 0
+        # group -> (offset, body) of the records an election forgave, as the live replicas held them
+        # then: a replica that has not heard of the election yet may still serve them to a reader
+        self._stale: dict[str, set[tuple[int, bytes]]] = {}
+        self._before: dict[str, frozenset[int]] = {}   # group -> the controller's SyncStateSet at the last step
 
     # -- after every step ---------------------------------------------------------------------------
     def exempt(self, b: SimBroker) -> bool:
@@ -101,15 +106,15 @@ class Invariants:
                    [max(c.read_end, c.commit_end) for c in self.consumers if c.group == group] + [0])
 
     def _records(self, group: str, start: tuple[int, ...] = ()):
-        """Every acknowledged, read and committed record of ``group`` (from the counts in ``start``)
-        as (at_ms, physical offset); and the counts now."""
+        """Every acknowledged, read and committed record of ``group`` (from the counts in ``start``);
+        and the counts now."""
         lists = [p.acked for p in self.producers if p.group == group]
         for c in self.consumers:
             if c.group == group:
                 lists += [c.read, c.committed]
         counts = tuple(len(x) for x in lists)
         begin = start or (0,) * len(lists)
-        return [(r.at_ms, r.physical_offset) for x, i in zip(lists, begin) for r in x[i:]], counts
+        return [r for x, i in zip(lists, begin) for r in x[i:]], counts
 
     def _end_after_loss(self, group: str) -> int:
         """The group's end counting only records not forgiven (a record's end taken as its offset + 1,
@@ -118,7 +123,7 @@ class Invariants:
         counts, end = self._ends.get(group, ((), 0))
         records, now = self._records(group, counts)
         if now != counts:
-            end = max([end] + [off + 1 for at, off in records if not self.oracle.forgiven(group, at, off)])
+            end = max([end] + [r.physical_offset + 1 for r in records if not self._is_forgiven(group, r)])
             self._ends[group] = (now, end)
         return end
 
@@ -135,6 +140,43 @@ class Invariants:
             return
         self.controller.world.note(f"oracle: {b.name} lost power; records of {group} from offset {f.end} "
                                    f"acknowledged so far may be lost")
+        self._forgive(group)
+
+    def _elected(self, group: str, master_id: int | None, brokers: list[SimBroker]) -> None:
+        """Async flush: the controller elected ``master_id`` at this step. If it is up (a broker elected
+        while down never takes that term: its restart asks for a new one, ``broker/role.py``), lost
+        power earlier, and no replica the controller could have elected instead holds what it lost,
+        forgive that."""
+        assert self.oracle is not None
+        master = next((b for b in brokers if b.id == master_id), None)
+        if master is None or not master.up or master.store is None:
+            return
+        sss = self._before.get(group, frozenset())
+        now = self.controller.world.now_ms
+        hb = self.controller.heartbeats
+        last, end = master.store.epoch_file.last_epoch(), master.store.max_offset
+
+        def electable(b: SimBroker) -> bool:
+            if b is master or not hb.is_alive(group, b.id, now):
+                return False
+            # a SyncStateSet member, or a live replica whose log contains the restarted master's (the
+            # new term a restarted broker asks for considers it: controller.election.contains_log)
+            return b.id in sss or (b.up and b.store is not None and b.store.epoch_file.last_epoch() == last
+                                   and b.store.max_offset > end)
+        f = self.oracle.elected(group, master, [b for b in brokers if electable(b)], now)
+        if f is None:
+            return
+        self.controller.world.note(f"oracle: {master.name} elected after losing power; records of {group} "
+                                   f"in [{f.end}, {f.below}) acknowledged or read so far may be lost")
+        stale = self._stale.setdefault(group, set())
+        for b in brokers:
+            if b.up and b.store is not None and f.below is not None:
+                stale.update(_records_in(b.store, f.end, min(f.below, b.store.max_offset)))
+        self._forgive(group)
+
+    def _forgive(self, group: str) -> None:
+        """What the oracle forgave in ``group`` leaves the checks from now on."""
+        assert self.oracle is not None
         self._ends.pop(group, None)
         # 8 and 9 restart from the loss: commits forgiven leave the history, readings before it no
         # longer bind (a reader may have been answered a forgiven commit)
@@ -149,6 +191,9 @@ class Invariants:
 
     def check_step(self) -> None:
         self._steps += 1
+        elections = self.controller.elections
+        new_elections = elections[self._seen_elections:] if self.oracle is not None else []
+        self._seen_elections = len(elections)
         for group, brokers in self.groups.items():
             for b in brokers:
                 if b.power_losses != self._power_losses.get(b.name, 0):
@@ -172,6 +217,11 @@ class Invariants:
                     raise Violation("epochs never go back", f"{b.name}: {m.master_epoch} after "
                                     f"{self._epochs[pkey][0]}")
                 self._epochs[pkey] = (m.master_epoch, 0)
+            if self.oracle is not None:
+                for g, _epoch, master_id in new_elections:
+                    if g == group:
+                        self._elected(group, master_id, brokers)
+                self._before[group] = self.controller.sync_state_set(group)
             master = self._check_confirm(group, brokers)
             self._check_ends(group, brokers)
             self._check_commits(group, brokers, master)
@@ -384,7 +434,15 @@ class Invariants:
         oracle = self.oracle
         if oracle is None or group not in oracle.events:
             return lambda r: False
-        return lambda r: oracle.forgiven(group, r.at_ms, r.physical_offset)
+        return lambda r: self._is_forgiven(group, r)
+
+    def _is_forgiven(self, group: str, r) -> bool:
+        """A record (acknowledged, read or committed) async flush may have lost: the oracle's rule, or
+        a read, after the election that lost it, of a record a stale replica still held then."""
+        assert self.oracle is not None
+        if self.oracle.forgiven(group, r.at_ms, r.physical_offset):
+            return True
+        return isinstance(r, Read) and (r.physical_offset, r.body) in self._stale.get(group, ())
 
     @staticmethod
     def _expect(b: SimBroker, offset: int, body: bytes, invariant: str) -> None:
@@ -448,6 +506,22 @@ class Invariants:
                                         f"{b.name} holds {bytes(msg.body)!r} at {b.store.min_offset + pos}, "
                                         f"answered as not written")
                     pos += size
+
+
+def _records_in(store, start: int, end: int) -> list[tuple[int, bytes]]:
+    """(offset, body) of the whole records of ``store``'s log from ``start`` (a record boundary of
+    another replica's log: nothing when it is not one here) to ``end``."""
+    if start < store.min_offset or start >= end:
+        return []
+    data, out, pos = _log_bytes(store, start, end), [], 0
+    while pos < len(data):
+        try:
+            msg, size = decode_record(data, pos)
+        except (MessageCodecError, ValueError):
+            break
+        out.append((start + pos, bytes(msg.body)))
+        pos += size
+    return out
 
 
 def _log_bytes(store, start: int, end: int) -> bytes:

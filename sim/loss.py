@@ -11,7 +11,12 @@ at a moment when no other member of the group's SyncStateSet held it:
   (``async`` seed 5228);
 - a master is killed, the controller elects a slave at once (its SyncStateSet is then that slave
   alone) and the slave loses power before its next flush (``async`` seed 251);
-- every member loses power before its flush, one after the other.
+- every member loses power before its flush, one after the other;
+- a member that lost power is elected (or re-elected) while every replica that holds what it lost
+  cannot be elected: outside the controller's SyncStateSet (a member only of the master's union
+  view, a killed ex-master), or down, or cut off from the controller (its heartbeats expired).
+  RocketMQ elects among the SyncStateSet members the controller hears from; so does rocketray
+  (``async-overlap`` seeds 1, 24 and 36, docs/simulation.md).
 
 ``LossOracle.power_lost`` is called at the step a broker lost power, with the world as it is at
 that moment. The records that broker may have lost are those that end past its flushed end (the
@@ -21,9 +26,19 @@ again, ``Invariants.exempt``), or when it is down from a kill with its log reach
 it died (a kill keeps the page cache). Members are those of the controller's SyncStateSet and, if
 the lost broker was master, of its union view. Every record acknowledged, read or committed before
 that step whose end is past both the lost broker's flushed end and every other member's holding is
-*forgiven*: the invariants stop requiring it (and only it). Anything else lost is a violation, so a
-rule that loses a record any other way (an election of a member that lacks it, a truncation to a
-shorter log that was not itself a permitted loss) is still caught with overlapping faults.
+*forgiven*: the invariants stop requiring it (and only it).
+
+``LossOracle.elected`` is called at the step the controller elected a master, with the world as it
+is then and the set of replicas it could have elected instead (live in its heartbeat table and in
+the SyncStateSet before the election, or, for a new term, holding the new master's last epoch).
+If the new master held a record when it last lost power (the record starts below its log's end
+then) and has not held it since (it starts at or past every end the broker has had since), and no
+replica the controller could have elected holds it, the record (acknowledged or read before the
+election: a record read after the loss was read from another replica) is forgiven.
+Anything else lost is a violation, so a rule that loses a record any other way (an election of a
+member that lacks it while one that holds it is electable, a truncation to a shorter log that was
+not itself a permitted loss, a member let back into the set without the data) is still caught with
+overlapping faults.
 """
 
 from __future__ import annotations
@@ -35,12 +50,14 @@ __all__ = ["LossOracle", "Forgiven"]
 
 @dataclass(frozen=True, slots=True)
 class Forgiven:
-    """Records of ``group`` acknowledged/read at or before ``at_ms`` starting at or after ``end`` may be lost."""
+    """Records of ``group`` acknowledged/read at or before ``at_ms`` starting at or after ``end`` (and
+    before ``below``, when given) may be lost."""
 
     group: str
     at_ms: int
     end: int
     broker: str
+    below: int | None = None
 
 
 class LossOracle:
@@ -49,6 +66,8 @@ class LossOracle:
         self._seen_up: dict[str, tuple[int, int]] = {}     # name -> (log end, power losses) last seen up
         self._base: dict[str, tuple[tuple[int, int], int, int]] = {}   # name -> (key, flushed_end, end) at its start
         self._durable: dict[str, int] = {}                 # name -> durable end last seen up
+        self._lost_end: dict[str, int] = {}                # name -> its log's end at its last power loss
+        self._since: dict[str, int] = {}                   # name -> the longest log seen up since then
 
     def seen_up(self, b, durable_end) -> None:
         """Called every step for every live broker (a SimBroker): the end a kill would keep, and the
@@ -61,6 +80,8 @@ class LossOracle:
         if base is None or base[0] != key:
             base = self._base[b.name] = (key, b.flushed_end, durable_end(b))
         self._seen_up[b.name] = (b.store.max_offset, b.power_losses)
+        if b.store.max_offset > self._since.get(b.name, -1):
+            self._since[b.name] = b.store.max_offset
         self._durable[b.name] = b.flushed_end if b.flushed_end != base[1] else base[2]
 
     def forgiven(self, group: str, at_ms: int, offset: int) -> bool:
@@ -68,13 +89,15 @@ class LossOracle:
         be lost. (Logs end on record boundaries, so a record is held whole or starts at or past
         the held end.)"""
         for f in self.events.get(group, ()):
-            if at_ms <= f.at_ms and offset >= f.end:
+            if at_ms <= f.at_ms and offset >= f.end and (f.below is None or offset < f.below):
                 return True
         return False
 
     def power_lost(self, group: str, lost, brokers, members: set[int], now_ms: int, exempt) -> Forgiven | None:
         """``lost`` (a SimBroker) lost power at ``now_ms``; ``members``: the SyncStateSet ids then.
         Records the forgiveness this creates and returns it (None: ``lost`` was no member)."""
+        self._lost_end[lost.name] = lost.end_before_power_loss
+        self._since[lost.name] = -1
         if lost.id not in members:
             return None
         held = self._durable.get(lost.name, 0)
@@ -88,5 +111,33 @@ class LossOracle:
                 if losses == b.power_losses:           # down from a kill: its page cache is kept
                     held = max(held, end)
         f = Forgiven(group, now_ms, held, lost.name)
+        self.events.setdefault(group, []).append(f)
+        return f
+
+    def held_end(self, b) -> int:
+        """The end of ``b``'s log it would bring back to an election: its log if up; if down, what it
+        had when last seen up after a kill (the page cache survives), or its durable end after a
+        power loss."""
+        if b.up and b.store is not None:
+            return b.store.max_offset
+        end, losses = self._seen_up.get(b.name, (0, -1))
+        return end if losses == b.power_losses else self._durable.get(b.name, 0)
+
+    def elected(self, group: str, master, electable, now_ms: int) -> Forgiven | None:
+        """The controller elected ``master`` (a SimBroker) at ``now_ms``; ``electable``: the other
+        brokers it could have elected instead. Forgives the records ``master`` lost to its last power
+        loss (starting below its log's end then and at or past every end it
+        has had since) that no electable broker holds, and returns that (None: nothing). A record
+        read after the loss from another replica counts: the bound is the election, not the loss."""
+        lost_end = self._lost_end.get(master.name)
+        if lost_end is None:
+            return None
+        since = self._since.get(master.name, -1)
+        if master.up and master.store is not None:
+            since = max(since, master.store.max_offset)
+        start = max([since, 0] + [self.held_end(b) for b in electable if b is not master])
+        if start >= lost_end:
+            return None
+        f = Forgiven(group, now_ms, start, master.name, below=lost_end)
         self.events.setdefault(group, []).append(f)
         return f

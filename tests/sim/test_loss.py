@@ -1,6 +1,8 @@
 """The async-flush loss oracle (rocketray.sim.loss): a power loss forgives exactly the records no other
-SyncStateSet member holds, past the lost broker's durable end, acknowledged before the loss. One-layer
-unit tests with stand-in brokers (the oracle reads only these attributes)."""
+SyncStateSet member holds, past the lost broker's durable end, acknowledged before the loss; an
+election of a broker that lost power forgives exactly what it lost that no broker the controller
+could have elected instead holds. One-layer unit tests with stand-in brokers (the oracle reads only
+these attributes)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,17 @@ from rocketray.sim.loss import LossOracle
 def _broker(bid: int, end: int, up: bool = True, flushed: int = 0, losses: int = 0):
     store = SimpleNamespace(max_offset=end) if up else None
     return SimpleNamespace(id=bid, name=f"g0-{bid}", up=up, store=store, flushed_end=flushed, power_losses=losses,
-                           restarts=0, rewrites=0)
+                           restarts=0, rewrites=0, end_before_power_loss=0)
+
+
+def _lose_power(oracle: LossOracle, b, brokers, members, now_ms: int, durable: int):
+    """``b`` loses power with its log at its end: it comes back (up) with ``durable`` bytes."""
+    b.end_before_power_loss = b.store.max_offset
+    b.up, b.store, b.power_losses = False, None, b.power_losses + 1
+    f = oracle.power_lost("g0", b, brokers, members, now_ms, exempt=lambda x: x is b)
+    b.up, b.store = True, SimpleNamespace(max_offset=durable)
+    oracle.seen_up(b, lambda x: durable)
+    return f
 
 
 def _seen(oracle: LossOracle, *brokers) -> None:
@@ -78,3 +90,75 @@ def test_a_broker_outside_the_sync_state_set_forgives_nothing():
     lost = _broker(3, 100)
     assert oracle.power_lost("g0", lost, [lost], {1, 2}, 10, exempt=lambda b: False) is None
     assert not oracle.forgiven("g0", 0, 0)
+
+
+# -- elections of a broker that lost power (LossOracle.elected) -----------------------------------------
+
+
+def _seed_24_shape():
+    """Members 2 and 3 hold 1000; master 3 loses power with 800 flushed and comes back with 800."""
+    oracle = LossOracle()
+    two, three = _broker(2, 1000), _broker(3, 1000)
+    _seen(oracle, two, three)
+    f = _lose_power(oracle, three, [two, three], {2, 3}, 5000, durable=800)
+    assert f is not None and f.end == 1000, "member 2 still holds everything: the loss alone forgives nothing"
+    return oracle, two, three
+
+
+def test_elected_after_losing_power_while_the_holder_is_cut_off_forgives_what_it_lost():
+    """Seed 24's shape: member 2 holds [800, 1000) but is cut off from the controller, which elects the
+    restarted 3, the only SyncStateSet member it hears from: [800, 1000) may be lost, nothing below
+    800, nothing from 1000 (3 never held it), nothing acknowledged after the election."""
+    oracle, two, three = _seed_24_shape()
+    f = oracle.elected("g0", three, electable=[], now_ms=6000)
+    assert (f.end, f.below) == (800, 1000)
+    assert oracle.forgiven("g0", 4000, 800) and oracle.forgiven("g0", 5500, 999)
+    assert not oracle.forgiven("g0", 4000, 799)
+    assert not oracle.forgiven("g0", 5500, 1000), "3 did not hold it when it lost power"
+    assert not oracle.forgiven("g0", 6001, 900), "acknowledged after the election"
+
+
+def test_elected_while_a_holder_is_electable_forgives_nothing():
+    """The same loss, but member 2 is heard from and in the SyncStateSet: electing 3 over it is a bug
+    (the ranking by progress), never a loss async flush allows."""
+    oracle, two, three = _seed_24_shape()
+    assert oracle.elected("g0", three, electable=[two], now_ms=6000) is None
+    assert not oracle.forgiven("g0", 4000, 900)
+
+
+def test_an_electable_replica_holding_part_of_the_tail_keeps_that_part():
+    """An electable replica with 900: only [900, 1000) may be lost."""
+    oracle, two, three = _seed_24_shape()
+    two.store.max_offset = 900
+    f = oracle.elected("g0", three, electable=[two], now_ms=6000)
+    assert (f.end, f.below) == (900, 1000) and not oracle.forgiven("g0", 4000, 850)
+
+
+def test_a_tail_held_again_after_the_loss_is_never_forgiven():
+    """3 caught up to 1000 after its restart and then lost it some other way (a truncation): an
+    election of 3 forgives nothing; what it held since the loss must survive."""
+    oracle, two, three = _seed_24_shape()
+    three.store.max_offset = 1000
+    oracle.seen_up(three, lambda b: 800)
+    three.store.max_offset = 800
+    oracle.seen_up(three, lambda b: 800)
+    assert oracle.elected("g0", three, electable=[], now_ms=6000) is None
+
+
+def test_a_broker_that_never_lost_power_forgives_nothing_when_elected():
+    oracle = LossOracle()
+    two, three = _broker(2, 1000), _broker(3, 800)
+    _seen(oracle, two, three)
+    assert oracle.elected("g0", three, electable=[], now_ms=6000) is None
+
+
+def test_an_electable_holder_that_is_down_counts_with_what_it_keeps():
+    """A killed holder keeps its page cache (1000); one that lost power keeps its durable end (900).
+    Electable but down (its heartbeats not yet expired), each keeps what it would bring back."""
+    for losses, kept in ((0, 1000), (1, 900)):
+        oracle, two, three = _seed_24_shape()
+        two.flushed_end = 900
+        oracle.seen_up(two, lambda b: 0)
+        two.up, two.store, two.power_losses = False, None, losses
+        f = oracle.elected("g0", three, electable=[two], now_ms=6000)
+        assert f is None if kept == 1000 else (f.end, f.below) == (900, 1000)
