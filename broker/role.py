@@ -40,7 +40,9 @@ HA service, the simulator's broker) execute the actions through one executor
   be skipped): it heartbeats its current progress and asks for a new term (``RequestNewTerm``),
   and follows whatever that election says. The same holds for a term the answer to its
   registration names it master of: the controller elected it by progress it reported before this
-  process started, which a power loss may have cut.
+  process started, which a power loss may have cut; and, after a restart (the store holds an
+  epoch), for the first term anything but a new-term answer names it master of, before this
+  process took any term (a registration answer that named no master, then MASTER_STILL_EXIST).
 * **SyncStateSet reports are serialized**: at most one ALTER_SYNC_STATE_SET is in flight. A newer
   proposal while one is in flight replaces any queued one (the HA tracker's proposals are
   cumulative, so the latest is the merge) and is sent when the answer arrives, unless it equals
@@ -76,6 +78,7 @@ from rocketray.broker.role_io import (Action, ApplySyncStateSet, BecomeMaster, B
 
 __all__ = [*role_io.__all__,  # re-exported: the shells and tests use role.X
            "RoleMachine", "acts_on_epoch", "is_term_from_before_restart", "is_term_won_before_boot",
+           "is_first_term_after_restart",
            "report_may_start", "switch_is_stale"]
 
 
@@ -100,6 +103,17 @@ def is_term_won_before_boot(sitting: bool, at_registration: bool) -> bool:
     power loss may since have cut (simulator ``async`` seed 5453, scenario
     ``elected-then-lost-power``). Ask for a new term, ranked by what the store holds now."""
     return not sitting and at_registration
+
+
+def is_first_term_after_restart(sitting: bool, held_epoch: int, last_epoch: int) -> bool:
+    """Named master of a term by anything but a new-term answer while this process has taken no
+    term yet (``held_epoch`` 0) and its store already holds data of an earlier one (a restart): the
+    controller may have elected it by progress reported before the restart, which a power loss may
+    since have cut, even when the answer to its registration named no master (the master's heartbeat
+    row was not alive there) and a MASTER_STILL_EXIST answer to its election request, a poll or a
+    notification names it instead (simulator ``async-overlap`` seed 21, scenario
+    ``elected-while-down-named-later``). Ask for a new term, ranked by what the store holds now."""
+    return not sitting and held_epoch == 0 and last_epoch > 0
 
 
 def switch_is_stale(epoch: int, last_epoch: int) -> bool:
@@ -241,10 +255,12 @@ class RoleMachine:
             self.new_term_for = None
         if event.info is None or event.info.master_epoch <= event.old_epoch:
             return []
-        return self._follow(event.info, facts)
+        return self._follow(event.info, facts, new_term=True)
 
-    def _follow(self, info: MasterInfo, facts: StoreFacts, at_registration: bool = False) -> list[Action]:
-        """Act on a controller view naming a master: only for a strictly newer epoch."""
+    def _follow(self, info: MasterInfo, facts: StoreFacts, at_registration: bool = False,
+                new_term: bool = False) -> list[Action]:
+        """Act on a controller view naming a master: only for a strictly newer epoch. ``new_term``:
+        the answer to this process's new-term request (ranked by what its store held when asking)."""
         if (not info.names_master or not acts_on_epoch(info.master_epoch, self.master_epoch)
                 or self.switching is not None):
             return []
@@ -253,7 +269,8 @@ class RoleMachine:
         if info.master_broker_id == self.broker_id:
             sitting = self.is_master
             if (is_term_from_before_restart(sitting, epoch, facts.last_epoch)
-                    or is_term_won_before_boot(sitting, at_registration)):
+                    or is_term_won_before_boot(sitting, at_registration)
+                    or (not new_term and is_first_term_after_restart(sitting, self.master_epoch, facts.last_epoch))):
                 # A term from before a restart (#9689), or won by progress reported before it:
                 # never resume or take it; ask for a new one.
                 if self.new_term_for is not None and self.new_term_for >= epoch:

@@ -208,21 +208,58 @@ def test_term_named_by_the_registration_answer_is_asked_again(last_epoch):
     assert m.step(NewTermAnswered(3, info(2, 4, (2,), 5)), facts) == [BecomeSlave(A2, 4, 2, False)]
 
 
-def test_term_named_after_registration_is_taken():
-    """The same view from an election answer or a notification after registering is a term won
-    with this process's own progress: it is taken at once."""
+def test_term_named_after_registration_is_taken_by_a_new_broker():
+    """The same view from an election answer, a notification or a poll after registering, on a broker
+    whose store holds no epoch yet (nothing a power loss could have cut): the term is taken at once."""
     for source in (ElectAnswered, RoleChangeNotified, ReplicaInfoPolled):
         m = fresh(me=1)
         assert m.step(Registered(info(None, 0))) == []
-        assert m.step(source(info(1, 3, (1,), 4)), StoreFacts(2)) == [BecomeMaster(3, False, frozenset({1}), 4)]
+        assert m.step(source(info(1, 3, (1,), 4)), StoreFacts(-1)) == [BecomeMaster(3, False, frozenset({1}), 4)]
+
+
+def test_first_term_after_a_restart_is_asked_again_whatever_names_it():
+    """Simulator async-overlap seed 21 (scenario elected-while-down-named-later): the controller
+    elected broker 1 while it was down (its heartbeats not yet expired) by progress it reported
+    before losing power. Restarted with less (its store holds epoch 2), its registration answer names
+    no master (the master's row is not alive there), and then a MASTER_STILL_EXIST answer to its
+    election request, a notification or a poll names it master of epoch 3. It must not take that
+    term with its shorter log: it asks for a new term, and takes the one that answer gives."""
+    for source in (ElectAnswered, RoleChangeNotified, ReplicaInfoPolled):
+        m = fresh(me=1)
+        facts = StoreFacts(last_epoch=2, max_offset=100)
+        assert m.step(Registered(info(None, 0)), facts) == []
+        assert m.step(source(info(1, 3, (1,), 4)), facts) == [SendHeartbeat(), RequestNewTerm(3)]
+        assert m.fenced and m.new_term_for == 3
+        assert m.step(NewTermAnswered(3, info(1, 4, (1,), 5)), facts) == [BecomeMaster(4, False, frozenset({1}), 5)]
+
+
+def test_a_later_term_of_a_restarted_broker_is_taken():
+    """Once this process took a term (here a slave of epoch 3), a term naming it master was won by
+    progress this process reported: taken at once."""
+    m = fresh(me=1)
+    facts = StoreFacts(last_epoch=2, max_offset=100)
+    assert m.step(Registered(info(2, 3, (2,), 4)), facts) == [BecomeSlave(A2, 3, 2, False)]
+    assert m.step(SwitchDone(True)) == [FollowMaster(A2, 3)]
+    assert m.step(RoleChangeNotified(info(1, 4, (1,), 5)), StoreFacts(3, 100)) == [
+        BecomeMaster(4, False, frozenset({1}), 5)]
 
 
 def test_reverting_the_registration_rule_takes_the_term(monkeypatch):
     from rocketray.broker import role
 
     monkeypatch.setattr(role, "is_term_won_before_boot", lambda sitting, at_registration: False)
+    monkeypatch.setattr(role, "is_first_term_after_restart", lambda sitting, held_epoch, last_epoch: False)
     m = fresh(me=1)
     assert m.step(Registered(info(1, 3, (1,), 4)), StoreFacts(2)) == [BecomeMaster(3, False, frozenset({1}), 4)]
+
+
+def test_reverting_the_first_term_rule_takes_the_term(monkeypatch):
+    from rocketray.broker import role
+
+    monkeypatch.setattr(role, "is_first_term_after_restart", lambda sitting, held_epoch, last_epoch: False)
+    m = fresh(me=1)
+    assert m.step(Registered(info(None, 0)), StoreFacts(2)) == []
+    assert m.step(ElectAnswered(info(1, 3, (1,), 4)), StoreFacts(2)) == [BecomeMaster(3, False, frozenset({1}), 4)]
 
 
 def test_sitting_master_is_not_a_restart():
