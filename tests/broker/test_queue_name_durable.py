@@ -1,0 +1,56 @@
+"""A consume-queue file created by a process killed before it fsynced the file's directory: the next
+process sees the name (a kill keeps the page cache) but must not trust it to be durable. Its
+checkpoints vouch for the queue's entries, so it fsyncs the directory before the first one; else a
+later power loss drops the name and the queue restarts past entries the log still holds (simulator
+``async-overlap`` seed 55, scenario ``queue-name-created-before-a-kill``). Real store over the
+simulated disk, which drops each unsynced directory operation or keeps it, by its seed."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from rocketray.broker import consume_queue
+from rocketray.broker.config import FlushMode, StoreConfig
+from rocketray.broker.message import Message
+from rocketray.broker.store import MessageStore
+from rocketray.sim.disk import CrashMode, SimDisk
+
+CONFIG = StoreConfig(flush_mode=FlushMode.ASYNC, background_thread=False)
+
+
+def _queue_after_kill_then_power_loss(seed: int) -> tuple[int, int]:
+    """Process A writes two messages of a new topic and dispatches them (the queue file is created),
+    then is killed before any flush; process B opens the store, flushes (checkpoint: dispatched past
+    both), then the machine loses power; process C opens it. Returns (messages the queue serves,
+    records in the log)."""
+    disk = SimDisk(random.Random(seed))
+    a = MessageStore("/s", CONFIG, disk=disk)
+    a.put_messages([Message(topic="t", queue_id=0, body=b"one"), Message(topic="t", queue_id=0, body=b"two")], 1)
+    a.commitlog.flush()                      # the log is durable; the queue file's name is not
+    a.confirm_offset = a.max_offset          # dispatch: creates the queue file
+    disk.crash(CrashMode.KILL)
+    b = MessageStore("/s", CONFIG, disk=disk)
+    b.confirm_offset = b.max_offset          # (a master's confirm offset after its restart)
+    assert b.get_messages("t", 0, 0, 10), "after a kill the page cache, with the name, is still there"
+    b.flush()
+    assert b.dispatched_offset == b.max_offset
+    disk.crash(CrashMode.POWER_LOSS)
+    c = MessageStore("/s", CONFIG, disk=disk)
+    return len(c.get_messages("t", 0, 0, 10)), 2 if c.max_offset == b.max_offset else -1
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_queue_found_at_start_keeps_its_entries_through_a_later_power_loss(seed):
+    served, in_log = _queue_after_kill_then_power_loss(seed)
+    assert in_log == 2 and served == 2
+
+
+def test_trusting_the_name_found_at_start_loses_the_entries(monkeypatch):
+    """The old rule (a name is synced only by the process that created it): on some seeds the power
+    loss drops the name, and the queue serves nothing of what the log and the checkpoint hold."""
+    monkeypatch.setattr(consume_queue, "name_needs_sync", lambda created: created)
+    outcomes = [_queue_after_kill_then_power_loss(seed) for seed in range(8)]
+    assert all(in_log == 2 for _served, in_log in outcomes)
+    assert any(served == 0 for served, _in_log in outcomes), outcomes
