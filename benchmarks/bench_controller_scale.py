@@ -4,13 +4,14 @@ For each G (``--groups``, default 10,100,300) a fresh cluster of 3 controller ac
 ``ControllerService``: Raft node, broker-session listener, expiry and dead-master scans, metrics)
 runs on an embedded local Ray in the chosen profile (``--profile``, default ``default``). The
 brokers are light heartbeaters in one other process (``benchmarks/controller_scale_fleet.py``)
-speaking the real API: register through ``AsyncControllerClient``, heartbeat every controller every
-``broker_heartbeat_interval_ms``, hold a session connection to the leader, elect the first master
-of each group and put every replica in its SyncStateSet. Measured, per G:
+speaking the real API: register through ``AsyncControllerClient``, hold a session connection to the
+leader and heartbeat on it every ``broker_heartbeat_interval_ms`` (as brokers do since issue 29; with
+``--transport ray`` one Ray call per heartbeat to every controller instead, the transport before),
+elect the first master of each group and put every replica in its SyncStateSet. Measured, per G:
 
 - steady state over ``--seconds``: heartbeats the leader answered per second, the leader process's
   CPU (``psutil``, user + system, every thread of the actor process) in cores and per heartbeat,
-  heartbeat latency p50/p99 (sent by the fleet -> the row is in the leader's table and the answer is
+  heartbeat latency p50/p99 (sent by the fleet -> the row is in the leader's table and the ack is
   back), and the latency of writes sent meanwhile (``--writes-per-s``: create then delete a topic
   through ``call_leader_sync``, each one Raft commit);
 - node loss: the fleet stops every replica on node 0 at once (a third of all replicas, holding the
@@ -259,7 +260,8 @@ def measure(groups: int, args, data_dir: str) -> dict:
     fleet = fleet_process(cluster.spec.name, env, Path(data_dir) / f"fleet-{groups}.log")
     out: dict[str, Any] = {}
     try:
-        out.update(fleet.call("setup", wait_s=900, groups=groups, replicas=3))
+        out.update(fleet.call("setup", wait_s=900, groups=groups, replicas=3,
+                              ray_heartbeats=args.transport == "ray"))
         print(f"controller-scale G={groups}: set up in {out['setup_s']} s", file=sys.stderr, flush=True)
         time.sleep(args.warmup)
         out.update(_steady(fleet, cluster, out["leader"], pids, args.seconds, args.writes_per_s, f"s{groups}"))
@@ -280,6 +282,8 @@ def run(argv: list[str]) -> dict:
     parser.add_argument("--seconds", type=float, default=20.0, help="steady-state measuring window")
     parser.add_argument("--warmup", type=float, default=3.0, help="seconds between setup and measuring")
     parser.add_argument("--writes-per-s", type=float, default=5.0, help="probe writes (create + delete topic)")
+    parser.add_argument("--transport", default="session", choices=("session", "ray"),
+                        help="heartbeats on the brokers' sessions (default) or one Ray call to every controller")
     parser.add_argument("--no-renice", dest="renice", action="store_false",
                         help="leave the controller actors at Ray's worker niceness (15)")
     args = parser.parse_args(argv)
@@ -292,7 +296,7 @@ def run(argv: list[str]) -> dict:
         ray.init(address="local", include_dashboard=False, logging_level="ERROR", log_to_driver=False,
                  object_store_memory=200 * 1024 * 1024, namespace="rocketray-bench")
     result: dict[str, Any] = {"groups": sizes, "profile": args.profile, "seconds": args.seconds,
-                              "controllers_reniced": args.renice}
+                              "transport": args.transport, "controllers_reniced": args.renice}
     try:
         with tempfile.TemporaryDirectory(prefix="bench-cscale-") as tmp:
             for g in sizes:

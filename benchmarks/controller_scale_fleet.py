@@ -2,13 +2,15 @@
 
 Run as its own process by ``bench_controller_scale.py`` (``python benchmarks/controller_scale_fleet.py
 CLUSTER``), joined to the benchmark's Ray at ``RAY_ADDRESS``, so the controllers' CPU is theirs alone.
-Each of the G x R replicas does what a broker's ReplicasManager does, with the same requests and the
-same session protocol: GetNextBrokerId, ApplyBrokerId and RegisterBroker through the real
-``AsyncControllerClient`` (leader following), a ``BrokerHeartbeatRequest`` to every controller every
-``broker_heartbeat_interval_ms`` (``heartbeat.remote``, as ``AsyncControllerClient.heartbeat``), a
-session connection to the leader's session port (authenticated with the cluster secret, then a hello:
-``rocketray.controller.session``), and, for replica 0 of each group, an ElectMaster and an
-AlterSyncStateSet that puts every replica in the SyncStateSet. No store, no replication.
+Each of the G x R replicas does what a broker's ReplicasManager and ControllerSession do, with the
+same requests and the same session protocol: GetNextBrokerId, ApplyBrokerId and RegisterBroker through
+the real ``AsyncControllerClient`` (leader following), a session connection to the leader's session
+port (authenticated with the cluster secret, then a hello with the first heartbeat:
+``rocketray.controller.session``), a heartbeat frame on it every ``broker_heartbeat_interval_ms``
+(acked by the leader), and, for replica 0 of each group, an ElectMaster and an AlterSyncStateSet that
+puts every replica in the SyncStateSet. No store, no replication. ``--ray-heartbeats`` (the
+``setup`` argument ``ray_heartbeats``) sends them the old way instead: one Ray call per heartbeat to
+every controller, the leader's answer timed (the transport of clusters without session ports).
 
 Replica ``r`` of group ``g`` sits on node ``(g + r) % 3``, so node ``k`` holds a replica of every group
 and the masters (replica 0) of the groups ``g % 3 == k``: ``lose k`` stops those replicas at once as
@@ -16,7 +18,8 @@ a dead machine would (their sessions close without a bye; their heartbeats stop)
 
 Commands, one JSON line each on stdin, answers on stdout after ``ANSWER``: ``setup`` (replicas
 heartbeat from their registration on), ``stats`` (heartbeats sent and answered by the leader since the last ``stats``, with latency
-percentiles of the leader's answers: the time from sending until the row is in the leader's table),
+percentiles of the leader's acks: the time from sending until the row is in the leader's table and
+the ack is back),
 ``lose`` (``node``; ``close``: close sessions, else keep them open and silent), ``exit``.
 """
 
@@ -47,6 +50,8 @@ class Replica:
     due_s: float = 0.0
     writer: asyncio.StreamWriter | None = None
     tasks: list = field(default_factory=list)
+    seq: int = 0
+    sent_at: dict = field(default_factory=dict)   # seq -> perf_counter at send, until acked
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -79,16 +84,21 @@ class Fleet:
         self._running = False
         self._task: asyncio.Future | None = None
         self.busy_answers = 0
+        self.ray_heartbeats = False
         self._cpu0 = time.process_time()
 
     # -- setup -------------------------------------------------------------------------------------
-    async def setup(self, groups: int, replicas: int, concurrency: int = 32) -> dict:
+    async def setup(self, groups: int, replicas: int, concurrency: int = 32, ray_heartbeats: bool = False) -> dict:
         from rocketray.controller.api import (AlterSyncStateSetRequest, ApplyBrokerIdRequest, ElectMasterRequest,
                                               GetNextBrokerIdRequest, RegisterBrokerRequest)
         from rocketray.controller.codes import ResponseCode
 
         cluster = self.spec.cluster_name
         started = time.perf_counter()
+        self.ray_heartbeats = ray_heartbeats
+        meta = await self.client.metadata()        # the leader every session goes to
+        assert meta, "no controller leader"
+        self.leader = meta[0]["index"]
         gate = asyncio.Semaphore(concurrency)
         period_s = self.config.broker.broker_heartbeat_interval_ms / 1000
         if self._task is None:   # replicas heartbeat from their registration on, as brokers do
@@ -102,29 +112,33 @@ class Fleet:
                 for rep in members:
                     resp = await self._call(GetNextBrokerIdRequest(cluster, name))
                     assert resp.ok, resp
-                    next_id = resp.header["next_broker_id"]
+                    next_id = resp.header.next_broker_id
                     resp = await self._call(ApplyBrokerIdRequest(cluster, name, next_id,
                                                                        f"{rep.address};{name}-{rep.index}"))
                     assert resp.ok, resp
                     rep.broker_id = next_id
                     resp = await self._call(RegisterBrokerRequest(cluster, name, rep.broker_id, rep.address))
                     assert resp.ok, resp
-                    self._heartbeat(rep, time.perf_counter(), timed=False)
+                    if not ray_heartbeats:
+                        await self._open_session(rep)     # its hello carries the first heartbeat
+                    else:
+                        self._heartbeat(rep, time.perf_counter(), timed=False)
                     rep.due_s = time.perf_counter() + period_s
                     self.replicas.append(rep)
                 master = members[0]
                 resp = await self._until_ok(ElectMasterRequest.of_broker_trigger(cluster, name, master.broker_id),
                                             done=(ResponseCode.CONTROLLER_MASTER_STILL_EXIST,))
-                epoch = resp.header["master_epoch"]
+                epoch = resp.header.master_epoch
                 # an attempt whose answer was lost may have committed: the retry is then fenced (2001)
                 resp = await self._until_ok(AlterSyncStateSetRequest(
                     name, master.broker_id, epoch, frozenset(r.broker_id for r in members),
-                    resp.header["sync_state_set_epoch"]), done=(ResponseCode.CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH,))
+                    resp.header.sync_state_set_epoch), done=(ResponseCode.CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH,))
 
         await asyncio.gather(*(one_group(g) for g in range(groups)))
-        self.leader = self.spec.controller_by_address(self.client.leader_address).index
+        assert self.spec.controller_by_address(self.client.leader_address).index == self.leader, "the leader moved"
         registered_s = time.perf_counter() - started
-        await asyncio.gather(*(self._open_session(r) for r in self.replicas))
+        if ray_heartbeats:
+            await asyncio.gather(*(self._open_session(r) for r in self.replicas))
         return {"replicas": len(self.replicas), "leader": self.leader, "registered_s": round(registered_s, 2),
                 "setup_busy_answers": self.busy_answers,
                 "setup_s": round(time.perf_counter() - started, 2)}
@@ -169,9 +183,25 @@ class Fleet:
         reader, writer = await asyncio.open_connection(c.host, c.session_port)
         await authenticate(reader, writer, "client", self.spec.secret, 10_000, SESSION_LABEL)
         writer.write(encode_hello(Hello(self.spec.cluster_name, rep.group, rep.broker_id, rep.address)))
-        await writer.drain()
         rep.writer = writer
-        rep.tasks.append(asyncio.ensure_future(reader.read(1)))   # held open; the controller sends nothing
+        if not self.ray_heartbeats:
+            self._heartbeat(rep, time.perf_counter(), timed=False)
+        await writer.drain()
+        rep.tasks.append(asyncio.ensure_future(self._read_acks(rep, reader)))
+
+    async def _read_acks(self, rep: Replica, reader: asyncio.StreamReader) -> None:
+        """The leader's acks of this replica's heartbeats (none with Ray heartbeats: EOF only)."""
+        from rocketray.controller.session import AckDecoder
+
+        decoder = AckDecoder()
+        while data := await reader.read(4096):
+            now = time.perf_counter()
+            for ack in decoder.receive_data(data):
+                t0 = rep.sent_at.pop(ack.seq, None)
+                if t0 is not None:
+                    with self._lock:
+                        self._answered += 1
+                        self._latencies_ms.append((now - t0) * 1000)
 
     # -- heartbeats --------------------------------------------------------------------------------
     def _request(self, rep: Replica):
@@ -182,8 +212,20 @@ class Fleet:
                                       b.controller_heartbeat_timeout_ms, b.broker_election_priority)
 
     def _heartbeat(self, rep: Replica, now: float, timed: bool = True) -> None:
-        """One heartbeat to every controller; the leader's answer is timed (send -> in its table)."""
+        """One heartbeat: a frame on the replica's session (timed: send -> the leader's ack), or with
+        ``ray_heartbeats`` a Ray call to every controller (timed: the leader's answer)."""
+        from rocketray.controller.session import encode_heartbeat, heartbeat_of
+
         request = self._request(rep)
+        if not self.ray_heartbeats:
+            if rep.writer is None or rep.writer.is_closing():
+                return
+            rep.seq += 1
+            if timed:
+                self._sent += 1
+                rep.sent_at[rep.seq] = now
+            rep.writer.write(encode_heartbeat(heartbeat_of(request, rep.seq)))
+            return
         for i, handle in enumerate(self.handles):
             ref = handle.heartbeat.remote(request)
             if timed and i == self.leader:
