@@ -22,6 +22,7 @@ import hashlib
 import logging
 import os
 import time
+from typing import Callable
 
 from rocketray.config import load_config
 from rocketray.actors.controller_client import AsyncControllerClient
@@ -140,6 +141,13 @@ class BrokerService:
         ``rocketray.ha.ack.PutResult`` (``written`` NO/YES/UNKNOWN, ``retriable``; ``broker_id`` is
         this replica's).  The batch is one ``bytes`` object through Ray (no per-message objects);
         anything else, or a malformed batch, is refused with MESSAGE_ILLEGAL and nothing written."""
+        fut: asyncio.Future[PutResult] = asyncio.get_running_loop().create_future()
+        refusal = self.put_start(batch, lambda result: fut.done() or fut.set_result(result))
+        return refusal if refusal is not None else await fut
+
+    def put_start(self, batch: EncodedBatch, done: Callable[[PutResult], object]) -> PutResult | None:
+        """``put`` without a task (the client port's path): a refusal at once, or None and
+        ``done(result)`` later, on the loop (``HAService.put_start``)."""
         broker_id = self.manager.broker_id
         if not isinstance(batch, EncodedBatch):
             result = refused(PutStatus.MESSAGE_ILLEGAL)
@@ -149,9 +157,15 @@ class BrokerService:
             result = refused(PutStatus.NOT_MASTER)
         else:
             started = time.monotonic()
-            result = await self.ha.put(batch, now_ms())
-            self._metrics.put(broker_id, result.status.name, batch.count, (time.monotonic() - started) * 1000)
-            return dataclasses.replace(result, broker_id=broker_id)
+
+            def finish(result: PutResult) -> None:
+                self._metrics.put(broker_id, result.status.name, batch.count, (time.monotonic() - started) * 1000)
+                done(dataclasses.replace(result, broker_id=broker_id))
+
+            refusal = self.ha.put_start(batch, now_ms(), finish)
+            if refusal is None:
+                return None
+            result = refusal
         count = batch.count if isinstance(batch, EncodedBatch) else 0
         self._metrics.put(broker_id, result.status.name, count, 0.0)
         return dataclasses.replace(result, broker_id=broker_id)

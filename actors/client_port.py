@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-from typing import Protocol
+from typing import Callable, Protocol
 
 from rocketray.auth import CLIENT_LABEL, AuthError, authenticate
 from rocketray.broker.batch import EncodedBatch
@@ -36,7 +36,7 @@ READ_CHUNK = 1 << 20
 class ClientEndpoints(Protocol):
     """What the port serves (``actors/broker_service.BrokerService``)."""
 
-    async def put(self, batch: EncodedBatch) -> PutResult: ...
+    def put_start(self, batch: EncodedBatch, done: Callable[[PutResult], object]) -> PutResult | None: ...
 
     async def pull(self, topic: str, queue_id: int, queue_offset: int, max_count: int, max_bytes: int,
                    hold_ms: int, group: str | None = None) -> PullResult: ...
@@ -90,6 +90,9 @@ class ClientPort:
             data = leftover
             while True:
                 for frame in decoder.feed(data):
+                    if frame.type is FrameType.PUT:
+                        self._put(frame, writer)
+                        continue
                     task = asyncio.get_running_loop().create_task(self._serve(frame, writer))
                     self._tasks.add(task)
                     task.add_done_callback(self._tasks.discard)
@@ -110,6 +113,20 @@ class ClientPort:
             writer.writelines(encode_frame(FrameType.ERROR, request_id, pack([1, str(exc)])))
             writer.close()
 
+    def _put(self, frame: Frame, writer: asyncio.StreamWriter) -> None:
+        """A put in the read loop's own step, no task: appended (and sent to the slaves) before the
+        next frame is read, answered from the event that decides it. Raises WireError."""
+        request_id = frame.request_id
+        count, data = decode_put_request(frame.body)
+
+        def answer(result: PutResult) -> None:
+            if not writer.is_closing():
+                writer.writelines(encode_frame(FrameType.PUT_ANSWER, request_id, encode_put_answer(result)))
+
+        refusal = self._endpoints.put_start(EncodedBatch(data, count), answer)
+        if refusal is not None:
+            answer(refusal)
+
     async def _serve(self, frame: Frame, writer: asyncio.StreamWriter) -> None:
         try:
             body = await self._answer(frame)
@@ -121,9 +138,6 @@ class ClientPort:
 
     async def _answer(self, frame: Frame) -> list[bytes]:
         e = self._endpoints
-        if frame.type is FrameType.PUT:
-            count, data = decode_put_request(frame.body)
-            return [encode_put_answer(await e.put(EncodedBatch(data, count)))]
         if frame.type is FrameType.PULL:
             args = unpack(frame.body, "pull")
             if not (isinstance(args, list) and len(args) == 7 and isinstance(args[0], str)

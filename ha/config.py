@@ -22,6 +22,8 @@ class HAConfig:
     ha_housekeeping_interval_ms: int = key(20000, "connection dead after this long without reads", 3000)
     ha_transfer_batch_size: int = key(DEFAULT_TRANSFER_BATCH_SIZE, "max body per transfer packet (upstream "
                                       "32 KiB; 1 MiB measured faster here, docs/ha.md)")
+    ha_confirm_push_delay_ms: int = key(3, "a moved confirm offset reaches idle slaves this long after the "
+                                        "last transfer (rocketray: a busy master's next transfer carries it)")
     ha_max_time_slave_not_catchup_ms: int = key(15000, "SyncStateSet shrink threshold", 3000)
     slave_timeout_ms: int = key(3000, "bound on the replica-ack wait of a put", 1000)
     in_sync_replicas: int = key(1, "acks needed including the master when all-ack is off")
@@ -41,6 +43,7 @@ class HAConfig:
     def __post_init__(self) -> None:
         assert self.ha_send_heartbeat_interval_ms > 0
         assert self.ha_housekeeping_interval_ms > self.ha_send_heartbeat_interval_ms
+        assert 0 <= self.ha_confirm_push_delay_ms <= self.ha_send_heartbeat_interval_ms
         assert 0 < self.ha_transfer_batch_size <= self.ha_max_body_bytes
         assert self.ha_max_time_slave_not_catchup_ms > 0
         assert self.slave_timeout_ms > 0

@@ -27,6 +27,7 @@ back only through the public ``ConnectionOwner`` methods (``rocketray.ha.serving
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import time
 from typing import TYPE_CHECKING, Callable, Iterable, Sequence
@@ -92,7 +93,7 @@ class HAService(SlaveServing, StandaloneSwitches):
         self._client: SlaveClient | None = None
         self._server: asyncio.AbstractServer | None = None
         self._listeners: list[Callable[[frozenset[int]], object]] = []
-        self._ack_waiters: list[asyncio.Future] = []
+        self._puts: collections.deque[_PutWait] = collections.deque()   # oldest first
         self._confirm_listeners: list[Callable[[int], object]] = []
         self._closed = False
         self.rejected_connections = 0
@@ -283,69 +284,66 @@ class HAService(SlaveServing, StandaloneSwitches):
     # ------------------------------------------------------------------ put (13.4)
     async def put(self, msgs: EncodedBatch | Sequence[Message], now_ms: int) -> PutResult:
         """Append ``msgs`` (a producer's encoded batch, or messages encoded here) as master and wait
-        for the replica acks the policy asks for.
+        for the replica acks the policy asks for (``put_start``'s result, awaited).
 
         Refusals (NOT_MASTER, FENCED, IN_SYNC_REPLICAS_NOT_ENOUGH, MESSAGE_ILLEGAL) write nothing;
         after the write the answer is PUT_OK, FLUSH_SLAVE_TIMEOUT (written, not acked in time) or MASTER_CHANGED
         (written, then the role or term changed during the wait: outcome unknown).
         """
+        fut: asyncio.Future[PutResult] = asyncio.get_running_loop().create_future()
+        refusal = self.put_start(msgs, now_ms, lambda result: fut.done() or fut.set_result(result))
+        return refusal if refusal is not None else await fut
+
+    def put_start(self, msgs: EncodedBatch | Sequence[Message], now_ms: int,
+                  done: Callable[[PutResult], object]) -> PutResult | None:
+        """``put`` without a task: refuse at once (the refusal is returned, nothing written), or
+        append now, hand the new bytes to every slave connection at once, and return None;
+        ``done(result)`` is then called once, on the loop, from the event that decides it (the
+        ack that meets the policy, the timeout, the role change)."""
         if self.role != Role.MASTER:
             return refused(PutStatus.NOT_MASTER)
         if self._switching or self._closed:
             return refused(PutStatus.FENCED)
         if not self.replication.put_admitted():
             return refused(PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH)
-        epoch = self.roles.master_epoch
         try:
             batch = msgs if isinstance(msgs, EncodedBatch) else encode_batch(msgs)
             appended = self.store.put_batch(batch, now_ms)
         except MessageCodecError as exc:  # MalformedBatch included: nothing was written
             log.warning("ha %s: refused a malformed batch: %s", self.broker_id, exc)
             return refused(PutStatus.MESSAGE_ILLEGAL)
-        end = appended.end_offset
-        offsets = appended.offsets()
-        self._notify_writers()
+        wait = _PutWait(appended.end_offset, self.roles.master_epoch, appended.offsets(), done)
+        self._puts.append(wait)
+        for conn in self.connections:
+            conn.send_now()
         self._update_confirm_offset()
-        acked = await self._wait_for(lambda: self.replication.batch_acked(end),
-                                     self.config.slave_timeout_ms, epoch)
-        still_master = self.role == Role.MASTER and self.roles.master_epoch == epoch and not self._closed
-        return after_write(acked and still_master, still_master, offsets, end)
+        self._notify_ack_waiters()
+        if wait.result is None:
+            loop = self.loop or asyncio.get_running_loop()
+            wait.timer = loop.call_later(self.config.slave_timeout_ms / 1000, self._put_timed_out, wait)
+        return None
 
-    async def _wait_for(self, check: Callable[[], bool], timeout_ms: int, epoch: int) -> bool:
-        """Wait until ``check()`` holds (re-checked whenever acks arrive), the role or epoch changes,
-        or ``timeout_ms`` passes. One timer for the whole wait (``asyncio.wait_for`` per wake-up
-        cost a task's worth of bookkeeping on every put)."""
-        loop = asyncio.get_running_loop()
-        timed_out = False
-
-        def expire() -> None:
-            nonlocal timed_out
-            timed_out = True
-            self._notify_ack_waiters()
-
-        timer: asyncio.TimerHandle | None = None
-        try:
-            while True:
-                if self.role != Role.MASTER or self.roles.master_epoch != epoch or self._closed:
+    def _notify_ack_waiters(self) -> bool:
+        """Answer the waiting puts the acks (or a role change) now decide, oldest first (a batch
+        ends after every older one, so once one is not acknowledged no newer one is); True when
+        none is left waiting."""
+        puts = self._puts
+        while puts:
+            wait = puts[0]
+            if wait.result is None:
+                still_master = self.role == Role.MASTER and self.roles.master_epoch == wait.epoch \
+                    and not self._closed
+                if still_master and not self.replication.batch_acked(wait.end):
                     return False
-                if check():
-                    return True
-                if timed_out:
-                    return False
-                if timer is None:
-                    timer = loop.call_later(timeout_ms / 1000, expire)
-                fut = loop.create_future()
-                self._ack_waiters.append(fut)
-                await fut
-        finally:
-            if timer is not None:
-                timer.cancel()
+                wait.finish(after_write(still_master, still_master, wait.offsets, wait.end))
+            puts.popleft()
+        return True
 
-    def _notify_ack_waiters(self) -> None:
-        waiters, self._ack_waiters = self._ack_waiters, []
-        for fut in waiters:
-            if not fut.done():
-                fut.set_result(None)
+    def _put_timed_out(self, wait: "_PutWait") -> None:
+        if wait.result is None:
+            still_master = self.role == Role.MASTER and self.roles.master_epoch == wait.epoch and not self._closed
+            wait.finish(after_write(False, still_master, wait.offsets, wait.end))
+        self._notify_ack_waiters()
 
     def _notify_writers(self) -> None:
         for conn in self.connections:
@@ -379,6 +377,28 @@ class HAService(SlaveServing, StandaloneSwitches):
             "slave_last_error": client.last_error if client else "",
             "rejected_connections": self.rejected_connections,
         }
+
+
+class _PutWait:
+    """One put waiting for its acks: its batch's end offset, the epoch it was written in, its
+    messages' offsets, and who is told the result."""
+
+    __slots__ = ("end", "epoch", "offsets", "done", "timer", "result")
+
+    def __init__(self, end: int, epoch: int, offsets: tuple[tuple[int, int], ...],
+                 done: Callable[[PutResult], object]) -> None:
+        self.end, self.epoch, self.offsets, self.done = end, epoch, offsets, done
+        self.timer: asyncio.TimerHandle | None = None
+        self.result: PutResult | None = None
+
+    def finish(self, result: PutResult) -> None:
+        self.result = result
+        if self.timer is not None:
+            self.timer.cancel()
+        try:
+            self.done(result)
+        except Exception:  # noqa: BLE001 - one answer's failure must not stop the others
+            log.exception("ha: a put's answer failed")
 
 
 if TYPE_CHECKING:

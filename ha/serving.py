@@ -56,7 +56,7 @@ class SlaveServing:
 
         def _update_confirm_offset(self) -> None: ...
 
-        def _notify_ack_waiters(self) -> None: ...
+        def _notify_ack_waiters(self) -> bool: ...
 
     async def _on_accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = "%s:%s" % writer.get_extra_info("peername")[:2]
@@ -107,8 +107,8 @@ class SlaveServing:
         last = self.store.epoch_file.last_entry()
         epoch_start = last.start_offset if last is not None else 0
         self._propose(self.replication.acked(conn, event, self.store.confirm_offset, epoch_start))
+        self._notify_ack_waiters()      # the puts this ack decides are answered first
         self._update_confirm_offset()
-        self._notify_ack_waiters()
 
     def on_caught_up(self, conn: MasterConnection, now_ms: int) -> None:
         """A master connection has nothing left to send: its slave is caught up."""

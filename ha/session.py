@@ -304,9 +304,13 @@ class MasterSession:
     """The master side of one connection (``AutoSwitchHAConnection`` without threads/sockets)."""
 
     def __init__(self, now_ms: int, *, heartbeat_interval_ms: int = 5000,
-                 housekeeping_interval_ms: int = 20000, batch_size: int = 32 * 1024) -> None:
-        assert batch_size > 0
+                 housekeeping_interval_ms: int = 20000, batch_size: int = 32 * 1024,
+                 confirm_push_delay_ms: int = 0) -> None:
+        """``confirm_push_delay_ms``: a header carrying only a new confirm offset waits this long
+        after the last write (a transfer in that time carries the confirm offset instead)."""
+        assert batch_size > 0 and 0 <= confirm_push_delay_ms <= heartbeat_interval_ms
         self.heartbeat_interval_ms = heartbeat_interval_ms
+        self.confirm_push_delay_ms = confirm_push_delay_ms
         self.housekeeping_interval_ms = housekeeping_interval_ms
         self.batch_size = batch_size
         self.state = ConnState.HANDSHAKE
@@ -412,10 +416,10 @@ class MasterSession:
             return Outgoing(header, body, False)
         caught_up = max_offset <= self.next_offset
         confirm_offset = log.confirm_offset
-        # A heartbeat is due after the interval, or at once when the confirm offset moved since
-        # the last header (slaves serve consumers up to it; no need to wait an interval).
-        if now_ms - self.last_write_ms < self.heartbeat_interval_ms and \
-                confirm_offset == self.last_sent_confirm_offset:
+        # A heartbeat is due after the interval, or ``confirm_push_delay_ms`` after the last write
+        # when the confirm offset moved since the last header (slaves learn it without waiting an
+        # interval; a busy master's next transfer carries it, so no header goes per put).
+        if now_ms < self.next_header_due_ms(confirm_offset):
             return Outgoing(b"", b"", True) if caught_up else None
         self.last_write_ms = now_ms
         self.last_sent_confirm_offset = confirm_offset
@@ -424,6 +428,13 @@ class MasterSession:
         header = encode_master_transfer_header(0, self.next_offset, epoch, start,
                                                confirm_offset)
         return Outgoing(header, b"", caught_up)
+
+    def next_header_due_ms(self, confirm_offset: int) -> int:
+        """When the next header is due if no data comes (``confirm_offset``: the master's now)."""
+        due = self.last_write_ms + self.heartbeat_interval_ms
+        if confirm_offset != self.last_sent_confirm_offset:
+            due = min(due, self.last_write_ms + self.confirm_push_delay_ms)
+        return due
 
     def heartbeat_due(self, now_ms: int) -> bool:
         return now_ms - self.last_write_ms >= self.heartbeat_interval_ms

@@ -160,7 +160,8 @@ class MasterConnection:
         self.session = MasterSession(service.now_ms(),
                                      heartbeat_interval_ms=cfg.ha_send_heartbeat_interval_ms,
                                      housekeeping_interval_ms=cfg.ha_housekeeping_interval_ms,
-                                     batch_size=cfg.ha_transfer_batch_size)
+                                     batch_size=cfg.ha_transfer_batch_size,
+                                     confirm_push_delay_ms=cfg.ha_confirm_push_delay_ms)
         self._leftover = leftover
         self.wake = Wake()
         self.closed = False
@@ -253,7 +254,31 @@ class MasterConnection:
                     continue
                 if out.caught_up:
                     service.on_caught_up(self, now)
-            await self.wake.wait(min(hb_s, 0.1))
+            await self.wake.wait(self._idle_wait_s(view, hb_s))
+
+    def _idle_wait_s(self, view: StoreLogView, hb_s: float) -> float:
+        """How long the write loop sleeps when it has nothing to send: until the next header is
+        due (a moved confirm offset's push delay, a heartbeat), at most 100 ms, at least 1 ms."""
+        wait_s = min(hb_s, 0.1)
+        if self.session.send_offset(view) >= 0:
+            due_s = (self.session.next_header_due_ms(view.confirm_offset) - self.service.now_ms()) / 1000
+            wait_s = min(wait_s, due_s)
+        return max(0.001, wait_s)
+
+    def send_now(self) -> None:
+        """A put just appended: write the new bytes to this slave now, in the put's own step on
+        the loop (waking the write loop costs a loop pass before the slave sees them), unless the
+        write loop has something else to do first (a handshake reply, a catch-up, a full socket
+        buffer); the write loop is woken either way for what follows (heartbeats, the rest)."""
+        self.wake.set()
+        if self.closed or self.session.reply_due or self._writer.transport.get_write_buffer_size() > 0:
+            return
+        view = self.service.log_view
+        if self._catching_up(view):
+            return
+        out = self.session.next_send(view, self.service.now_ms())
+        if out is not None and out.header:
+            self._write_out(out)
 
     def _catching_up(self, view: StoreLogView) -> bool:
         offset = self.session.send_offset(view)

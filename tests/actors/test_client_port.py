@@ -21,6 +21,7 @@ from rocketray.broker.client_wire import (HEADER, PUT_COUNT, FrameType, decode_p
 from rocketray.broker.pull import OffsetsResult, OffsetsStatus, PullResult, PullStatus
 from rocketray.client.socket_transport import Connection, ConnectionLost
 from rocketray.ha.ack import PutResult, PutStatus, Written
+from rocketray.waiting import wait_for
 
 SECRET = "s3cret"
 
@@ -29,10 +30,17 @@ class Endpoints:
     def __init__(self) -> None:
         self.puts: list[tuple[bytes, int]] = []
         self.release_pull: asyncio.Event | None = None
+        self.deferred: list | None = None
 
-    async def put(self, batch):
+    def put_start(self, batch, done):
+        """Answers at once (a refusal, or a put the acks decided in the same step), or, with
+        ``self.deferred`` a list, keeps ``done`` there for the test to call later."""
         self.puts.append((batch.data, batch.count))
-        return PutResult(PutStatus.PUT_OK, Written.YES, tuple((i, i * 10) for i in range(batch.count)), 100, 1)
+        result = PutResult(PutStatus.PUT_OK, Written.YES, tuple((i, i * 10) for i in range(batch.count)), 100, 1)
+        if self.deferred is None:
+            return result
+        self.deferred.append(lambda: done(result))
+        return None
 
     async def pull(self, topic, queue_id, queue_offset, max_count, max_bytes, hold_ms, group=None):
         self.release_pull = asyncio.Event()
@@ -81,6 +89,25 @@ def test_a_held_pull_does_not_delay_a_put_on_the_same_connection(port):
     loop.call_soon_threadsafe(endpoints.release_pull.set)
     pulled = decode_pull_answer(held.result(5).body)
     assert pulled.status is PullStatus.FOUND and pulled.records == b"rec" and pulled.offset == 4
+    conn.close("done")
+
+
+def test_puts_appended_in_arrival_order_are_answered_when_their_event_comes(port):
+    """The port hands each put to ``put_start`` in the read loop's own step, in arrival order, and
+    writes its answer whenever ``done`` is called (here: the second put first); no put waits for
+    another's answer."""
+    address, endpoints, _, loop = port
+    endpoints.deferred = []
+    conn = Connection(address, SECRET)
+    first = conn.request(FrameType.PUT, PUT_COUNT.pack(1), b"first")
+    second = conn.request(FrameType.PUT, PUT_COUNT.pack(2), b"second")
+    wait_for(lambda: len(endpoints.deferred) == 2, 5, "both puts handed over", 0.01)
+    assert endpoints.puts == [(b"first", 1), (b"second", 2)] and not first.done() and not second.done()
+    loop.call_soon_threadsafe(endpoints.deferred[1])
+    assert decode_put_answer(second.result(5).body).offsets == ((0, 0), (1, 10))
+    assert not first.done()
+    loop.call_soon_threadsafe(endpoints.deferred[0])
+    assert decode_put_answer(first.result(5).body).offsets == ((0, 0),)
     conn.close("done")
 
 

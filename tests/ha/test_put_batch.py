@@ -4,6 +4,7 @@ byte-identical on the slave, and both replicas build the same consume queues in 
 
 from __future__ import annotations
 
+import asyncio
 import struct
 
 from rocketray.broker.message import Message
@@ -45,5 +46,42 @@ def test_malformed_batch_is_message_illegal_and_a_good_one_replicates(tmp_path):
         assert queues(s.store) == queues(m.store)
         assert len(m.store.get_messages(TOPIC, 0, 0, 100)) == 7
         await stop_node(s)
+        await stop_node(m)
+    run(body())
+
+
+def test_put_start_sends_in_its_own_step_and_answers_once_from_the_ack(tmp_path):
+    """``put_start`` appends and writes the batch to every slave connection before it returns (no
+    loop pass in between), answers ``done`` exactly once from the acks, and refuses at once, with
+    nothing written, when the broker is not master; a slave that never acks ends in one
+    FLUSH_SLAVE_TIMEOUT answer (written) when the wait's bound passes."""
+    async def body():
+        m = await start_node(tmp_path, 1, fast_config(all_ack_in_sync_state_set=True, slave_timeout_ms=300))
+        s = await start_node(tmp_path, 2, fast_config(all_ack_in_sync_state_set=True))
+        await switch(m, [s], 1)
+        m.ha.set_sync_state_set({1, 2})
+        await wait_caught_up(m, s)
+        (conn,) = m.ha.connections
+        answers: list = []
+        sent_before = conn.bytes_sent
+        batch = encode_batch(Message(TOPIC, 0, b"x" * 100, {}) for _ in range(3))
+        assert m.ha.put_start(batch, 0, answers.append) is None
+        assert conn.bytes_sent == sent_before + len(batch.data) and answers == []
+        await wait_for(lambda: answers, what="the put's answer")
+        await asyncio.sleep(0.05)
+        assert [a.status for a in answers] == [PutStatus.PUT_OK]
+        assert answers[0].end_offset == m.store.max_offset
+        refusal = s.ha.put_start(batch, 0, answers.append)
+        assert refusal is not None and refusal.status is PutStatus.NOT_MASTER and refusal.written is Written.NO
+        await stop_node(s)
+        await wait_for(lambda: not m.ha.connections, what="the slave's connection to close")
+        # the confirmed set still holds the stopped slave (no controller here): all-ack waits for it
+        assert m.ha.roles.sync_state_set == {1, 2} and m.ha.replication.put_admitted()
+        before = len(answers)
+        assert m.ha.put_start(batch, 0, answers.append) is None
+        await wait_for(lambda: len(answers) > before, what="the timed-out put's answer")
+        await asyncio.sleep(0.4)
+        assert [a.status for a in answers[before:]] == [PutStatus.FLUSH_SLAVE_TIMEOUT]
+        assert answers[-1].written is Written.YES
         await stop_node(m)
     run(body())

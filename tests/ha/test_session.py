@@ -285,3 +285,35 @@ def test_reports_once_per_read_never_early_never_left_behind(writes, cuts, batch
         assert acked == slave.max_offset                       # nothing left unreported
     assert bytes(slave.data) == bytes(master.data[:len(slave.data)])
     assert slave.max_offset == master.max_offset
+
+
+def test_a_moved_confirm_offset_waits_the_push_delay_unless_a_transfer_carries_it():
+    """With ``confirm_push_delay_ms`` a header carrying only a new confirm offset goes that long
+    after the last write, not at once; a transfer inside the delay carries the confirm offset
+    itself (a busy master sends no header per put); 0 keeps the immediate push."""
+    log = master_log_two_epochs()
+    m = MasterSession(0, heartbeat_interval_ms=100, confirm_push_delay_ms=3)
+    m.receive_data(encode_slave_handshake(2, False, False), 0)
+    m.next_event(log.max_offset, 0)
+    m.handshake_reply(log, 0)
+    m.receive_data(encode_slave_ack(84), 1)
+    m.next_event(log.max_offset, 1)
+    assert decode_all(m.next_send(log, 10).header)[0].confirm_offset == 0   # first header: 3 ms after the handshake
+    log.confirm_offset = 84
+    assert m.next_send(log, 11).header == b"" and m.next_header_due_ms(84) == 13
+    assert m.next_send(log, 12).header == b""
+    (hb,) = decode_all(m.next_send(log, 13).header)
+    assert hb.is_heartbeat and hb.confirm_offset == 84 and m.next_header_due_ms(84) == 113
+    log.append_record(b"epoch2-new")                       # a put at 14: its transfer is sent at once
+    (transfer,) = decode_all(m.next_send(log, 14).header + log.read_raw(84, 14))
+    assert not transfer.is_heartbeat and transfer.confirm_offset == 84
+    log.confirm_offset = 98                                # its ack moved the confirm offset
+    assert m.next_send(log, 15).header == b""             # inside the delay: nothing per put
+    log.append_record(b"epoch2-nxt")                       # the next put's transfer carries it
+    (transfer,) = decode_all(m.next_send(log, 16).header + log.read_raw(98, 14))
+    assert transfer.offset == 98 and transfer.confirm_offset == 98
+    assert m.next_header_due_ms(98) == 116
+    at_once = start_master(log, 112)
+    at_once.next_send(log, 2)
+    log.confirm_offset = 112
+    assert decode_all(at_once.next_send(log, 3).header)[0].confirm_offset == 112
