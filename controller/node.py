@@ -1,8 +1,8 @@
 """ControllerNode: one replicated controller (the shell around the pure controller core).
 
 Theory of operation. A node hosts one pysyncobj `RaftHost` ticked by a thread of its own. Every
-request goes through one pipeline; decisions are taken one at a time (`_pipeline` lock), commits
-overlap (controller/pipeline.py):
+request goes through one pipeline (`LeaderPipeline`, controller/leader_pipeline.py); decisions are
+taken one at a time (`_pipeline` lock), commits overlap (controller/pipeline.py):
 
 1. Only a *ready* leader serves: Raft leader whose own barrier (an empty batch) committed in the
    current term, so every entry of earlier terms is applied. Elsewhere the answer is
@@ -22,6 +22,9 @@ Consumer-group membership (`consumer_heartbeat`) is served by the ready leader f
 non-replicated table (`controller/consumers.py`) without entering the pipeline; a follower answers
 NOT_LEADER so that clients follow the leader. The table is cleared whenever the Raft role changes.
 
+The controller's own elections (a dead master found by heartbeat expiry, a closed session or the
+inactive-master scan) are `ElectionTriggers` (controller/triggers.py).
+
 Threading: `handle`, `trigger_elect_master`, `scan_inactive_masters` and `expire_heartbeats`
 block (up to the request timeout per replication); call them from worker threads or an
 executor, never from an event loop. `heartbeat`, `consumer_heartbeat` and `metadata` do not
@@ -37,20 +40,21 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from rocketray.controller.api import ConsumerHeartbeatRequest, ElectMasterRequest, ElectMastersRequest, Response
+from rocketray.controller.api import ConsumerHeartbeatRequest, Response
 from rocketray.controller.codes import ResponseCode
 from rocketray.controller.config import ControllerConfig
 from rocketray.controller.consumers import ConsumerGroups
-from rocketray.controller.decide import (DecideContext, decide, election_answers, is_write, master_session_closed,
-                                        scan_need_reelect_broker_sets)
 from rocketray.controller.event_log import EventLog, EventLogError, EventLogRecord
-from rocketray.controller.events import Event, broker_name_of, decode_events, encode_events
+from rocketray.controller.events import Event, broker_name_of, decode_events
 from rocketray.controller.heartbeat import HeartbeatTable
-from rocketray.controller.notify import ElectionTrigger, RoleChangeNotice, role_change_notice
-from rocketray.controller.pipeline import Proposal, Speculation
+from rocketray.controller.leader_pipeline import LeaderPipeline
+from rocketray.controller.notify import RoleChangeNotice
+from rocketray.controller.pipeline import Speculation
+from rocketray.controller.triggers import ElectionTriggers
 from rocketray.fs import OS_DISK, Disk, ensure_dir
-from rocketray.controller.raft import (PayloadError, RaftHost, RecoveryRefused, SnapshotHooks, decode_payload,
-                                       encode_payload, import_pysyncobj_journal, plan_recovery, sync_obj_conf)
+from rocketray.controller.raft import PayloadError, RaftHost, decode_payload, sync_obj_conf
+from rocketray.controller.raft_snapshots import (RecoveryRefused, SnapshotHooks, import_pysyncobj_journal,
+                                                 plan_recovery)
 from rocketray.controller.state import ControllerState
 from rocketray.snapshot.format import SECTION_CONTROLLER_STATE, SECTION_TOPICS
 from rocketray.snapshot.store import SnapshotStore
@@ -58,9 +62,6 @@ from rocketray.snapshot.store import SnapshotStore
 log = logging.getLogger(__name__)
 
 _LEADER = 2  # pysyncobj's _RAFT_STATE.LEADER
-MAX_BATCH_BYTES = 256 << 10           # one request's encoded events (decide bounds each field far below)
-MAX_ELECTIONS_PER_ENTRY = 256         # groups one ElectMastersRequest elects (one Raft entry)
-SLOW_REQUEST_S = 0.1                  # a request slower than this logs where its time went
 JOURNAL_FILE = "raft.wal"             # DurableJournal (controller/journal.py), + ".meta" for term/vote
 LEGACY_JOURNAL_FILE = "raft.journal"  # pysyncobj's FileJournal, imported once into JOURNAL_FILE
 _ROLE_NAMES = {0: "follower", 1: "candidate", 2: "leader"}
@@ -70,13 +71,6 @@ __all__ = ["ControllerNode", "InsecureRaftBindError", "RecoveryRefused"]
 
 class InsecureRaftBindError(ValueError):
     """Refusing to open an unauthenticated Raft port on a non-loopback address."""
-
-
-class _ReplicationFailed(Exception):
-    def __init__(self, code: ResponseCode, remark: str) -> None:
-        super().__init__(remark)
-        self.code = code
-        self.remark = remark
 
 
 def _is_loopback(host: str) -> bool:
@@ -101,8 +95,10 @@ def _state_of(sections: dict[int, dict[str, Any]]) -> ControllerState:
     return ControllerState.from_snapshot(sections[SECTION_CONTROLLER_STATE], sections.get(SECTION_TOPICS))
 
 
-class ControllerNode:
-    """One controller replica. See the module docstring for the pipeline and threading."""
+class ControllerNode(LeaderPipeline, ElectionTriggers):
+    """One controller replica. See the module docstring for the pipeline and threading; the request
+    path is ``LeaderPipeline`` (``controller/leader_pipeline.py``), the controller's own elections
+    ``ElectionTriggers`` (``controller/triggers.py``)."""
 
     def __init__(self, self_address: str, peer_addresses: list[str] | tuple[str, ...],
                  store_dir: str | Path, config: ControllerConfig | None = None,
@@ -308,76 +304,6 @@ class ControllerNode:
             threading.Thread(target=self._become_ready, args=(time.monotonic(),), name="controller-leader-noop",
                              daemon=True).start()
 
-    def _become_ready(self, elected_at: float) -> None:
-        """A new leader commits a barrier before it serves (reference 3.3); retried while leader."""
-        while not self._closed and self._raft._isLeader():
-            with self._pipeline:
-                if self._ensure_ready() is not None:
-                    log.info("controller leader ready self=%s term=%d barrier_ms=%.1f", self.self_address,
-                             self._raft.raftCurrentTerm, (time.monotonic() - elected_at) * 1000)
-                    return
-            time.sleep(self.config.append_entries_period_ms / 1000)
-
-    # -- replication ------------------------------------------------------------------------------
-    def _propose(self, payload: bytes, events: list[Event] | None = None) -> Proposal:
-        """Pipeline lock held: hand one payload to Raft (a batch of ``events`` also goes into the
-        speculation first). A synchronous refusal (queue full) raises here, before anyone decides
-        on the speculation."""
-        proposal = Proposal()
-        if events:
-            self._spec.add(events, payload)
-        self._raft.apply_batch(payload, callback=proposal)
-        if proposal.done and not proposal.ok:
-            self._failed()
-            raise _ReplicationFailed(ResponseCode.SYSTEM_ERROR,
-                                     f"not proposed (pysyncobj reason {proposal.error})")
-        if events:
-            self._spec.last = proposal
-        return proposal
-
-    def _await(self, proposal: Proposal, timeout_s: float) -> None:
-        """Wait until ``proposal`` committed and this node applied it; raise _ReplicationFailed."""
-        if not proposal.wait(timeout_s):
-            self._failed()  # outcome unknown: the next request re-barriers first
-            raise _ReplicationFailed(ResponseCode.SYSTEM_ERROR,
-                                     f"not committed within {timeout_s * 1000:.0f} ms; outcome unknown")
-        if not proposal.ok:
-            self._failed()
-            raise _ReplicationFailed(ResponseCode.CONTROLLER_NOT_LEADER,
-                                     f"append failed (pysyncobj reason {proposal.error}, result {proposal.result}); "
-                                     "leader changed")
-
-    def _failed(self) -> None:
-        self._ready_term = None
-        self._spec.invalidate("a proposal failed or its outcome is unknown")
-
-    def _replicate(self, term: int, body: bytes, timeout_s: float) -> None:
-        """Commit one payload and wait until this node applied it; raise _ReplicationFailed."""
-        self._await(self._propose(encode_payload(term, body, self._clock_ms())), timeout_s)
-
-    def _ensure_ready(self, timeout_s: float | None = None) -> int | None:
-        """Under the pipeline lock: the term in which this node is a ready leader (its barrier
-        committed and applied in that term), or None. Decisions are stamped with this term, so an
-        entry that ends up in a later term is fenced at apply time."""
-        if not self._raft._isLeader():
-            return None
-        term = self._raft.raftCurrentTerm
-        if self._ready_term == term and self._spec.valid_for(term):
-            return term
-        try:
-            self._replicate(term, b"", self.config.request_timeout_ms / 1000 if timeout_s is None else timeout_s)
-        except _ReplicationFailed as exc:
-            log.warning("leader barrier failed self=%s term=%d: %s", self.self_address, term, exc.remark)
-            return None
-        if self._raft._isLeader() and self._raft.raftCurrentTerm == term:
-            with self._state_lock:  # the barrier applied behind every earlier proposal
-                self._spec.reset(term, self.state)
-            self._ready_term = term
-            with self._applied:
-                self._applied.notify_all()  # wakes wait_ready_leader
-            return term
-        return None
-
     def is_leader(self) -> bool:
         """Raft leader whose barrier of the current term committed (RocketMQ's isLeaderState)."""
         return self._raft._isLeader() and self._ready_term == self._raft.raftCurrentTerm
@@ -389,90 +315,6 @@ class ControllerNode:
 
     def _member_id(self, address: str | None) -> str | None:
         return None if address not in self.members else f"n{self.members.index(address)}"
-
-    # -- public API ---------------------------------------------------------------------------------
-    def handle(self, request: Any, timeout_ms: int | None = None, term: int | None = None) -> Response:
-        """Serve one controller request through the leader pipeline.
-
-        One overall deadline, ``timeout_ms`` (default ``request_timeout_ms``) from now, bounds the
-        whole request: waiting for the pipeline, the leader barrier, the read barrier and the
-        commit of its events each get only what is left of it, so a caller whose own timeout is
-        longer than this one always gets the answer (``actors/controller_client.py``).
-
-        ``term`` fences the request: it is decided only if this node is the ready leader of exactly
-        that term, else NOT_LEADER without effect. A client that gave the request up for a ready
-        leader of a later term (``controller/leadership.py``) can then never see it take effect late."""
-        if self._closed:
-            return Response.error(ResponseCode.CONTROLLER_NOT_LEADER, "controller node closed")
-        if isinstance(request, ConsumerHeartbeatRequest):
-            return self.consumer_heartbeat(request)  # leader-local, never through Raft
-        deadline = time.monotonic() + (timeout_ms or self.config.request_timeout_ms) / 1000
-
-        def left() -> float:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise _ReplicationFailed(ResponseCode.SYSTEM_ERROR, "request deadline passed")
-            return remaining
-
-        t0 = time.monotonic()
-        if not self._pipeline.acquire(timeout=max(0.0, deadline - time.monotonic())):
-            return Response.error(ResponseCode.SYSTEM_ERROR, "controller busy: request queue timeout")
-        t1 = t2 = t3 = time.monotonic()
-        try:
-            try:
-                ready = self._ensure_ready(left())
-                t2 = time.monotonic()
-                if ready is None or (term is not None and ready != term):
-                    return self._not_leader()
-                response, proposal = self._decide(request, ready)
-                t3 = time.monotonic()
-            finally:
-                self._pipeline.release()  # the next request decides while this one commits
-            if proposal is not None:
-                self._await(proposal, left())
-            t4 = time.monotonic()
-            if t4 - t0 > SLOW_REQUEST_S:
-                log.info("slow request %s took_ms=%.1f lock_ms=%.1f ready_ms=%.1f decide_ms=%.1f commit_ms=%.1f",
-                         type(request).__name__, (t4 - t0) * 1000, (t1 - t0) * 1000, (t2 - t1) * 1000,
-                         (t3 - t2) * 1000, (t4 - t3) * 1000)
-        except _ReplicationFailed as exc:
-            if not self._raft._isLeader():
-                return self._not_leader()
-            return Response.error(exc.code, exc.remark)
-        if isinstance(request, ElectMasterRequest) and response.ok and not request.is_controller_trigger:
-            self._notify(response, ElectionTrigger.of(request))  # controller triggers: trigger_elect_master
-        return response
-
-    def _decide(self, request: Any, term: int) -> tuple[Response, Proposal | None]:
-        """Pipeline lock held: decide ``request`` and propose what it needs; the answer may be
-        given once the returned proposal (if any) committed and applied here.
-
-        Writes decide on the speculation (applied state + proposals in flight); their events go
-        into one entry. A read, or a write without events, waits for a barrier entry behind
-        everything it saw (``is_process_read_event``); relaxed (false), a read decides on the
-        applied state and waits for nothing, an event-less write waits for the newest proposal
-        it saw."""
-        write = is_write(request)
-        if not write and not self.config.is_process_read_event:
-            with self._state_lock:
-                return decide(self.state, request, self._context())[0], None
-        assert self._spec.state is not None
-        with self._state_lock:  # the heartbeat table
-            response, events = decide(self._spec.state, request, self._context())
-        if events:
-            body = encode_events(events)
-            if len(body) > MAX_BATCH_BYTES:
-                return Response.error(ResponseCode.CONTROLLER_INVALID_REQUEST,
-                                      f"the request's events encode to {len(body)} bytes, over {MAX_BATCH_BYTES}"), None
-            return response, self._propose(encode_payload(term, body, self._clock_ms()), events)
-        if self.config.is_process_read_event:
-            return response, self._propose(encode_payload(term, b"", self._clock_ms()))
-        return response, self._spec.last
-
-    def _context(self) -> DecideContext:
-        now_ms = self._clock_ms()
-        alive = self._alive_override or self.heartbeats.alive_predicate(now_ms)
-        return DecideContext(alive, self.heartbeats.live_info, self.config.enable_elect_unclean_master)
 
     def heartbeat(self, request: Any) -> Response:
         """Record a broker heartbeat in this node's local liveness table (never blocks on Raft)."""
@@ -506,129 +348,6 @@ class ControllerNode:
         """The membership table with the current timeout (update-controller-config applies at once)."""
         self.consumers.timeout_ms = self.config.consumer_heartbeat_timeout_ms
         return self.consumers
-
-    def expire_heartbeats(self) -> list[tuple[str, str, int]]:
-        """Drop expired heartbeat rows; on the leader, a dead master triggers an election (5.4).
-
-        Returns the expired `(cluster_name, broker_name, broker_id)`. Call on a timer every
-        `scan_not_active_broker_interval_ms`, in a worker thread.
-        """
-        with self._state_lock:
-            expired = self.heartbeats.expire(self._clock_ms())
-        with self._consumers_lock:
-            self._consumer_table().expire(self._clock_ms())
-        if expired and self.is_leader():
-            with self._state_lock:
-                dead = [(name, bid) for _cluster, name, bid in expired if master_session_closed(self.state, name, bid)]
-            for name, broker_id in dead:
-                log.info("master inactive, electing group=%s broker_id=%d", name, broker_id)
-            if dead:
-                self.trigger_elect_masters([name for name, _ in dead])
-        return expired
-
-    def on_broker_session_closed(self, broker_name: str, broker_id: int) -> Response | None:
-        """A broker's session connection closed without a bye: its process is gone (RocketMQ's
-        ``onBrokerChannelClose``). Its heartbeat row goes now instead of at expiry, and on the ready
-        leader a group whose master it was is re-elected at once (``trigger_elect_masters``, the same
-        path as expiry), batched with the other groups whose masters' sessions closed meanwhile.
-        Returns the election's answer, or None when none was needed or another caller's batch
-        carries it. Blocks on Raft: call from a worker thread (``SessionServer`` does)."""
-        with self._state_lock:
-            self.heartbeats.remove(broker_name, broker_id)
-            elect = master_session_closed(self.state, broker_name, broker_id)
-        if not elect or not self.is_leader():
-            return None
-        log.info("master session closed, electing group=%s broker_id=%d", broker_name, broker_id)
-        return self._elect_coalesced(broker_name)
-
-    def _elect_coalesced(self, broker_name: str) -> Response | None:
-        """One batch of elections at a time: a call while a batch commits adds its group to the next
-        batch and returns None at once (the running caller elects it after its batch), so a machine
-        that held dozens of masters costs a few Raft round trips, not one per group."""
-        with self._elect_lock:
-            self._elect_pending[broker_name] = None
-            if self._electing:
-                return None
-            self._electing = True
-        answer: Response | None = None
-        try:
-            while True:
-                with self._elect_lock:
-                    names = list(self._elect_pending)
-                    self._elect_pending.clear()
-                    if not names:
-                        self._electing = False
-                        return answer
-                answer = self.trigger_elect_masters(names).get(broker_name, answer)
-        except BaseException:
-            with self._elect_lock:
-                self._electing = False
-            raise
-
-    def scan_inactive_masters(self) -> list[tuple[str, Response]]:
-        """Leader only: re-elect every set whose master is dead but some replica lives (3.3).
-
-        Call on a timer every `scan_inactive_master_interval_ms`, in a worker thread.
-        """
-        if not self.is_leader():
-            return []
-        with self._state_lock:
-            names = scan_need_reelect_broker_sets(self.state, self._context().alive)
-        return list(self.trigger_elect_masters(names).items()) if names else []
-
-    def trigger_elect_master(self, broker_name: str) -> Response:
-        """Controller-triggered election with up to `elect_master_max_retry_count` attempts (5.4)."""
-        response = Response.error(ResponseCode.CONTROLLER_NOT_LEADER, "not attempted")
-        for attempt in range(self.config.elect_master_max_retry_count):
-            response = self.handle(ElectMasterRequest.of_controller_trigger(broker_name),
-                                   self.config.elect_master_attempt_timeout_ms)
-            log.info("controller-triggered election group=%s attempt=%d code=%s", broker_name, attempt + 1,
-                     response.code.name)
-            if response.ok:
-                self._notify(response, ElectionTrigger.CONTROLLER)
-                break
-            if response.code == ResponseCode.CONTROLLER_NOT_LEADER:
-                break
-        return response
-
-    def trigger_elect_masters(self, broker_names: list[str]) -> dict[str, Response]:
-        """``trigger_elect_master`` for many groups: each attempt decides every group still without an
-        answer as one ``ElectMastersRequest`` (one Raft entry per ``MAX_ELECTIONS_PER_ENTRY``
-        groups), up to ``elect_master_max_retry_count`` attempts; each group elected is notified."""
-        answers: dict[str, Response] = {}
-        pending = list(dict.fromkeys(broker_names))
-        for attempt in range(self.config.elect_master_max_retry_count):
-            retry: list[str] = []
-            for start in range(0, len(pending), MAX_ELECTIONS_PER_ENTRY):
-                chunk = pending[start:start + MAX_ELECTIONS_PER_ENTRY]
-                started = time.monotonic()
-                batch = self.handle(ElectMastersRequest(tuple(chunk)), self.config.elect_master_attempt_timeout_ms)
-                took_ms = (time.monotonic() - started) * 1000
-                got = election_answers(batch)
-                for name in chunk:
-                    answers[name] = response = got.get(name, batch)
-                    if response.ok:
-                        self._notify(response, ElectionTrigger.CONTROLLER)
-                    elif response.code != ResponseCode.CONTROLLER_NOT_LEADER:
-                        retry.append(name)
-                log.info("controller-triggered elections groups=%d attempt=%d code=%s elected=%d took_ms=%.1f",
-                         len(chunk), attempt + 1, batch.code.name, sum(answers[n].ok for n in chunk), took_ms)
-            if not retry or any(a.code == ResponseCode.CONTROLLER_NOT_LEADER for a in answers.values()):
-                break
-            pending = retry
-        return answers
-
-    def _notify(self, response: Response, trigger: ElectionTrigger) -> None:
-        """Hand one successful election to ``on_role_changed``, once, with its live members."""
-        if self._on_role_changed is None or not self.config.notify_broker_role_changed:
-            return
-        notice = role_change_notice(response, trigger, self._context().alive)
-        if notice is None:
-            return
-        try:
-            self._on_role_changed(notice)
-        except Exception:
-            log.exception("role-change notification failed")
 
     def wait_master_change(self, broker_name: str, known_epoch: int, timeout_s: float) -> dict[str, Any]:
         """Long poll: block until this node has applied a master epoch of ``broker_name`` above
