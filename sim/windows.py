@@ -16,6 +16,9 @@ The windows (the states, not a script of any one bug):
 - ``proposal``: a serving master has a SyncStateSet report at the controller or a proposal in its
   union view -> the master's controller link is cut, the master is killed or loses power, the
   controller leader changes, or a member of the proposal is isolated;
+- ``member-down``: a member the controller's SyncStateSet counts is down (its removal is on its way)
+  -> the master is cut off from the controller or isolated, so the member may come back still
+  counted with whatever its crash left;
 - ``behind``: a live member of the controller's SyncStateSet ends before the master's confirm
   offset (it lost its tail) or has restarted since the last poll -> the master is killed, loses
   power, is isolated or cut off from the controller;
@@ -39,6 +42,7 @@ POLL_MS = 5
 WAIT_MS = 4000
 
 _AT_MASTER = ("kill", "power-loss", "isolate", "controller-cut")
+_AWAY_FROM_CONTROLLER = ("controller-cut", "isolate")
 
 
 class Windows:
@@ -99,7 +103,11 @@ class Windows:
                 continue
             counted = sim.controller.sync_state_set(group)
             for b in members:
-                if b is master or b.id not in counted or not b.up or b.store is None:
+                if b is master or b.id not in counted:
+                    continue
+                if not b.up:
+                    return "member-down", master, _AWAY_FROM_CONTROLLER, []
+                if b.store is None:
                     continue
                 if b in restarted or b.store.max_offset < master.store.confirm_offset:
                     return "behind", master, _AT_MASTER, []
