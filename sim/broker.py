@@ -219,7 +219,7 @@ class SimBroker:
         self.store = None
         self.restarts += 1
         delay = self.world.rng.randint(self.t.restart_min_ms, self.t.restart_max_ms)
-        self.world.at(delay, self.boot, what=f"{self.name} restart")
+        self.world.at(delay, self.boot, what=f"{self.name} restart", scope=self)
 
     def guard(self, fn: Callable[[], None]) -> None:
         """Run one step of this process; a crash the disk raises mid-step ends the process."""

@@ -97,7 +97,7 @@ def request(client, target: SimBroker, invoke: Callable[[Callable[[Any], None]],
         invoke(reply)
 
     if net.reachable(client.name, target.name):
-        world.at(net.delay_ms(), deliver)
+        world.at(net.delay_ms(), deliver, scope=client)   # the broker acts for the client's group
     world.at(timeout_ms, lambda: once(None), owner=client)
 
 

@@ -1,8 +1,11 @@
 """The invariants the simulator checks after every step (SIMULATION.md section 6).
 
-``check_step`` runs after every event and is cheap; ``check_logs`` reads the replicas' logs (every
-acknowledged and every read message where it must be) and runs every ``full_every`` steps and at
-the end; ``check_settled`` runs once faults are healed and the cluster settled. Offset commits are
+``check_step`` runs after every event and is cheap: it checks only the group the event may have
+changed (``World.current``: the group of its owner or scope; an event with neither, or one of the
+controller's, may change any group, and a group where the controller elected is checked too), so a
+step costs the same whatever the number of groups; ``check_logs`` reads the replicas' logs (every
+acknowledged and every read message where it must be) and runs every ``full_every`` steps, for the
+groups an election changed, and at the end; ``check_settled`` runs once faults are healed and the cluster settled. Offset commits are
 messages, so 1 covers their records; 8 folds each member's whole log at every acknowledged commit
 and with ``check_logs``; 9 runs every step where what the master would answer may have changed.
 
@@ -59,6 +62,8 @@ class Invariants:
         self._power_losses: dict[str, int] = {}
         self._exempt_until: dict[str, int] = {}
         self.producers, self.consumers = producers, consumers
+        self._producers_of = {g: [p for p in producers if p.group == g] for g in groups}
+        self._consumers_of = {g: [c for c in consumers if c.group == g] for g in groups}
         self.full_every = full_every
         self._masters: dict[tuple[str, int], int] = {}
         self._epochs: dict[tuple[str, int], tuple[int, int]] = {}   # (name, restart) -> last epoch
@@ -102,16 +107,15 @@ class Invariants:
     def _group_end(self, group: str) -> int:
         if self.oracle is not None and group in self.oracle.events:
             return self._end_after_loss(group)
-        return max([p.acked_end for p in self.producers if p.group == group] +
-                   [max(c.read_end, c.commit_end) for c in self.consumers if c.group == group] + [0])
+        return max([p.acked_end for p in self._producers_of[group]] +
+                   [max(c.read_end, c.commit_end) for c in self._consumers_of[group]] + [0])
 
     def _records(self, group: str, start: tuple[int, ...] = ()):
         """Every acknowledged, read and committed record of ``group`` (from the counts in ``start``);
         and the counts now."""
-        lists = [p.acked for p in self.producers if p.group == group]
-        for c in self.consumers:
-            if c.group == group:
-                lists += [c.read, c.committed]
+        lists = [p.acked for p in self._producers_of[group]]
+        for c in self._consumers_of[group]:
+            lists += [c.read, c.committed]
         counts = tuple(len(x) for x in lists)
         begin = start or (0,) * len(lists)
         return [r for x, i in zip(lists, begin) for r in x[i:]], counts
@@ -189,46 +193,63 @@ class Invariants:
         self._read_commits.pop(group, None)
         self._read_marks.pop(group, None)
 
+    def _touched(self) -> list[str] | dict[str, list[SimBroker]]:
+        """The groups the step that just ran may have changed (see the module docstring)."""
+        ev = self.controller.world.current
+        group = getattr(ev.actor, "group", None) if ev is not None else None
+        return [group] if group in self.groups else self.groups
+
     def check_step(self) -> None:
         self._steps += 1
         elections = self.controller.elections
-        new_elections = elections[self._seen_elections:] if self.oracle is not None else []
+        new_elections = elections[self._seen_elections:]
         self._seen_elections = len(elections)
-        for group, brokers in self.groups.items():
-            for b in brokers:
-                if b.power_losses != self._power_losses.get(b.name, 0):
-                    self._power_losses[b.name] = b.power_losses
-                    if self.async_flush:   # what was acked or read, and what it may have acked
-                        self._power_lost(group, b, brokers)
-                        self._exempt_until[b.name] = max(self._group_end(group), b.end_before_power_loss)
-                if not b.up:
-                    continue
-                if self.oracle is not None and b.store is not None:
-                    self.oracle.seen_up(b, self.durable_end)
-                m = b.machine
-                if m.is_master:
-                    key = (group, m.master_epoch)
-                    holder = self._masters.setdefault(key, b.id)
-                    if holder != b.id:
-                        raise Violation("one master per epoch", f"{group} epoch {m.master_epoch}: "
-                                        f"brokers {holder} and {b.id}")
-                pkey = (b.name, b.restarts)
-                if m.master_epoch < self._epochs.get(pkey, (m.master_epoch,))[0]:
-                    raise Violation("epochs never go back", f"{b.name}: {m.master_epoch} after "
-                                    f"{self._epochs[pkey][0]}")
-                self._epochs[pkey] = (m.master_epoch, 0)
-            if self.oracle is not None:
-                for g, _epoch, master_id in new_elections:
-                    if g == group:
-                        self._elected(group, master_id, brokers)
-                self._before[group] = self.controller.sync_state_set(group)
-            master = self._check_confirm(group, brokers)
-            self._check_ends(group, brokers)
-            self._check_commits(group, brokers, master)
-        elections = len(self.controller.elections)
-        if self._steps % self.full_every == 0 or elections != self._elections:
-            self._elections = elections
+        touched = self._touched()
+        elected = {g for g, _epoch, _master in new_elections}
+        if elected - set(touched):
+            touched = [g for g in self.groups if g in elected or g in touched]
+        for group in touched:
+            self._check_group(group, self.groups[group],
+                              [m for g, _epoch, m in new_elections if g == group] if self.oracle is not None else [])
+        if self._steps % self.full_every == 0:
+            self._elections = len(elections)
             self.check_logs()
+        elif elected:
+            self._elections = len(elections)
+            self.check_logs(sorted(elected))
+
+    def _check_group(self, group: str, brokers: list[SimBroker], elected: list[int | None]) -> None:
+        """Every per-step check of one group; ``elected``: the masters the controller elected in it
+        at this step (async flush: the oracle's election rule)."""
+        for b in brokers:
+            if b.power_losses != self._power_losses.get(b.name, 0):
+                self._power_losses[b.name] = b.power_losses
+                if self.async_flush:   # what was acked or read, and what it may have acked
+                    self._power_lost(group, b, brokers)
+                    self._exempt_until[b.name] = max(self._group_end(group), b.end_before_power_loss)
+            if not b.up:
+                continue
+            if self.oracle is not None and b.store is not None:
+                self.oracle.seen_up(b, self.durable_end)
+            m = b.machine
+            if m.is_master:
+                key = (group, m.master_epoch)
+                holder = self._masters.setdefault(key, b.id)
+                if holder != b.id:
+                    raise Violation("one master per epoch", f"{group} epoch {m.master_epoch}: "
+                                    f"brokers {holder} and {b.id}")
+            pkey = (b.name, b.restarts)
+            if m.master_epoch < self._epochs.get(pkey, (m.master_epoch,))[0]:
+                raise Violation("epochs never go back", f"{b.name}: {m.master_epoch} after "
+                                f"{self._epochs[pkey][0]}")
+            self._epochs[pkey] = (m.master_epoch, 0)
+        if self.oracle is not None:
+            for master_id in elected:
+                self._elected(group, master_id, brokers)
+            self._before[group] = self.controller.sync_state_set(group)
+        master = self._check_confirm(group, brokers)
+        self._check_ends(group, brokers)
+        self._check_commits(group, brokers, master)
 
     def _check_ends(self, group: str, brokers: list[SimBroker]) -> None:
         """Cheap form of 1 and 2 for every step: each live SyncStateSet member's log reaches past
@@ -400,16 +421,13 @@ class Invariants:
                                     f"acknowledged at {times[highest.index(highest[-1])]}")
 
     # -- logs ------------------------------------------------------------------------------------------
-    def check_logs(self) -> None:
-        acked: dict[str, list] = {}
-        for p in self.producers:
-            acked.setdefault(p.group, []).extend(p.acked)
-        for c in self.consumers:
-            acked.setdefault(c.group, []).extend(c.committed)   # a commit is a message (8)
-        read: dict[str, list] = {}
-        for c in self.consumers:
-            read.setdefault(c.group, []).extend(c.by_queue_offset.values())
-        for group, brokers in self.groups.items():
+    def check_logs(self, groups: list[str] | None = None) -> None:
+        """1, 2 (and 8) in full for ``groups`` (default: every group)."""
+        for group in self.groups if groups is None else groups:
+            brokers = self.groups[group]
+            acked = [a for p in self._producers_of[group] for a in p.acked]
+            acked += [a for c in self._consumers_of[group] for a in c.committed]   # a commit is a message (8)
+            read = [r for c in self._consumers_of[group] for r in c.by_queue_offset.values()]
             self._check_held(group, brokers)
             members = self.controller.sync_state_set(group)
             for b in brokers:
@@ -420,11 +438,11 @@ class Invariants:
                     self._found[b.name] = (key, set())
                 found = self._found[b.name][1]
                 forgiven = self._forgiven_in(group)
-                for a in acked.get(group, ()):
+                for a in acked:
                     if (a.physical_offset, a.body) not in found and not forgiven(a):
                         self._expect(b, a.physical_offset, a.body, "acknowledged message lost")
                         found.add((a.physical_offset, a.body))
-                for r in read.get(group, ()):
+                for r in read:
                     if (r.physical_offset, r.body) not in found and not forgiven(r):
                         self._expect(b, r.physical_offset, r.body, "read message disappeared")
                         found.add((r.physical_offset, r.body))

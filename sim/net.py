@@ -65,7 +65,8 @@ class Connection:
         dst = self.peer(src)
         world = self.net.world
         if not self.net.reachable(src, dst):
-            world.at(self.net.reset_delay_ms(), lambda: self.reset("link cut"), what="")
+            world.at(self.net.reset_delay_ms(), lambda: self.reset("link cut"), what="",
+                     scope=self._handlers.get(src, (None, None, None))[2])
             return
         at = max(world.now_ms + self.net.delay_ms(), self._last_at[src])
         rate = self.net.rate(src, dst)
@@ -228,7 +229,7 @@ class Network:
             world.at(self.delay_ms(), lambda: answer(value), owner=owner)
 
         if self.reachable(src, dst) and rng.random() >= self.loss:
-            world.at(self.delay_ms(), arrive)
+            world.at(self.delay_ms(), arrive, scope=owner)   # the server acts for the caller's group
         world.at(timeout_ms, lambda: answer(None), owner=owner)
 
     def signal(self, src: str, dst: str, deliver: Callable[[], None], owner: object) -> None:

@@ -5,7 +5,10 @@ ordered by (virtual time, sequence number); ``World.run`` pops them in order, ad
 and calls them. One ``random.Random(seed)`` makes every choice, so a seed replays exactly. Timers
 belong to a *generation* of their owner: a crashed node bumps its generation and every timer it
 scheduled before the crash is dropped when it comes due. The last events are kept in a bounded
-trace, printed when an invariant fails.
+trace, printed when an invariant fails. ``current`` is the event being run (or just run): its
+``owner``, or its ``scope`` when it has none (a request arriving at its server, a broker's restart),
+says whose state it may change, so the invariants check only that group after it
+(``Invariants.check_step``); an event with neither (the nemesis, a script) may change anything.
 """
 
 from __future__ import annotations
@@ -34,6 +37,12 @@ class _Event:
     owner: object
     generation: int
     what: str
+    scope: object = None     # whose state it changes when that is not its owner's (None: the owner's)
+
+    @property
+    def actor(self) -> object:
+        """The object whose state this event may change (None: anything)."""
+        return self.owner if self.scope is None else self.scope
 
 
 class World:
@@ -48,6 +57,7 @@ class World:
         self._seq = 0
         self._generations: dict[int, int] = {}
         self.trace: deque[str] = deque(maxlen=trace_len)
+        self.current: _Event | None = None
 
     # -- owners and generations (a crash invalidates an owner's pending timers) -------------------
     def generation(self, owner: object) -> int:
@@ -57,12 +67,14 @@ class World:
         self._generations[id(owner)] = self.generation(owner) + 1
 
     # -- scheduling -----------------------------------------------------------------------------
-    def at(self, delay_ms: int, fn: Callable[[], None], owner: object = None, what: str = "") -> None:
-        """Run ``fn`` ``delay_ms`` from now (unless ``owner`` crashed in between)."""
+    def at(self, delay_ms: int, fn: Callable[[], None], owner: object = None, what: str = "",
+           scope: object = None) -> None:
+        """Run ``fn`` ``delay_ms`` from now (unless ``owner`` crashed in between). ``scope``: whose
+        state ``fn`` changes, for an event without an owner (see the module docstring)."""
         assert delay_ms >= 0, delay_ms
         self._seq += 1
         heapq.heappush(self._queue, (self.now_ms + int(delay_ms), self._seq,
-                                     _Event(fn, owner, self.generation(owner), what)))
+                                     _Event(fn, owner, self.generation(owner), what, scope)))
 
     def note(self, text: str) -> None:
         self.trace.append(f"{self.now_ms:>8} {text}")
@@ -77,6 +89,7 @@ class World:
             self.steps += 1
             if ev.what:
                 self.note(ev.what)
+            self.current = ev
             ev.fn()
             if after_step is not None:
                 after_step()
