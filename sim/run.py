@@ -97,6 +97,11 @@ PROFILES: dict[str, SimConfig] = {
     # half the faults wait for a rare window (sim/windows.py): a proposal at the controller, a
     # counted member behind or just restarted, an old master back
     "windows": SimConfig(window_p=0.5, fault_gap_ms=(150, 700), max_faults=30),
+    # the controller at scale (issue 29): dozens of groups, and ``node-loss`` takes a replica of every
+    # group at once (the masters of a third of them), a third of the time with the controller leader
+    # (a lighter load per group: the controller's work grows with the groups, the data path per group not)
+    "scale": SimConfig(groups=24, faults=FAULTS + ("node-loss",), fault_gap_ms=(200, 800), max_faults=16,
+                       duration_ms=8_000, settle_ms=8_000, produce_interval_ms=100, consume_interval_ms=200),
 }
 #: async flush with overlapping faults, half of them waiting for a window (a member that lost its
 #: tail and is still counted is the window the election's ranking rules need)
@@ -130,10 +135,10 @@ def swarm(seed: int, base: SimConfig) -> SimConfig:
                                     restart_min_ms=restart_min, restart_max_ms=restart_min * rng.choice((2, 8))))
 
 
-#: The CI budget: seeds per fault mix (2,000 in all); ``tests/sim/test_simulator.py`` runs them with
+#: The CI budget: seeds per fault mix (2,006 in all); ``tests/sim/test_simulator.py`` runs them with
 #: no violation allowed, ``sim/mutants.py`` runs them against every mutant until it is caught.
 CI_BUDGET: dict[str, int] = {"default": 500, "swarm": 250, "crashes": 250, "network": 250, "load": 250,
-                             "controller": 250, "async": 250}
+                             "controller": 250, "async": 250, "scale": 6}
 
 
 @dataclass(slots=True)
@@ -274,10 +279,26 @@ class Sim:
         elif kind == "slow":
             other = rng.choice([n for n in names if n != b.name])
             self.net.slow(b.name, other, rng.randint(2, 30))
+        elif kind == "node-loss":
+            self._node_loss()
         elif kind == "heal":
             self.net.heal()
         else:
             raise ValueError(f"unknown fault {kind!r}")
+
+    def _node_loss(self) -> None:
+        """One machine dies: replica ``r`` of group ``g`` sits on node ``(g + r) % replicas``, so one
+        node holds a replica of every group. Killed (their sessions close) or, one time in four,
+        powered off; one time in three the controller leader was on it too (it dies first, so the
+        closes reach no one and the new leader's rules must find the dead masters)."""
+        rng = self.world.rng
+        node = rng.randrange(self.config.replicas)
+        mode = CrashMode.POWER_LOSS if rng.random() < 0.25 else CrashMode.KILL
+        if rng.random() < 1 / 3:
+            self.controller.change_leader()
+        self.world.note(f"node {node} lost ({mode.name})")
+        for g, members in enumerate(self.groups.values()):
+            members[(node - g) % len(members)].crash(mode)
 
     def _nemesis(self) -> None:
         if self.world.now_ms >= self.config.duration_ms or self.faults >= self.config.max_faults:

@@ -30,14 +30,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--seeds", type=int, default=100, help="how many seeds to run, from --first (default 100)")
     p.add_argument("--first", type=int, default=1, help="first seed of the range (default 1)")
     p.add_argument("--seed", type=int, default=None, help="run (replay) this one seed only")
-    p.add_argument("--groups", type=int, default=1, help="broker groups (default 1)")
+    p.add_argument("--groups", type=int, default=None, help="broker groups (default: the profile's, 1 but for scale)")
     p.add_argument("--replicas", type=int, default=3, help="replicas per group (default 3)")
     p.add_argument("--duration-ms", type=int, default=None,
                    help="simulated time with faults (default: the profile's, 12000)")
     p.add_argument("--faults", type=int, default=None,
                    help="at most this many faults per seed (default: the profile's, 12 for default, 40 for the others)")
     p.add_argument("--profile", default="default",
-                   help="fault mix: default (every kind), crashes, network, load, controller, async (default: default)")
+                   help="fault mix: default (every kind), crashes, network, load, controller, async, scale (24 groups, "
+                        "node losses), ... (default: default)")
     p.add_argument("--scenario", default=None,
                    help="run one named scenario (a scripted or pinned-seed failure schedule); 'list' lists them")
     p.add_argument("--workers", type=int, default=None,
@@ -69,7 +70,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"rocketray simulate: unknown profile {args.profile!r} (one of {', '.join(PROFILES)})", file=sys.stderr)
         return 2
     base = PROFILES[args.profile]
-    config = dataclasses.replace(base, groups=args.groups, replicas=args.replicas,
+    config = dataclasses.replace(base, groups=base.groups if args.groups is None else args.groups,
+                                 replicas=args.replicas,
                                  duration_ms=base.duration_ms if args.duration_ms is None else args.duration_ms,
                                  max_faults=base.max_faults if args.faults is None else args.faults)
     seeds = [args.seed] if args.seed is not None else range(args.first, args.first + args.seeds)
@@ -101,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
                 print(f"smallest failing config: {summary['shrunk']}")
             print(f"replay: rocketray simulate --seed {failing}"
                   + (f" --profile {args.profile}" if args.profile != "default" else "")
-                  + (f" --groups {args.groups}" if args.groups != 1 else "")
+                  + (f" --groups {args.groups}" if args.groups is not None else "")
                   + (f" --replicas {args.replicas}" if args.replicas != 3 else ""))
     return EXIT_VIOLATION if summary["violations"] else 0
 
