@@ -91,6 +91,9 @@ class Invariants:
         # group -> (offset, body) of the records an election forgave, as the live replicas held them
         # then: a replica that has not heard of the election yet may still serve them to a reader
         self._stale: dict[str, set[tuple[int, bytes]]] = {}
+        # name -> (last epoch, log end) its store recovered with after its last power loss: what the
+        # new term it asks for then carries (the controller's contains_log compares that)
+        self._recovered: dict[str, tuple[int, int] | None] = {}
         self._before: dict[str, frozenset[int]] = {}   # group -> the controller's SyncStateSet at the last step
 
     # -- after every step ---------------------------------------------------------------------------
@@ -158,13 +161,14 @@ class Invariants:
         sss = self._before.get(group, frozenset())
         now = self.controller.world.now_ms
         hb = self.controller.heartbeats
-        last, end = master.store.epoch_file.last_epoch(), master.store.max_offset
+        recovered = self._recovered.get(master.name)
+        last, end = recovered or (master.store.epoch_file.last_epoch(), master.store.max_offset)
 
         def electable(b: SimBroker) -> bool:
             if b is master or not hb.is_alive(group, b.id, now):
                 return False
-            # a SyncStateSet member, or a live replica whose log contains the restarted master's (the
-            # new term a restarted broker asks for considers it: controller.election.contains_log)
+            # a SyncStateSet member, or a live replica whose log contains the restarted master's as it
+            # recovered (the new term a restarted broker asks for considers it: contains_log)
             return b.id in sss or (b.up and b.store is not None and b.store.epoch_file.last_epoch() == last
                                    and b.store.max_offset > end)
         f = self.oracle.elected(group, master, [b for b in brokers if electable(b)], now)
@@ -227,10 +231,13 @@ class Invariants:
                 if self.async_flush:   # what was acked or read, and what it may have acked
                     self._power_lost(group, b, brokers)
                     self._exempt_until[b.name] = max(self._group_end(group), b.end_before_power_loss)
+                    self._recovered[b.name] = None
             if not b.up:
                 continue
             if self.oracle is not None and b.store is not None:
                 self.oracle.seen_up(b, self.durable_end)
+                if b.name in self._recovered and self._recovered[b.name] is None:
+                    self._recovered[b.name] = (b.store.epoch_file.last_epoch(), b.store.max_offset)
             m = b.machine
             if m.is_master:
                 key = (group, m.master_epoch)
