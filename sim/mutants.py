@@ -116,6 +116,22 @@ def _shrink_from_confirmed(_original):
     return maybe_shrink
 
 
+def _expand_on_any_ack(_original):
+    def acked(self, key, event, confirm_offset_now, epoch_start):
+        self._ack_of[key] = max(self._ack_of[key], event.offset)
+        if event.caught_up_ms is not None:
+            self.tracker.update_caught_up(event.slave_id, event.caught_up_ms)
+        return self.tracker.maybe_expand(event.slave_id, event.offset, 0, 0)    # no catch-up required
+    return acked
+
+
+def _vetting_admits_all(_original):
+    def in_flight(self, proposal, confirm_offset, epoch_start):
+        result = frozenset(proposal) | {self.self_id}
+        return None if result == self.tracker.local else self.tracker.mark_in_flight(result)
+    return in_flight
+
+
 def _confirmation_drops_all(_original):
     def set_sync_state_set(self, ids):
         ids = frozenset(ids)
@@ -391,6 +407,11 @@ ALL_MUTANTS: dict[str, Mutant] = {m.name: m for m in [
     Mutant("union-view-ignores-pending", "sync-state-set",
            "the master counts only the confirmed SyncStateSet, not the proposals in flight",
            (("rocketray.ha.sync_state:union_view", lambda _o: (lambda confirmed, pending=(): frozenset(confirmed))),)),
+    Mutant("expand-before-caught-up", "sync-state-set",
+           "a slave is proposed for the SyncStateSet on any ack, caught up to the confirm offset or not (the "
+           "expand rule and the report vetting that re-checks it)",
+           (("rocketray.ha.master:MasterReplication.acked", _expand_on_any_ack),
+            ("rocketray.ha.master:MasterReplication.in_flight", _vetting_admits_all))),
     Mutant("confirmation-drops-every-proposal", "sync-state-set",
            "a confirmed SyncStateSet drops every pending proposal from the union view, not only those it answered",
            (("rocketray.ha.sync_state:SyncStateTracker.set_sync_state_set", _confirmation_drops_all),),
