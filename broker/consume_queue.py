@@ -60,7 +60,7 @@ def name_needs_sync(created: bool) -> bool:
     process killed after creating the file and before fsyncing its directory leaves the name in the
     page cache, where the next process sees it; only a power loss shows it was never durable, and
     by then checkpoints had recorded a dispatched offset past entries that are gone (simulator
-    ``async-overlap`` seed 55, scenario ``queue-name-created-before-a-kill``)."""
+    ``async-overlap`` seeds 55 and 70; ``tests/broker/test_queue_name_durable.py``)."""
     return True
 
 

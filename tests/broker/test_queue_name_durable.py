@@ -2,7 +2,7 @@
 process sees the name (a kill keeps the page cache) but must not trust it to be durable. Its
 checkpoints vouch for the queue's entries, so it fsyncs the directory before the first one; else a
 later power loss drops the name and the queue restarts past entries the log still holds (simulator
-``async-overlap`` seed 55, scenario ``queue-name-created-before-a-kill``). Real store over the
+``async-overlap`` seeds 55 and 70). Real store over the
 simulated disk, which drops each unsynced directory operation or keeps it, by its seed."""
 
 from __future__ import annotations
