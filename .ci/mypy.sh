@@ -16,6 +16,7 @@ MODULES=(
     rocketray.controller.api rocketray.controller.codes rocketray.controller.config rocketray.controller.decide
     rocketray.controller.election rocketray.controller.events rocketray.controller.heartbeat
     rocketray.controller.state rocketray.controller.session rocketray.controller.topics rocketray.controller.consumers
+    rocketray.controller.headers rocketray.controller.limits rocketray.controller.leadership rocketray.controller.notify
     rocketray.ha.protocol rocketray.ha.session rocketray.ha.truncation rocketray.ha.sync_state
     rocketray.snapshot.format
     rocketray.broker.message rocketray.broker.role rocketray.broker.role_io rocketray.broker.offsets rocketray.broker.pull

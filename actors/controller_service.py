@@ -28,6 +28,8 @@ from rocketray.spec import ClusterSpec
 from rocketray.controller.api import (AlterSyncStateSetRequest, CleanBrokerDataRequest, ConsumerHeartbeatRequest,
                                       CreateTopicRequest, DeleteTopicRequest, ElectMasterRequest, Response)
 from rocketray.controller.codes import ResponseCode
+from rocketray.controller.headers import (AlterSyncStateSetResponseHeader, ControllerConfigResponseHeader,
+                                          CreateTopicResponseHeader, ElectMasterResponseHeader)
 from rocketray.controller.leadership import LeaderStatus
 from rocketray.controller.node import ControllerNode
 from rocketray.controller.session import LeaderSessionGrace, masters_without_session
@@ -117,23 +119,24 @@ class ControllerService:
             log.info("sync state set change group=%s broker_id=%d epoch=%d sync_state_set=%s sss_epoch=%s code=%s",
                      request.broker_name, request.master_broker_id, request.master_epoch,
                      ";".join(str(i) for i in sorted(request.new_sync_state_set)),
-                     response.header.get("new_sync_state_set_epoch"), response.code.name)
+                     response.header.new_sync_state_set_epoch
+                     if isinstance(response.header, AlterSyncStateSetResponseHeader) else None, response.code.name)
         elif isinstance(request, CleanBrokerDataRequest) and response.code != ResponseCode.CONTROLLER_NOT_LEADER:
             log.info("clean broker data group=%s broker_ids=%s clean_living=%s code=%s", request.broker_name,
                      request.broker_controller_ids_to_clean, request.clean_living_broker, response.code.name)
         elif isinstance(request, (CreateTopicRequest, DeleteTopicRequest)) \
                 and response.code != ResponseCode.CONTROLLER_NOT_LEADER:
-            queues = response.header.get("queues")
+            route = response.header if isinstance(response.header, CreateTopicResponseHeader) else None
             log.info("%s topic=%s queues=%s created=%s code=%s remark=%s",
                      "create topic" if isinstance(request, CreateTopicRequest) else "delete topic", request.topic,
-                     None if queues is None else len(queues), response.header.get("created"),
+                     None if route is None else len(route.queues), None if route is None else route.created,
                      response.code.name, response.remark)
         return response
 
     def get_config(self) -> Response:
         """GET_CONTROLLER_CONFIG: this node's configuration (reference 6.1), ``body["config"]``."""
         view = config_update.config_view(self._node.config, self._spec.controllers[self._index].store_dir)
-        return Response(ResponseCode.SUCCESS, {"address": self._node.self_address}, {"config": view})
+        return Response(ResponseCode.SUCCESS, ControllerConfigResponseHeader(self._node.self_address), {"config": view})
 
     def update_config(self, key: str, value: str) -> Response:
         """UPDATE_CONTROLLER_CONFIG of one key on this node; persisted so a restart keeps it."""
@@ -142,7 +145,7 @@ class ControllerService:
                 new, name, typed = config_update.apply_update(self._node.config, key, value)
             except config_update.ConfigUpdateError as exc:
                 log.info("controller config update refused key=%s code=%s remark=%s", key, exc.code.name, exc.remark)
-                return Response.error(exc.code, exc.remark, {"address": self._node.self_address})
+                return Response.error(exc.code, exc.remark, ControllerConfigResponseHeader(self._node.self_address))
             updates = dict(self._updates, **{name: typed})
             try:
                 config_update.save_properties(self._properties, updates)
@@ -153,7 +156,7 @@ class ControllerService:
         live = name in config_update.LIVE_KEYS
         log.info("controller config updated key=%s value=%s applies=%s controller=%d", name, typed,
                  "now" if live else "after restart", self._index)
-        return Response(ResponseCode.SUCCESS, {"address": self._node.self_address},
+        return Response(ResponseCode.SUCCESS, ControllerConfigResponseHeader(self._node.self_address),
                         {"key": name, "value": typed, "applies": "now" if live else "after restart"})
 
     @ray.method(concurrency_group=NONBLOCKING_GROUP)
@@ -317,10 +320,12 @@ class ControllerService:
     def _log_election(self, group: str, trigger: str, broker_id: int, response: Response) -> None:
         if response.code == ResponseCode.CONTROLLER_NOT_LEADER:
             return
-        header = response.header or {}
+        header = response.header
+        if not isinstance(header, ElectMasterResponseHeader):
+            header = ElectMasterResponseHeader()
         log.info("election group=%s trigger=%s requested_broker_id=%d broker_id=%s epoch=%s sss_epoch=%s code=%s",
-                 group, trigger, broker_id, header.get("master_broker_id"), header.get("master_epoch"),
-                 header.get("sync_state_set_epoch"), response.code.name)
+                 group, trigger, broker_id, header.master_broker_id, header.master_epoch,
+                 header.sync_state_set_epoch, response.code.name)
         self._metrics.election(group, trigger, response.code.name)
 
     def _on_role_changed(self, notice: RoleChangeNotice) -> None:

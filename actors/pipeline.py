@@ -46,9 +46,10 @@ def kill_master_and_time(cluster: Cluster, workload: Workload, group: str) -> tu
 def master_view(cluster: Cluster, group: str) -> tuple[int | None, int | None]:
     """(master replica, master epoch) of ``group`` as the controller leader sees it now."""
     resp = cluster.call_controller(GetReplicaInfoRequest(broker_name=group), timeout_s=10.0)
-    header = (resp.header or {}) if resp.ok else {}
-    b = cluster.spec.broker_by_ha_address(header.get("master_address") or "")
-    return (None if b is None else b.replica), header.get("master_epoch")
+    if not resp.ok:
+        return None, None
+    b = cluster.spec.broker_by_ha_address(resp.header.master_address or "")
+    return (None if b is None else b.replica), resp.header.master_epoch
 
 
 def first_ack_after_kill(cluster: Cluster, workload: Workload, group: str, old: int, epoch: int | None,

@@ -44,8 +44,8 @@ def run_core(state: ControllerState, names: list[str]) -> float:
         for event in events:
             state.apply(event)
         header = resp.header
-        req = AlterSyncStateSetRequest(name, header["master_broker_id"], header["master_epoch"],
-                                       frozenset({2, 3}), header["sync_state_set_epoch"])
+        req = AlterSyncStateSetRequest(name, header.master_broker_id, header.master_epoch,
+                                       frozenset({2, 3}), header.sync_state_set_epoch)
         resp, events = decide_alter_sync_state_set(state, req, alive)
         for event in events:
             state.apply(event)

@@ -111,7 +111,7 @@ class ElectionClock:
 
         from rocketray.controller.api import GetReplicaInfoRequest
 
-        epoch = cluster.call_controller(GetReplicaInfoRequest(broker_name=GROUP), timeout_s=10.0).header["master_epoch"]
+        epoch = cluster.call_controller(GetReplicaInfoRequest(broker_name=GROUP), timeout_s=10.0).header.master_epoch
         refs = [cluster.controller(c.index).watch_master.remote(GROUP, epoch, 60) for c in cluster.spec.controllers]
         self.t0 = time.monotonic()
         self._at: list[float] = []

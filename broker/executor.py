@@ -35,6 +35,7 @@ from rocketray.broker import role as rm
 from rocketray.broker.role import MasterInfo, RoleMachine, StoreFacts
 from rocketray.controller.api import (AlterSyncStateSetRequest, BrokerHeartbeatRequest, ElectMasterRequest,
                                       GetReplicaInfoRequest, RegisterBrokerRequest, Response)
+from rocketray.controller.headers import AlterSyncStateSetResponseHeader
 from rocketray.controller.codes import ResponseCode
 from rocketray.ha.port import HAPort
 from rocketray.schema import INT_MAX
@@ -155,9 +156,11 @@ def report_answer(sent: rm.ReportSyncStateSet, resp: Response | None) -> rm.Repo
     if not resp.ok:
         return rm.ReportAnswered(rm.ReportOutcome.REFUSED)
     body = resp.body or {}
-    return rm.ReportAnswered(rm.ReportOutcome.CONFIRMED,
-                             frozenset(body.get("sync_state_set") or sent.proposal),
-                             int(body.get("sync_state_set_epoch", resp.header.get("new_sync_state_set_epoch", 0))))
+    epoch = body.get("sync_state_set_epoch")
+    if epoch is None and isinstance(resp.header, AlterSyncStateSetResponseHeader):
+        epoch = resp.header.new_sync_state_set_epoch
+    return rm.ReportAnswered(rm.ReportOutcome.CONFIRMED, frozenset(body.get("sync_state_set") or sent.proposal),
+                             int(epoch or 0))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -162,7 +162,7 @@ class Registrar:
         if not resp.ok:
             log.warning("get next broker id failed: group=%s code=%s %s", self.broker_name, resp.code, resp.remark)
             return False
-        next_id = int(resp.header["next_broker_id"])
+        next_id = resp.header.next_broker_id
         check_code = f"{self.broker_address};{self.now_ms()}"
         try:
             self.files.save_temp(TempIdentity(self.cluster_name, self.broker_name, next_id, check_code))

@@ -47,6 +47,7 @@ from rocketray.broker.replicas_model import (ControllerCallError, ControllerClie
 from rocketray.broker.role import MasterInfo, RoleMachine, StoreFacts
 from rocketray.controller.api import BrokerHeartbeatRequest, Response
 from rocketray.controller.codes import ResponseCode
+from rocketray.controller.headers import NotLeaderResponseHeader
 from rocketray.ha.port import HAPort
 
 __all__ = ["ControllerCallError", "ControllerClient", "EpochFileView", "HAPort", "ReplicasManager",
@@ -234,7 +235,7 @@ class ReplicasManager:
                 raise
             if resp.code != ResponseCode.CONTROLLER_NOT_LEADER:
                 return resp
-            hint = resp.header.get("leader_address")
+            hint = resp.header.leader_address if isinstance(resp.header, NotLeaderResponseHeader) else None
             if not hint or hint == self.controller_leader_address:
                 self.controller_leader_address = None
                 return resp

@@ -58,7 +58,7 @@ class Nemesis:
     def master_of(self, group: str) -> int | None:
         try:
             resp = self.cluster.call_controller(GetReplicaInfoRequest(broker_name=group), timeout_s=3.0)
-            address = (resp.header or {}).get("master_address") if resp.ok else None
+            address = resp.header.master_address if resp.ok else None
             b = self.cluster.spec.broker_by_ha_address(address) if address else None
             if b is not None:
                 return b.replica

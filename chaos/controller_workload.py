@@ -19,6 +19,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rocketray.controller.headers import (NO_HEADER, HeaderCodecError, NotLeaderResponseHeader, ResponseHeader,
+                                          header_from_fields)
 from rocketray.controller.proc_wire import NOT_LEADER, Lost, NodeClient, NotSent
 from rocketray.verify.controller_model import op_args, output_of
 from rocketray.verify.linearizability import (AlterInput, AlterOutput, ElectInput, ElectOutput, GroupState,
@@ -55,6 +57,11 @@ class Recorder:
     def claim(self, term: int, node: int) -> None:
         with self.lock:
             self.leader_claims[term].add(node)
+
+
+def header_of(reply: dict[str, Any]) -> ResponseHeader:
+    """A node's answer's typed header (``controller/proc.py``); HeaderCodecError if malformed."""
+    return header_from_fields(reply.get("header_type"), reply.get("header"))
 
 
 def classify(f: str, reply: dict[str, Any]) -> Outcome:
@@ -112,16 +119,20 @@ class Client(threading.Thread):
         node = self.target
         start_ns, start_ms = time.monotonic_ns(), int(time.time() * 1000)
         reply: dict[str, Any] | None = None
+        header: ResponseHeader = NO_HEADER
         error = None
         try:
             reply = self._client(node).call("request", op_args(f, group, inp), self.cfg.client_timeout_s)
+            header = header_of(reply)
             outcome = classify(f, reply)
         except NotSent as exc:
             outcome, error = Outcome.FAILED, f"not sent: {exc}"
         except (Lost, RuntimeError) as exc:
             outcome, error = Outcome.UNKNOWN, f"lost: {exc}"
+        except HeaderCodecError as exc:   # a malformed answer: as if none came back
+            reply, outcome, error = None, Outcome.UNKNOWN, f"bad answer: {exc}"
         end_ns = time.monotonic_ns()
-        output = output_of(f, reply["code"], reply["header"], reply["body"]) if reply else None
+        output = output_of(f, reply["code"], header, reply["body"]) if reply else None
         if reply is not None and int(reply["code"]) == 0 and f in WRITES and reply["term_before"] == reply["term_after"]:
             self.cluster.recorder.claim(int(reply["term_before"]), node)
         self.cluster.recorder.op({
@@ -131,15 +142,17 @@ class Client(threading.Thread):
             "start_ms": start_ms, "end_ms": int(time.time() * 1000), "node": node,
             "code": None if reply is None else int(reply["code"]), "error": error or (reply or {}).get("remark") or None,
             "term": None if reply is None else reply.get("term_after"), "_inp": inp, "_out": output})
-        self._learn(group, f, outcome, output, reply)
+        self._learn(group, f, outcome, output, reply, header)
 
-    def _learn(self, group: str, f: str, outcome: Outcome, output: Any, reply: dict[str, Any] | None) -> None:
+    def _learn(self, group: str, f: str, outcome: Outcome, output: Any, reply: dict[str, Any] | None,
+               header: ResponseHeader) -> None:
         if f == "read" and outcome == Outcome.OK and output.code == 0:
             self.known[group] = GroupState(output.master, output.master_epoch, frozenset(output.sss), output.sss_epoch)
         elif f in WRITES:
             self.known[group] = None
         if reply is None or outcome != Outcome.OK or int(reply["code"]) == NOT_LEADER:
-            hinted = self.cluster.topology.node_of((reply or {}).get("header", {}).get("leader_address"))
+            hint = header.leader_address if isinstance(header, NotLeaderResponseHeader) else None
+            hinted = self.cluster.topology.node_of(hint)
             self.target = hinted if hinted is not None and hinted != self.target else \
                 (self.target + 1) % self.cfg.nodes
 
@@ -162,11 +175,12 @@ def final_reads(cluster: ProxiedControllers, recorder: Recorder, groups: list[st
             start_ns, start_ms = time.monotonic_ns(), int(time.time() * 1000)
             try:
                 reply = cluster.call(leader, "request", op_args("read", group, None), timeout_s=5.0)
-            except (NotSent, Lost):
+                header = header_of(reply)
+            except (NotSent, Lost, HeaderCodecError):
                 continue
             if classify("read", reply) != Outcome.OK:
                 continue
-            output = output_of("read", reply["code"], reply["header"], reply["body"])
+            output = output_of("read", reply["code"], header, reply["body"])
             recorder.op({"process": process, "key": group, "f": "read", "input": None, "output": jsonable(output),
                          "outcome": Outcome.OK, "start_ns": start_ns - t0_ns, "end_ns": time.monotonic_ns() - t0_ns,
                          "start_ms": start_ms, "end_ms": int(time.time() * 1000), "node": leader,

@@ -46,7 +46,8 @@ class Admin:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _call(self, request: Any, what: str) -> dict:
+    def _call(self, request: Any, what: str) -> Any:
+        """The answer's typed header (``rocketray.controller.headers``), or the matching error."""
         try:
             response = self._transport.call_controller(request, timeout_s=self._timeout_s)
         except Exception as exc:  # noqa: BLE001 - no controller answered in time
@@ -69,7 +70,7 @@ class Admin:
 
     def list_topics(self) -> dict[str, int]:
         """Every topic and its number of queues."""
-        return dict(sorted(self._call(ListTopicsRequest(), "list topics").get("topics", {}).items()))
+        return dict(sorted(self._call(ListTopicsRequest(), "list topics").counts().items()))
 
     def consumer_progress(self, group: str) -> list[QueueProgress]:
         """Per queue ``group`` has committed: committed offset, max offset and lag, asked of each

@@ -213,7 +213,7 @@ class Consumer:
         if not resp.ok:
             log.info("consumer %s: heartbeat refused: %s %s", self.client_id, resp.code.name, resp.remark)
             return
-        members = tuple(sorted(resp.header.get("members", ())))
+        members = tuple(sorted(resp.header.members))
         with self._lock:
             if members != self._members:
                 self._members = members

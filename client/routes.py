@@ -10,6 +10,7 @@ from rocketray.client.transport import Transport
 from rocketray.client.types import QueueRoute, TopicRoute
 from rocketray.controller.api import GetTopicRouteRequest, Response
 from rocketray.controller.codes import ResponseCode, is_retriable
+from rocketray.controller.headers import CreateTopicResponseHeader, ResponseHeader, TopicRouteResponseHeader
 
 __all__ = ["Routes", "raise_for", "route_from_header"]
 
@@ -21,13 +22,16 @@ def raise_for(response: Response, what: str) -> Response:
     if response.ok:
         return response
     if response.code == ResponseCode.TOPIC_NOT_EXIST:
-        raise TopicNotFound(str(response.header.get("topic") or what))
+        raise TopicNotFound(what)
     raise AdminError(f"{what}: {response.code.name} ({int(response.code)}): {response.remark}",
                      retriable=is_retriable(response.code), code=response.code.name)
 
 
-def route_from_header(header: dict) -> TopicRoute:
-    return TopicRoute(header["topic"], tuple(QueueRoute(int(q), str(g)) for q, g in sorted(header["queues"])))
+def route_from_header(header: ResponseHeader) -> TopicRoute:
+    """The route a GetTopicRoute or CreateTopic answer names (ClientError for any other header)."""
+    if not isinstance(header, (TopicRouteResponseHeader, CreateTopicResponseHeader)):
+        raise ClientError(f"a topic route answer with a {type(header).__name__}", code="UNEXPECTED_ANSWER")
+    return TopicRoute(header.topic, tuple(QueueRoute(int(q), str(g)) for q, g in sorted(header.queues)))
 
 
 class Routes:

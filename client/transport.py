@@ -126,12 +126,12 @@ class RayTransport:
     def _lookup_master(self, group: str) -> int | None:
         try:
             resp = self.cluster.call_controller(GetReplicaInfoRequest(broker_name=group), timeout_s=3.0)
-            address = (resp.header or {}).get("master_address") if resp.ok else None
+            address = resp.header.master_address if resp.ok else None
             if address:
                 b = self.cluster.spec.broker_by_ha_address(address)
                 if b is not None:
                     with self._lock:    # a watch armed from here waits for a *newer* master
-                        epoch = int(resp.header.get("master_epoch", -1))
+                        epoch = resp.header.master_epoch
                         self._epochs[group] = max(self._epochs.get(group, -1), epoch)
                     return b.replica
         except Exception:  # noqa: BLE001 - fall back to asking the replicas

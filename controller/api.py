@@ -10,10 +10,13 @@ the controller holds the topic table, see docs/controller.md).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Union
 
 from rocketray.controller.codes import ResponseCode
+from rocketray.controller.headers import (HEADER_TYPES, NO_HEADER, ElectMasterResponseHeader,
+                                          GetReplicaInfoResponseHeader, RegisterBrokerToControllerResponseHeader,
+                                          ResponseHeader)
 
 INT32_MAX = 2**31 - 1
 
@@ -189,20 +192,26 @@ Request = Union[
 
 @dataclass(frozen=True, slots=True)
 class Response:
-    """The answer to one request: a code, a header map (snake_case keys), an optional body."""
+    """The answer to one request: a code, the request kind's typed header
+    (``rocketray.controller.headers``; ``NO_HEADER`` when it has none), an optional body, a remark."""
 
     code: ResponseCode
-    header: dict[str, Any] = field(default_factory=dict)
+    header: ResponseHeader = NO_HEADER
     body: dict[str, Any] | None = None
     remark: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.header, HEADER_TYPES):
+            raise TypeError(f"a Response header is a typed header (controller/headers.py), "
+                            f"not {type(self.header).__name__}")
 
     @property
     def ok(self) -> bool:
         return self.code == ResponseCode.SUCCESS
 
     @classmethod
-    def error(cls, code: ResponseCode, remark: str, header: dict[str, Any] | None = None) -> Response:
-        return cls(code, dict(header or {}), None, remark)
+    def error(cls, code: ResponseCode, remark: str, header: ResponseHeader = NO_HEADER) -> Response:
+        return cls(code, header, None, remark)
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,12 +233,14 @@ class MasterInfo:
 
     @classmethod
     def from_response(cls, resp: Response) -> MasterInfo:
-        """From a register, elect or replica-info answer: header (master_*) and body (sync_state_set*)."""
-        header, body = resp.header or {}, resp.body or {}
+        """From a register, elect or replica-info answer: its header (master_*) and body
+        (sync_state_set*); an answer with another header names no master (epoch 0)."""
+        header, body = resp.header, resp.body or {}
+        if not isinstance(header, (RegisterBrokerToControllerResponseHeader, ElectMasterResponseHeader,
+                                   GetReplicaInfoResponseHeader)):
+            return cls(None, None, 0)
         sss_epoch = body.get("sync_state_set_epoch")
-        if sss_epoch is None:
-            sss_epoch = header.get("sync_state_set_epoch")
-        master_id = header.get("master_broker_id")
-        return cls(None if master_id is None else int(master_id), header.get("master_address") or None,
-                   int(header.get("master_epoch") or 0), int(sss_epoch or 0),
-                   frozenset(int(i) for i in body.get("sync_state_set") or ()))
+        if sss_epoch is None and not isinstance(header, GetReplicaInfoResponseHeader):
+            sss_epoch = header.sync_state_set_epoch
+        return cls(header.master_broker_id, header.master_address or None, header.master_epoch or 0,
+                   int(sss_epoch or 0), frozenset(int(i) for i in body.get("sync_state_set") or ()))

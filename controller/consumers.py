@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from rocketray.controller.api import ConsumerHeartbeatRequest, Response
 from rocketray.controller.codes import ResponseCode
+from rocketray.controller.headers import ConsumerHeartbeatResponseHeader
 from rocketray.controller.limits import check_request_limits
 from rocketray.controller.topics import topic_name_problem
 
@@ -105,7 +106,7 @@ class ConsumerGroups:
             self._groups[req.group] = members
         if not members:
             self._groups.pop(req.group, None)
-        return Response(ResponseCode.SUCCESS, {"group": req.group, "members": sorted(members)})
+        return Response(ResponseCode.SUCCESS, ConsumerHeartbeatResponseHeader(req.group, tuple(sorted(members))))
 
     def members(self, group: str, now_ms: int) -> list[str]:
         """Sorted client ids of the live members of ``group`` at ``now_ms``."""

@@ -39,6 +39,10 @@ from rocketray.controller.api import (AlterSyncStateSetRequest, ApplyBrokerIdReq
                             ListTopicsRequest, RegisterBrokerRequest, Response)
 from rocketray.controller.codes import ResponseCode as C
 from rocketray.controller.election import contains_log, elect, rank_key
+from rocketray.controller.headers import (NO_HEADER, AlterSyncStateSetResponseHeader, ApplyBrokerIdResponseHeader,
+                                          ElectMasterResponseHeader, ElectMastersResponseHeader,
+                                          GetNextBrokerIdResponseHeader, GetReplicaInfoResponseHeader,
+                                          RegisterBrokerToControllerResponseHeader)
 from rocketray.controller.events import (AlterSyncStateSetEvent, ApplyBrokerIdEvent, CleanBrokerDataEvent,
                                ElectMasterEvent, Event, UpdateBrokerAddressEvent)
 from rocketray.controller.heartbeat import BrokerLiveInfo, HeartbeatTable
@@ -78,13 +82,12 @@ def decide_get_next_broker_id(state: ControllerState, req: GetNextBrokerIdReques
     """Next id to apply for: 1 for an unknown set, else adds + 1 (Q5 KEPT: ids never reused)."""
     replica = state.replica_info.get(req.broker_name) if state.contains(req.broker_name) else None
     next_id = FIRST_BROKER_CONTROLLER_ID if replica is None else replica.next_assign_broker_id
-    header = {"cluster_name": req.cluster_name, "broker_name": req.broker_name, "next_broker_id": next_id}
-    return Response(C.SUCCESS, header), []
+    return Response(C.SUCCESS, GetNextBrokerIdResponseHeader(req.cluster_name, req.broker_name, next_id)), []
 
 
 def decide_apply_broker_id(state: ControllerState, req: ApplyBrokerIdRequest) -> Decision:
     """Claim an id; idempotent when re-applied with the same register check code."""
-    header = {"cluster_name": req.cluster_name, "broker_name": req.broker_name}
+    header = ApplyBrokerIdResponseHeader(req.cluster_name, req.broker_name)
     address = req.register_check_code.split(";", 1)[0]
     event = ApplyBrokerIdEvent(req.cluster_name, req.broker_name, address, req.register_check_code,
                                req.applied_broker_id)
@@ -126,17 +129,11 @@ def decide_register_broker(state: ControllerState, req: RegisterBrokerRequest, a
     replica, sync = state.replica_info[name], state.sync_state[name]
     master = sync.master_broker_id
     master_alive = master is not None and alive(name, master)
-    header = {"cluster_name": req.cluster_name, "broker_name": name,
-              "master_broker_id": master if master_alive else None,
-              "master_address": replica.address_of(master) if master_alive else None,
-              "master_epoch": sync.master_epoch if master_alive else None,
-              "sync_state_set_epoch": sync.sync_state_set_epoch if master_alive else None}
+    header = RegisterBrokerToControllerResponseHeader(req.cluster_name, name)
+    if master_alive:
+        header = RegisterBrokerToControllerResponseHeader(req.cluster_name, name, master, replica.address_of(master),
+                                                          sync.master_epoch, sync.sync_state_set_epoch)
     return Response(C.SUCCESS, header, _sss_body(sync.sync_state_set, sync.sync_state_set_epoch)), events
-
-
-def _null_master_header() -> dict[str, Any]:
-    return {"master_broker_id": None, "master_address": None, "master_epoch": None,
-            "sync_state_set_epoch": None}
 
 
 def decide_elect_master(state: ControllerState, req: ElectMasterRequest, ctx: DecideContext) -> Decision:
@@ -166,14 +163,14 @@ def decide_elect_master(state: ControllerState, req: ElectMasterRequest, ctx: De
                     req.broker_id if req.designate_elect else None,
                     lambda i: ctx.alive(name, i), None if getter is None else (lambda i: getter(name, i)))
     if new is not None and new == old and not renewing:
-        header = {"master_broker_id": old, "master_address": replica.address_of(old),
-                  "master_epoch": sync.master_epoch, "sync_state_set_epoch": sync.sync_state_set_epoch}
+        header = ElectMasterResponseHeader(old, replica.address_of(old), sync.master_epoch,
+                                           sync.sync_state_set_epoch)
         remark = f"The old master {old} is still alive, not need to elect new master for broker {name}"
         body = _sss_body(sync.sync_state_set, sync.sync_state_set_epoch)
         return Response(C.CONTROLLER_MASTER_STILL_EXIST, header, body, remark), []
     if new is not None:
-        header = {"master_broker_id": new, "master_address": replica.address_of(new),
-                  "master_epoch": sync.master_epoch + 1, "sync_state_set_epoch": sync.sync_state_set_epoch + 1}
+        header = ElectMasterResponseHeader(new, replica.address_of(new), sync.master_epoch + 1,
+                                           sync.sync_state_set_epoch + 1)
         body = _sss_body({new}, sync.sync_state_set_epoch + 1)
         body["broker_member_group"] = {
             "cluster": replica.cluster_name, "broker_name": name,
@@ -182,12 +179,12 @@ def decide_elect_master(state: ControllerState, req: ElectMasterRequest, ctx: De
     if req.is_controller_trigger:
         remark = "Old master has down and failed to elect a new broker master"
         if old is None:  # Q2 FIXED: nothing to demote, do not bump the epoch again
-            return Response.error(C.CONTROLLER_MASTER_NOT_AVAILABLE, remark, _null_master_header()), []
-        header = {**_null_master_header(), "master_epoch": sync.master_epoch + 1}
+            return Response.error(C.CONTROLLER_MASTER_NOT_AVAILABLE, remark, ElectMasterResponseHeader()), []
+        header = ElectMasterResponseHeader(master_epoch=sync.master_epoch + 1)
         return Response.error(C.CONTROLLER_MASTER_NOT_AVAILABLE, remark, header), \
             [ElectMasterEvent(False, name, None)]
     return Response.error(C.CONTROLLER_ELECT_MASTER_FAILED, "Failed to elect a new master",
-                          _null_master_header()), []
+                          ElectMasterResponseHeader()), []
 
 
 def decide_elect_masters(state: ControllerState, req: ElectMastersRequest, ctx: DecideContext) -> Decision:
@@ -202,7 +199,7 @@ def decide_elect_masters(state: ControllerState, req: ElectMastersRequest, ctx: 
         response, more = decide_elect_master(state, ElectMasterRequest.of_controller_trigger(name), ctx)
         rows.append([name, int(response.code), response.header, response.body, response.remark])
         events.extend(more)
-    return Response(C.SUCCESS, {"elections": len(rows)}, {"elections": rows}), events
+    return Response(C.SUCCESS, ElectMastersResponseHeader(len(rows)), {"elections": rows}), events
 
 
 def election_answers(response: Response) -> dict[str, Response]:
@@ -288,7 +285,7 @@ def decide_alter_sync_state_set(state: ControllerState, req: AlterSyncStateSetRe
             f"Rejecting alter syncStateSet request because the newSyncStateSet don't contains origin "
             f"leader {sync.master_broker_id}")), []
     new_epoch = sync.sync_state_set_epoch + 1
-    return (Response(C.SUCCESS, {"new_sync_state_set_epoch": new_epoch}, _sss_body(new_set, new_epoch)),
+    return (Response(C.SUCCESS, AlterSyncStateSetResponseHeader(new_epoch), _sss_body(new_set, new_epoch)),
             [AlterSyncStateSetEvent(name, new_set)])
 
 
@@ -298,9 +295,8 @@ def decide_get_replica_info(state: ControllerState, req: GetReplicaInfoRequest) 
     if not state.contains(name):
         return Response.error(C.CONTROLLER_BROKER_METADATA_NOT_EXIST, "Broker metadata is not existed"), []
     replica, sync = state.replica_info[name], state.sync_state[name]
-    header = {"master_broker_id": sync.master_broker_id,
-              "master_address": replica.address_of(sync.master_broker_id),
-              "master_epoch": sync.master_epoch}
+    header = GetReplicaInfoResponseHeader(sync.master_broker_id, replica.address_of(sync.master_broker_id),
+                                          sync.master_epoch)
     return Response(C.SUCCESS, header, _sss_body(sync.sync_state_set, sync.sync_state_set_epoch)), []
 
 
@@ -322,7 +318,7 @@ def decide_get_sync_state_data(state: ControllerState, req: GetSyncStateDataRequ
                        "master_address": replica.address_of(sync.master_broker_id),
                        "master_epoch": sync.master_epoch, "sync_state_set_epoch": sync.sync_state_set_epoch,
                        "in_sync_replicas": in_sync, "not_in_sync_replicas": not_in_sync}
-    return Response(C.SUCCESS, {}, {"replicas_info_table": table}), []
+    return Response(C.SUCCESS, NO_HEADER, {"replicas_info_table": table}), []
 
 
 def parse_broker_ids(text: str) -> frozenset[int]:

@@ -20,7 +20,8 @@ ElectMasters                ``ElectMastersResponseHeader``; the per-group answer
                             the body (``rocketray.controller.decide.election_answers``)
 AlterSyncStateSet           ``AlterSyncStateSetResponseHeader`` on success
 GetReplicaInfo              ``GetReplicaInfoResponseHeader``
-CreateTopic / GetTopicRoute ``TopicRouteResponseHeader`` (``created`` None for a route)
+CreateTopic                 ``CreateTopicResponseHeader``
+GetTopicRoute               ``TopicRouteResponseHeader``
 DeleteTopic                 ``DeleteTopicResponseHeader``
 ListTopics                  ``ListTopicsResponseHeader``
 ConsumerHeartbeat           ``ConsumerHeartbeatResponseHeader``
@@ -43,6 +44,7 @@ from rocketray.controller.codes import ResponseCode
 
 __all__ = [
     "AlterSyncStateSetResponseHeader", "ApplyBrokerIdResponseHeader", "ConsumerHeartbeatResponseHeader",
+    "CreateTopicResponseHeader",
     "ControllerConfigResponseHeader", "DeleteTopicResponseHeader", "ElectMasterResponseHeader",
     "ElectMastersResponseHeader", "GetNextBrokerIdResponseHeader", "GetReplicaInfoResponseHeader",
     "HEADER_TYPES", "HeaderCodecError", "ListTopicsResponseHeader", "MasterHeader", "NO_HEADER", "NoHeader",
@@ -123,12 +125,19 @@ class GetReplicaInfoResponseHeader:
 
 @dataclass(frozen=True, slots=True)
 class TopicRouteResponseHeader:
-    """A topic's queues as ``(queue_id, broker_name)`` in queue order; ``created`` says whether a
-    CreateTopic changed anything (None in a GetTopicRoute answer)."""
+    """A topic's queues as ``(queue_id, broker_name)`` in queue order."""
 
     topic: str
     queues: tuple[tuple[int, str], ...]
-    created: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CreateTopicResponseHeader:
+    """The topic's route after the request; ``created`` says whether it changed anything."""
+
+    topic: str
+    queues: tuple[tuple[int, str], ...]
+    created: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,14 +181,15 @@ class NotLeaderResponseHeader:
 ResponseHeader = Union[
     NoHeader, GetNextBrokerIdResponseHeader, ApplyBrokerIdResponseHeader, RegisterBrokerToControllerResponseHeader,
     ElectMasterResponseHeader, ElectMastersResponseHeader, AlterSyncStateSetResponseHeader,
-    GetReplicaInfoResponseHeader, TopicRouteResponseHeader, DeleteTopicResponseHeader, ListTopicsResponseHeader,
+    GetReplicaInfoResponseHeader, TopicRouteResponseHeader, CreateTopicResponseHeader, DeleteTopicResponseHeader,
+    ListTopicsResponseHeader,
     ConsumerHeartbeatResponseHeader, ControllerConfigResponseHeader, NotLeaderResponseHeader,
 ]
 #: The headers that name a group's master (what ``MasterInfo.from_response`` reads).
 MasterHeader = Union[RegisterBrokerToControllerResponseHeader, ElectMasterResponseHeader,
                      GetReplicaInfoResponseHeader]
 
-# header class -> field kinds. s=str, S=str or None, i=int64, I=int64 or None, B=bool or None,
+# header class -> field kinds. s=str, S=str or None, i=int64, I=int64 or None, b=bool,
 # Q=queues (list of [int64, str]), L=list of str, T=topic counts (map str -> int64).
 _KINDS: dict[type, dict[str, str]] = {
     NoHeader: {},
@@ -193,7 +203,8 @@ _KINDS: dict[type, dict[str, str]] = {
     ElectMastersResponseHeader: {"elections": "i"},
     AlterSyncStateSetResponseHeader: {"new_sync_state_set_epoch": "i"},
     GetReplicaInfoResponseHeader: {"master_broker_id": "I", "master_address": "S", "master_epoch": "i"},
-    TopicRouteResponseHeader: {"topic": "s", "queues": "Q", "created": "B"},
+    TopicRouteResponseHeader: {"topic": "s", "queues": "Q"},
+    CreateTopicResponseHeader: {"topic": "s", "queues": "Q", "created": "b"},
     DeleteTopicResponseHeader: {"topic": "s"},
     ListTopicsResponseHeader: {"topics": "T"},
     ConsumerHeartbeatResponseHeader: {"group": "s", "members": "L"},
@@ -237,7 +248,7 @@ def _field(name: str, kind: str, value: Any) -> Any:
         return value
     if kind == "I" and (value is None or _is_int64(value)):
         return value
-    if kind == "B" and (value is None or type(value) is bool):
+    if kind == "b" and type(value) is bool:
         return value
     if kind == "Q" and type(value) in (list, tuple) and all(
             type(q) in (list, tuple) and len(q) == 2 and _is_int64(q[0]) and type(q[1]) is str for q in value):
@@ -250,7 +261,7 @@ def _field(name: str, kind: str, value: Any) -> Any:
     raise HeaderCodecError(f"header field {name!r} does not accept {value!r:.80}")
 
 
-def header_from_fields(kind: str, values: Any) -> ResponseHeader:
+def header_from_fields(kind: object, values: object) -> ResponseHeader:
     """The header named ``kind`` (its class name) from ``header_fields``' map; ``HeaderCodecError``
     on an unknown name, a missing or extra field or a value of the wrong type."""
     cls = _BY_NAME.get(kind) if type(kind) is str else None

@@ -75,7 +75,7 @@ class HeartbeatTable:
             req.cluster_name, req.broker_name, req.broker_address, req.broker_id, now_ms,
             req.heartbeat_timeout_ms, report.epoch, report.max_offset, report.confirm_offset,
             req.election_priority)
-        return Response(ResponseCode.SUCCESS, {}, None, "Heart beat success")
+        return Response(ResponseCode.SUCCESS, remark="Heart beat success")
 
     def is_alive(self, broker_name: str, broker_id: int | None, now_ms: int) -> bool:
         if broker_id is None:

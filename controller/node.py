@@ -46,6 +46,7 @@ from rocketray.controller.config import ControllerConfig
 from rocketray.controller.consumers import ConsumerGroups
 from rocketray.controller.event_log import EventLog, EventLogError, EventLogRecord
 from rocketray.controller.events import Event, broker_name_of, decode_events
+from rocketray.controller.headers import NotLeaderResponseHeader
 from rocketray.controller.heartbeat import HeartbeatTable
 from rocketray.controller.leader_pipeline import LeaderPipeline
 from rocketray.controller.notify import RoleChangeNotice
@@ -310,7 +311,7 @@ class ControllerNode(LeaderPipeline, ElectionTriggers):
 
     def _not_leader(self) -> Response:
         leader = self._raft.leader_address()
-        header = {"leader_address": leader, "leader_id": self._member_id(leader)}
+        header = NotLeaderResponseHeader(leader, self._member_id(leader))
         return Response.error(ResponseCode.CONTROLLER_NOT_LEADER, "The controller is not in leader state", header)
 
     def _member_id(self, address: str | None) -> str | None:

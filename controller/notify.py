@@ -17,6 +17,7 @@ from typing import Callable
 
 from rocketray.controller.api import ElectMasterRequest, MasterInfo, Response
 from rocketray.controller.codes import ResponseCode
+from rocketray.controller.headers import ElectMasterResponseHeader
 
 Alive = Callable[[str, int], bool]
 
@@ -57,13 +58,14 @@ class RoleChangeNotice:
 def role_change_notice(response: Response, trigger: ElectionTrigger, alive: Alive) -> RoleChangeNotice | None:
     """The notice for a successful election response, or None (failed, or no master elected)."""
     body = response.body or {}
-    header = response.header or {}
+    header = response.header
     group = body.get("broker_member_group")
-    if response.code != ResponseCode.SUCCESS or not group or header.get("master_broker_id") is None:
+    if response.code != ResponseCode.SUCCESS or not group or not isinstance(header, ElectMasterResponseHeader) \
+            or header.master_broker_id is None or header.master_epoch is None:
         return None
     name = str(group["broker_name"])
     targets = tuple((int(bid), str(addr)) for bid, addr in sorted((group.get("broker_addrs") or {}).items())
                     if alive(name, int(bid)))
-    return RoleChangeNotice(trigger, name, int(header["master_broker_id"]), header.get("master_address"),
-                            int(header["master_epoch"]), int(header["sync_state_set_epoch"]),
-                            tuple(sorted(body.get("sync_state_set") or [])), targets)
+    return RoleChangeNotice(trigger, name, header.master_broker_id, header.master_address, header.master_epoch,
+                            int(header.sync_state_set_epoch or 0), tuple(sorted(body.get("sync_state_set") or [])),
+                            targets)

@@ -7,14 +7,17 @@ node (Raft on its own address, peers as the proxy plan says), listens for client
 loopback port, prints one JSON line ``{"ready": true, "client_port": ...}`` and serves until killed.
 
 The wire (authenticated msgpack frames) and the blocking client are ``rocketray.controller.proc_wire``.
-Request bodies are maps ``{"id", "op", "args"}``; ops: ``status`` (``node.metadata()``), ``state`` (the replicated tables),
-``request`` (one controller API call, see ``build_request``).
+Request bodies are maps ``{"id", "op", "args"}``; ops: ``status`` (``node.metadata()``), ``state``
+(the replicated tables), ``request`` (one controller API call, see ``build_request``).
 
-``request`` adds what the runner's checks need: the Raft term observed just before and just after
-``handle`` and whether the node was a ready leader before it was called. A node that is not a ready
-leader answers 2007 with ``precheck: true`` *without calling handle*, so such an answer definitely
-had no effect; a 2007 from inside ``handle`` may come after the events were appended (leadership
-lost while waiting for the commit) and is an unknown outcome for a write.
+A ``request`` answer is ``{"code", "header_type", "header", "body", "remark", ...}``: the header as its
+class name and fields (``rocketray.controller.headers.header_fields``; the client rebuilds it with
+``header_from_fields``, which refuses anything malformed). ``request`` adds what the runner's checks
+need: the Raft term observed just before and just after ``handle`` and whether the node was a ready
+leader before it was called. A node that is not a ready leader answers 2007 with ``precheck: true``
+*without calling handle*, so such an answer definitely had no effect; a 2007 from inside ``handle``
+may come after the events were appended (leadership lost while waiting for the commit) and is an
+unknown outcome for a write.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from rocketray.controller.headers import NotLeaderResponseHeader, header_fields
 from rocketray.controller.proc_wire import (NOT_LEADER, RESP, REQ, Lost, NodeClient, NotSent, ProtocolError,
                                             encode_frame, read_frame)
 
@@ -142,13 +146,14 @@ class _Server(socketserver.ThreadingTCPServer):
         term_before = self.meta()["term"]
         if not node.is_leader():
             meta = self.meta()
-            return {"code": NOT_LEADER, "header": {"leader_address": meta["leader_address"]}, "body": None,
-                    "remark": "not a ready leader (checked before handle)", "precheck": True,
+            hint = NotLeaderResponseHeader(meta["leader_address"])
+            return {"code": NOT_LEADER, "header_type": type(hint).__name__, "header": header_fields(hint),
+                    "body": None, "remark": "not a ready leader (checked before handle)", "precheck": True,
                     "term_before": term_before, "term_after": meta["term"]}
         response = node.handle(request)
-        return {"code": int(response.code), "header": response.header, "body": response.body,
-                "remark": response.remark, "precheck": False, "term_before": term_before,
-                "term_after": self.meta()["term"]}
+        return {"code": int(response.code), "header_type": type(response.header).__name__,
+                "header": header_fields(response.header), "body": response.body, "remark": response.remark,
+                "precheck": False, "term_before": term_before, "term_after": self.meta()["term"]}
 
 
 # -- in-process groups (tests and benchmarks) ---------------------------------------------------

@@ -16,11 +16,12 @@ their messages. Each ``decide_*`` returns ``(Response, events)`` and mutates not
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from rocketray.controller.api import (CreateTopicRequest, DeleteTopicRequest, GetTopicRouteRequest,
                                       ListTopicsRequest, Response)
 from rocketray.controller.codes import ResponseCode as C
+from rocketray.controller.headers import (CreateTopicResponseHeader, DeleteTopicResponseHeader,
+                                          ListTopicsResponseHeader, TopicRouteResponseHeader)
 from rocketray.controller.events import CreateTopicEvent, DeleteTopicEvent, Event
 from rocketray.controller.state import ControllerState
 
@@ -67,9 +68,13 @@ def assign_queues(current: tuple[str, ...], queues: int, broker_names: list[str]
     return current + added
 
 
-def route_header(topic: str, assignment: tuple[str, ...]) -> dict[str, Any]:
-    """``{"topic", "queues": [[queue_id, broker_name], ...]}`` sorted by queue id."""
-    return {"topic": topic, "queues": [[queue_id, name] for queue_id, name in enumerate(assignment)]}
+def route_header(topic: str, assignment: tuple[str, ...]) -> TopicRouteResponseHeader:
+    """The topic's queues as ``(queue_id, broker_name)`` in queue order."""
+    return TopicRouteResponseHeader(topic, tuple(enumerate(assignment)))
+
+
+def _created(topic: str, assignment: tuple[str, ...], created: bool) -> CreateTopicResponseHeader:
+    return CreateTopicResponseHeader(topic, tuple(enumerate(assignment)), created)
 
 
 def _invalid(remark: str) -> Decision:
@@ -87,15 +92,14 @@ def decide_create_topic(state: ControllerState, req: CreateTopicRequest) -> Deci
         return _invalid(problem)
     current = state.topics.get(req.topic, ())
     if current and req.queues == len(current):
-        return Response(C.SUCCESS, {**route_header(req.topic, current), "created": False}), []
+        return Response(C.SUCCESS, _created(req.topic, current, False)), []
     if req.queues < len(current):
         return _invalid(f"cannot shrink topic {req.topic} from {len(current)} to {req.queues} queues")
     names = state.broker_names()
     if not names:
         return _invalid("no broker group registered yet: start a broker group before creating topics")
     assignment = assign_queues(current, req.queues, names)
-    header = {**route_header(req.topic, assignment), "created": True}
-    return Response(C.SUCCESS, header), [CreateTopicEvent(req.topic, assignment)]
+    return Response(C.SUCCESS, _created(req.topic, assignment, True)), [CreateTopicEvent(req.topic, assignment)]
 
 
 def decide_delete_topic(state: ControllerState, req: DeleteTopicRequest) -> Decision:
@@ -105,7 +109,7 @@ def decide_delete_topic(state: ControllerState, req: DeleteTopicRequest) -> Deci
         return _invalid(problem)
     if req.topic not in state.topics:
         return _not_exist(req.topic)
-    return Response(C.SUCCESS, {"topic": req.topic}), [DeleteTopicEvent(req.topic)]
+    return Response(C.SUCCESS, DeleteTopicResponseHeader(req.topic)), [DeleteTopicEvent(req.topic)]
 
 
 def decide_get_topic_route(state: ControllerState, req: GetTopicRouteRequest) -> Decision:
@@ -121,5 +125,5 @@ def decide_get_topic_route(state: ControllerState, req: GetTopicRouteRequest) ->
 
 def decide_list_topics(state: ControllerState, req: ListTopicsRequest) -> Decision:
     """Every topic with its queue count."""
-    topics = {name: len(assignment) for name, assignment in sorted(state.topics.items())}
-    return Response(C.SUCCESS, {"topics": topics}), []
+    topics = tuple((name, len(assignment)) for name, assignment in sorted(state.topics.items()))
+    return Response(C.SUCCESS, ListTopicsResponseHeader(topics)), []

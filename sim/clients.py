@@ -105,7 +105,7 @@ def lookup(client, group: str, on_master: Callable[[str | None], None], timeout_
     """Ask the controller for ``group``'s master (GET_REPLICA_INFO); ``on_master`` gets its broker
     name, or ``None`` (no answer, no master, or an unknown address)."""
     def answered(resp) -> None:
-        address = (resp.header or {}).get("master_address") if resp is not None and resp.ok else None
+        address = resp.header.master_address if resp is not None and resp.ok else None
         on_master(address if address in client.brokers else None)
     client.net.call(client.name, CONTROLLER, lambda: client.controller.handle(GetReplicaInfoRequest(group)),
                     answered, owner=client, timeout_ms=timeout_ms)

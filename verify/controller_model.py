@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from typing import Any, Hashable
 
+from rocketray.controller.headers import (AlterSyncStateSetResponseHeader, ElectMasterResponseHeader,
+                                          GetReplicaInfoResponseHeader, ResponseHeader)
 from rocketray.controller.proc import build_request
 from rocketray.verify.linearizability import (AlterInput, AlterOutput, ElectInput, ElectOutput, GroupState,
                                           Operation, Outcome, ReadOutput)
@@ -40,22 +42,24 @@ def op_args(f: str, group: str, inp: Any) -> dict[str, Any]:
     raise ValueError(f"unknown op {f!r}")
 
 
-def output_of(f: str, code: int, header: dict[str, Any] | None, body: dict[str, Any] | None) -> Hashable:
+def output_of(f: str, code: int, header: ResponseHeader, body: dict[str, Any] | None) -> Hashable:
     """The checker's view of a response (same function for recorded and modelled responses)."""
-    header, body = header or {}, body or {}
+    body = body or {}
     code = int(code)
     if f == "read":
-        if code != 0:
+        if code != 0 or not isinstance(header, GetReplicaInfoResponseHeader):
             return ReadOutput(code, None, None, (), None)
-        return ReadOutput(code, header.get("master_broker_id"), header.get("master_epoch"),
+        return ReadOutput(code, header.master_broker_id, header.master_epoch,
                           tuple(sorted(int(b) for b in body.get("sync_state_set", ()))),
                           body.get("sync_state_set_epoch"))
     if f == "elect":
-        if code in MASTER_FIELDS_CODES:
-            return ElectOutput(code, header.get("master_broker_id"), header.get("master_epoch"))
+        if code in MASTER_FIELDS_CODES and isinstance(header, ElectMasterResponseHeader):
+            return ElectOutput(code, header.master_broker_id, header.master_epoch)
         return ElectOutput(code, None, None)
     if f == "alter":
-        return AlterOutput(code, header.get("new_sync_state_set_epoch") if code == 0 else None)
+        if code == 0 and isinstance(header, AlterSyncStateSetResponseHeader):
+            return AlterOutput(code, header.new_sync_state_set_epoch)
+        return AlterOutput(code, None)
     raise ValueError(f"unknown op {f!r}")
 
 

@@ -28,6 +28,7 @@ from typing import Any, Callable
 
 from rocketray.cli import admin_format as fmt
 from rocketray.cli.options import add_cluster_flags
+from rocketray.controller.headers import header_fields
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -42,11 +43,10 @@ class AdminError(RuntimeError):
 class ResponseError(RuntimeError):
     """A controller answered with a non-SUCCESS code."""
 
-    def __init__(self, code: int, remark: str, header: dict | None = None):
+    def __init__(self, code: int, remark: str):
         super().__init__(fmt.format_error(code, remark))
         self.code = int(code)
         self.remark = remark
-        self.header = header or {}
 
     def to_json(self) -> dict:
         return {"code": self.code, "code_name": _code_name(self.code), "remark": self.remark}
@@ -198,13 +198,13 @@ def _call(cluster, request):
     except ControllerUnavailable as exc:
         raise AdminError(str(exc)) from exc
     if not response.ok:
-        raise ResponseError(int(response.code), response.remark, response.header)
+        raise ResponseError(int(response.code), response.remark)
     return response
 
 
 def _response_json(response) -> dict:
     return {"code": int(response.code), "code_name": response.code.name, "remark": response.remark,
-            "header": response.header, "body": response.body}
+            "header": header_fields(response.header), "body": response.body}
 
 
 def _run(args: argparse.Namespace, once: Callable[[Any], tuple[str, Any]]) -> int:
@@ -322,7 +322,7 @@ def run_elect_master(args: argparse.Namespace) -> int:
         cluster_name = args.cluster_name or cluster.spec.cluster_name
         response = _call(cluster, ElectMasterRequest.of_admin_trigger(cluster_name, args.broker_name,
                                                                       args.broker_id))
-        text = fmt.format_elect_master(cluster_name, args.broker_name, response.header, response.body)
+        text = fmt.format_elect_master(cluster_name, args.broker_name, header_fields(response.header), response.body)
         return text, _response_json(response)
 
     return _run(args, once)
@@ -419,7 +419,7 @@ def run_update_topic(args: argparse.Namespace) -> int:
 
     def once(cluster):
         response = _call(cluster, CreateTopicRequest(args.topic, args.queues))
-        return fmt.format_update_topic(response.header), _response_json(response)
+        return fmt.format_update_topic(header_fields(response.header)), _response_json(response)
 
     return _run(args, once)
 
@@ -439,7 +439,7 @@ def run_topic_route(args: argparse.Namespace) -> int:
 
     def once(cluster):
         response = _call(cluster, GetTopicRouteRequest(args.topic))
-        return fmt.format_topic_route(response.header), _response_json(response)
+        return fmt.format_topic_route(header_fields(response.header)), _response_json(response)
 
     return _run(args, once)
 
@@ -449,6 +449,6 @@ def run_topic_list(args: argparse.Namespace) -> int:
 
     def once(cluster):
         response = _call(cluster, ListTopicsRequest())
-        return fmt.format_topic_list(response.header.get("topics") or {}), _response_json(response)
+        return fmt.format_topic_list(response.header.counts()), _response_json(response)
 
     return _run(args, once)

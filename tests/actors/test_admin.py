@@ -13,6 +13,7 @@ import json
 
 import pytest
 
+from rocketray.controller.headers import ConsumerHeartbeatResponseHeader
 from rocketray.controller import config_update as cu
 from rocketray.controller.codes import ResponseCode
 from rocketray.controller.config import ControllerConfig
@@ -324,7 +325,7 @@ def test_topic_commands_and_consumer_heartbeats_on_a_real_cluster(cluster, capsy
 
     first = cluster.call_controller(ConsumerHeartbeatRequest("admin-group", "client-1", ("admin-orders",)))
     second = cluster.call_controller(ConsumerHeartbeatRequest("admin-group", "client-2", ("admin-orders",)))
-    assert first.ok and second.header == {"group": "admin-group", "members": ["client-1", "client-2"]}
+    assert first.ok and second.header == ConsumerHeartbeatResponseHeader("admin-group", ("client-1", "client-2"))
     assert getattr(ControllerService.consumer_heartbeat, "__ray_concurrency_group__", None) == NONBLOCKING_GROUP
 
     code, out, _ = admin(capsys, cluster, "delete-topic", "-t", "admin-orders")

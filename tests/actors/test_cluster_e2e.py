@@ -43,9 +43,9 @@ def test_kill_master_new_master_from_sss_writes_resume_old_master_rejoins(make_c
     w.forget_master(GROUP)
     assert w.send_batch(GROUP).outcome == "ok", "the producer retries until a new master acknowledges"
     after = replica_info(cluster)
-    assert after.header["master_broker_id"] in sss_before
-    assert after.header["master_broker_id"] != before.header["master_broker_id"]
-    assert after.header["master_epoch"] > before.header["master_epoch"]
+    assert after.header.master_broker_id in sss_before
+    assert after.header.master_broker_id != before.header.master_broker_id
+    assert after.header.master_epoch > before.header.master_epoch
 
     w.produce(300)
     pipeline.settle(cluster)
@@ -109,7 +109,7 @@ def test_controller_leader_killed_replication_continues_and_full_restart_keeps_s
     cluster.kill_controller(leader, wait_restart=False)
     w.produce(200)  # the data path does not need the controller
     wait_until(lambda: cluster.leader_index() not in (None, leader), 60, what="a new controller leader")
-    assert replica_info(cluster).header["master_broker_id"] == before.header["master_broker_id"]
+    assert replica_info(cluster).header.master_broker_id == before.header.master_broker_id
 
     pipeline.settle(cluster)
     tables = leader_tables(cluster)
@@ -118,7 +118,7 @@ def test_controller_leader_killed_replication_continues_and_full_restart_keeps_s
     assert leader_tables(cluster) == tables
     w.produce(200)
     pipeline.settle(cluster)
-    assert replica_info(cluster).header["master_epoch"] == before.header["master_epoch"]
+    assert replica_info(cluster).header.master_epoch == before.header.master_epoch
     result = pipeline.verify(cluster, w)
     assert result["lost"] == 0 and result["consistent"], result
 
@@ -185,10 +185,10 @@ def test_pause_master_past_its_heartbeat_timeout_is_replaced(make_cluster):
     w.produce(200)
     pipeline.settle(cluster)
     old = cluster.wait_for_master(GROUP)
-    epoch = replica_info(cluster).header["master_epoch"]
+    epoch = replica_info(cluster).header.master_epoch
     pid = cluster.pause(cluster.broker(GROUP, old))
     try:
-        wait_until(lambda: replica_info(cluster).header["master_epoch"] > epoch, 60,
+        wait_until(lambda: replica_info(cluster).header.master_epoch > epoch, 60,
                    what="a new election while the master is paused")
     finally:
         cluster.resume_pid(pid)
@@ -254,18 +254,18 @@ def test_master_killed_for_good_is_replaced_at_connection_speed_not_at_heartbeat
                what="every replica to hold a session with the controller leader")
     before = replica_info(cluster).header
     follower = next(c.index for c in cluster.spec.controllers if c.raft_address != leader)
-    watch = cluster.controller(follower).watch_master.remote(GROUP, before["master_epoch"], 25)
+    watch = cluster.controller(follower).watch_master.remote(GROUP, before.master_epoch, 25)
     assert ray.wait([watch], timeout=0.5)[0] == [], "a watch answers only when a newer master is applied"
     t0 = time.monotonic()
     ray.kill(cluster.broker(GROUP, old), no_restart=True)
-    wait_until(lambda: replica_info(cluster).header["master_epoch"] > before["master_epoch"], 20,
+    wait_until(lambda: replica_info(cluster).header.master_epoch > before.master_epoch, 20,
                what="an election on the master's session close")
     elected_s = time.monotonic() - t0
     assert elected_s < 20, elected_s  # a heartbeat expiry would take 60 s
     seen = ray.get(watch, timeout=10)   # a follower's watch: committed state, no leader needed
     after = replica_info(cluster).header
     assert (seen.master_epoch, seen.master_broker_id, seen.master_address) == \
-        (after["master_epoch"], after["master_broker_id"], after["master_address"])
+        (after.master_epoch, after.master_broker_id, after.master_address)
     w.forget_master(GROUP)
     assert w.send_batch(GROUP).outcome == "ok"
-    assert replica_info(cluster).header["master_broker_id"] != before["master_broker_id"]
+    assert replica_info(cluster).header.master_broker_id != before.master_broker_id

@@ -28,7 +28,7 @@ def test_master_lost_with_the_controller_leader_is_replaced_without_heartbeat_ex
     w.produce(200)
     pipeline.settle(cluster, in_sync=True)
     before = cluster.call_controller(GetReplicaInfoRequest(broker_name=GROUP))
-    epoch, master_address = before.header["master_epoch"], before.header["master_address"]
+    epoch, master_address = before.header.master_epoch, before.header.master_address
     leader, old = cluster.wait_for_leader(), cluster.wait_for_master(GROUP)
     time.sleep(1.2)   # every controller past its warm-up (5 heartbeat intervals of the fast profile)
     ray.kill(cluster.broker(GROUP, old), no_restart=True)
@@ -40,7 +40,7 @@ def test_master_lost_with_the_controller_leader_is_replaced_without_heartbeat_ex
 
     def replaced():
         h = cluster.call_controller(GetReplicaInfoRequest(broker_name=GROUP)).header
-        return h["master_epoch"] > epoch and h["master_address"] not in (None, master_address)
+        return h.master_epoch > epoch and h.master_address not in (None, master_address)
     wait_until(replaced, 20, what="a new master elected by the new controller leader")
     elapsed_s = time.monotonic() - t0
     assert elapsed_s < 30, f"the master was replaced after {elapsed_s:.1f} s: heartbeat expiry, not the grace rule"

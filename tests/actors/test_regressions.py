@@ -79,7 +79,7 @@ def test_5663_sync_state_set_expand_raced_with_master_kill(make_cluster):
     cluster.kill_broker(GROUP, old, wait_restart=False)
     w.forget_master(GROUP)
     assert w.send_batch(GROUP).outcome == "ok"
-    new_master = replica_info(cluster).header["master_broker_id"]
+    new_master = replica_info(cluster).header.master_broker_id
     assert new_master in sss_at_kill | {lagging_id}, "elected from the SyncStateSet (expanded or not)"
     w.produce(200)
     assert_nothing_lost(cluster, w)
@@ -92,13 +92,13 @@ def test_7689_controller_leader_and_master_killed_together(make_cluster):
     w = Workload(cluster)
     w.produce(300)
     pipeline.settle(cluster)
-    epoch = replica_info(cluster).header["master_epoch"]
+    epoch = replica_info(cluster).header.master_epoch
     leader, old = cluster.wait_for_leader(), cluster.wait_for_master(GROUP)
     cluster.kill_controller(leader, wait_restart=False)
     cluster.kill_broker(GROUP, old, wait_restart=False)
     w.forget_master(GROUP)
     assert w.send_batch(GROUP).outcome == "ok", "writes resume after both deaths"
-    wait_until(lambda: replica_info(cluster).header["master_epoch"] > epoch, 60, what="a higher master epoch")
+    wait_until(lambda: replica_info(cluster).header.master_epoch > epoch, 60, what="a higher master epoch")
     w.produce(300)
     assert_nothing_lost(cluster, w)
 
@@ -114,7 +114,7 @@ def test_9689_new_epoch_with_the_same_master(make_cluster):
     pipeline.settle(cluster)
     old = cluster.wait_for_master(GROUP)
     old_id = broker_id_of(cluster, old)
-    epoch = replica_info(cluster).header["master_epoch"]
+    epoch = replica_info(cluster).header.master_epoch
     slaves = [b.replica for b in cluster.spec.brokers_of(GROUP) if b.replica != old]
     slave_ids = {broker_id_of(cluster, r) for r in slaves}
     pids = [cluster.pause(cluster.broker(GROUP, r)) for r in slaves]
@@ -123,8 +123,8 @@ def test_9689_new_epoch_with_the_same_master(make_cluster):
         # may legitimately pick one of them (it still looks alive until its heartbeat times out)
         wait_until(lambda: not alive_ids(cluster) & slave_ids, 30, what="the frozen slaves to be seen as dead")
         cluster.kill_broker(GROUP, old, wait_restart=True)
-        wait_until(lambda: (replica_info(cluster).header["master_epoch"] > epoch
-                            and replica_info(cluster).header["master_broker_id"] == old_id), 60,
+        wait_until(lambda: (replica_info(cluster).header.master_epoch > epoch
+                            and replica_info(cluster).header.master_broker_id == old_id), 60,
                    what="the same master re-elected under a new epoch")
         w.forget_master(GROUP)
         w.produce(200)  # acknowledged once the frozen slaves are shrunk out
@@ -182,11 +182,11 @@ def test_6662_old_master_paused_past_its_election_then_resumed_while_clients_wri
     w.produce(200)
     pipeline.settle(cluster)
     old = cluster.wait_for_master(GROUP)
-    epoch = replica_info(cluster).header["master_epoch"]
+    epoch = replica_info(cluster).header.master_epoch
     pid = cluster.pause(cluster.broker(GROUP, old))
     stale_ids = [f"stale-{i}" for i in range(20)]
     try:
-        wait_until(lambda: replica_info(cluster).header["master_epoch"] > epoch, 60,
+        wait_until(lambda: replica_info(cluster).header.master_epoch > epoch, 60,
                    what="a new master elected while the old one is frozen")
         queue_id = w.route.queues[0].queue_id
         stale = cluster.broker(GROUP, old).put.remote(encode_batch(

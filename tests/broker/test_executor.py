@@ -13,6 +13,7 @@ from rocketray.broker import executor as ex
 from rocketray.broker import role as rm
 from rocketray.broker.executor import BrokerNames, Executor, run_now
 from rocketray.broker.role import Lifecycle, MasterInfo, Role, RoleMachine, StoreFacts
+from rocketray.controller.headers import AlterSyncStateSetResponseHeader, ElectMasterResponseHeader
 from rocketray.controller.api import AlterSyncStateSetRequest, ElectMasterRequest, Response
 from rocketray.controller.codes import ResponseCode
 
@@ -76,7 +77,7 @@ def make(me: int = 1) -> tuple[RoleMachine, Ports, Executor]:
 
 def elected(master: int, epoch: int, sss=(1,), sss_epoch: int = 1) -> Response:
     addr = {1: "h:1", 2: "h:2"}[master]
-    return Response(ResponseCode.SUCCESS, {"master_broker_id": master, "master_address": addr, "master_epoch": epoch},
+    return Response(ResponseCode.SUCCESS, ElectMasterResponseHeader(master, addr, epoch),
                     {"sync_state_set": list(sss), "sync_state_set_epoch": sss_epoch})
 
 
@@ -138,7 +139,7 @@ def test_report_is_vetted_sent_in_the_background_and_its_answer_parsed():
     (request, then), = ports.later
     assert isinstance(request, AlterSyncStateSetRequest)
     assert (request.new_sync_state_set, request.master_epoch, request.invoke_time_ms) == (frozenset({1, 2}), 1, 7)
-    ok = Response(ResponseCode.SUCCESS, {"new_sync_state_set_epoch": 2}, {"sync_state_set": [1, 2]})
+    ok = Response(ResponseCode.SUCCESS, AlterSyncStateSetResponseHeader(2), {"sync_state_set": [1, 2]})
     assert then(ok) == rm.ReportAnswered(rm.ReportOutcome.CONFIRMED, frozenset({1, 2}), 2)
     assert then(None) == rm.ReportAnswered(rm.ReportOutcome.UNKNOWN)
     assert then(Response.error(ResponseCode.CONTROLLER_FENCED_MASTER_EPOCH, "old")) == \
@@ -158,8 +159,7 @@ def test_a_proposal_with_nothing_left_to_send_is_answered_refused_at_once():
 
 
 def test_answers_of_elections_and_new_terms():
-    still = Response(ResponseCode.CONTROLLER_MASTER_STILL_EXIST, {"master_broker_id": 2, "master_address": "h:2",
-                                                                 "master_epoch": 3})
+    still = Response(ResponseCode.CONTROLLER_MASTER_STILL_EXIST, ElectMasterResponseHeader(2, "h:2", 3))
     assert ex.elect_answer(still).info == MasterInfo(2, "h:2", 3)
     assert ex.elect_answer(None) == rm.ElectAnswered(None)
     assert ex.elect_answer(Response.error(ResponseCode.CONTROLLER_ELECT_MASTER_FAILED, "none")).info is None

@@ -91,7 +91,7 @@ def test_register_replicate_expand_failover_and_rejoin(tmp_path, port_factory):
             clock.advance(11_000)
             await b2.rm.heartbeat_once()
             resp = await ctl.call(ElectMasterRequest.of_controller_trigger(fakes.GROUP), address=ctl.leader)
-            assert resp.ok and resp.header["master_broker_id"] == 2 and resp.header["master_epoch"] == 2
+            assert resp.ok and resp.header.master_broker_id == 2 and resp.header.master_epoch == 2
             await b2.rm.sync_metadata_once()
             assert b2.rm.role == Role.SYNC_MASTER and b2.rm.writable
             result = await b2.rm.ha.put([Message("T", 0, b"y" * 100) for _ in range(5)], clock())
@@ -140,7 +140,7 @@ def test_promotion_cuts_a_torn_tail_to_the_last_whole_message(tmp_path, port_fac
             clock.advance(11_000)
             await b2.rm.heartbeat_once()
             resp = await ctl.call(ElectMasterRequest.of_controller_trigger(fakes.GROUP), address=ctl.leader)
-            assert resp.ok and resp.header["master_broker_id"] == 2
+            assert resp.ok and resp.header.master_broker_id == 2
             await b2.rm.sync_metadata_once()
             assert b2.rm.role == Role.MASTER and b2.rm.writable
             assert b2.store.max_offset == victim, "cut at the last whole message"

@@ -78,8 +78,8 @@ def test_failover_found_by_polling_and_old_master_rejoins_as_slave():
             b.store.max_offset = 100
             assert await b.rm.heartbeat_once()
         resp = await ctl.call(ElectMasterRequest.of_controller_trigger(GROUP), address=ctl.leader)
-        assert resp.ok and resp.header["master_epoch"] == 2
-        new_master = resp.header["master_broker_id"]
+        assert resp.ok and resp.header.master_epoch == 2
+        new_master = resp.header.master_broker_id
         assert new_master in (2, 3)
         for b in (b2, b3):
             await b.rm.sync_metadata_once()

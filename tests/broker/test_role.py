@@ -365,11 +365,10 @@ def test_every_slave_switch_carries_the_controller_epoch():
 
 def test_master_info_from_controller_answers():
     from rocketray.controller.api import Response
+    from rocketray.controller.headers import ElectMasterResponseHeader, GetReplicaInfoResponseHeader
 
-    elect = Response(0, {"master_broker_id": 2, "master_address": A2, "master_epoch": 4, "sync_state_set_epoch": 5},
-                     {"sync_state_set": [2], "sync_state_set_epoch": 5})
-    poll = Response(0, {"master_broker_id": None, "master_address": None, "master_epoch": 3},
-                    {"sync_state_set": [1, 2], "sync_state_set_epoch": 6})
+    elect = Response(0, ElectMasterResponseHeader(2, A2, 4, 5), {"sync_state_set": [2], "sync_state_set_epoch": 5})
+    poll = Response(0, GetReplicaInfoResponseHeader(None, None, 3), {"sync_state_set": [1, 2], "sync_state_set_epoch": 6})
     assert MasterInfo.from_response(elect) == MasterInfo(2, A2, 4, 5, frozenset({2}))
     assert MasterInfo.from_response(poll) == MasterInfo(None, None, 3, 6, frozenset({1, 2}))
     assert not MasterInfo.from_response(poll).names_master

@@ -15,6 +15,7 @@ from rocketray.broker.batch import EncodedBatch
 from rocketray.broker.message import decode_record
 from rocketray.client import InvalidMessage, Producer, SendFailed, SendStatus, SendUnknown, TopicNotFound
 from rocketray.client.transport import Unanswered
+from rocketray.controller.headers import TopicRouteResponseHeader
 from rocketray.controller.api import GetTopicRouteRequest, Response
 from rocketray.controller.codes import ResponseCode
 from rocketray.ha.ack import PutResult, PutStatus, Written, after_write, refused
@@ -38,7 +39,7 @@ class ScriptedTransport:
         assert isinstance(request, GetTopicRouteRequest)
         if request.topic != "t":
             return Response.error(ResponseCode.TOPIC_NOT_EXIST, f"topic {request.topic!r} does not exist")
-        return Response(ResponseCode.SUCCESS, {"topic": "t", "queues": [[0, "broker-a"], [1, "broker-a"]]})
+        return Response(ResponseCode.SUCCESS, TopicRouteResponseHeader("t", ((0, "broker-a"), (1, "broker-a"))))
 
     def put(self, group, batch, timeout_s):
         self.batches.append(batch)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from rocketray.controller.headers import ConsumerHeartbeatResponseHeader
 from rocketray.controller import consumers as cg
 from rocketray.controller.api import ConsumerHeartbeatRequest
 from rocketray.controller.codes import ResponseCode
@@ -20,10 +21,10 @@ def beat(client_id: str = "c1", group: str = "g", topics: tuple[str, ...] = ("or
 def test_members_are_sorted_and_include_the_caller():
     """Each answer is {group, members}: the group's live client ids, sorted, the caller included."""
     t = cg.ConsumerGroups(TIMEOUT_MS)
-    assert t.on_heartbeat(beat("c2"), 0).header == {"group": "g", "members": ["c2"]}
+    assert t.on_heartbeat(beat("c2"), 0).header == ConsumerHeartbeatResponseHeader("g", ("c2",))
     response = t.on_heartbeat(beat("c1"), 10)
-    assert response.ok and response.header == {"group": "g", "members": ["c1", "c2"]}
-    assert t.on_heartbeat(beat("x", group="other"), 10).header == {"group": "other", "members": ["x"]}
+    assert response.ok and response.header == ConsumerHeartbeatResponseHeader("g", ("c1", "c2"))
+    assert t.on_heartbeat(beat("x", group="other"), 10).header == ConsumerHeartbeatResponseHeader("other", ("x",))
     assert t.members("g", 10) == ["c1", "c2"] and t.groups(10) == {"g": ["c1", "c2"], "other": ["x"]}
 
 
@@ -34,7 +35,7 @@ def test_alive_until_timeout_then_gone():
     t.on_heartbeat(beat("c2"), 2000)
     assert t.members("g", 4000) == ["c1", "c2"]
     assert t.members("g", 4001) == ["c2"]
-    assert t.on_heartbeat(beat("c2"), 4001).header["members"] == ["c2"]
+    assert t.on_heartbeat(beat("c2"), 4001).header.members == ("c2",)
     assert t.member("g", "c1") is None, "pruned on its group's heartbeat"
 
 
@@ -52,9 +53,9 @@ def test_leaving_removes_the_member_at_once():
     t.on_heartbeat(beat("c1"), 0)
     t.on_heartbeat(beat("c2"), 0)
     response = t.on_heartbeat(beat("c1", leaving=True), 1)
-    assert response.ok and response.header == {"group": "g", "members": ["c2"]}
+    assert response.ok and response.header == ConsumerHeartbeatResponseHeader("g", ("c2",))
     assert t.members("g", 1) == ["c2"]
-    assert t.on_heartbeat(beat("c2", leaving=True), 2).header == {"group": "g", "members": []}
+    assert t.on_heartbeat(beat("c2", leaving=True), 2).header == ConsumerHeartbeatResponseHeader("g", ())
     assert t.groups(2) == {} and len(t) == 0
     assert t.on_heartbeat(beat("never-joined", leaving=True), 3).ok, "leaving twice is harmless"
 
@@ -100,7 +101,7 @@ def test_members_per_group_are_bounded(monkeypatch):
     refused = t.on_heartbeat(beat("c3"), 1000)
     assert refused.code == ResponseCode.CONTROLLER_INVALID_REQUEST and "already has 2 members" in refused.remark
     assert t.on_heartbeat(beat("c1"), 2000).ok, "a member of a full group still refreshes"
-    assert t.on_heartbeat(beat("c3"), 4001).header["members"] == ["c1", "c3"]  # c2 (1000) expired at 4001
+    assert t.on_heartbeat(beat("c3"), 4001).header.members == ("c1", "c3")  # c2 (1000) expired at 4001
 
 
 def test_groups_are_bounded(monkeypatch):

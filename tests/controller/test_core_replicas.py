@@ -48,7 +48,7 @@ class Harness:
 
     def register(self, broker_id: int, expected_master: int | None) -> None:
         resp, _ = self.call(GetNextBrokerIdRequest(CLUSTER, NAME))
-        assert resp.ok and resp.header["next_broker_id"] == broker_id
+        assert resp.ok and resp.header.next_broker_id == broker_id
         resp, _ = self.call(ApplyBrokerIdRequest(CLUSTER, NAME, broker_id, f"{ADDR[broker_id]};1700000000000"))
         assert resp.ok
         data = self.call(GetSyncStateDataRequest((NAME,)))[0].body["replicas_info_table"][NAME]
@@ -56,7 +56,7 @@ class Harness:
                    for r in data["not_in_sync_replicas"])
         self.alive.add(broker_id)
         resp, _ = self.call(RegisterBrokerRequest(CLUSTER, NAME, broker_id, ADDR[broker_id]))
-        assert resp.ok and resp.header["master_broker_id"] == expected_master
+        assert resp.ok and resp.header.master_broker_id == expected_master
 
     def heartbeat(self, broker_id: int, epoch: int, offset: int, timeout_ms: int, prio: int = 2**31 - 1) -> None:
         self.hb = self.hb or HeartbeatTable()
@@ -80,11 +80,11 @@ def mock_meta_data() -> Harness:
     for i in (1, 2, 3):
         h.register(i, None)
     resp, _ = h.call(ElectMasterRequest.of_broker_trigger(CLUSTER, NAME, 1))
-    assert resp.ok and resp.header["master_epoch"] == 1 and resp.header["sync_state_set_epoch"] == 1
+    assert resp.ok and resp.header.master_epoch == 1 and resp.header.sync_state_set_epoch == 1
     for i in (2, 3):
         assert h.call(ElectMasterRequest.of_broker_trigger(CLUSTER, NAME, i))[0].code == C.CONTROLLER_MASTER_STILL_EXIST
     resp, _ = h.call(AlterSyncStateSetRequest(NAME, 1, 1, frozenset({1, 2, 3}), 1))
-    assert resp.ok and resp.header["new_sync_state_set_epoch"] == 2
+    assert resp.ok and resp.header.new_sync_state_set_epoch == 2
     return h
 
 
@@ -144,12 +144,12 @@ def test_elect_master_with_heartbeat_policy(beats, code, master):
     for b in beats:
         h.heartbeat(*b)
     resp, _ = h.call(ElectMasterRequest.of_controller_trigger(NAME))
-    assert resp.code == code and resp.header["master_broker_id"] == master
+    assert resp.code == code and resp.header.master_broker_id == master
     info = h.info()
-    assert info.header["master_broker_id"] == master
-    assert info.header["master_epoch"] == (2 if code == C.SUCCESS else 1)
+    assert info.header.master_broker_id == master
+    assert info.header.master_epoch == (2 if code == C.SUCCESS else 1)
     if code == C.SUCCESS:
-        assert info.header["master_address"] == ADDR[master] and info.body["sync_state_set"] == [master]
+        assert info.header.master_address == ADDR[master] and info.body["sync_state_set"] == [master]
 
 
 def test_elect_master_full_sequence():
@@ -157,8 +157,8 @@ def test_elect_master_full_sequence():
     h = mock_meta_data()
     h.alive = {2, 3}
     resp, _ = h.call(ElectMasterRequest.of_controller_trigger(NAME))
-    x = resp.header["master_broker_id"]
-    assert resp.ok and x != 1 and resp.header["master_epoch"] == 2
+    x = resp.header.master_broker_id
+    assert resp.ok and x != 1 and resp.header.master_epoch == 2
     assert x == 2  # Q4 FIXED: deterministic, lowest id on ties
     # the reference row says "sssEpoch 2"; after the election the current SSS epoch is 3 (2 + elect), and
     # with fencing checked first (Q6) only the current epoch is accepted.
@@ -174,7 +174,7 @@ def test_elect_master_full_sequence():
     h.alive = {1, 2, 3} - {x}
     assert h.call(ElectMasterRequest.of_admin_trigger(CLUSTER, NAME, 1))[0].ok
     info = h.info()
-    assert (info.header["master_broker_id"], info.header["master_address"], info.header["master_epoch"]) == \
+    assert (info.header.master_broker_id, info.header.master_address, info.header.master_epoch) == \
         (1, ADDR[1], 3)
     assert h.replay_matches()
 
@@ -189,13 +189,13 @@ def test_all_replicas_shutdown_and_restart():
     assert resp.code == C.CONTROLLER_MASTER_NOT_AVAILABLE
     assert events == [ElectMasterEvent(False, NAME, None)]
     info = h.info()
-    assert info.header["master_address"] is None and info.header["master_epoch"] == 2
+    assert info.header.master_address is None and info.header.master_epoch == 2
     assert info.body["sync_state_set"] == [1]
     resp, _ = h.call(ElectMasterRequest.of_broker_trigger(CLUSTER, NAME, 2))
-    assert resp.code == C.CONTROLLER_ELECT_MASTER_FAILED and resp.header["master_broker_id"] is None
+    assert resp.code == C.CONTROLLER_ELECT_MASTER_FAILED and resp.header.master_broker_id is None
     h.alive = {1, 2, 3}
     resp, _ = h.call(ElectMasterRequest.of_broker_trigger(CLUSTER, NAME, 1))
-    assert resp.ok and resp.header["master_address"] == ADDR[1] and resp.header["master_epoch"] == 3
+    assert resp.ok and resp.header.master_address == ADDR[1] and resp.header.master_epoch == 3
 
 
 def test_enable_elect_unclean_master():
@@ -205,9 +205,9 @@ def test_enable_elect_unclean_master():
     assert h.call(AlterSyncStateSetRequest(NAME, 1, 1, frozenset({1}), 2))[0].ok
     h.alive = {2, 3}
     resp, _ = h.call(ElectMasterRequest.of_controller_trigger(NAME))
-    assert resp.ok and resp.header["master_broker_id"] == 2
+    assert resp.ok and resp.header.master_broker_id == 2
     info = h.info()
-    assert info.body["sync_state_set"] == [2] and info.header["master_epoch"] == 2
+    assert info.body["sync_state_set"] == [2] and info.header.master_epoch == 2
 
 
 # testCleanBrokerData rows (events NOT applied between calls): (cluster, name, ids, living, alive, code)
@@ -280,7 +280,7 @@ def test_serialize_round_trip():
 def test_apply_broker_id_rules():
     """Invariants 19: unknown set -> next id 1 and only 1 accepted; same check code re-apply ok; other 2014."""
     h = Harness()
-    assert h.call(GetNextBrokerIdRequest(CLUSTER, NAME))[0].header["next_broker_id"] == 1
+    assert h.call(GetNextBrokerIdRequest(CLUSTER, NAME))[0].header.next_broker_id == 1
     assert h.call(ApplyBrokerIdRequest(CLUSTER, NAME, 2, "a;1"))[0].code == C.CONTROLLER_BROKER_ID_INVALID
     assert h.call(ApplyBrokerIdRequest(CLUSTER, NAME, 1, "a:1;1"))[0].ok
     assert h.state.replica_info[NAME].broker_id_info[1] == ("a:1", "a:1;1")
@@ -298,7 +298,7 @@ def test_register_updates_address_and_unknown_ids():
     assert resp.ok and len(events) == 1 and resp.body["sync_state_set"] == [1, 2, 3]
     assert h.state.replica_info[NAME].broker_id_info[2] == ("10.0.0.2:9001", f"{ADDR[2]};1700000000000")
     h.alive = {2}
-    assert h.call(RegisterBrokerRequest(CLUSTER, NAME, 2, "10.0.0.2:9001"))[0].header["master_broker_id"] is None
+    assert h.call(RegisterBrokerRequest(CLUSTER, NAME, 2, "10.0.0.2:9001"))[0].header.master_broker_id is None
 
 
 # Reference 4.4 rows as (alive, request kind, target, unclean, sss, expected code, expected master)
@@ -329,7 +329,7 @@ def test_election_table(alive, kind, target, unclean, sss, code, master):
     before = h.state.sync_state[NAME]
     epoch0, sss_epoch0 = before.master_epoch, before.sync_state_set_epoch
     resp, events = h.call(req)
-    assert resp.code == code and resp.header["master_broker_id"] == master
+    assert resp.code == code and resp.header.master_broker_id == master
     after = h.state.sync_state[NAME]
     if code == C.SUCCESS:
         assert after.master_epoch == epoch0 + 1 and after.sync_state_set == {master}
@@ -406,23 +406,23 @@ def test_quirk4_fixed_ties_break_by_lowest_id_and_exact_offsets():
     h.heartbeat(1, 1, 0, -10000)
     h.heartbeat(3, 5, 7, 10**9, 1)
     h.heartbeat(2, 5, 7, 10**9, 1)
-    assert h.call(ElectMasterRequest.of_controller_trigger(NAME), apply=False)[0].header["master_broker_id"] == 2
+    assert h.call(ElectMasterRequest.of_controller_trigger(NAME), apply=False)[0].header.master_broker_id == 2
     h2 = mock_meta_data()
     h2.heartbeat(1, 1, 0, -10000)
     h2.heartbeat(2, 5, 2**40 + 2**32, 10**9)
     h2.heartbeat(3, 5, 2**40, 10**9)
-    assert h2.call(ElectMasterRequest.of_controller_trigger(NAME))[0].header["master_broker_id"] == 2
+    assert h2.call(ElectMasterRequest.of_controller_trigger(NAME))[0].header.master_broker_id == 2
 
 
 def test_quirk5_kept_next_id_is_adds_plus_one_and_ids_never_reused():
     """Q5 KEPT: next id counts adds; cleaning ids never lowers it, so a cleaned id is never handed out again."""
     h = mock_meta_data()
-    assert h.call(GetNextBrokerIdRequest(CLUSTER, NAME))[0].header["next_broker_id"] == 4
+    assert h.call(GetNextBrokerIdRequest(CLUSTER, NAME))[0].header.next_broker_id == 4
     h.alive = {1}
     assert h.call(CleanBrokerDataRequest(CLUSTER, NAME, "3", False))[0].ok
-    assert h.call(GetNextBrokerIdRequest(CLUSTER, NAME))[0].header["next_broker_id"] == 4
+    assert h.call(GetNextBrokerIdRequest(CLUSTER, NAME))[0].header.next_broker_id == 4
     assert h.call(ApplyBrokerIdRequest(CLUSTER, NAME, 9, "x;1"))[0].ok  # out-of-order id: counter still +1
-    assert h.call(GetNextBrokerIdRequest(CLUSTER, NAME))[0].header["next_broker_id"] == 5
+    assert h.call(GetNextBrokerIdRequest(CLUSTER, NAME))[0].header.next_broker_id == 5
 
 
 def test_quirk6_fixed_fencing_checked_before_no_change():
@@ -473,7 +473,7 @@ def test_new_term_request_from_restarted_master_elects_by_progress(requester, be
     resp, events = h.call(ElectMasterRequest.of_new_term(CLUSTER, NAME, requester))
     assert resp.code == code
     info = h.info()
-    assert info.header["master_broker_id"] == master and info.header["master_epoch"] == epoch
+    assert info.header.master_broker_id == master and info.header.master_epoch == epoch
     if code == C.SUCCESS:
         assert events == [ElectMasterEvent(True, NAME, master)]
         assert info.body["sync_state_set"] == [master]
@@ -496,7 +496,7 @@ def test_new_term_ranks_the_requester_by_the_progress_it_carries(carried, master
     h.heartbeat(2, 1, 300, 10**9)
     epoch, offset = carried
     resp, _events = h.call(ElectMasterRequest.of_new_term(CLUSTER, NAME, 1, epoch, offset))
-    assert resp.code == C.SUCCESS and resp.header["master_broker_id"] == master
+    assert resp.code == C.SUCCESS and resp.header.master_broker_id == master
 
 
 def test_new_term_old_rule_ranks_by_the_stale_row(monkeypatch):
@@ -509,7 +509,7 @@ def test_new_term_old_rule_ranks_by_the_stale_row(monkeypatch):
     h.heartbeat(1, 1, 500, 10**9)
     h.heartbeat(2, 1, 300, 10**9)
     resp, _events = h.call(ElectMasterRequest.of_new_term(CLUSTER, NAME, 1, 1, 100))
-    assert resp.header["master_broker_id"] == 1
+    assert resp.header.master_broker_id == 1
 
 
 def only_master_in_sync() -> Harness:
@@ -547,8 +547,8 @@ def test_new_term_prefers_a_live_replica_whose_log_contains_the_masters(beats, c
     for broker_id, (ep, offset) in beats.items():
         h.heartbeat(broker_id, ep, offset, 10**9)
     resp, events = h.call(ElectMasterRequest.of_new_term(CLUSTER, NAME, 1, *carried))
-    assert resp.code == C.SUCCESS and resp.header["master_broker_id"] == master
-    assert resp.header["master_epoch"] == 2 and h.info().body["sync_state_set"] == [master]
+    assert resp.code == C.SUCCESS and resp.header.master_broker_id == master
+    assert resp.header.master_epoch == 2 and h.info().body["sync_state_set"] == [master]
     assert events == [ElectMasterEvent(True, NAME, master)]
     assert h.replay_matches()
 
@@ -562,7 +562,7 @@ def test_new_term_outside_the_set_old_rule_reelects_the_shorter_master(monkeypat
     h.heartbeat(1, 1, 500, 10**9)
     h.heartbeat(2, 1, 300, 10**9)
     resp, _events = h.call(ElectMasterRequest.of_new_term(CLUSTER, NAME, 1, 1, 200))
-    assert resp.header["master_broker_id"] == 1
+    assert resp.header.master_broker_id == 1
 
 
 def test_contains_log():

@@ -92,7 +92,7 @@ def test_a_lost_third_is_re_elected_in_one_batch():
     ctx = DecideContext.from_heartbeats(table, 0)
     resp, events = decide(state, ElectMastersRequest(tuple(lost)), ctx)
     answers = election_answers(resp)
-    assert all(a.code == C.SUCCESS and a.header["master_broker_id"] == 2 for a in answers.values())
+    assert all(a.code == C.SUCCESS and a.header.master_broker_id == 2 for a in answers.values())
     assert events == [ElectMasterEvent(True, name, 2) for name in lost]
     untouched = state.sync_state["g001"].master_epoch
     state.apply_all(events)

@@ -70,7 +70,7 @@ class ControllerCoreMachine(RuleBasedStateMachine):
 
     @rule(group=groups, timeout_ms=st.integers(100, 3000))
     def register(self, group: str, timeout_ms: int) -> None:
-        next_id = self.call(GetNextBrokerIdRequest("c", group)).header["next_broker_id"]
+        next_id = self.call(GetNextBrokerIdRequest("c", group)).header.next_broker_id
         if next_id > 5:
             return
         addr = f"10.0.0.{next_id}:9000"
@@ -102,7 +102,7 @@ class ControllerCoreMachine(RuleBasedStateMachine):
         resp = self.call(req)
         if resp.ok:
             after = self.state.sync_state[group]
-            assert after.master_broker_id == resp.header["master_broker_id"]
+            assert after.master_broker_id == resp.header.master_broker_id
             assert after.sync_state_set == {after.master_broker_id}
             assert epochs is not None and (after.master_epoch, after.sync_state_set_epoch) == \
                 (epochs[0] + 1, epochs[1] + 1)

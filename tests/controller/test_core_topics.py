@@ -16,6 +16,7 @@ from rocketray.controller.api import (AlterSyncStateSetRequest, ApplyBrokerIdReq
                                       GetTopicRouteRequest, ListTopicsRequest, RegisterBrokerRequest, Response)
 from rocketray.controller.codes import ResponseCode as C
 from rocketray.controller.codes import is_retriable
+from rocketray.controller.headers import ListTopicsResponseHeader, TopicRouteResponseHeader, header_fields
 from rocketray.controller.decide import DecideContext, decide, is_write
 from rocketray.controller.events import (ApplyBrokerIdEvent, CleanBrokerDataEvent, CreateTopicEvent, DeleteTopicEvent,
                                          decode_events, encode_events)
@@ -127,11 +128,11 @@ def test_topic_decisions(groups, topics, request_, code, header, events, remark)
     assert response.code == code, response
     assert remark in response.remark
     if header is not None:
-        assert response.header == header
+        assert header_fields(response.header) == header   # the typed header's plain fields
     assert emitted == events
     if isinstance(request_, CreateTopicRequest) and response.ok:
         route, _ = run(state, GetTopicRouteRequest(request_.topic))
-        assert route.header["queues"] == response.header["queues"]
+        assert route.header.queues == response.header.queues
         assert len(state.topics[request_.topic]) == request_.queues
     if isinstance(request_, DeleteTopicRequest) and response.ok:
         assert request_.topic not in state.topics
@@ -226,17 +227,17 @@ def test_topic_survives_master_switch():
     for broker_id in (1, 2):
         assert call(ApplyBrokerIdRequest("c", A, broker_id, f"h:{broker_id};1")).ok
         assert call(RegisterBrokerRequest("c", A, broker_id, f"h:{broker_id}")).ok
-    assert call(ElectMasterRequest.of_broker_trigger("c", A, 1)).header["master_broker_id"] == 1
+    assert call(ElectMasterRequest.of_broker_trigger("c", A, 1)).header.master_broker_id == 1
     assert call(AlterSyncStateSetRequest(A, 1, 1, frozenset({1, 2}), 1)).ok
     created = call(CreateTopicRequest("orders", 4))
-    assert created.ok and created.header["queues"] == [[0, A], [1, A], [2, A], [3, A]]
+    assert created.ok and created.header.queues == ((0, A), (1, A), (2, A), (3, A))
 
     alive.discard(1)  # the master dies; the controller elects the other replica of the group
     elected = call(ElectMasterRequest.of_controller_trigger(A))
-    assert elected.ok and elected.header["master_broker_id"] == 2 and elected.header["master_epoch"] == 2
+    assert elected.ok and elected.header.master_broker_id == 2 and elected.header.master_epoch == 2
     route = call(GetTopicRouteRequest("orders"))
-    assert route.ok and route.header == {"topic": "orders", "queues": created.header["queues"]}
-    assert call(ListTopicsRequest()).header == {"topics": {"orders": 4}}
+    assert route.ok and route.header == TopicRouteResponseHeader("orders", created.header.queues)
+    assert call(ListTopicsRequest()).header == ListTopicsResponseHeader((("orders", 4),))
 
 
 def test_cleaning_a_broker_group_keeps_the_topics_naming_it():
@@ -273,13 +274,13 @@ def test_random_topic_histories_keep_the_invariants(history):
             before = state.topics.get(name)
             response, events = decide(state, request, DecideContext(lambda n, i: True))
             if kind == "create" and response.ok and before is not None:
-                assert response.header["queues"][:len(before)] == [[i, g] for i, g in enumerate(before)]
+                assert response.header.queues[:len(before)] == tuple(enumerate(before))
             if not response.ok:
                 assert events == []
         state.apply_all(events)
         log.extend(events)
         if kind == "create" and response.ok:
-            assert response.header["queues"] == [[i, g] for i, g in enumerate(state.topics[name])]
+            assert response.header.queues == tuple(enumerate(state.topics[name]))
         for assignment in state.topics.values():
             assert 1 <= len(assignment) <= MAX_QUEUES
             assert set(assignment) <= {"g1", "g2", "g3"}

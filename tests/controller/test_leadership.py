@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import pytest
 
+from rocketray.controller.headers import NotLeaderResponseHeader
 from rocketray.controller.api import Response
 from rocketray.controller.codes import ResponseCode
 from rocketray.controller.leadership import Attempts, Leader, LeaderStatus, LeaderView
 
-OK = Response(ResponseCode.SUCCESS, {})
-NOT_LEADER = Response.error(ResponseCode.CONTROLLER_NOT_LEADER, "not leader", {"leader_address": "x"})
+OK = Response(ResponseCode.SUCCESS)
+NOT_LEADER = Response.error(ResponseCode.CONTROLLER_NOT_LEADER, "not leader", NotLeaderResponseHeader("x"))
 
 
 def ready(index: int, term: int) -> LeaderStatus:

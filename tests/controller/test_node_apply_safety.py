@@ -63,7 +63,7 @@ def test_an_oversized_request_is_refused_at_decide_time_and_an_unloggable_commit
     resp = leader.handle(ApplyBrokerIdRequest(CLUSTER, "big", 1, HUGE))
     assert resp.code == ResponseCode.CONTROLLER_INVALID_REQUEST, resp
     assert max(len(entry[0]) for entry in leader._raft.journal) < 4096   # nothing big replicated
-    assert leader.handle(GetNextBrokerIdRequest(CLUSTER, "big")).header["next_broker_id"] == 1
+    assert leader.handle(GetNextBrokerIdRequest(CLUSTER, "big")).header.next_broker_id == 1
 
     # The same event committed anyway: every replica applies it, the event log records a gap for
     # it, the applied index advances everywhere, and the group keeps serving.

@@ -65,7 +65,7 @@ def test_a_request_is_decided_while_its_predecessor_is_in_flight_and_sees_it(mak
     first.join(5)
     second.join(5)
     assert first_out[0].ok and second_out[0].ok, (first_out, second_out)
-    assert leader.handle(GetNextBrokerIdRequest(CLUSTER, "g")).header["next_broker_id"] == 3
+    assert leader.handle(GetNextBrokerIdRequest(CLUSTER, "g")).header.next_broker_id == 3
     expected = leader.snapshot_state()
     wait(lambda: all(n.snapshot_state() == expected for n in cluster.running()), 5, what="followers to converge")
 
@@ -84,7 +84,7 @@ def test_an_unknown_outcome_drops_the_speculation_and_later_requests_see_what_co
     gate.release()                                                      # both commit after all
     second.join(5)
     assert second_out[0].ok, second_out
-    assert leader.handle(GetNextBrokerIdRequest(CLUSTER, "g")).header["next_broker_id"] == 3
+    assert leader.handle(GetNextBrokerIdRequest(CLUSTER, "g")).header.next_broker_id == 3
     meta = leader.metadata()
     assert meta["speculation_rebuilds"] > rebuilds and meta["speculation_invalidations"] >= 1
 
@@ -92,14 +92,14 @@ def test_an_unknown_outcome_drops_the_speculation_and_later_requests_see_what_co
 def test_a_foreign_entry_that_changes_the_state_drops_the_speculation(make_cluster, wait):
     cluster = make_cluster()
     leader = cluster.wait_leader()
-    assert leader.handle(GetNextBrokerIdRequest(CLUSTER, "g")).header["next_broker_id"] == 1
+    assert leader.handle(GetNextBrokerIdRequest(CLUSTER, "g")).header.next_broker_id == 1
     done = threading.Event()
     term = leader.metadata()["term"]
     leader._raft.apply_batch(encode_payload(term, encode_events([ApplyBrokerIdEvent(CLUSTER, "g", "h:1", "h:1;1", 1)]), 0),
                              callback=lambda result, error: done.set())
     assert done.wait(5)
     # A read (and a write) decided on the old speculation would not see set g.
-    assert leader.handle(GetNextBrokerIdRequest(CLUSTER, "g")).header["next_broker_id"] == 2
+    assert leader.handle(GetNextBrokerIdRequest(CLUSTER, "g")).header.next_broker_id == 2
     assert leader.handle(apply_id("g", 2)).ok
     assert leader.metadata()["speculation_invalidations"] >= 1
 

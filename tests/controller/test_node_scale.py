@@ -51,7 +51,7 @@ def test_many_groups_are_re_elected_in_one_raft_entry(node_with_groups):
     dead.update((name, 1) for name in lost)
     after = node.applied_index
     answers = node.trigger_elect_masters(lost + ["nobody"])
-    assert all(answers[n].ok and answers[n].header["master_broker_id"] == 2 for n in lost), answers
+    assert all(answers[n].ok and answers[n].header.master_broker_id == 2 for n in lost), answers
     assert not answers["nobody"].ok
     entries = election_entries(node, after)
     assert sorted(entries) == lost and len(set(entries.values())) == 1

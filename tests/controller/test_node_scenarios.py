@@ -61,7 +61,7 @@ def mock_metadata(leader):
     """16.2 mockMetaData: ids 1,2,3 registered, broker 1 elected, SSS {1,2,3} at epoch 2."""
     for broker_id in (1, 2, 3):
         resp = leader.handle(GetNextBrokerIdRequest(CLUSTER, GROUP))
-        assert resp.ok and resp.header["next_broker_id"] == broker_id
+        assert resp.ok and resp.header.next_broker_id == broker_id
         code = f"{ADDR[broker_id]};{1000 + broker_id}"
         assert leader.handle(ApplyBrokerIdRequest(CLUSTER, GROUP, broker_id, code)).ok
         assert leader.handle(RegisterBrokerRequest(CLUSTER, GROUP, broker_id, ADDR[broker_id])).ok
@@ -69,7 +69,7 @@ def mock_metadata(leader):
     assert not leader.handle(ElectMasterRequest.of_broker_trigger(CLUSTER, GROUP, 2)).ok
     assert not leader.handle(ElectMasterRequest.of_broker_trigger(CLUSTER, GROUP, 3)).ok
     info = leader.handle(GetReplicaInfoRequest(GROUP))
-    assert info.header["master_epoch"] == 1 and info.header["master_address"] == ADDR[1]
+    assert info.header.master_epoch == 1 and info.header.master_address == ADDR[1]
     resp = leader.handle(AlterSyncStateSetRequest(GROUP, 1, 1, frozenset({1, 2, 3}), 1))
     assert resp.ok, resp
     info = leader.handle(GetReplicaInfoRequest(GROUP))
@@ -85,8 +85,8 @@ def test_elect_master_with_dead_master(make_cluster):
     resp = leader.trigger_elect_master(GROUP)
     assert resp.ok, resp
     info = leader.handle(GetReplicaInfoRequest(GROUP))
-    assert info.header["master_epoch"] == 2
-    assert info.header["master_broker_id"] != 1 and info.header["master_address"] != ADDR[1]
+    assert info.header.master_epoch == 2
+    assert info.header.master_broker_id != 1 and info.header.master_address != ADDR[1]
 
 
 def test_failed_election_never_commits_and_scan_fires(make_cluster, wait):
@@ -110,11 +110,11 @@ def test_failed_election_never_commits_and_scan_fires(make_cluster, wait):
     set_alive(cluster, everyone_alive)
     new_leader = cluster.wait_leader()
     info = new_leader.handle(GetReplicaInfoRequest(GROUP))
-    assert info.ok and info.header["master_broker_id"] == 1 and info.header["master_epoch"] == 1
+    assert info.ok and info.header.master_broker_id == 1 and info.header.master_epoch == 1
     set_alive(cluster, one_dead)
     fired = wait(lambda: new_leader.scan_inactive_masters(), timeout_s=2.0, what="inactive-master scan")
     assert [name for name, _ in fired] == [GROUP]
-    assert fired[0][1].ok and fired[0][1].header["master_broker_id"] in (2, 3)
+    assert fired[0][1].ok and fired[0][1].header.master_broker_id in (2, 3)
 
 
 def test_unclean_election_disabled(make_cluster):
@@ -127,14 +127,14 @@ def test_unclean_election_disabled(make_cluster):
     assert not leader.trigger_elect_master(GROUP).ok
     info = leader.handle(GetReplicaInfoRequest(GROUP))
     assert info.body["sync_state_set"] == [1]
-    assert info.header["master_broker_id"] is None and info.header["master_epoch"] == 2
+    assert info.header.master_broker_id is None and info.header.master_epoch == 2
     resp = leader.handle(ElectMasterRequest.of_broker_trigger(CLUSTER, GROUP, 2))
-    assert resp.header.get("master_broker_id") is None and resp.header.get("master_address") is None
+    assert resp.header.master_broker_id is None and resp.header.master_address is None
     set_alive(cluster, everyone_alive)
     resp = leader.handle(ElectMasterRequest.of_broker_trigger(CLUSTER, GROUP, 1))
     assert resp.ok, resp
-    assert resp.header["master_broker_id"] == 1 and resp.header["master_address"] == ADDR[1]
-    assert resp.header["master_epoch"] == 3
+    assert resp.header.master_broker_id == 1 and resp.header.master_address == ADDR[1]
+    assert resp.header.master_epoch == 3
 
 
 def test_unclean_election_enabled(make_cluster):
@@ -147,9 +147,9 @@ def test_unclean_election_enabled(make_cluster):
     resp = leader.trigger_elect_master(GROUP)
     assert resp.ok, resp
     info = leader.handle(GetReplicaInfoRequest(GROUP))
-    new_master = info.header["master_broker_id"]
+    new_master = info.header.master_broker_id
     assert new_master not in (None, 1)
-    assert info.body["sync_state_set"] == [new_master] and info.header["master_epoch"] == 2
+    assert info.body["sync_state_set"] == [new_master] and info.header.master_epoch == 2
 
 
 def test_change_controller_leader_keeps_state(make_cluster, wait):
@@ -166,7 +166,7 @@ def test_change_controller_leader_keeps_state(make_cluster, wait):
         return info if info.ok else None
 
     info = wait(replica_info, timeout_s=5.0, what="replica info from the new leader")
-    assert info.header["master_address"] == ADDR[1] and info.header["master_epoch"] == 1
+    assert info.header.master_address == ADDR[1] and info.header.master_epoch == 1
     assert info.body["sync_state_set"] == [1, 2, 3]
 
 
@@ -181,8 +181,8 @@ def test_followers_answer_not_leader_with_leader_identity(make_cluster, wait):
              what="the follower to hear from the leader")
         resp = node.handle(GetNextBrokerIdRequest(CLUSTER, GROUP))
         assert resp.code == ResponseCode.CONTROLLER_NOT_LEADER
-        assert resp.header["leader_address"] == leader.self_address
-        assert resp.header["leader_id"] == leader.metadata()["self_id"]
+        assert resp.header.leader_address == leader.self_address
+        assert resp.header.leader_id == leader.metadata()["self_id"]
         assert node.metadata()["leader_address"] == leader.self_address
 
 
@@ -192,7 +192,7 @@ def test_write_is_visible_to_next_request_on_every_node(make_cluster, wait):
     leader = cluster.wait_leader()
     for i in range(1, 6):
         assert leader.handle(ApplyBrokerIdRequest(CLUSTER, f"g{i}", 1, f"h:{i};1")).ok
-        assert leader.handle(GetNextBrokerIdRequest(CLUSTER, f"g{i}")).header["next_broker_id"] == 2
+        assert leader.handle(GetNextBrokerIdRequest(CLUSTER, f"g{i}")).header.next_broker_id == 2
     expected = leader.snapshot_state()
     wait(lambda: all(n.snapshot_state() == expected for n in cluster.running()), timeout_s=5.0,
          what="followers to apply every write")

@@ -48,7 +48,7 @@ def churn(leader, rounds):
         assert leader.handle(RegisterBrokerRequest(CLUSTER, "e", broker_id, f"h:{broker_id}")).ok
     resp = leader.handle(ElectMasterRequest.of_broker_trigger(CLUSTER, "e", 1))
     assert resp.ok, resp
-    return churn_more(leader, resp.header["sync_state_set_epoch"], rounds)
+    return churn_more(leader, resp.header.sync_state_set_epoch, rounds)
 
 
 def churn_more(leader, epoch, rounds):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from rocketray.controller.headers import ConsumerHeartbeatResponseHeader
 from rocketray.controller.api import (ApplyBrokerIdRequest, ConsumerHeartbeatRequest, CreateTopicRequest,
                                       DeleteTopicRequest, GetTopicRouteRequest, ListTopicsRequest)
 from rocketray.controller.codes import ResponseCode
@@ -26,7 +27,7 @@ def make_topics(leader, count):
     """``count`` topics t0..t<count-1> of 1..3 queues, t0 extended once, one deleted: every entry kind."""
     for i in range(count):
         assert leader.handle(CreateTopicRequest(f"t{i}", 1 + i % 3)).ok
-    assert leader.handle(CreateTopicRequest("t0", 4)).header["created"] is True
+    assert leader.handle(CreateTopicRequest("t0", 4)).header.created is True
     assert leader.handle(DeleteTopicRequest(f"t{count - 1}")).ok
 
 
@@ -62,7 +63,7 @@ def test_topics_survive_a_restart_from_snapshot_and_journal(make_cluster, wait):
     assert expected["topics"] and dict(expected["topics"])["t0"] == ["broker-a", "broker-b", "broker-a", "broker-b"]
     for topic, header in routes.items():
         assert leader.handle(GetTopicRouteRequest(topic)).header == header
-    listed = leader.handle(ListTopicsRequest()).header["topics"]
+    listed = leader.handle(ListTopicsRequest()).header.counts()
     assert "t7" not in listed and listed["after-snapshot"] == 3 and listed["t0"] == 4
     logged = [e for e in leader.events()["events"] if e["type"] in ("CreateTopicEvent", "DeleteTopicEvent")]
     assert {"type": "CreateTopicEvent", "topic": "after-snapshot", "broker_names": ["broker-a", "broker-b", "broker-a"],
@@ -98,22 +99,22 @@ def test_consumer_heartbeats_are_leader_local_and_not_replicated(make_cluster, w
     leader = cluster.wait_leader()
     followers = [n for n in cluster.running() if n is not leader]
     commit_index = leader.metadata()["commit_index"]
-    assert leader.consumer_heartbeat(ConsumerHeartbeatRequest("g", "c1", ("orders",))).header == {
-        "group": "g", "members": ["c1"]}
+    assert leader.consumer_heartbeat(ConsumerHeartbeatRequest("g", "c1", ("orders",))).header == \
+        ConsumerHeartbeatResponseHeader("g", ("c1",))
     response = leader.handle(ConsumerHeartbeatRequest("g", "c2", ("orders",)))
-    assert response.ok and response.header == {"group": "g", "members": ["c1", "c2"]}
+    assert response.ok and response.header == ConsumerHeartbeatResponseHeader("g", ("c1", "c2"))
     assert leader.consumer_groups() == {"g": ["c1", "c2"]}
     assert leader.metadata()["commit_index"] == commit_index, "membership does not go through Raft"
     for follower in followers:
         refused = follower.consumer_heartbeat(ConsumerHeartbeatRequest("g", "c3", ()))
         assert refused.code == ResponseCode.CONTROLLER_NOT_LEADER
-        assert refused.header["leader_address"] == leader.self_address
+        assert refused.header.leader_address == leader.self_address
         assert follower.consumer_groups() == {}
     left = leader.handle(ConsumerHeartbeatRequest("g", "c1", ("orders",), leaving=True))
-    assert left.header == {"group": "g", "members": ["c2"]}
+    assert left.header == ConsumerHeartbeatResponseHeader("g", ("c2",))
     assert leader.consumer_heartbeat(GetTopicRouteRequest("t")).code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
 
     cluster.stop(cluster.index_of(leader))
     new_leader = cluster.wait_leader()
     response = new_leader.handle(ConsumerHeartbeatRequest("g", "c3", ()))
-    assert response.ok and response.header["members"] == ["c3"], "a new leader's table fills up from heartbeats"
+    assert response.ok and response.header.members == ("c3",), "a new leader's table fills up from heartbeats"

@@ -91,7 +91,7 @@ def heartbeat(node, broker_id: int) -> None:
 
 def master(node):
     info = node.handle(GetReplicaInfoRequest(GROUP))
-    return info.header["master_broker_id"], info.header["master_epoch"]
+    return info.header.master_broker_id, info.header.master_epoch
 
 
 def ready(p: subprocess.Popen) -> None:

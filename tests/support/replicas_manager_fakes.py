@@ -14,6 +14,7 @@ from typing import Any
 
 from rocketray.broker.register import Identity, TempIdentity
 from rocketray.broker.replicas_manager import ControllerCallError, ReplicasManager, ReplicasManagerConfig
+from rocketray.controller.headers import NotLeaderResponseHeader
 from rocketray.controller.api import BrokerHeartbeatRequest, Response
 from rocketray.controller.codes import ResponseCode
 from rocketray.controller.decide import DecideContext, decide
@@ -63,7 +64,7 @@ class FakeController:
             raise ControllerCallError("controller unreachable")
         if address != self.leader:
             return Response.error(ResponseCode.CONTROLLER_NOT_LEADER, "The controller is not in leader state",
-                                  {"leader_address": self.leader})
+                                  NotLeaderResponseHeader(self.leader))
         scripted = self.script.get(name)
         if scripted:
             outcome = scripted.pop(0)
