@@ -159,8 +159,9 @@ class BrokerService:
             started = time.monotonic()
 
             def finish(result: PutResult) -> None:
-                self._metrics.put(broker_id, result.status.name, batch.count, (time.monotonic() - started) * 1000)
-                done(dataclasses.replace(result, broker_id=broker_id))
+                latency_ms = (time.monotonic() - started) * 1000
+                done(dataclasses.replace(result, broker_id=broker_id))    # the answer first, then the metrics
+                self._metrics.put(broker_id, result.status.name, batch.count, latency_ms)
 
             refusal = self.ha.put_start(batch, now_ms(), finish)
             if refusal is None:
