@@ -75,11 +75,19 @@ OLD_RULES = {
     "new-term-outside-sss": (
         [(decide, "contains_log", lambda candidate, of: False)], LOST),
     # async seed 5453: a slave elected by progress it reported loses power before taking the term
-    # and takes, with less, the term its registration answer names
+    # and takes, with less, the term its registration answer names (the first-term rule, a second
+    # guard here, is reverted too)
     "elected-then-lost-power": (
-        [(role, "is_term_won_before_boot", lambda sitting, at_registration: False)], LOST),
+        [(role, "is_term_won_before_boot", lambda sitting, at_registration: False),
+         (role, "is_first_term_after_restart", lambda sitting, held_epoch, last_epoch: False)], LOST),
+    # async-overlap seed 36 (21 when found): a broker elected while down (its row alive) restarts with
+    # less, is told of its term by a MASTER_STILL_EXIST answer after a registration answer that named
+    # no master, and takes it (the registration rule alone does not see it)
+    "elected-while-down-named-later": (
+        [(role, "is_first_term_after_restart", lambda sitting, held_epoch, last_epoch: False)],
+        "acknowledged message lost"),
     # #9689: a master restarted before the controller noticed resumes its term (the registration
-    # rule would also catch the restart, so both are reverted; tests/broker/test_role.py pins the
+    # and first-term rules would also catch the restart, so all three are reverted; tests/broker/test_role.py pins the
     # epoch-file rule alone on a notification after registering). The resumed term loses
     # acknowledged messages (seed 12). Seed 4 used to show it as a confirm offset beyond a member:
     # the resumed master computed its confirm offset against a SyncStateSet of itself alone before
@@ -87,7 +95,8 @@ OLD_RULES = {
     # (one owner, issue 28) that window is gone, and seed 4 shows nothing.
     "restarted-master-resumes-its-old-term": (
         [(role, "is_term_from_before_restart", lambda sitting, epoch, last_epoch: False),
-         (role, "is_term_won_before_boot", lambda sitting, at_registration: False)], LOST),
+         (role, "is_term_won_before_boot", lambda sitting, at_registration: False),
+         (role, "is_first_term_after_restart", lambda sitting, held_epoch, last_epoch: False)], LOST),
     # violation 3: segments unlinked oldest first, and recovery trusts segments without a
     # contiguity check
     "violation-3-kill-between-two-unlinks": (
