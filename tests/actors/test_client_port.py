@@ -86,6 +86,7 @@ def test_a_held_pull_does_not_delay_a_put_on_the_same_connection(port):
     result = decode_put_answer(put.result(5).body)
     assert result.ok and result.offsets == ((0, 0), (1, 10)) and endpoints.puts == [(b"two records", 2)]
     assert not held.done()
+    wait_for(lambda: endpoints.release_pull is not None, 5, "the pull to be held", 0.01)
     loop.call_soon_threadsafe(endpoints.release_pull.set)
     pulled = decode_pull_answer(held.result(5).body)
     assert pulled.status is PullStatus.FOUND and pulled.records == b"rec" and pulled.offset == 4
