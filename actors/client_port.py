@@ -6,11 +6,12 @@ controller loop, so a put or a pull costs one socket round trip instead of a Ray
 still places, restarts and discovers the actors; this port only moves the bytes.
 
 Each connection first runs the mutual challenge/response with the cluster secret
-(``rocketray.auth``, ``CLIENT_LABEL``); then frames of ``rocketray.broker.client_wire``. Every
-request is served in a task of its own, so answers may leave out of order (a held pull never
-delays a put behind it); a put's batch is appended in arrival order because ``HAService.put``
-appends before its first await. A frame that does not decode gets an ERROR frame and its
-connection is closed; nothing else is touched.
+(``rocketray.auth``, ``CLIENT_LABEL``); then frames of ``rocketray.broker.client_wire``. A put
+runs in the read loop's own step (``put_start``: checked, appended and written to the slaves
+before the next frame is read, so puts are appended in arrival order) and its answer leaves from
+the event that decides it (the slaves' acks); every other request is served in a task of its
+own. Answers may leave out of order (a held pull never delays a put behind it). A frame that does
+not decode gets an ERROR frame and its connection is closed; nothing else is touched.
 """
 
 from __future__ import annotations
