@@ -162,11 +162,11 @@ def _leader(cluster) -> tuple[int, dict]:
     raise TimeoutError("no controller leader")
 
 
-def _steady(fleet: CommandProcess, cluster, leader: int, pids: list[int], seconds: float, writes_per_s: float,
+def _steady(fleet: CommandProcess, cluster, pids: list[int], seconds: float, writes_per_s: float,
             tag: str) -> dict:
-    """``leader``: the controller the fleet registered with (asking the controllers could wait behind
-    the heartbeats queued in their non-blocking calls' threads)."""
-    fleet.call("stats")
+    """The leader is the one the fleet's sessions follow (its ``stats``); a window in which it moved
+    is reported (``leader_changes``) and measured on the leader at its end."""
+    leader = fleet.call("stats")["leader"]
     cpu0 = [_cpu_s(p) for p in pids]
     started = time.perf_counter()
     with WriteProbe(cluster, tag, writes_per_s) as probe:
@@ -175,7 +175,9 @@ def _steady(fleet: CommandProcess, cluster, leader: int, pids: list[int], second
     cpu = [_cpu_s(p) - c for p, c in zip(pids, cpu0)]
     hb = fleet.call("stats")
     answered = max(hb["answered"], 1)
-    return {"leader_cores": round(cpu[leader] / elapsed, 3),
+    leader = hb["leader"]
+    return {"leader_changes": hb["leader_changes"], "reopen_ms": hb["reopen_ms"],
+            "leader_cores": round(cpu[leader] / elapsed, 3),
             "follower_cores": round(max(c for i, c in enumerate(cpu) if i != leader) / elapsed, 3),
             "leader_cpu_us_per_heartbeat": round(cpu[leader] / answered * 1e6, 1),
             "heartbeats_per_s": round(hb["answered"] / elapsed, 1),
@@ -259,16 +261,18 @@ def measure(groups: int, args, data_dir: str) -> dict:
     env = {**os.environ, "RAY_ADDRESS": ray.get_runtime_context().gcs_address, "PYTHONUNBUFFERED": "1"}
     fleet = fleet_process(cluster.spec.name, env, Path(data_dir) / f"fleet-{groups}.log")
     out: dict[str, Any] = {}
-    try:
+    try:   # a phase that breaks ends the size with its error; the figures so far are kept
         out.update(fleet.call("setup", wait_s=900, groups=groups, replicas=3,
                               ray_heartbeats=args.transport == "ray"))
         print(f"controller-scale G={groups}: set up in {out['setup_s']} s", file=sys.stderr, flush=True)
         time.sleep(args.warmup)
-        out.update(_steady(fleet, cluster, out["leader"], pids, args.seconds, args.writes_per_s, f"s{groups}"))
+        out.update(_steady(fleet, cluster, pids, args.seconds, args.writes_per_s, f"s{groups}"))
         out.update(_node_loss(cluster, fleet, args.writes_per_s, f"l{groups}"))
         leader, md = _leader(cluster)
         out.update(_snapshot(cluster, leader, md))
         out.update(_restart(cluster, leader))
+    except Exception as exc:  # noqa: BLE001 - reported as this size's error
+        out["error"] = f"{type(exc).__name__}: {exc}"[-400:]
     finally:
         fleet.close()
         cluster.stop(delete_data=True)

@@ -12,6 +12,10 @@ puts every replica in the SyncStateSet. No store, no replication. ``--ray-heartb
 ``setup`` argument ``ray_heartbeats``) sends them the old way instead: one Ray call per heartbeat to
 every controller, the leader's answer timed (the transport of clusters without session ports).
 
+Like a broker's session, the fleet follows the controller leader: when the client's leader view
+(long polls on every controller) names another leader, every live replica says bye to the old one and
+reopens its session, with a heartbeat, to the new one (``leader_changes``, ``reopen_ms`` in ``stats``).
+
 Replica ``r`` of group ``g`` sits on node ``(g + r) % 3``, so node ``k`` holds a replica of every group
 and the masters (replica 0) of the groups ``g % 3 == k``: ``lose k`` stops those replicas at once as
 a dead machine would (their sessions close without a bye; their heartbeats stop).
@@ -85,6 +89,8 @@ class Fleet:
         self._task: asyncio.Future | None = None
         self.busy_answers = 0
         self.ray_heartbeats = False
+        self.leader_changes = 0
+        self.reopen_ms: list[float] = []
         self._cpu0 = time.process_time()
 
     # -- setup -------------------------------------------------------------------------------------
@@ -139,6 +145,8 @@ class Fleet:
         registered_s = time.perf_counter() - started
         if ray_heartbeats:
             await asyncio.gather(*(self._open_session(r) for r in self.replicas))
+        else:
+            asyncio.ensure_future(self._follow_leader())
         return {"replicas": len(self.replicas), "leader": self.leader, "registered_s": round(registered_s, 2),
                 "setup_busy_answers": self.busy_answers,
                 "setup_s": round(time.perf_counter() - started, 2)}
@@ -188,6 +196,34 @@ class Fleet:
             self._heartbeat(rep, time.perf_counter(), timed=False)
         await writer.drain()
         rep.tasks.append(asyncio.ensure_future(self._read_acks(rep, reader)))
+
+    async def _follow_leader(self) -> None:
+        """Move every live replica's session to a new leader as soon as the client's view names one
+        (a bye to the old controller, then a hello with a heartbeat to the new one)."""
+        from rocketray.controller.session import encode_bye
+
+        while self._running or self._task is not None:
+            await asyncio.sleep(0.05)
+            address = self.client.leader_address
+            moved = address is not None and self.spec.controller_by_address(address).index != self.leader
+            if not moved:
+                continue
+            self.leader = self.spec.controller_by_address(address).index
+            self.leader_changes += 1
+            started = time.perf_counter()
+            live = [r for r in self.replicas if r.alive]
+            for rep in live:
+                if rep.writer is not None and not rep.writer.is_closing():
+                    rep.writer.write(encode_bye())
+                    rep.writer.close()
+                rep.writer = None
+                for task in rep.tasks:
+                    task.cancel()
+                rep.tasks.clear()
+            await asyncio.gather(*(self._open_session(r) for r in live), return_exceptions=True)
+            self.reopen_ms.append(round((time.perf_counter() - started) * 1000, 1))
+            print(f"fleet: leader moved to controller-{self.leader}; {len(live)} sessions reopened in "
+                  f"{self.reopen_ms[-1]} ms", file=sys.stderr, flush=True)
 
     async def _read_acks(self, rep: Replica, reader: asyncio.StreamReader) -> None:
         """The leader's acks of this replica's heartbeats (none with Ray heartbeats: EOF only)."""
@@ -261,7 +297,8 @@ class Fleet:
             self._sent = self._answered = self._errors = self._late = 0
         cpu = time.process_time()
         out.update(p50_ms=_pct(samples, 0.5), p99_ms=_pct(samples, 0.99), max_ms=_pct(samples, 1.0),
-                   fleet_cpu_s=round(cpu - self._cpu0, 3))
+                   fleet_cpu_s=round(cpu - self._cpu0, 3), leader=self.leader, leader_changes=self.leader_changes,
+                   reopen_ms=self.reopen_ms)
         self._cpu0 = cpu
         return out
 
