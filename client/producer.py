@@ -234,7 +234,7 @@ class Producer:
         thread: the next put goes out as soon as one is answered, before that one's futures are
         resolved (no hand-off to the sender thread between two puts of a busy group)."""
         current: Batch[str, _Pending] | None = batch
-        started = self._start(batch)
+        started = self._start(batch, caller_waits=not chain)
         while current is not None:
             outcome: tuple[tuple[int, int], ...] | BaseException
             try:
@@ -253,15 +253,20 @@ class Producer:
             _resolve(current, outcome)
             current = nxt
 
-    def _start(self, batch: Batch[str, _Pending]) -> tuple[EncodedBatch, Callable[[], Any] | BaseException | None]:
+    def _start(self, batch: Batch[str, _Pending],
+               caller_waits: bool = False) -> tuple[EncodedBatch, Callable[[], Any] | BaseException | None]:
         """The batch's bytes and its first attempt, sent now when the transport can send without
-        waiting (``put_start``); None: the first attempt is a plain ``put``."""
+        waiting (``put_start``); None: the first attempt is a plain ``put``. ``caller_waits``: this
+        thread waits for the answer (a synchronous send; the transport may let it read it itself)."""
         encoded = EncodedBatch(b"".join(p.record for p in batch.items), len(batch.items))
         put_start = getattr(self._transport, "put_start", None)
         if put_start is None:
             return encoded, None
         try:
-            return encoded, put_start(batch.queue, encoded, self.config.request_timeout_ms / 1000)
+            timeout_s = self.config.request_timeout_ms / 1000
+            if caller_waits:
+                return encoded, put_start(batch.queue, encoded, timeout_s, caller_waits=True)
+            return encoded, put_start(batch.queue, encoded, timeout_s)
         except Exception as exc:  # noqa: BLE001 - raised again by the send loop
             return encoded, exc
 

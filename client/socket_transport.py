@@ -32,13 +32,14 @@ from rocketray.broker.pull import OffsetsResult
 from rocketray.client.transport import RayTransport, Unanswered
 from rocketray.ha.ack import PutResult, PutStatus, refused
 
-__all__ = ["SocketTransport", "Connection"]
+__all__ = ["SocketTransport", "Connection", "DirectConnection"]
 
 log = logging.getLogger("rocketray.client")
 
 CONNECT_TIMEOUT_S = 3.0
 RECV_BYTES = 1 << 20
 WATCH_SLICE_S = 0.05
+DIRECT_IDLE_MAX = 8      # idle direct connections kept per broker (one per thread sending synchronously)
 
 
 class ConnectionLost(Exception):
@@ -127,6 +128,66 @@ class Connection:
                 fut.set_exception(ConnectionLost(reason))
 
 
+class DirectConnection:
+    """An authenticated connection that one thread at a time uses for one request and reads itself:
+    no reader thread, so the answer to a synchronous send wakes the sending thread directly (the
+    shared :class:`Connection` hands it over from its reader thread, one more thread wake-up)."""
+
+    def __init__(self, address: tuple[str, int], secret: str | bytes, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+        self.address = address
+        self._sock = socket.create_connection(address, timeout=timeout_s)
+        try:
+            self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            leftover = _authenticate(self._sock, secret)
+        except BaseException:
+            self._sock.close()
+            raise
+        self._decoder = FrameDecoder()
+        self._frames = self._decoder.feed(leftover) if leftover else []
+        self._ids = itertools.count(1)
+        self._waiting: int | None = None
+        self.closed: str | None = None
+
+    def send(self, frame_type: FrameType, *body: bytes) -> None:
+        """Send one request (the previous one was answered); raises ConnectionLost."""
+        assert self._waiting is None, "one request at a time"
+        self._waiting = next(self._ids)
+        try:
+            self._sock.settimeout(None)
+            self._sock.sendall(b"".join(encode_frame(frame_type, self._waiting, *body)))
+        except (OSError, WireError) as exc:
+            self.close(f"send failed: {exc!r}")
+            raise ConnectionLost(self.closed) from None
+
+    def receive(self, timeout_s: float) -> Frame | None:
+        """The answer to the request sent, or None if it did not come within ``timeout_s``;
+        raises ConnectionLost (the connection is then closed)."""
+        try:
+            while not self._frames:
+                self._sock.settimeout(max(timeout_s, 1e-4))
+                try:
+                    data = self._sock.recv(RECV_BYTES)
+                except TimeoutError:
+                    return None
+                if not data:
+                    raise ConnectionLost("closed by the broker")
+                self._frames = self._decoder.feed(data)
+        except (OSError, WireError, ConnectionLost) as exc:
+            self.close(repr(exc))
+            raise ConnectionLost(self.closed) from None
+        frame = self._frames.pop(0)
+        if frame.request_id != self._waiting or self._frames:
+            self.close(f"answer {frame.request_id} to request {self._waiting}")
+            raise ConnectionLost(self.closed)
+        self._waiting = None
+        return frame
+
+    def close(self, reason: str) -> None:
+        if self.closed is None:
+            self.closed = reason
+            self._sock.close()
+
+
 def _authenticate(sock: socket.socket, secret: str | bytes) -> bytes:
     auth = Authenticator("client", secret, os.urandom(NONCE_SIZE), CLIENT_LABEL)
     while not auth.done:
@@ -152,6 +213,7 @@ class SocketTransport(RayTransport):
         super().__init__(cluster)
         self._conns: dict[tuple[str, int], Connection] = {}
         self._conns_lock = threading.Lock()
+        self._direct: dict[tuple[str, int], list[DirectConnection]] = {}   # idle ones, per broker
 
     def _connection(self, group: str, replica: int) -> Connection | None:
         b = next((x for x in self.cluster.spec.brokers_of(group) if x.replica == replica), None)
@@ -174,8 +236,29 @@ class SocketTransport(RayTransport):
     def close(self) -> None:
         with self._conns_lock:
             conns, self._conns = list(self._conns.values()), {}
+            idle, self._direct = [c for cs in self._direct.values() for c in cs], {}
         for conn in conns:
             conn.close("transport closed")
+        for direct in idle:
+            direct.close("transport closed")
+
+    def _take_direct(self, group: str, replica: int) -> DirectConnection | None:
+        b = next((x for x in self.cluster.spec.brokers_of(group) if x.replica == replica), None)
+        if b is None or b.client_address is None:
+            return None
+        with self._conns_lock:
+            idle = self._direct.get(b.client_address)
+            if idle:
+                return idle.pop()
+        return DirectConnection(b.client_address, self.cluster.spec.secret)
+
+    def _give_back(self, conn: DirectConnection) -> None:
+        with self._conns_lock:
+            idle = self._direct.setdefault(conn.address, [])
+            if conn.closed is None and len(idle) < DIRECT_IDLE_MAX:
+                idle.append(conn)
+                return
+        conn.close("not kept")
 
     def _master_connection(self, group: str) -> tuple[int, Connection | None] | Unanswered:
         """``group``'s master and a connection to its client port (None: it has none, use Ray), or
@@ -228,6 +311,50 @@ class SocketTransport(RayTransport):
 
         return wait
 
+    def _start_direct(self, group: str, frame_type: FrameType, body: tuple, decode: Callable[[Frame], Any],
+                      timeout_s: float, ray_method: str, ray_args: tuple) -> Callable[[], Any]:
+        """``_start`` on a :class:`DirectConnection` that the waiting thread reads itself; the same
+        answers (Unanswered on a lost connection, a timeout or a new master, None for an ERROR
+        frame). A connection left with its request unanswered is closed, never reused."""
+        replica = self.master(group)
+        if replica is None:
+            return lambda: Unanswered("NO_MASTER")
+        try:
+            conn = self._take_direct(group, replica)
+            if conn is None:
+                return lambda: self._call_master(group, ray_method, ray_args, timeout_s)
+            conn.send(frame_type, *body)
+        except (OSError, ConnectionLost) as exc:
+            self.forget_master(group)
+            lost = Unanswered(f"CONNECT_FAILED {exc!r}")
+            return lambda: lost
+        deadline = time.monotonic() + timeout_s
+
+        def wait() -> Any:
+            import ray
+
+            try:
+                while (answer := conn.receive(min(max(0.0, deadline - time.monotonic()), WATCH_SLICE_S))) is None:
+                    if time.monotonic() >= deadline:
+                        conn.close("no answer in time")
+                        return Unanswered("TIMEOUT")
+                    ready, _ = ray.wait(self._watches_of(group), num_returns=1, timeout=0)
+                    if ready and (new := self._take_watch(group, ready[0])) is not None and new != replica:
+                        conn.close("the master moved")
+                        return Unanswered("MASTER_MOVED", master_moved=True)
+            except ConnectionLost as exc:
+                self.forget_master(group)
+                return Unanswered(f"CONNECTION_LOST {exc}")
+            self._give_back(conn)
+            if answer.type is FrameType.ERROR:
+                return None
+            try:
+                return decode(answer)
+            except WireError as exc:
+                return Unanswered(f"BAD_ANSWER {exc}")
+
+        return wait
+
     def _wait_watching(self, group: str, replica: int, fut: concurrent.futures.Future, deadline: float) -> Any:
         import ray
 
@@ -252,11 +379,19 @@ class SocketTransport(RayTransport):
     def put(self, group: str, batch: EncodedBatch, timeout_s: float) -> PutResult | Unanswered:
         return self.put_start(group, batch, timeout_s)()
 
-    def put_start(self, group: str, batch: EncodedBatch, timeout_s: float) -> Callable[[], PutResult | Unanswered]:
+    def put_start(self, group: str, batch: EncodedBatch, timeout_s: float,
+                  caller_waits: bool = False) -> Callable[[], PutResult | Unanswered]:
         """Send the put now and return what waits for its answer: the producer sends a group's next
-        batch before it resolves the futures of the one just answered."""
-        wait = self._start(group, FrameType.PUT, (PUT_COUNT.pack(batch.count), batch.data),
-                           lambda f: decode_put_answer(f.body), timeout_s, "put", (batch,))
+        batch before it resolves the futures of the one just answered. ``caller_waits``: the thread
+        that sends is the one that waits (a synchronous send), so it reads the answer itself on a
+        connection of its own (:class:`DirectConnection`)."""
+        body = (PUT_COUNT.pack(batch.count), batch.data)
+        if caller_waits:
+            wait = self._start_direct(group, FrameType.PUT, body, lambda f: decode_put_answer(f.body), timeout_s,
+                                      "put", (batch,))
+        else:
+            wait = self._start(group, FrameType.PUT, body, lambda f: decode_put_answer(f.body), timeout_s,
+                               "put", (batch,))
 
         def answer() -> PutResult | Unanswered:
             result = wait()

@@ -19,7 +19,7 @@ from rocketray.auth import AuthError
 from rocketray.broker.client_wire import (HEADER, PUT_COUNT, FrameType, decode_pull_answer, decode_put_answer,
                                           pack)
 from rocketray.broker.pull import OffsetsResult, OffsetsStatus, PullResult, PullStatus
-from rocketray.client.socket_transport import Connection, ConnectionLost
+from rocketray.client.socket_transport import Connection, ConnectionLost, DirectConnection
 from rocketray.ha.ack import PutResult, PutStatus, Written
 from rocketray.waiting import wait_for
 
@@ -110,6 +110,29 @@ def test_puts_appended_in_arrival_order_are_answered_when_their_event_comes(port
     loop.call_soon_threadsafe(endpoints.deferred[0])
     assert decode_put_answer(first.result(5).body).offsets == ((0, 0),)
     conn.close("done")
+
+
+def test_a_direct_connection_is_read_by_the_thread_that_waits(port):
+    """A ``DirectConnection`` (no reader thread): ``receive`` gives the answer to the request sent,
+    None while it has not come (the put is answered later here), and the connection then serves
+    the next request; a broker that closes it is ConnectionLost, and the connection is closed."""
+    address, endpoints, _, loop = port
+    endpoints.deferred = []
+    conn = DirectConnection(address, SECRET)
+    conn.send(FrameType.PUT, PUT_COUNT.pack(1), b"one")
+    wait_for(lambda: endpoints.deferred, 5, "the put handed over", 0.01)
+    assert conn.receive(0.05) is None
+    loop.call_soon_threadsafe(endpoints.deferred[0])
+    frame = conn.receive(5)
+    assert frame is not None and decode_put_answer(frame.body).offsets == ((0, 0),)
+    endpoints.deferred = None
+    conn.send(FrameType.PUT, PUT_COUNT.pack(2), b"two")
+    assert decode_put_answer(conn.receive(5).body).offsets == ((0, 0), (1, 10))
+    conn._sock.sendall(HEADER.pack(b"RRCL", 1, 99, 5, 0))         # an unknown frame type: the broker closes
+    conn._waiting = 3
+    with pytest.raises(ConnectionLost):
+        conn.receive(5)
+    assert conn.closed is not None
 
 
 def test_a_malformed_frame_closes_only_its_connection(port):

@@ -174,11 +174,13 @@ class StartingTransport(ScriptedTransport):
         self.futures = futures
         self.gates: list = []
         self.first_done_at_start: list[bool] = []
+        self.caller_waits: list[bool] = []
 
-    def put_start(self, group, batch, timeout_s):
+    def put_start(self, group, batch, timeout_s, caller_waits=False):
         import threading
 
         self.batches.append(batch)
+        self.caller_waits.append(caller_waits)
         self.first_done_at_start.append(bool(self.futures) and self.futures[0].done())
         gate = threading.Event()
         self.gates.append(gate)
@@ -209,6 +211,26 @@ def test_a_busy_groups_next_put_goes_out_before_the_answered_ones_futures_resolv
     assert [r.status for r in results] == [SendStatus.SEND_OK] * 3
     assert [transport.batches[0].count, transport.batches[1].count] == [1, 2]
     assert [r.queue_offset for r in results] == [10, 20, 21]
+    assert transport.caller_waits == [False, False]              # batches sent for futures
+
+
+def test_a_synchronous_send_is_started_for_the_calling_thread_to_wait_on():
+    """``send`` puts with ``caller_waits``: the thread that sends is the one that waits, so the
+    transport may let it read the answer itself (the socket transport's direct connection)."""
+    import threading
+
+    from rocketray.waiting import wait_for
+
+    transport = StartingTransport([])
+
+    def open_the_gate() -> None:
+        wait_for(lambda: transport.gates, 5, "the put", 0.001)
+        transport.gates[0].set()
+
+    threading.Thread(target=open_the_gate, daemon=True).start()
+    with Producer(transport=transport) as p:
+        assert p.send("t", b"m").status is SendStatus.SEND_OK
+    assert transport.caller_waits == [True]
 
 
 class ElectionAfterWaits(ScriptedTransport):
