@@ -67,7 +67,8 @@ class ControllerPort(Protocol):
         """Send ``request`` without waiting; feed ``then(answer)`` when it arrives (a report)."""
 
     async def heartbeat(self, request: BrokerHeartbeatRequest) -> None:
-        """Heartbeat every controller node; a failure is the shell's to log (the next one retries)."""
+        """Heartbeat the controller leader (on the broker's session; through Ray to every controller
+        when the controllers have no session port); a failure is the shell's to log (the next one retries)."""
 
 
 #: The HA side of a broker as the executor drives it (declared once, in ``rocketray.ha.port``).

@@ -5,7 +5,7 @@ role machine's lifecycle ``INITIAL -> FIRST_TIME_SYNC_CONTROLLER_METADATA_DONE -
 RUNNING``: find the controller leader, obtain the persistent broker id (``rocketray.broker.register``),
 send REGISTER_BROKER (which also tells the controller a changed address), heartbeat once, and learn
 the master from the registration answer or by asking for a broker-triggered election. After that,
-periodic steps keep it in line with the controller: heartbeats to every controller node, polling of
+periodic steps keep it in line with the controller: heartbeats to the leader (on the session), polling of
 the replica info (the safety net behind the controller's role-change notifications), and on the
 master the SyncStateSet shrink check.
 

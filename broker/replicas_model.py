@@ -64,7 +64,8 @@ class ControllerClient(Protocol):
         """Send to ``address`` (the believed leader); raises on transport failure."""
 
     async def heartbeat(self, request: BrokerHeartbeatRequest) -> None:
-        """Heartbeat every controller node (liveness is per node)."""
+        """Heartbeat the controller leader on the broker's session (``ControllerSession.heartbeat``),
+        or every controller node through Ray when the controllers have no session port."""
 
     async def metadata(self) -> list[Mapping[str, Any]]:
         """Every reachable controller node's metadata, each with ``"leader_address"`` (None if unknown)."""
