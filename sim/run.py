@@ -137,7 +137,7 @@ def swarm(seed: int, base: SimConfig) -> SimConfig:
 
 #: The CI budget: seeds per fault mix (2,004 in all); ``tests/sim/test_simulator.py`` runs them with
 #: no violation allowed, ``sim/mutants.py`` runs them against every mutant until it is caught.
-CI_BUDGET: dict[str, int] = {"default": 500, "swarm": 250, "crashes": 250, "network": 250, "load": 250,
+CI_BUDGET: dict[str, int] = {"default": 300, "windows": 200, "swarm": 250, "crashes": 250, "network": 250, "load": 250,
                              "controller": 250, "async": 250, "scale": 4}
 
 

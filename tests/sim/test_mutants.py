@@ -19,11 +19,11 @@ AREAS = {"election", "sync-state-set", "ack", "confirm", "apply", "truncation", 
 
 
 def test_every_mutant_target_resolves():
-    """At least 15 distinct rules caught by the CI budget (20 so far), every area the issue names
+    """At least 15 distinct rules caught by the CI budget (22 so far), every area the issue names
     (controller election, SyncStateSet bookkeeping, ack policy, confirm offset, slave apply order,
     truncation, flush/fsync, recovery, and the epoch file) covered by a caught one; the rules not
     reached yet each keep their measured reason; each target exists as named."""
-    assert len(MUTANTS) >= 20
+    assert len(MUTANTS) >= 22
     assert set(MUTANTS) | set(NOT_REACHED) == set(ALL_MUTANTS)
     assert AREAS <= {m.area for m in MUTANTS.values()}
     assert all(m.not_reached for m in NOT_REACHED.values())
@@ -91,7 +91,9 @@ def test_a_mutant_is_caught_and_the_rules_as_they_are_are_not():
 @pytest.mark.slow
 def test_every_mutant_is_caught_within_the_ci_budget():
     """The mutation check: each mutant runs the CI schedule until its first violation, two mutants
-    at a time; a mutant that survives all 2,000 runs fails the test (seeds-to-catch are printed)."""
+    at a time; a mutant that survives all 2,000 runs fails the test (seeds-to-catch are printed).
+    Measured: the 21 mutants take 135 runs in all (the slowest, recovery-keeps-torn-body, 39), about
+    40 s of worker time at the CI machine's 0.3 s per run (docs/simulation.md)."""
     hunts = hunt_all(workers=2)
     table = "\n".join(f"{h.mutant:40} {h.caught_at!s:>5} {h.profile or '-':10} {h.seed!s:>5} {h.wall_s:7.1f} s "
                       f"{(h.violation or 'SURVIVED')[:90]}" for h in hunts)
