@@ -39,9 +39,10 @@ from rocketray.broker.message import MessageCodecError, decode_record
 from rocketray.broker.commitlog import StoreError
 from rocketray.broker.role import Role
 from rocketray.sim.broker import SimBroker
-from rocketray.sim.clients import Read, SimConsumer, SimProducer
+from rocketray.sim.clients import SimConsumer, SimProducer
 from rocketray.sim.controller import SimController
 from rocketray.sim.loss import LossOracle
+from rocketray.sim.loss_checks import LossChecks, log_bytes as _log_bytes
 from rocketray.sim import offsets as sim_offsets
 from rocketray.sim.offsets import LogFold
 from rocketray.sim.world import Violation
@@ -49,7 +50,7 @@ from rocketray.sim.world import Violation
 __all__ = ["Invariants"]
 
 
-class Invariants:
+class Invariants(LossChecks):
     def __init__(self, controller: SimController, groups: dict[str, list[SimBroker]],
                  producers: list[SimProducer], consumers: list[SimConsumer], full_every: int = 2000,
                  async_flush: bool = False) -> None:
@@ -112,90 +113,6 @@ class Invariants:
             return self._end_after_loss(group)
         return max([p.acked_end for p in self._producers_of[group]] +
                    [max(c.read_end, c.commit_end) for c in self._consumers_of[group]] + [0])
-
-    def _records(self, group: str, start: tuple[int, ...] = ()):
-        """Every acknowledged, read and committed record of ``group`` (from the counts in ``start``);
-        and the counts now."""
-        lists = [p.acked for p in self._producers_of[group]]
-        for c in self._consumers_of[group]:
-            lists += [c.read, c.committed]
-        counts = tuple(len(x) for x in lists)
-        begin = start or (0,) * len(lists)
-        return [r for x, i in zip(lists, begin) for r in x[i:]], counts
-
-    def _end_after_loss(self, group: str) -> int:
-        """The group's end counting only records not forgiven (a record's end taken as its offset + 1,
-        as a reader's is; the byte comparison of ``check_logs`` checks whole records)."""
-        assert self.oracle is not None
-        counts, end = self._ends.get(group, ((), 0))
-        records, now = self._records(group, counts)
-        if now != counts:
-            end = max([end] + [r.physical_offset + 1 for r in records if not self._is_forgiven(group, r)])
-            self._ends[group] = (now, end)
-        return end
-
-    def _power_lost(self, group: str, b: SimBroker, brokers: list[SimBroker]) -> None:
-        """Async flush: ``b`` lost power at this step; forgive what no other member holds."""
-        assert self.oracle is not None
-        members = set(self.controller.sync_state_set(group))
-        master = self._current_master(group, brokers)
-        for m in (b, master):       # the union view of the master that lost power, or of the one serving
-            if m is not None and m.ha_role == Role.MASTER:
-                members |= m.master.view()
-        f = self.oracle.power_lost(group, b, brokers, members, self.controller.world.now_ms, self.exempt)
-        if f is None:
-            return
-        self.controller.world.note(f"oracle: {b.name} lost power; records of {group} from offset {f.end} "
-                                   f"acknowledged so far may be lost")
-        self._forgive(group)
-
-    def _elected(self, group: str, master_id: int | None, brokers: list[SimBroker]) -> None:
-        """Async flush: the controller elected ``master_id`` at this step. If it is up (a broker elected
-        while down never takes that term: its restart asks for a new one, ``broker/role.py``), lost
-        power earlier, and no replica the controller could have elected instead holds what it lost,
-        forgive that."""
-        assert self.oracle is not None
-        master = next((b for b in brokers if b.id == master_id), None)
-        if master is None or not master.up or master.store is None:
-            return
-        sss = self._before.get(group, frozenset())
-        now = self.controller.world.now_ms
-        hb = self.controller.heartbeats
-        recovered = self._recovered.get(master.name)
-        last, end = recovered or (master.store.epoch_file.last_epoch(), master.store.max_offset)
-
-        def electable(b: SimBroker) -> bool:
-            if b is master or not hb.is_alive(group, b.id, now):
-                return False
-            # a SyncStateSet member, or a live replica whose log contains the restarted master's as it
-            # recovered (the new term a restarted broker asks for considers it: contains_log)
-            return b.id in sss or (b.up and b.store is not None and b.store.epoch_file.last_epoch() == last
-                                   and b.store.max_offset > end)
-        f = self.oracle.elected(group, master, [b for b in brokers if electable(b)], now)
-        if f is None:
-            return
-        self.controller.world.note(f"oracle: {master.name} elected after losing power; records of {group} "
-                                   f"in [{f.end}, {f.below}) acknowledged or read so far may be lost")
-        stale = self._stale.setdefault(group, set())
-        for b in brokers:
-            if b.up and b.store is not None and f.below is not None:
-                stale.update(_records_in(b.store, f.end, min(f.below, b.store.max_offset)))
-        self._forgive(group)
-
-    def _forgive(self, group: str) -> None:
-        """What the oracle forgave in ``group`` leaves the checks from now on."""
-        assert self.oracle is not None
-        self._ends.pop(group, None)
-        # 8 and 9 restart from the loss: commits forgiven leave the history, readings before it no
-        # longer bind (a reader may have been answered a forgiven commit)
-        acked = self._acked_commits.pop(group, None)
-        if acked is not None:
-            for entry in self._committers[group]:
-                entry[1] = 0
-            self._acked_count[group] = 0
-            self._take_commits(group, keep=lambda c: not self.oracle.forgiven(group, c.at_ms, c.physical_offset))
-        self._read_commits.pop(group, None)
-        self._read_marks.pop(group, None)
 
     def _touched(self) -> list[str] | dict[str, list[SimBroker]]:
         """The groups the step that just ran may have changed (see the module docstring)."""
@@ -454,21 +371,6 @@ class Invariants:
                         self._expect(b, r.physical_offset, r.body, "read message disappeared")
                         found.add((r.physical_offset, r.body))
 
-    def _forgiven_in(self, group: str):
-        """A predicate on records of ``group``: may async flush have lost it (sim/loss.py)?"""
-        oracle = self.oracle
-        if oracle is None or group not in oracle.events:
-            return lambda r: False
-        return lambda r: self._is_forgiven(group, r)
-
-    def _is_forgiven(self, group: str, r) -> bool:
-        """A record (acknowledged, read or committed) async flush may have lost: the oracle's rule, or
-        a read, after the election that lost it, of a record a stale replica still held then."""
-        assert self.oracle is not None
-        if self.oracle.forgiven(group, r.at_ms, r.physical_offset):
-            return True
-        return isinstance(r, Read) and (r.physical_offset, r.body) in self._stale.get(group, ())
-
     @staticmethod
     def _expect(b: SimBroker, offset: int, body: bytes, invariant: str) -> None:
         store = b.store
@@ -531,32 +433,3 @@ class Invariants:
                                         f"{b.name} holds {bytes(msg.body)!r} at {b.store.min_offset + pos}, "
                                         f"answered as not written")
                     pos += size
-
-
-def _records_in(store, start: int, end: int) -> list[tuple[int, bytes]]:
-    """(offset, body) of the whole records of ``store``'s log from ``start`` (a record boundary of
-    another replica's log: nothing when it is not one here) to ``end``."""
-    if start < store.min_offset or start >= end:
-        return []
-    data, out, pos = _log_bytes(store, start, end), [], 0
-    while pos < len(data):
-        try:
-            msg, size = decode_record(data, pos)
-        except (MessageCodecError, ValueError):
-            break
-        out.append((start + pos, bytes(msg.body)))
-        pos += size
-    return out
-
-
-def _log_bytes(store, start: int, end: int) -> bytes:
-    """The log's bytes in [start, end), read whole records at a time across segments."""
-    out = bytearray()
-    offset = start
-    while offset < end:
-        chunk = store.read_raw(offset, end - offset)
-        if not chunk:
-            break
-        out += chunk
-        offset += len(chunk)
-    return bytes(out)

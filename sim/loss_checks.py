@@ -1,0 +1,151 @@
+"""The async-flush loss oracle inside the invariants (a mixin of ``Invariants``, sim/invariants.py).
+
+Theory of operation. ``rocketray.sim.loss.LossOracle`` decides, from offsets alone, which records
+async flush may have lost (at a power loss, and at an election of a broker that lost power). These
+methods feed it from the world at the step a power loss or an election is seen, read the records
+and logs it needs (which replicas the controller could have elected; the stale copies of records an
+election forgave), and take what it forgives out of invariants 1, 2, 8 and 9. They use the state
+``Invariants.__init__`` sets up (``oracle``, ``_ends``, ``_before``, ``_stale``, ``_recovered`` and
+the commit tables).
+"""
+
+from __future__ import annotations
+
+from rocketray.broker.message import MessageCodecError, decode_record
+from rocketray.broker.role import Role
+from rocketray.sim.broker import SimBroker
+from rocketray.sim.clients import Read
+
+__all__ = ["LossChecks", "log_bytes"]
+
+
+class LossChecks:
+    """Async flush: the oracle's two rules applied to the invariants' state (see the module docstring)."""
+
+    def _records(self, group: str, start: tuple[int, ...] = ()):
+        """Every acknowledged, read and committed record of ``group`` (from the counts in ``start``);
+        and the counts now."""
+        lists = [p.acked for p in self._producers_of[group]]
+        for c in self._consumers_of[group]:
+            lists += [c.read, c.committed]
+        counts = tuple(len(x) for x in lists)
+        begin = start or (0,) * len(lists)
+        return [r for x, i in zip(lists, begin) for r in x[i:]], counts
+
+    def _end_after_loss(self, group: str) -> int:
+        """The group's end counting only records not forgiven (a record's end taken as its offset + 1,
+        as a reader's is; the byte comparison of ``check_logs`` checks whole records)."""
+        assert self.oracle is not None
+        counts, end = self._ends.get(group, ((), 0))
+        records, now = self._records(group, counts)
+        if now != counts:
+            end = max([end] + [r.physical_offset + 1 for r in records if not self._is_forgiven(group, r)])
+            self._ends[group] = (now, end)
+        return end
+
+    def _power_lost(self, group: str, b: SimBroker, brokers: list[SimBroker]) -> None:
+        """Async flush: ``b`` lost power at this step; forgive what no other member holds."""
+        assert self.oracle is not None
+        members = set(self.controller.sync_state_set(group))
+        master = self._current_master(group, brokers)
+        for m in (b, master):       # the union view of the master that lost power, or of the one serving
+            if m is not None and m.ha_role == Role.MASTER:
+                members |= m.master.view()
+        f = self.oracle.power_lost(group, b, brokers, members, self.controller.world.now_ms, self.exempt)
+        if f is None:
+            return
+        self.controller.world.note(f"oracle: {b.name} lost power; records of {group} from offset {f.end} "
+                                   f"acknowledged so far may be lost")
+        self._forgive(group)
+
+    def _elected(self, group: str, master_id: int | None, brokers: list[SimBroker]) -> None:
+        """Async flush: the controller elected ``master_id`` at this step. If it is up (a broker elected
+        while down never takes that term: its restart asks for a new one, ``broker/role.py``), lost
+        power earlier, and no replica the controller could have elected instead holds what it lost,
+        forgive that."""
+        assert self.oracle is not None
+        master = next((b for b in brokers if b.id == master_id), None)
+        if master is None or not master.up or master.store is None:
+            return
+        sss = self._before.get(group, frozenset())
+        now = self.controller.world.now_ms
+        hb = self.controller.heartbeats
+        recovered = self._recovered.get(master.name)
+        last, end = recovered or (master.store.epoch_file.last_epoch(), master.store.max_offset)
+
+        def electable(b: SimBroker) -> bool:
+            if b is master or not hb.is_alive(group, b.id, now):
+                return False
+            # a SyncStateSet member, or a live replica whose log contains the restarted master's as it
+            # recovered (the new term a restarted broker asks for considers it: contains_log)
+            return b.id in sss or (b.up and b.store is not None and b.store.epoch_file.last_epoch() == last
+                                   and b.store.max_offset > end)
+        f = self.oracle.elected(group, master, [b for b in brokers if electable(b)], now)
+        if f is None:
+            return
+        self.controller.world.note(f"oracle: {master.name} elected after losing power; records of {group} "
+                                   f"in [{f.end}, {f.below}) acknowledged or read so far may be lost")
+        stale = self._stale.setdefault(group, set())
+        for b in brokers:
+            if b.up and b.store is not None and f.below is not None:
+                stale.update(_records_in(b.store, f.end, min(f.below, b.store.max_offset)))
+        self._forgive(group)
+
+    def _forgive(self, group: str) -> None:
+        """What the oracle forgave in ``group`` leaves the checks from now on."""
+        assert self.oracle is not None
+        self._ends.pop(group, None)
+        # 8 and 9 restart from the loss: commits forgiven leave the history, readings before it no
+        # longer bind (a reader may have been answered a forgiven commit)
+        acked = self._acked_commits.pop(group, None)
+        if acked is not None:
+            for entry in self._committers[group]:
+                entry[1] = 0
+            self._acked_count[group] = 0
+            self._take_commits(group, keep=lambda c: not self.oracle.forgiven(group, c.at_ms, c.physical_offset))
+        self._read_commits.pop(group, None)
+        self._read_marks.pop(group, None)
+
+    def _forgiven_in(self, group: str):
+        """A predicate on records of ``group``: may async flush have lost it (sim/loss.py)?"""
+        oracle = self.oracle
+        if oracle is None or group not in oracle.events:
+            return lambda r: False
+        return lambda r: self._is_forgiven(group, r)
+
+    def _is_forgiven(self, group: str, r) -> bool:
+        """A record (acknowledged, read or committed) async flush may have lost: the oracle's rule, or
+        a read, after the election that lost it, of a record a stale replica still held then."""
+        assert self.oracle is not None
+        if self.oracle.forgiven(group, r.at_ms, r.physical_offset):
+            return True
+        return isinstance(r, Read) and (r.physical_offset, r.body) in self._stale.get(group, ())
+
+
+def _records_in(store, start: int, end: int) -> list[tuple[int, bytes]]:
+    """(offset, body) of the whole records of ``store``'s log from ``start`` (a record boundary of
+    another replica's log: nothing when it is not one here) to ``end``."""
+    if start < store.min_offset or start >= end:
+        return []
+    data, out, pos = log_bytes(store, start, end), [], 0
+    while pos < len(data):
+        try:
+            msg, size = decode_record(data, pos)
+        except (MessageCodecError, ValueError):
+            break
+        out.append((start + pos, bytes(msg.body)))
+        pos += size
+    return out
+
+
+def log_bytes(store, start: int, end: int) -> bytes:
+    """The log's bytes in [start, end), read whole records at a time across segments."""
+    out = bytearray()
+    offset = start
+    while offset < end:
+        chunk = store.read_raw(offset, end - offset)
+        if not chunk:
+            break
+        out += chunk
+        offset += len(chunk)
+    return bytes(out)
