@@ -5,7 +5,8 @@ Theory of operation. A simulator that passes every seed proves only as much as i
 SyncStateSet bookkeeping, ack policy, confirm offset, slave apply order, truncation, flush/fsync,
 recovery, epoch file, committed offsets), the way it is broken, and the patches that break it:
 ``(target, make)`` where ``target`` is ``"module:Qualified.name"`` as the code that runs looks it
-up, and ``make(original)`` returns the broken replacement. ``applied(mutant)`` patches them for the
+up, and ``make(original)`` returns the broken replacement (the makers live in
+``sim/broken_rules.py``). ``applied(mutant)`` patches them for the
 duration of a ``with`` block, in-process, and restores them after; a target that no longer exists
 (a rename, a refactoring) raises ``MutantTargetError("mutant target X not found")`` instead of
 silently testing nothing.
@@ -21,13 +22,20 @@ survives fails the check. When a bug is fixed, add its old rule here.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import importlib
 import inspect
 import multiprocessing
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
+
+from rocketray.sim.broken_rules import (
+    rank_without, old_takes_report, shrink_from_confirmed, expand_on_any_ack, vetting_admits_all,
+    confirmation_drops_all, stale_report_accepted, acked_by_connected, acked_by_confirmed_set,
+    old_after_write, confirm_ignores_unknown, confirm_never_back, confirm_alone_is_max, reorder,
+    consistent_point_max, flush_without_dir, header_only, keep_the_last, commit_acked_on_own_write,
+    fold_whole_log, unclean_context, read_uncommitted, append_unflushed, timeout_not_written,
+    ack_untruncated_end, write_in_place, const)
 
 __all__ = ["Mutant", "MutantTargetError", "MUTANTS", "NOT_REACHED", "ALL_MUTANTS", "applied", "resolve",
            "schedule", "hunt", "hunt_all", "Hunt"]
@@ -90,264 +98,6 @@ def applied(mutant: Mutant) -> Iterator[Mutant]:
             setattr(owner, attr, stored)
 
 
-# -- the rules, broken ----------------------------------------------------------------------------
-
-def _rank_without(field: str) -> Make:
-    def make(original):
-        def rank_key(broker_id, info):
-            return original(broker_id, None if info is None else dataclasses.replace(info, **{field: 0}))
-        return rank_key
-    return make
-
-
-def _old_takes_report(_original):
-    return lambda old, req: req.epoch > old.epoch or (req.epoch == old.epoch and req.max_offset > old.max_offset)
-
-
-def _shrink_from_confirmed(_original):
-    def maybe_shrink(self, now_ms):
-        candidate = {self.local_broker_id} | {
-            s for s in self.local if s != self.local_broker_id and self.caught_up_ms.get(s) is not None
-            and now_ms - self.caught_up_ms[s] <= self.max_time_slave_not_catchup_ms}
-        result = frozenset(candidate)
-        if result != self.local:
-            self.pending = (result,)        # overwrites a pending expand
-        return result
-    return maybe_shrink
-
-
-def _expand_on_any_ack(_original):
-    def acked(self, key, event, confirm_offset_now, epoch_start):
-        self._ack_of[key] = max(self._ack_of[key], event.offset)
-        if event.caught_up_ms is not None:
-            self.tracker.update_caught_up(event.slave_id, event.caught_up_ms)
-        return self.tracker.maybe_expand(event.slave_id, event.offset, 0, 0)    # no catch-up required
-    return acked
-
-
-def _vetting_admits_all(_original):
-    def in_flight(self, proposal, confirm_offset, epoch_start):
-        result = frozenset(proposal) | {self.self_id}
-        return None if result == self.tracker.local else self.tracker.mark_in_flight(result)
-    return in_flight
-
-
-def _confirmation_drops_all(_original):
-    def set_sync_state_set(self, ids):
-        ids = frozenset(ids)
-        if self._confirmed is None:
-            self._local = ids
-        self.pending = ()                   # also the proposals the controller has not answered yet
-    return set_sync_state_set
-
-
-def _stale_report_accepted(original):
-    def decide_alter_sync_state_set(state, req, alive):
-        if state.contains(req.broker_name):
-            current = state.sync_state[req.broker_name].sync_state_set_epoch
-            req = dataclasses.replace(req, sync_state_set_epoch=current)
-        return original(state, req, alive)
-    return decide_alter_sync_state_set
-
-
-def _acked_by_connected(_original):
-    def batch_acked(policy, self_id, members, acks, end):
-        return all(a >= end for m, a in acks.items() if m in members and m != self_id)
-    return batch_acked
-
-
-def _acked_by_confirmed_set(_original):
-    from rocketray.ha.ack import batch_acked
-
-    def acked(self, end):
-        return batch_acked(self.policy, self.self_id, frozenset(self.tracker.local), self.acks(), end)
-    return acked
-
-
-def _old_after_write(_original):
-    from rocketray.ha.ack import PutResult, PutStatus, Written
-
-    def after_write(acked, still_master, offsets, end_offset):
-        if acked:
-            return PutResult(PutStatus.PUT_OK, Written.YES, offsets, end_offset)
-        if not still_master:
-            return PutResult(PutStatus.NOT_MASTER, Written.NO)
-        return PutResult(PutStatus.FLUSH_SLAVE_TIMEOUT, Written.YES, offsets, end_offset)
-    return after_write
-
-
-def _confirm_ignores_unknown(_original):
-    def confirm_offset(self_id, members, max_offset, current, acks, all_ack=True):
-        known = [a for m, a in acks.items() if m in members and m != self_id and a >= 0]
-        return min([max_offset] + known) if all_ack else max_offset
-    return confirm_offset
-
-
-def _confirm_never_back(original):
-    def confirm_offset(self_id, members, max_offset, current, acks, all_ack=True):
-        return max(original(self_id, members, max_offset, current, acks, all_ack), min(current, max_offset))
-    return confirm_offset
-
-
-def _confirm_alone_is_max(original):
-    def compute_confirm_offset(self, max_offset, current, acks, all_ack=True):
-        if len(self.local) <= 1:
-            return max_offset               # ignores a pending expand
-        return original(self, max_offset, current, acks, all_ack)
-    return compute_confirm_offset
-
-
-def _reorder(first: str, then: str) -> Make:
-    """A slave session whose actions put every ``first`` action before the ``then`` actions."""
-    def make(original):
-        def on_transfer(self, packet, local, now_ms):
-            actions = original(self, packet, local, now_ms)
-            early = [a for a in actions if type(a).__name__ == first]
-            if not early:
-                return actions
-            rest = [a for a in actions if type(a).__name__ != first]
-            at = next((i for i, a in enumerate(rest) if type(a).__name__ == then), len(rest))
-            return rest[:at] + early + rest[at:]
-        return on_transfer
-    return make
-
-
-def _consistent_point_max(_original):
-    def find_consistent_point(local, master):
-        by_epoch = {r.epoch: r for r in master}
-        for mine in reversed(local):
-            theirs = by_epoch.get(mine.epoch)
-            if theirs is not None and theirs.start_offset == mine.start_offset:
-                return max(mine.end_offset, theirs.end_offset)
-        return None
-    return find_consistent_point
-
-
-def _flush_without_dir(_original):
-    from rocketray.broker import commitlog
-
-    def flush(self):
-        files, _dir_dirty = self.take_dirty_files()
-        commitlog.sync_files(files, self.disk, None)
-    return flush
-
-
-def _header_only(_original):
-    from rocketray.broker import message
-
-    def verify_record(buf, pos=0):
-        fields = message._check_header(memoryview(buf), pos)
-        return fields[0], fields[7]
-    return verify_record
-
-
-def _keep_the_last(_original):
-    def apply(self, c):
-        self._offsets[(c.group, c.topic, c.queue_id)] = c.offset
-    return apply
-
-
-def _commit_acked_on_own_write(original):
-    from rocketray.broker.message import decode_record
-    from rocketray.broker.offsets import OFFSETS_TOPIC
-    from rocketray.broker.role import Role
-    from rocketray.ha import ack
-    from rocketray.ha.ack import PutStatus, refused
-
-    def put(self, batch, reply):
-        if decode_record(batch.data)[0].topic != OFFSETS_TOPIC:
-            original(self, batch, reply)
-            return
-
-        def run():
-            if self.ha_role != Role.MASTER or not self.machine.writable:
-                reply(refused(PutStatus.NOT_MASTER))
-                return
-            appended = self.store.put_batch(batch, self.world.now_ms)
-            self._update_confirm()
-            for key in list(self.sessions):
-                self._pump(key)
-            reply(ack.after_write(True, True, appended.offsets(), appended.end_offset))
-        self.guard(run)
-    return put
-
-
-def _fold_whole_log(_original):
-    from rocketray.sim.offsets import LogFold
-
-    def offset_table(self):
-        key = (self.restarts, self.rewrites)
-        fold = self.__dict__.get("_mutant_fold")
-        if fold is None or fold.key != key:
-            fold = self._mutant_fold = LogFold(key)
-        return fold.advance(self.store)
-    return offset_table
-
-
-def _unclean_context(original):
-    def from_heartbeats(cls, table, now_ms, enable_elect_unclean_master=False):
-        return original(table, now_ms, True)
-    return from_heartbeats
-
-
-def _read_uncommitted(original):
-    def __init__(self, root_dir, config=None, **disk):
-        from rocketray.broker.config import StoreConfig
-        original(self, root_dir, dataclasses.replace(config or StoreConfig(), read_uncommitted=True), **disk)
-    return __init__
-
-
-def _append_unflushed(original):
-    from rocketray.broker.config import FlushMode
-
-    def append_raw(self, offset, data):
-        config = self.config
-        self.config = dataclasses.replace(config, flush_mode=FlushMode.ASYNC)
-        try:
-            return original(self, offset, data)
-        finally:
-            self.config = config
-    return append_raw
-
-
-def _timeout_not_written(original):
-    from rocketray.ha.ack import PutResult, PutStatus, Written
-
-    def after_write(acked, still_master, offsets, end_offset):
-        result = original(acked, still_master, offsets, end_offset)
-        if result.status is PutStatus.FLUSH_SLAVE_TIMEOUT:
-            return PutResult(PutStatus.FLUSH_SLAVE_TIMEOUT, Written.NO)
-        return result
-    return after_write
-
-
-def _ack_untruncated_end(original):
-    from rocketray.ha.protocol import encode_slave_ack
-    from rocketray.ha.session import Send, Truncate
-
-    def on_handshake(self, packet, local, now_ms):
-        actions = original(self, packet, local, now_ms)
-        if not any(isinstance(a, Truncate) for a in actions):
-            return actions
-        self.reported_offset = local.max_offset        # the end before the cut
-        return [a if not isinstance(a, Send) else Send(encode_slave_ack(local.max_offset)) for a in actions]
-    return on_handshake
-
-
-def _write_in_place(_original):
-    def write_durably(path, data, tmp_name=None, disk=None):
-        f = disk.open(str(path), create=True, truncate=True)    # no temp file, no fsync, no rename
-        try:
-            f.pwrite(data, 0)
-        finally:
-            f.close()
-    return write_durably
-
-
-def _const(value):
-    return lambda _original: (lambda *args, **kwargs: value)
-
-
 _OLD_SIM = "survived the first 120 runs of the CI schedule with the simulator before in-flight delivery and swarm"
 _WIN = "60 seeds of the windows profile (sync flush, faults waiting for rare windows)"
 _AWIN = "60 seeds of async-windows (async flush, overlapping faults, windows)"
@@ -356,19 +106,19 @@ ALL_MUTANTS: dict[str, Mutant] = {m.name: m for m in [
     # -- controller election
     Mutant("election-ignores-max-offset", "election",
            "candidates ranked by epoch and priority only, not by the max offset they reported",
-           (("rocketray.controller.election:rank_key", _rank_without("max_offset")),),
+           (("rocketray.controller.election:rank_key", rank_without("max_offset")),),
            not_reached=(_OLD_SIM + "; 400 runs of the CI schedule and " + _AWIN + " (current simulator) did not "
                         "catch it either: SyncStateSet members hold every acknowledged record, so ranking by progress "
                         "matters only when a counted member lost its unflushed tail and the master fails before it "
                         "catches up (async-windows seed 53 failed only on the consume-queue name loss, another bug)")),
     Mutant("election-ignores-epoch", "election",
            "candidates ranked by max offset only, not by the epoch of their last entry",
-           (("rocketray.controller.election:rank_key", _rank_without("epoch")),),
+           (("rocketray.controller.election:rank_key", rank_without("epoch")),),
            not_reached=(_OLD_SIM + "; nor 400 runs of the CI schedule nor " + _AWIN + ": a member "
                         "with more bytes of an older epoch rejoins the SyncStateSet only after truncating to the master's log")),
     Mutant("heartbeat-keeps-best-progress", "election",
            "the heartbeat row keeps the best progress of the epoch instead of the last report",
-           (("rocketray.controller.heartbeat:_takes_report", _old_takes_report),),
+           (("rocketray.controller.heartbeat:_takes_report", old_takes_report),),
            not_reached=(_OLD_SIM + "; nor " + _WIN + " nor " + _AWIN + ": a second guard, the new-term "
                         "request carries its progress (new-term-ignores-requester-progress); scenario violation-6 reaches both")),
     Mutant("new-term-ignores-requester-progress", "election",
@@ -378,29 +128,29 @@ ALL_MUTANTS: dict[str, Mutant] = {m.name: m for m in [
                         "taking the last report; scenario violation-6 reaches both")),
     Mutant("new-term-only-sync-state-set", "election",
            "the new-term election ignores live replicas whose log contains the restarted master's",
-           (("rocketray.controller.decide:contains_log", _const(False)),),
+           (("rocketray.controller.decide:contains_log", const(False)),),
            not_reached=(_OLD_SIM + "; nor " + _AWIN + ": it matters only when the replica joining "
                         "under an unanswered expand is the only other holder of what the restarted master lost (2 "
                         "replicas, or the others down); scenario new-term-outside-sss reaches it")),
     Mutant("registration-term-taken", "election",
            "a term named by the answer to this process's registration is taken with what survived",
-           (("rocketray.broker.role:is_term_won_before_boot", _const(False)),),
+           (("rocketray.broker.role:is_term_won_before_boot", const(False)),),
            not_reached=(_OLD_SIM + "; nor " + _AWIN + ": the slave elected must lose power in the "
                         "milliseconds between its election and its registration answer; scenario elected-then-lost-power "
                         "reaches it")),
     Mutant("restart-resumes-old-term", "election",
            "a master restarted before the controller noticed resumes its term (#9689)",
-           (("rocketray.broker.role:is_term_from_before_restart", _const(False)),),
+           (("rocketray.broker.role:is_term_from_before_restart", const(False)),),
            not_reached=("caught at run 101 of the CI schedule by the old simulator (controller seed 13), too late "
                         "for the CI check's time; not in " + _WIN + "; scenario restarted-master-resumes-its-old-term "
                         "reaches it")),
     Mutant("unclean-election", "election",
            "with no SyncStateSet member alive the controller elects another registered replica",
-           (("rocketray.controller.decide:DecideContext.from_heartbeats", _unclean_context),)),
+           (("rocketray.controller.decide:DecideContext.from_heartbeats", unclean_context),)),
     # -- SyncStateSet bookkeeping
     Mutant("shrink-overwrites-pending-expand", "sync-state-set",
            "the shrink check builds its candidate from the confirmed set and replaces a pending expand",
-           (("rocketray.ha.sync_state:SyncStateTracker.maybe_shrink", _shrink_from_confirmed),),
+           (("rocketray.ha.sync_state:SyncStateTracker.maybe_shrink", shrink_from_confirmed),),
            not_reached=(_OLD_SIM + "; nor " + _WIN + ": it needs a confirmed member behind "
                         "for the whole not-caught-up limit while an expand waits for an answer the controller lost; "
                         "scenario violation-2 reaches it")),
@@ -410,62 +160,62 @@ ALL_MUTANTS: dict[str, Mutant] = {m.name: m for m in [
     Mutant("expand-before-caught-up", "sync-state-set",
            "a slave is proposed for the SyncStateSet on any ack, caught up to the confirm offset or not (the "
            "expand rule and the report vetting that re-checks it)",
-           (("rocketray.ha.master:MasterReplication.acked", _expand_on_any_ack),
-            ("rocketray.ha.master:MasterReplication.in_flight", _vetting_admits_all))),
+           (("rocketray.ha.master:MasterReplication.acked", expand_on_any_ack),
+            ("rocketray.ha.master:MasterReplication.in_flight", vetting_admits_all))),
     Mutant("confirmation-drops-every-proposal", "sync-state-set",
            "a confirmed SyncStateSet drops every pending proposal from the union view, not only those it answered",
-           (("rocketray.ha.sync_state:SyncStateTracker.set_sync_state_set", _confirmation_drops_all),),
+           (("rocketray.ha.sync_state:SyncStateTracker.set_sync_state_set", confirmation_drops_all),),
            not_reached="not caught in the first 80 runs of the CI schedule (current simulator): it needs two proposals "
                        "pending at once (one report at the controller, a newer expand waiting behind it) and a put "
                        "acknowledged, between the first answer and the second report, beyond the joining member's log"),
     Mutant("alter-accepts-stale-report", "sync-state-set",
            "the controller applies a SyncStateSet report made against an older SyncStateSet epoch",
-           (("rocketray.controller.decide:decide_alter_sync_state_set", _stale_report_accepted),),
+           (("rocketray.controller.decide:decide_alter_sync_state_set", stale_report_accepted),),
            not_reached=(_OLD_SIM + "; nor " + _WIN + ": a second guard, every report that "
                         "could be stale comes from an older master epoch (an election bumps it), fenced first")),
     # -- ack policy
     Mutant("all-ack-counts-connected-only", "ack",
            "all-ack waits only for members that are connected (a disconnected member does not block)",
-           (("rocketray.ha.master:batch_acked", _acked_by_connected),)),
+           (("rocketray.ha.master:batch_acked", acked_by_connected),)),
     Mutant("ack-by-confirmed-set-only", "ack",
            "a put waits for the confirmed SyncStateSet's acks, not a joining member's (#5663)",
-           (("rocketray.ha.master:MasterReplication.batch_acked", _acked_by_confirmed_set),)),
+           (("rocketray.ha.master:MasterReplication.batch_acked", acked_by_confirmed_set),)),
     Mutant("not-master-after-write", "ack",
            "a role change during the ack wait answers NOT_MASTER (not written) for a written batch",
-           (("rocketray.ha.ack:after_write", _old_after_write),)),
+           (("rocketray.ha.ack:after_write", old_after_write),)),
     Mutant("timeout-answered-not-written", "ack",
            "a put whose acks timed out is answered FLUSH_SLAVE_TIMEOUT as not written (it was written)",
-           (("rocketray.ha.ack:after_write", _timeout_not_written),)),
+           (("rocketray.ha.ack:after_write", timeout_not_written),)),
     # -- confirm offset
     Mutant("confirm-ignores-unknown-acks", "confirm",
            "the confirm offset is the min of the known acks; a member with no ack yet does not freeze it",
-           (("rocketray.ha.sync_state:confirm_offset", _confirm_ignores_unknown),)),
+           (("rocketray.ha.sync_state:confirm_offset", confirm_ignores_unknown),)),
     Mutant("confirm-never-goes-back", "confirm",
            "the confirm offset keeps a floor at its current value above what the members hold",
-           (("rocketray.ha.sync_state:confirm_offset", _confirm_never_back),),
+           (("rocketray.ha.sync_state:confirm_offset", confirm_never_back),),
            not_reached=(_OLD_SIM + "; nor " + _WIN + ": the report vetting keeps a member short "
                         "of the confirm offset out of the view, so the floor never matters")),
     Mutant("confirm-alone-is-max", "confirm",
            "a master alone in its confirmed set confirms its max offset while an expand is pending",
-           (("rocketray.ha.sync_state:SyncStateTracker.compute_confirm_offset", _confirm_alone_is_max),)),
+           (("rocketray.ha.sync_state:SyncStateTracker.compute_confirm_offset", confirm_alone_is_max),)),
     Mutant("reads-beyond-confirm", "confirm",
            "a replica indexes and serves consumers records beyond its confirm offset",
-           (("rocketray.broker.store:MessageStore.__init__", _read_uncommitted),)),
+           (("rocketray.broker.store:MessageStore.__init__", read_uncommitted),)),
     # -- slave apply order
     Mutant("slave-acks-before-append", "apply",
            "the slave sends its ack before it appends (and fsyncs) the batch",
-           (("rocketray.ha.session:SlaveSession._on_transfer", _reorder("Send", "Append")),)),
+           (("rocketray.ha.session:SlaveSession._on_transfer", reorder("Send", "Append")),)),
     Mutant("slave-acks-unflushed", "apply",
            "with sync flush a slave acks a received batch before it is fsynced (the slave path skips the flush)",
-           (("rocketray.broker.store:MessageStore.append_raw", _append_unflushed),)),
+           (("rocketray.broker.store:MessageStore.append_raw", append_unflushed),)),
     Mutant("slave-epoch-after-data", "epoch-file",
            "the slave records a new epoch's entry after appending the epoch's first bytes",
-           (("rocketray.ha.session:SlaveSession._on_transfer", _reorder("Append", "RecordEpoch")),),
+           (("rocketray.ha.session:SlaveSession._on_transfer", reorder("Append", "RecordEpoch")),),
            not_reached=_OLD_SIM),
     # -- truncation
     Mutant("consistent-point-max", "truncation",
            "the consistent point is the larger end of the common epoch, not the smaller",
-           (("rocketray.ha.truncation:find_consistent_point", _consistent_point_max),)),
+           (("rocketray.ha.truncation:find_consistent_point", consistent_point_max),)),
     Mutant("unlink-oldest-first", "truncation",
            "a cut unlinks the segments after the cut point oldest first",
            (("rocketray.broker.commitlog:unlink_order", lambda _o: (lambda segments: list(segments))),),
@@ -473,29 +223,29 @@ ALL_MUTANTS: dict[str, Mutant] = {m.name: m for m in [
                        "behind recovery's contiguity check (recovery-ignores-holes); scenario violation-3 reverts both"),
     Mutant("slave-acks-untruncated-end", "truncation",
            "a slave that truncates on the handshake acks the end its log had before the cut",
-           (("rocketray.ha.session:SlaveSession._on_handshake", _ack_untruncated_end),)),
+           (("rocketray.ha.session:SlaveSession._on_handshake", ack_untruncated_end),)),
     Mutant("epoch-file-not-durable", "epoch-file",
            "the epoch file is rewritten in place without fsync (no temp file, no rename)",
-           (("rocketray.broker.epoch_file:write_durably", _write_in_place),)),
+           (("rocketray.broker.epoch_file:write_durably", write_in_place),)),
     # -- flush / fsync
     Mutant("flush-skips-fsync", "flush",
            "a sync-flush append does not fsync before the ack",
            (("rocketray.broker.commitlog:CommitLog.flush", lambda _o: (lambda self: None)),)),
     Mutant("flush-skips-directory", "flush",
            "a flush fsyncs the segments but not the directory after a new segment was created",
-           (("rocketray.broker.commitlog:CommitLog.flush", _flush_without_dir),)),
+           (("rocketray.broker.commitlog:CommitLog.flush", flush_without_dir),)),
     # -- recovery
     Mutant("recovery-trusts-unsynced-tail", "recovery",
            "recovery marks the scanned tail verified without fsyncing it",
            (("rocketray.broker.commitlog:CommitLog._sync_scanned", lambda _o: (lambda self, segments: None)),)),
     Mutant("recovery-ignores-holes", "recovery",
            "recovery keeps segments after a hole (no contiguity check)",
-           (("rocketray.broker.commitlog:first_gap", _const(None)),),
+           (("rocketray.broker.commitlog:first_gap", const(None)),),
            not_reached="not caught in the first 24 runs of the CI schedule: a second guard behind the newest-first unlink "
                        "order (unlink-oldest-first); scenario violation-3 reverts both"),
     Mutant("recovery-keeps-torn-body", "recovery",
            "recovery's torn-tail cut checks record headers but not body CRCs",
-           (("rocketray.broker.commitlog:verify_record", _header_only),)),
+           (("rocketray.broker.commitlog:verify_record", header_only),)),
     Mutant("recovery-trusts-sealed-predecessor", "recovery",
            "recovery does not rescan the segment before a verified offset on a segment boundary",
            (("rocketray.broker.commitlog:first_scanned",
@@ -505,19 +255,19 @@ ALL_MUTANTS: dict[str, Mutant] = {m.name: m for m in [
     # -- committed offsets
     Mutant("offsets-fold-keeps-last", "offsets",
            "the offset fold keeps the last committed value instead of the maximum",
-           (("rocketray.broker.offsets:OffsetTable.apply", _keep_the_last),)),
+           (("rocketray.broker.offsets:OffsetTable.apply", keep_the_last),)),
     Mutant("commit-acked-on-own-write", "offsets",
            "a commit is answered PUT_OK after the master's own write, without the SyncStateSet's acks",
-           (("rocketray.sim.broker:SimBroker.put", _commit_acked_on_own_write),)),
+           (("rocketray.sim.broker:SimBroker.put", commit_acked_on_own_write),)),
     Mutant("offsets-reader-ignores-confirm", "offsets",
            "the master answers committed offsets at once from every record of its log, confirmed or not",
-           (("rocketray.sim.broker:SimBroker.offset_table", _fold_whole_log),
-            ("rocketray.sim.offsets:answerable", _const(True)))),
+           (("rocketray.sim.broker:SimBroker.offset_table", fold_whole_log),
+            ("rocketray.sim.offsets:answerable", const(True)))),
     # -- found by async-overlap (issue 28)
     Mutant("first-term-after-restart-taken", "election",
            "a restarted broker takes the first term a MASTER_STILL_EXIST answer, poll or notification names it "
            "master of, with what survived its power loss",
-           (("rocketray.broker.role:is_first_term_after_restart", _const(False)),),
+           (("rocketray.broker.role:is_first_term_after_restart", const(False)),),
            not_reached="not caught in the first 120 runs of the CI schedule; async-overlap seed 36 (run 1,207 of the "
                        "schedule, by the profile's own search) and scenario elected-while-down-named-later reach it"),
     Mutant("queue-name-trusted-after-kill", "recovery",
