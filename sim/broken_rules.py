@@ -118,15 +118,17 @@ def confirm_alone_is_max(original):
 
 
 def reorder(first: str, then: str) -> Make:
-    """A slave session whose actions put every ``first`` action before the ``then`` actions."""
+    """A slave session whose actions put every ``first`` action before the ``then`` actions (a list
+    without a ``then`` action is left as it is: moving ``first`` to its end would break another rule,
+    as moving an ``Append`` behind the ``Send`` of its ack does)."""
     def make(original):
         def on_transfer(self, packet, local, now_ms):
             actions = original(self, packet, local, now_ms)
             early = [a for a in actions if type(a).__name__ == first]
-            if not early:
-                return actions
             rest = [a for a in actions if type(a).__name__ != first]
-            at = next((i for i, a in enumerate(rest) if type(a).__name__ == then), len(rest))
+            at = next((i for i, a in enumerate(rest) if type(a).__name__ == then), None)
+            if not early or at is None:
+                return actions
             return rest[:at] + early + rest[at:]
         return on_transfer
     return make
