@@ -67,7 +67,7 @@ class ConsumerPath:
         self._ha = ha
         self._ready_timeout_ms = ready_timeout_ms
         self._table = OffsetTable()
-        self._waiters: list[asyncio.Future] = []
+        self._waiters: dict[asyncio.Future, tuple[str, int, int]] = {}   # held pull -> (topic, queue id, offset)
         self._listening_to: HAPort | None = None
         self._ready_term: int | None = None   # the master epoch whose log was seen confirmed
 
@@ -79,11 +79,14 @@ class ConsumerPath:
             self._listening_to = ha
 
     def wake(self) -> None:
-        """Wake every held pull (the confirm offset moved)."""
-        waiters, self._waiters = self._waiters, []
-        for fut in waiters:
-            if not fut.done():
-                fut.set_result(None)
+        """The confirm offset moved: wake the held pulls whose queue has an entry at or past the
+        offset they wait at (the rest keep waiting: a put wakes the pull of its queue, not every
+        held pull of every queue)."""
+        for fut, (topic, queue_id, offset) in list(self._waiters.items()):
+            if self._store.queue_max_offset(topic, queue_id) > offset:
+                del self._waiters[fut]
+                if not fut.done():
+                    fut.set_result(None)
 
     async def pull(self, topic: str, queue_id: int, queue_offset: int, max_count: int, max_bytes: int,
                    hold_ms: int, group: str | None = None) -> PullResult:
@@ -119,8 +122,11 @@ class ConsumerPath:
             if left <= 0:
                 return PullResult(PullStatus.NO_NEW_MSG, b"", 0, start, start, max_offset)
             fut = loop.create_future()
-            self._waiters.append(fut)
-            await asyncio.wait([fut], timeout=min(left, HOLD_RECHECK_S))
+            self._waiters[fut] = (topic, queue_id, start)
+            try:
+                await asyncio.wait([fut], timeout=min(left, HOLD_RECHECK_S))
+            finally:
+                self._waiters.pop(fut, None)
 
     # --- commits ----------------------------------------------------------------------------
     async def commit(self, group: str, entries: list[tuple[str, int, int]]) -> PutResult:
