@@ -9,7 +9,8 @@ offset, put verdicts). The role machine's actions run through the production exe
 ``ReplicasManager``), for which this class is both ports, simulated: ``ControllerPort`` over the
 simulated network (an answer is fed when it arrives) and ``HAPort`` over simulated connections and
 the simulated disk. What is left here is IO for virtual time: timers, HA bytes over simulated
-connections, answering puts with ``after_write``. Every decision that decides whether data survives
+connections, answering puts with ``after_write``; the master side's connections and
+committed-offset queries are in ``sim/broker_master.py`` (a base class). Every decision that decides whether data survives
 is made by the cores, so a rule reverted in a core is seen here. A crash (kill or power loss, or a crash the disk raises between two IO steps) ends the
 process: timers die with its generation, connections break, pending puts are never answered, and
 a new process recovers from the disk after a restart delay.
@@ -35,13 +36,13 @@ from rocketray.controller.session import Hello
 from rocketray.ha import ack
 from rocketray.ha.ack import AckPolicy, PutResult, PutStatus, refused
 from rocketray.ha.master import MasterReplication
-from rocketray.ha.protocol import ProtocolError
-from rocketray.ha.session import AckEvent, HandshakeEvent, MasterSession
+from rocketray.ha.session import MasterSession
 from rocketray.ha.transport import StoreLogView
 from rocketray.sim.controller import CONTROLLER, SimController
 from rocketray.sim.disk import CrashMode, SimCrash, SimDisk
 from rocketray.sim import offsets
 from rocketray.sim.net import Connection, Network
+from rocketray.sim.broker_master import Query, SimMasterSide
 from rocketray.sim.slave import SimSlave
 from rocketray.sim.world import World
 
@@ -81,18 +82,7 @@ class _Put:
     reply: Callable[[PutResult | None], None]
 
 
-@dataclass(slots=True)
-class _Query:
-    """A consumer's "committed offsets of my group?" waiting for the wait rule (``offsets.answerable``)."""
-
-    group: str
-    asked_max_offset: int
-    asked_ms: int
-    deadline_ms: int
-    reply: Callable[[offsets.CommittedOffsets | None], None]
-
-
-class SimBroker:
+class SimBroker(SimMasterSide):
     def __init__(self, world: World, net: Network, controller: SimController, *, cluster: str, group: str,
                  broker_id: int, timings: BrokerTimings, disk_seed: int) -> None:
         self.world, self.net, self.controller = world, net, controller
@@ -145,7 +135,7 @@ class SimBroker:
         self.sessions: dict[int, tuple[Connection, MasterSession]] = {}
         self.slave: SimSlave | None = None
         self.puts: list[_Put] = []
-        self.queries: list[_Query] = []
+        self.queries: list[Query] = []
         self.epochs_seen = []
         self.session = None
         self.latest_heartbeat = None
@@ -371,93 +361,10 @@ class SimBroker:
         self._update_confirm()
         return frozenset(candidate)
 
-    def _close_sessions(self, reason: str) -> None:
-        for conn, _session in list(self.sessions.values()):
-            conn.reset(reason)
-        for key in list(self.sessions):
-            self._session_closed(key)
-
     def _stop_slave(self) -> None:
         if self.slave is not None:
             self.slave.stop()
         self.slave = None
-
-    # ================================================================== HA: master side
-    def accept(self, conn: Connection) -> bool:
-        """A slave connects to this broker's HA port."""
-        if not self.up or self.ha_role != Role.MASTER:
-            return False
-        session = MasterSession(self.world.now_ms, heartbeat_interval_ms=self.t.ha_heartbeat_ms,
-                                housekeeping_interval_ms=self.t.ha_housekeeping_ms, batch_size=1024)
-        self.sessions[conn.id] = (conn, session)
-        self.master.opened(conn.id)
-        conn.bind(self.name, lambda c, d: self.guard(lambda: self._master_data(c, d)),
-                  lambda c: self.guard(lambda: self._session_closed(c.id)), owner=self)
-        return True
-
-    def _master_data(self, conn: Connection, data: bytes) -> None:
-        entry = self.sessions.get(conn.id)
-        if entry is None or self.store is None:
-            return
-        session = entry[1]
-        now = self.world.now_ms
-        try:
-            session.receive_data(data, now)
-            while True:
-                event = session.next_event(self.store.max_offset, now)
-                if event is None:
-                    break
-                if isinstance(event, HandshakeEvent):
-                    for old in self.master.handshake(conn.id, event.slave_id):
-                        self.sessions[old][0].reset("slave reconnected")
-                        self._session_closed(old)
-                    conn.send(self.name, session.handshake_reply(self.log_view, now))
-                elif isinstance(event, AckEvent):
-                    last = self.store.epoch_file.last_entry()
-                    proposal = self.master.acked(conn.id, event, self.store.confirm_offset,
-                                                 last.start_offset if last is not None else 0)
-                    self._propose(proposal)
-                    self._update_confirm()
-                    self._check_puts()
-        except ProtocolError as exc:
-            conn.reset(f"protocol error: {exc}")
-            self._session_closed(conn.id)
-            return
-        self._pump(conn.id)
-
-    def _session_closed(self, key: int) -> None:
-        if self.sessions.pop(key, None) is None:
-            return
-        proposal = self.master.closed(key, still_master=self.ha_role == Role.MASTER)
-        if self.ha_role == Role.MASTER:
-            self._propose(proposal)
-        self._check_puts()
-
-    def _pump(self, key: int) -> None:
-        """Send what the master session has for its slave (a few batches at most)."""
-        entry = self.sessions.get(key)
-        if entry is None or self.store is None:
-            return
-        conn, session = entry
-        now = self.world.now_ms
-        for _ in range(4):
-            if not conn.writable(self.name):
-                return                      # the socket buffer is full: not caught up, wait
-            out = session.next_send(self.log_view, now)
-            if out is None:
-                return
-            if out.header:
-                conn.send(self.name, bytes(out.header) + bytes(out.body))
-            if out.caught_up:
-                self.master.caught_up(key, now, session.async_learner)
-                return
-
-    def _update_confirm(self) -> None:
-        if self.ha_role != Role.MASTER or self.store is None:
-            return
-        value = self.master.confirm_offset(self.store.max_offset, self.store.confirm_offset)
-        if value != self.store.confirm_offset:
-            self.store.confirm_offset = value
 
     # ================================================================== HA: puts
     def put(self, batch: EncodedBatch, reply: Callable[[PutResult | None], None]) -> None:
@@ -503,36 +410,6 @@ class SimBroker:
         self.puts = keep
 
     # ================================================================== committed offsets
-    def committed_offsets(self, group: str, reply: Callable[[offsets.CommittedOffsets | None], None]) -> None:
-        """A consumer asks for ``group``'s committed offsets: as master, answered once the wait rule
-        holds (``offsets.answerable``) with the fold of the confirmed commit records; ``None`` when
-        not master, or not answerable within the slave timeout."""
-        def run() -> None:
-            if self.ha_role != Role.MASTER or self.store is None:
-                reply(None)
-                return
-            now = self.world.now_ms
-            self.queries.append(_Query(group, self.store.max_offset, now, now + self.t.slave_timeout_ms, reply))
-            self._later(self.t.slave_timeout_ms, self._check_puts)
-            self._check_queries()
-        self.guard(run)
-
-    def _check_queries(self) -> None:
-        if not self.queries:
-            return
-        now = self.world.now_ms
-        keep = []
-        for q in self.queries:
-            if not self.up or self.store is None or self.ha_role != Role.MASTER or now >= q.deadline_ms:
-                q.reply(None)
-            elif offsets.answerable(self.store.confirm_offset, q.asked_max_offset):
-                answer = self.offset_table().of_group(q.group)
-                self.answers.append(offsets.OffsetAnswer(self.name, q.group, q.asked_ms, answer))
-                q.reply(offsets.CommittedOffsets(answer))
-            else:
-                keep.append(q)
-        self.queries = keep
-
     def offset_table(self) -> OffsetTable:
         """The committed offsets as this process reads them: the fold of the system queue's records
         its store serves (``offsets.fold_confirmed``), kept while its log only grows (same process,
