@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 
+import psutil
 import pytest
 import ray
 
@@ -31,9 +32,12 @@ def test_master_lost_with_the_controller_leader_is_replaced_without_heartbeat_ex
     epoch, master_address = before.header.master_epoch, before.header.master_address
     leader, old = cluster.wait_for_leader(), cluster.wait_for_master(GROUP)
     time.sleep(1.2)   # every controller past its warm-up (5 heartbeat intervals of the fast profile)
+    leader_pid = ray.get(cluster.controller(leader).pid.remote(), timeout=10)
     ray.kill(cluster.broker(GROUP, old), no_restart=True)
     cluster.kill_controller(leader, wait_restart=False)
     t0 = time.monotonic()
+    # ray.kill returns before the process is gone: a write sent at once could still reach the old leader
+    wait_until(lambda: _gone(leader_pid), 10, what="the killed controller leader's process to exit")
     # a write through the driver's client: answered by the new leader, not after the killed one's restart
     assert cluster.call_controller(ApplyBrokerIdRequest("c", "probe-group", 1, "h:1;1"), timeout_s=20).ok
     assert cluster.controller_client.leader.index != leader
@@ -51,3 +55,10 @@ def test_master_lost_with_the_controller_leader_is_replaced_without_heartbeat_ex
     delivered = w.consume_all()        # a fresh consumer group reads every acknowledged message
     assert sum(len(acked - delivered.keys()) for acked in w.acked.values()) == 0
     w.close()
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
