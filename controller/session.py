@@ -188,15 +188,17 @@ def _decode(data: bytes) -> Hello | Heartbeat | Bye | Ack:
     if kind == "bye" and len(body) == 2:
         return Bye()
     if kind == "hb" and len(body) == 2 + len(_HEARTBEAT_KEYS):
-        values = [body.get(k) for k in _HEARTBEAT_KEYS]
-        if all(_int(v) for v in values) and values[0] >= 0 and values[1] >= 1:
-            return Heartbeat(*values)
+        raw = [body.get(k) for k in _HEARTBEAT_KEYS]
+        if all(_int(v) for v in raw):
+            values = [int(v) for v in raw if isinstance(v, int)]
+            if values[0] >= 0 and values[1] >= 1:
+                return Heartbeat(*values)
     if kind == "ack" and len(body) == 3 and _int(body.get("seq"), 0):
         return Ack(body["seq"])
     if kind == "hello" and len(body) == 6:
         cluster, group, broker_id, address = (body.get(k) for k in ("cluster", "group", "broker_id", "address"))
         if (isinstance(cluster, str) and isinstance(group, str) and group and isinstance(address, str)
-                and _int(broker_id, 1)):
+                and isinstance(broker_id, int) and _int(broker_id, 1)):
             return Hello(cluster, group, broker_id, address)
     raise SessionProtocolError(SessionErrorCode.BAD_FRAME, f"not a well-formed session frame: type {kind!r}")
 
