@@ -331,15 +331,12 @@ class SocketTransport(RayTransport):
         deadline = time.monotonic() + timeout_s
 
         def wait() -> Any:
-            import ray
-
             try:
                 while (answer := conn.receive(min(max(0.0, deadline - time.monotonic()), WATCH_SLICE_S))) is None:
                     if time.monotonic() >= deadline:
                         conn.close("no answer in time")
                         return Unanswered("TIMEOUT")
-                    ready, _ = ray.wait(self._watches_of(group), num_returns=1, timeout=0)
-                    if ready and (new := self._take_watch(group, ready[0])) is not None and new != replica:
+                    if self._master_moved(group, replica):
                         conn.close("the master moved")
                         return Unanswered("MASTER_MOVED", master_moved=True)
             except ConnectionLost as exc:
@@ -355,18 +352,20 @@ class SocketTransport(RayTransport):
 
         return wait
 
-    def _wait_watching(self, group: str, replica: int, fut: concurrent.futures.Future, deadline: float) -> Any:
+    def _master_moved(self, group: str, replica: int) -> bool:
+        """Whether the controller's master watch has named another master of ``group`` than ``replica``."""
         import ray
 
+        ready, _ = ray.wait(self._watches_of(group), num_returns=1, timeout=0)
+        return bool(ready) and (new := self._take_watch(group, ready[0])) is not None and new != replica
+
+    def _wait_watching(self, group: str, replica: int, fut: concurrent.futures.Future, deadline: float) -> Any:
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
                 return Unanswered("TIMEOUT")
-            ready, _ = ray.wait(self._watches_of(group), num_returns=1, timeout=0)
-            if ready:
-                new = self._take_watch(group, ready[0])
-                if new is not None and new != replica:
-                    return Unanswered("MASTER_MOVED", master_moved=True)
+            if self._master_moved(group, replica):
+                return Unanswered("MASTER_MOVED", master_moved=True)
             try:
                 return fut.result(timeout=min(left, WATCH_SLICE_S))
             except concurrent.futures.TimeoutError:
