@@ -59,7 +59,7 @@ from __future__ import annotations
 import enum
 import struct
 from dataclasses import dataclass
-from typing import Collection, Mapping
+from typing import Collection, Iterator, Mapping
 
 import msgpack
 
@@ -212,9 +212,10 @@ class _Frames:
     def __init__(self) -> None:
         self._buf = bytearray()
 
-    def feed(self, data: bytes) -> list[Hello | Heartbeat | Bye | Ack]:
+    def feed(self, data: bytes) -> Iterator[Hello | Heartbeat | Bye | Ack]:
+        """Yields each whole frame as it is decoded, so the frames before a malformed one are
+        taken whether or not they arrived in the same read (a stream has no segment boundaries)."""
         self._buf += data
-        frames = []
         while len(self._buf) >= _LEN.size:
             (size,) = _LEN.unpack_from(self._buf)
             if size > MAX_FRAME_BYTES:
@@ -222,9 +223,9 @@ class _Frames:
                                            f"frame of {size} bytes, over {MAX_FRAME_BYTES}")
             if len(self._buf) < _LEN.size + size:
                 break
-            frames.append(_decode(bytes(self._buf[_LEN.size:_LEN.size + size])))
+            frame = _decode(bytes(self._buf[_LEN.size:_LEN.size + size]))
             del self._buf[:_LEN.size + size]
-        return frames
+            yield frame
 
 
 class SessionDecoder:
@@ -239,7 +240,12 @@ class SessionDecoder:
         self._ended = False
 
     def receive_data(self, data: bytes) -> list[Hello | Heartbeat | Bye]:
-        frames: list[Hello | Heartbeat | Bye] = []
+        """The whole frames in ``data`` (with what was buffered); raises on the first bad one."""
+        return list(self.frames(data))
+
+    def frames(self, data: bytes) -> Iterator[Hello | Heartbeat | Bye]:
+        """Like ``receive_data`` but one frame at a time: a caller acts on every good frame before
+        the error of a bad one that follows it in the same read."""
         for frame in self._frames.feed(data):
             if isinstance(frame, Ack):
                 raise SessionProtocolError(SessionErrorCode.BAD_FRAME, "an ack is the controller's frame")
@@ -248,8 +254,7 @@ class SessionDecoder:
                                            "a session is one hello, then heartbeats, then at most a bye")
             self._greeted = True
             self._ended = isinstance(frame, Bye)
-            frames.append(frame)
-        return frames
+            yield frame
 
 
 class AckDecoder:
@@ -261,11 +266,12 @@ class AckDecoder:
         self._frames = _Frames()
 
     def receive_data(self, data: bytes) -> list[Ack]:
-        frames = self._frames.feed(data)
-        for frame in frames:
+        frames: list[Ack] = []
+        for frame in self._frames.feed(data):
             if not isinstance(frame, Ack):
                 raise SessionProtocolError(SessionErrorCode.BAD_FRAME, f"the controller sent a {type(frame).__name__}")
-        return frames  # type: ignore[return-value]
+            frames.append(frame)
+        return frames
 
 
 class SessionTable:

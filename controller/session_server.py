@@ -92,7 +92,7 @@ class SessionServer:
             data = await authenticate(reader, writer, "server", self._secret, self._auth_timeout_ms, SESSION_LABEL)
             decoder = SessionDecoder()
             while not said_bye:
-                for frame in decoder.receive_data(data):
+                for frame in decoder.frames(data):
                     if isinstance(frame, Heartbeat):
                         assert hello is not None  # the decoder admits heartbeats only after the hello
                         self._heartbeat(hello, frame, writer)

@@ -153,6 +153,22 @@ def test_a_valid_session_with_bytes_flipped_decodes_or_raises_a_protocol_error(a
         assert isinstance(exc.code, SessionErrorCode)
 
 
+@given(st.lists(st.integers(min_value=0, max_value=120), max_size=6))
+def test_the_frames_before_a_bad_one_are_taken_however_the_stream_was_cut(cuts):
+    """A stream has no segment boundaries: a hello and a heartbeat followed by garbage give the
+    hello and the heartbeat, then the error, whether they arrived in one read or many (the CI
+    failure of 2026-11-25: one read holding the hello and a bad frame lost the hello)."""
+    data = H + encode_heartbeat(HB) + struct.pack(">I", 3) + b"\xc1\xc1\xc1"
+    points = sorted({min(c, len(data)) for c in cuts} | {0, len(data)})
+    d, out = SessionDecoder(), []
+    with pytest.raises(SessionProtocolError) as err:
+        for a, b in zip(points, points[1:]):
+            for f in d.frames(data[a:b]):
+                out.append(f)
+    assert err.value.code is E.UNDECODABLE
+    assert out == [HELLO, HB]
+
+
 def test_only_the_current_session_of_a_broker_that_ends_without_bye_counts_as_dead():
     table = SessionTable()
     first = table.opened(HELLO)

@@ -153,10 +153,10 @@ def test_heartbeats_ride_the_session_acked_a_bad_frame_closes_that_connection_on
 
     node, server, _open = group
 
-    async def session(broker_id: int):
+    async def session(broker_id: int, then: bytes = b""):
         reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
         await authenticate(reader, writer, "client", SECRET, 5000, SESSION_LABEL)
-        writer.write(encode_hello(Hello(CLUSTER, GROUP, broker_id, f"127.0.0.1:{9000 + broker_id}")))
+        writer.write(encode_hello(Hello(CLUSTER, GROUP, broker_id, f"127.0.0.1:{9000 + broker_id}")) + then)
         return reader, writer
 
     async def acks(reader, n: int) -> list:
@@ -176,8 +176,9 @@ def test_heartbeats_ride_the_session_acked_a_bad_frame_closes_that_connection_on
         assert (row.max_offset, row.confirm_offset, row.election_priority, row.broker_address) == \
             (888, 666, 9, "127.0.0.1:9002")
 
-        bad_reader, bad_writer = await session(3)
-        bad_writer.write(b"\x00\x00\x00\x02\x81\xc1")            # not msgpack
+        # the hello and a frame that is not msgpack in one write: the hello is still taken and the
+        # close handled as that session's (in CI on 2026-11-25 one read held both and the hello was lost)
+        bad_reader, _bad_writer = await session(3, then=b"\x00\x00\x00\x02\x81\xc1")
         assert await asyncio.wait_for(bad_reader.read(100), 5) == b"", "the bad connection is closed"
         writer.write(encode_heartbeat(Heartbeat(3, HEARTBEAT_TIMEOUT_MS, 1, 999, 666, 9)))
         assert await acks(reader, 1) == [Ack(3)], "the good session is untouched"
