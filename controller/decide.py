@@ -30,7 +30,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 from rocketray.controller.api import (AlterSyncStateSetRequest, ApplyBrokerIdRequest, CleanBrokerDataRequest,
                             CreateTopicRequest, DeleteTopicRequest, ElectMasterRequest, ElectMastersRequest,
@@ -361,10 +361,14 @@ def decide_clean_broker_data(state: ControllerState, req: CleanBrokerDataRequest
     return Response(C.SUCCESS), events
 
 
-def scan_need_reelect_broker_sets(state: ControllerState, alive: Alive) -> list[str]:
-    """Sets whose master is set but dead while at least one registered replica is alive."""
+def scan_need_reelect_broker_sets(state: ControllerState, alive: Alive,
+                                  names: Iterable[str] | None = None) -> list[str]:
+    """Sets (of ``names``, default all) whose master is set but dead while at least one registered
+    replica is alive."""
     out = []
-    for name in state.broker_names():
+    for name in state.broker_names() if names is None else names:
+        if name not in state.sync_state:
+            continue
         master = state.sync_state[name].master_broker_id
         if master is None or alive(name, master):
             continue

@@ -94,22 +94,40 @@ class ElectionTriggers:
     def _elect_coalesced(self, broker_name: str) -> Response | None:
         """One batch of elections at a time: a call while a batch commits adds its group to the next
         batch and returns None at once (the running caller elects it after its batch), so a machine
-        that held dozens of masters costs a few Raft round trips, not one per group."""
+        that held dozens of masters costs a few Raft round trips, not one per group.
+
+        After each batch, a group whose new master's session has meanwhile closed is elected again
+        (up to ``elect_master_max_retry_count`` batches): that close was handled while the broker
+        was not yet master (``master_session_closed`` said no), so nothing else would elect until
+        the dead-master scan. CI on 2026-11-25: a master and a slave killed together, the slave
+        elected as the first's successor just as it died."""
         with self._elect_lock:
             self._elect_pending[broker_name] = None
             if self._electing:
                 return None
             self._electing = True
         answer: Response | None = None
+        again: list[str] = []
+        rounds = 0
         try:
             while True:
                 with self._elect_lock:
+                    self._elect_pending.update(dict.fromkeys(again))
                     names = list(self._elect_pending)
                     self._elect_pending.clear()
                     if not names:
                         self._electing = False
                         return answer
-                answer = self.trigger_elect_masters(names).get(broker_name, answer)
+                answers = self.trigger_elect_masters(names)
+                answer = answers.get(broker_name, answer)
+                rounds += 1
+                again = []
+                if rounds < self.config.elect_master_max_retry_count and self.is_leader():
+                    with self._state_lock:
+                        again = scan_need_reelect_broker_sets(self.state, self._context().alive,
+                                                              [n for n in names if answers[n].ok])
+                    for name in again:
+                        log.info("elected master's session closed meanwhile, electing again group=%s", name)
         except BaseException:
             with self._elect_lock:
                 self._electing = False

@@ -140,6 +140,34 @@ def test_bye_a_slave_close_and_a_stale_session_elect_nobody(group):
     wait_until(lambda: master(node)[0] == 3, 5, what="the current session's close elects (2 is dead)")
 
 
+def test_a_successor_whose_session_closed_while_it_was_elected_is_not_left_master(group):
+    """The master and a slave die together. The master's close elects the slave (still live when
+    decided); the slave's own close is handled before that election applies, when it is not master,
+    so it elects nobody, and the group named a dead broker as master until the dead-master scan.
+    Now the batch that elected it checks its successors at once: the election's SyncStateSet is the
+    successor alone, so with no unclean election the group has no master (clients see "no master",
+    not a dead address) and the first SyncStateSet member to come back is elected."""
+    node, _server, _open = group
+    original = node.trigger_elect_masters
+    died: list[int] = []
+
+    def elect_then_the_successor_dies(names):
+        answers = original(names)
+        if not died:
+            successor = master(node)[0]
+            died.append(successor)
+            node.heartbeats.remove(GROUP, successor)   # its close, handled while it was a slave
+        return answers
+
+    node.trigger_elect_masters = elect_then_the_successor_dies
+    node.on_broker_session_closed(GROUP, 1)
+    assert died and died[0] in (2, 3)
+    assert master(node) == (None, 3), "the dead successor is not left as master"
+    heartbeat(node, died[0])                            # it restarts and registers
+    assert node.handle(ElectMasterRequest.of_broker_trigger(CLUSTER, GROUP, died[0])).ok
+    assert master(node) == (died[0], 4)
+
+
 def test_heartbeats_ride_the_session_acked_a_bad_frame_closes_that_connection_only_a_bye_drops_the_row(group):
     """Issue 29: a broker's heartbeats are frames on its session. Each one refreshes the node's row
     with the progress it carries (identity from the hello) and is acked with its seq; a malformed
