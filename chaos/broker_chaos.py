@@ -43,9 +43,9 @@ from rocketray.client.socket_transport import SocketTransport
 from rocketray.verify.checker import check_run_dir, format_verdict
 from rocketray.chaos.broker_nemesis import Nemesis, run_schedule
 from rocketray.chaos.ha_proxy import HaProxies
-from rocketray.verify.history import (
-    CONTROLLER_EVENTS_FILE, HISTORY_FILE, NEMESIS_FILE, REPLICAS_FILE, SAMPLES_FILE, VERDICT_FILE,
-    ControllerEventRecord, write_jsonl, write_replicas)
+from rocketray.verify.history import (CONTROLLER_EVENTS_FILE, HISTORY_FILE, NEMESIS_FILE, REPLICAS_FILE,
+                                      SAMPLES_FILE, VERDICT_FILE, ControllerEventRecord)
+from rocketray.verify.run_dir import write_jsonl, write_replicas
 from rocketray.actors.cluster import Cluster, ClusterError, start_cluster
 from rocketray.config import load_config
 from rocketray.actors.pipeline import NodeControl, settle

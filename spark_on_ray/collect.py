@@ -1,7 +1,7 @@
 """Collection: chaos run directories and live record lists -> Ray Datasets -> Spark DataFrames.
 
 Theory of operation. A chaos run directory (docs/contracts.md) is read by the one reader the
-checker uses, ``rocketray.verify.history.read_run_dir`` (strict: a malformed line is a
+checker uses, ``rocketray.verify.run_dir.read_run_dir`` (strict: a malformed line is a
 ``CollectError`` naming the file and the line), and its typed records become record lists like the
 ones a live cluster hands over. Every record kind has one fixed Arrow schema here (``SCHEMAS``) and
 one normaliser that turns a record (a dict shaped like a run-directory line) into a row of that
@@ -27,6 +27,7 @@ from typing import Any, Callable, Iterable, Mapping
 import pyarrow as pa
 
 from rocketray.verify import history as run_format
+from rocketray.verify.run_dir import read_run_dir
 
 HISTORY = "history"
 NEMESIS = "nemesis"
@@ -378,7 +379,7 @@ def _spark(spark: Any) -> Any:
 
 
 def run_dir_records(path: str | Path) -> dict[str, list[dict[str, Any]]]:
-    """A chaos run directory as record lists, read by the checker's reader (``verify/history.py``).
+    """A chaos run directory as record lists, read by the checker's reader (``verify/run_dir.py``).
 
     ``history.jsonl`` and ``replicas.json`` are required; the other files may be absent (empty).
     The consumer-group rows of ``history.jsonl`` come back as ``deliveries`` and
@@ -390,7 +391,7 @@ def run_dir_records(path: str | Path) -> dict[str, list[dict[str, Any]]]:
     if not (root / FILES[REPLICAS]).is_file():
         raise CollectError(f"{root / FILES[REPLICAS]} is missing: a chaos run directory needs {FILES[REPLICAS]}")
     try:
-        run = run_format.read_run_dir(root)
+        run = read_run_dir(root)
     except run_format.RunDirError as exc:
         raise CollectError(f"{root}: {exc}") from exc
     parts = {HISTORY: run.ops, NEMESIS: run.nemesis, REPLICAS: run.replicas, SAMPLES: run.samples,

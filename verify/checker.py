@@ -54,16 +54,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
-from rocketray.verify.history import (
-    Ident,
-    NemesisEvent,
-    Number,
-    OpRecord,
-    ReplicaSnapshot,
-    RunData,
-    Sample,
-    read_run_dir,
-)
+from rocketray.verify.history import Ident, NemesisEvent, Number, OpRecord, ReplicaSnapshot, Sample
+from rocketray.verify.run_dir import RunData, read_run_dir
 from rocketray.verify.groups import GroupReport, check_groups
 
 EXAMPLES_MAX = 10

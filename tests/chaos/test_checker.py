@@ -11,7 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rocketray.verify.checker import EXAMPLES_MAX, Verdict, check, check_run_dir, format_verdict
-from rocketray.verify.history import NemesisEvent, OpRecord, ReplicaSnapshot, RunData, Sample, write_run_dir
+from rocketray.verify.history import NemesisEvent, OpRecord, ReplicaSnapshot, Sample
+from rocketray.verify.run_dir import RunData, write_run_dir
 
 
 def digest(data: bytes) -> str:

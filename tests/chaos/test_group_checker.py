@@ -12,7 +12,8 @@ import pytest
 from rocketray.verify.checker import check, check_run_dir, format_verdict
 from rocketray.verify.group_history import CommitRecord, ConsumerEvent, Delivery, GroupHistory, ProgressRow
 from rocketray.verify.groups import POLL_TIMEOUT_MS, REREAD_SLACK_MS
-from rocketray.verify.history import OpRecord, RunData, RunDirError, read_run_dir, write_run_dir
+from rocketray.verify.history import OpRecord, RunDirError
+from rocketray.verify.run_dir import RunData, read_run_dir, write_run_dir
 
 TOPIC = "chaos"
 ALLOWANCE_MS = POLL_TIMEOUT_MS + REREAD_SLACK_MS

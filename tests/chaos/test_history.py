@@ -6,19 +6,8 @@ import json
 
 import pytest
 
-from rocketray.verify.history import (
-    ControllerEventRecord,
-    NemesisEvent,
-    OpRecord,
-    ReplicaSnapshot,
-    RunData,
-    RunDirError,
-    Sample,
-    read_history,
-    read_replicas,
-    read_run_dir,
-    write_run_dir,
-)
+from rocketray.verify.history import ControllerEventRecord, NemesisEvent, OpRecord, ReplicaSnapshot, RunDirError, Sample
+from rocketray.verify.run_dir import RunData, read_history, read_replicas, read_run_dir, write_run_dir
 
 DIGEST = "ab" * 32
 

@@ -17,7 +17,7 @@ def test_analytics_agree_with_the_checker_on_a_real_chaos_run(spark, tmp_path):
     master kill (as many as the checker timed), and the epoch timeline has one row per distinct
     (group, epoch) in the replicas' epoch files."""
     from rocketray.verify.checker import check_run_dir
-    from rocketray.verify.history import read_controller_events, read_nemesis, read_replicas
+    from rocketray.verify.run_dir import read_controller_events, read_nemesis, read_replicas
     from rocketray.spark_on_ray import pipeline
 
     run = tmp_path / "run"
@@ -38,7 +38,7 @@ def test_analytics_agree_with_the_checker_on_a_real_chaos_run(spark, tmp_path):
     assert verdict["failover_ms"]["count"] + verdict["failover_ms"].get("unrecovered", 0) == len(kills)
     # the analytics' failovers are the checker's: the same duration for every master kill
     from rocketray.verify.checker import failover_times
-    from rocketray.verify.history import read_run_dir
+    from rocketray.verify.run_dir import read_run_dir
 
     data = read_run_dir(run)
     _, details = failover_times(data.ops, data.nemesis)

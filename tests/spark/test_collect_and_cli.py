@@ -190,13 +190,13 @@ def test_multi_chunk_arrow_blocks_reach_spark_intact(spark):
 
 def test_the_constructed_run_follows_the_contract_of_the_chaos_reader(tiny_run, tiny_records):
     # The hand-built run directory is read without complaint by the chaos package's strict reader.
-    from rocketray.verify import history
-    run = history.read_run_dir(tiny_run)
+    from rocketray.verify.run_dir import read_run_dir
+    run = read_run_dir(tiny_run)
     assert len(run.ops) == len(tiny_records["history"]) and len(run.replicas) == len(tiny_records["replicas"])
 
 
 def test_run_dir_is_read_by_the_checkers_reader(tiny_run, tiny_records, tmp_path):
-    # No Spark: the run directory's records come from verify/history.py, so a line the checker would
+    # No Spark: the run directory's records come from verify/run_dir.py, so a line the checker would
     # refuse is refused here too, naming the file and the line.
     import shutil
 
