@@ -35,7 +35,7 @@ from rocketray.fs import OS_DISK, Disk, DiskFile, ensure_dir, remove_tree
 from rocketray.broker.message import valid_topic
 from rocketray.broker.batch import CQ_ENTRY, QueueRun
 
-__all__ = ["ConsumeQueue", "ConsumeQueues", "CqEntry", "ENTRY_SIZE", "name_needs_sync"]
+__all__ = ["ConsumeQueue", "ConsumeQueues", "CqEntry", "ENTRY_SIZE", "name_needs_sync", "names_to_sync"]
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +62,19 @@ def name_needs_sync(created: bool) -> bool:
     by then checkpoints had recorded a dispatched offset past entries that are gone (simulator
     ``async-overlap`` seeds 55 and 70; ``tests/broker/test_queue_name_durable.py``)."""
     return True
+
+
+def names_to_sync(queue_dir: Path, root: Path) -> list[Path]:
+    """The directories to fsync so that a queue file's name *and the names of its directories* are
+    durable: its queue-id directory (the file's name), its topic directory (the queue id's) and the
+    queues' root (the topic's). ``ensure_dir`` fsyncs the parent of a directory it creates, but a
+    directory it finds may have been made by a process killed before that fsync: its name is in the
+    page cache only, and a later power loss drops the directory with every queue file in it while
+    checkpoints vouched for their entries (simulator ``async-overlap`` seed 456: a kill between
+    ``mkdir consumequeue/__consumer_offsets`` and the fsync of ``consumequeue``; the next process
+    made the queue-id directory under it). The root's own name needs nothing: a store whose
+    ``consumequeue`` is gone rebuilds every queue from the log."""
+    return [queue_dir, queue_dir.parent, root]
 
 
 class ConsumeQueue:
@@ -224,19 +237,20 @@ class ConsumeQueues:
 
     def take_dirty(self) -> tuple[list[DiskFile], list[Path]]:
         """Duplicated handles of queues written since the last call, and the directories whose new
-        names (a new queue file) they need.
+        names (a new queue file, and its directories: ``names_to_sync``) they need.
 
         The caller fsyncs (and closes) them before recording a dispatched offset that relies on them.
         """
-        files, dirs = [], []
+        files: list[DiskFile] = []
+        dirs: dict[Path, None] = {}
         for cq in self.queues.values():
             if cq.dirty:
                 files.append(cq.file.dup())
                 cq.dirty = False
             if cq.new_name:
-                dirs.append(cq.dir)
+                dirs.update(dict.fromkeys(names_to_sync(cq.dir, self.dir)))
                 cq.new_name = False
-        return files, dirs
+        return files, list(dirs)
 
     def clear(self) -> None:
         """Delete every queue (before a rebuild from the commit log)."""

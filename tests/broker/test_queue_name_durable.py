@@ -1,9 +1,10 @@
-"""A consume-queue file created by a process killed before it fsynced the file's directory: the next
-process sees the name (a kill keeps the page cache) but must not trust it to be durable. Its
-checkpoints vouch for the queue's entries, so it fsyncs the directory before the first one; else a
-later power loss drops the name and the queue restarts past entries the log still holds (simulator
-``async-overlap`` seeds 55 and 70). Real store over the
-simulated disk, which drops each unsynced directory operation or keeps it, by its seed."""
+"""A consume-queue file (or its topic directory: ``names_to_sync``) created by a process killed
+before it fsynced the directory holding its name: the next process sees the name (a kill keeps the
+page cache) but must not trust it to be durable. Its checkpoints vouch for the queue's entries, so
+it fsyncs those directories before the first one; else a later power loss drops the name and the
+queue restarts past entries the log still holds (simulator ``async-overlap`` seeds 55 and 70 for the
+file, 456 for the topic directory). Real store over the simulated disk, which drops each unsynced
+directory operation or keeps it, by its seed."""
 
 from __future__ import annotations
 
@@ -53,4 +54,57 @@ def test_trusting_the_name_found_at_start_loses_the_entries(monkeypatch):
     monkeypatch.setattr(consume_queue, "name_needs_sync", lambda created: created)
     outcomes = [_queue_after_kill_then_power_loss(seed) for seed in range(8)]
     assert all(in_log == 2 for _served, in_log in outcomes)
+    assert any(served == 0 for served, _in_log in outcomes), outcomes
+
+
+def _topic_dir_after_kill_then_power_loss(seed: int) -> tuple[int, int]:
+    """``async-overlap`` seed 456's shape. Process A dispatches a message of a new topic and is killed
+    between ``mkdir consumequeue/t`` and the fsync of ``consumequeue`` (the topic directory's name
+    is in the page cache only). Process B finds ``t`` but not its queue-id directory (A died before
+    making it), dispatches (B makes ``t/0`` and its file), flushes (checkpoint: dispatched past the
+    message), then the machine loses power; process C opens the store. Returns (messages the queue
+    serves, messages in the log)."""
+    disk = SimDisk(random.Random(seed))
+    a = MessageStore("/s", CONFIG, disk=disk)
+    a.put_messages([Message(topic="t", queue_id=0, body=b"one")], 1)
+    a.commitlog.flush()
+    made = []
+
+    def kill_before_the_topic_name_is_synced(_n: int, op: str, path: str):
+        if op == "mkdir" and path.endswith("/consumequeue/t"):
+            made.append(path)
+        elif op == "fsync_dir" and path.endswith("/consumequeue") and made:
+            return CrashMode.KILL
+        return None
+
+    disk.set_hook(kill_before_the_topic_name_is_synced)
+    with pytest.raises(BaseException) as crashed:
+        a.confirm_offset = a.max_offset          # dispatch: makes consumequeue/t, then dies
+    assert type(crashed.value).__name__ == "SimCrash"
+    disk.set_hook(None)
+    assert disk.is_dir("/s/consumequeue/t") and not disk.is_dir("/s/consumequeue/t/0")
+    b = MessageStore("/s", CONFIG, disk=disk)
+    b.confirm_offset = b.max_offset
+    assert b.get_messages("t", 0, 0, 10), "B made the queue-id directory and dispatched"
+    b.flush()
+    assert b.dispatched_offset == b.max_offset
+    disk.crash(CrashMode.POWER_LOSS)
+    c = MessageStore("/s", CONFIG, disk=disk)
+    c.confirm_offset = c.max_offset
+    return len(c.get_messages("t", 0, 0, 10)), 1 if c.max_offset == b.max_offset else -1
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_topic_directory_found_at_start_keeps_its_queues_through_a_later_power_loss(seed):
+    served, in_log = _topic_dir_after_kill_then_power_loss(seed)
+    assert in_log == 1 and served == 1
+
+
+def test_syncing_only_the_queue_directory_loses_a_topic_directory_a_killed_process_made(monkeypatch):
+    """The old rule (a checkpoint fsyncs only the queue-id directory of a new queue file): on some
+    seeds the power loss drops the topic directory, and the queue serves nothing of what the log and
+    the checkpoint hold."""
+    monkeypatch.setattr(consume_queue, "names_to_sync", lambda queue_dir, root: [queue_dir])
+    outcomes = [_topic_dir_after_kill_then_power_loss(seed) for seed in range(8)]
+    assert all(in_log == 1 for _served, in_log in outcomes)
     assert any(served == 0 for served, _in_log in outcomes), outcomes
