@@ -16,7 +16,10 @@ at a moment when no other member of the group's SyncStateSet held it:
   cannot be elected: outside the controller's SyncStateSet (a member only of the master's union
   view, a killed ex-master), or down, or cut off from the controller (its heartbeats expired).
   RocketMQ elects among the SyncStateSet members the controller hears from; so does rocketray
-  (``async-overlap`` seeds 1, 24 and 36, docs/simulation.md).
+  (``async-overlap`` seeds 1, 24 and 36, docs/simulation.md). The same when a replica whose log
+  contains that member's is elected in its stead (the new term a restarted master asks for,
+  ``contains_log``): it loses no more than electing the member would (``async-overlap`` seed 352;
+  the invariants call ``elected`` for such a member too, ``loss_checks._elected``).
 
 ``LossOracle.power_lost`` is called at the step a broker lost power, with the world as it is at
 that moment. The records that broker may have lost are those that end past its flushed end (the
@@ -66,8 +69,10 @@ class LossOracle:
         self._seen_up: dict[str, tuple[int, int]] = {}     # name -> (log end, power losses) last seen up
         self._base: dict[str, tuple[tuple[int, int], int, int]] = {}   # name -> (key, flushed_end, end) at its start
         self._durable: dict[str, int] = {}                 # name -> durable end last seen up
-        self._lost_end: dict[str, int] = {}                # name -> its log's end at its last power loss
-        self._since: dict[str, int] = {}                   # name -> the longest log seen up since then
+        # name -> one [log end at a power loss, the longest log seen up since that loss] per power loss
+        # whose tail it has not held again since (seed 394: a second loss with a shorter log must not
+        # hide what the first one lost)
+        self._losses: dict[str, list[list[int]]] = {}
 
     def seen_up(self, b, durable_end) -> None:
         """Called every step for every live broker (a SimBroker): the end a kill would keep, and the
@@ -80,8 +85,9 @@ class LossOracle:
         if base is None or base[0] != key:
             base = self._base[b.name] = (key, b.flushed_end, durable_end(b))
         self._seen_up[b.name] = (b.store.max_offset, b.power_losses)
-        if b.store.max_offset > self._since.get(b.name, -1):
-            self._since[b.name] = b.store.max_offset
+        for loss in self._losses.get(b.name, ()):
+            if b.store.max_offset > loss[1]:
+                loss[1] = b.store.max_offset
         self._durable[b.name] = b.flushed_end if b.flushed_end != base[1] else base[2]
 
     def forgiven(self, group: str, at_ms: int, offset: int) -> bool:
@@ -96,8 +102,8 @@ class LossOracle:
     def power_lost(self, group: str, lost, brokers, members: set[int], now_ms: int, exempt) -> Forgiven | None:
         """``lost`` (a SimBroker) lost power at ``now_ms``; ``members``: the SyncStateSet ids then.
         Records the forgiveness this creates and returns it (None: ``lost`` was no member)."""
-        self._lost_end[lost.name] = lost.end_before_power_loss
-        self._since[lost.name] = -1
+        kept = [loss for loss in self._losses.get(lost.name, ()) if loss[1] < loss[0]]   # not held again
+        self._losses[lost.name] = kept + [[lost.end_before_power_loss, -1]]
         if lost.id not in members:
             return None
         held = self._durable.get(lost.name, 0)
@@ -123,21 +129,22 @@ class LossOracle:
         end, losses = self._seen_up.get(b.name, (0, -1))
         return end if losses == b.power_losses else self._durable.get(b.name, 0)
 
-    def elected(self, group: str, master, electable, now_ms: int) -> Forgiven | None:
+    def elected(self, group: str, master, electable, now_ms: int) -> list[Forgiven]:
         """The controller elected ``master`` (a SimBroker) at ``now_ms``; ``electable``: the other
-        brokers it could have elected instead. Forgives the records ``master`` lost to its last power
-        loss (starting below its log's end then and at or past every end it
-        has had since) that no electable broker holds, and returns that (None: nothing). A record
-        read after the loss from another replica counts: the bound is the election, not the loss."""
-        lost_end = self._lost_end.get(master.name)
-        if lost_end is None:
-            return None
-        since = self._since.get(master.name, -1)
-        if master.up and master.store is not None:
-            since = max(since, master.store.max_offset)
-        start = max([since, 0] + [self.held_end(b) for b in electable if b is not master])
-        if start >= lost_end:
-            return None
-        f = Forgiven(group, now_ms, start, master.name, below=lost_end)
-        self.events.setdefault(group, []).append(f)
-        return f
+        brokers it could have elected instead. For each power loss of ``master`` whose tail it has not
+        held since, forgives the records it lost then (starting below its log's end then and at or
+        past every end it has had since) that no electable broker holds; returns those (empty:
+        nothing). A record read after the loss from another replica counts: the bound is the
+        election, not the loss."""
+        out = []
+        held = max([0] + [self.held_end(b) for b in electable if b is not master])
+        for lost_end, since in self._losses.get(master.name, ()):
+            if master.up and master.store is not None:
+                since = max(since, master.store.max_offset)
+            start = max(since, held)
+            if start >= lost_end:
+                continue
+            f = Forgiven(group, now_ms, start, master.name, below=lost_end)
+            self.events.setdefault(group, []).append(f)
+            out.append(f)
+        return out

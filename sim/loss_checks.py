@@ -62,7 +62,15 @@ class LossChecks:
         """Async flush: the controller elected ``master_id`` at this step. If it is up (a broker elected
         while down never takes that term: its restart asks for a new one, ``broker/role.py``), lost
         power earlier, and no replica the controller could have elected instead holds what it lost,
-        forgive that."""
+        forgive that.
+
+        The same for a *stand-in*: a live SyncStateSet member that lost power and whose recovered
+        log the new master's contains (``contains_log``: same last epoch, more bytes). The new term a
+        restarted master asks for elects such a replica in its stead (``decide._elect_new_term``),
+        and electing the member itself would have lost the same records. ``async-overlap`` seed 352:
+        all three members lost power in turn; the restarted master g0-2 (log 7299, in the set {1, 2})
+        asked for a new term and g0-3 (log 7729, outside the set) was elected in its stead, while
+        g0-1, the one replica holding the records to 7987 on disk, was down."""
         assert self.oracle is not None
         master = next((b for b in brokers if b.id == master_id), None)
         if master is None or not master.up or master.store is None:
@@ -70,26 +78,38 @@ class LossChecks:
         sss = self._before.get(group, frozenset())
         now = self.controller.world.now_ms
         hb = self.controller.heartbeats
-        recovered = self._recovered.get(master.name)
-        last, end = recovered or (master.store.epoch_file.last_epoch(), master.store.max_offset)
 
-        def electable(b: SimBroker) -> bool:
-            if b is master or not hb.is_alive(group, b.id, now):
+        def recovered(b: SimBroker) -> tuple[int, int]:
+            assert b.store is not None
+            return self._recovered.get(b.name) or (b.store.epoch_file.last_epoch(), b.store.max_offset)
+
+        def contains(b: SimBroker, of: SimBroker) -> bool:
+            """``b``'s live log holds all of ``of``'s as it recovered (the controller's contains_log)."""
+            last, end = recovered(of)
+            return b.up and b.store is not None and b.store.epoch_file.last_epoch() == last and b.store.max_offset > end
+
+        def electable(cand: SimBroker, b: SimBroker) -> bool:
+            """Could the controller have elected ``b`` instead of ``cand``?"""
+            if b is cand:
                 return False
+            if b is master:
+                return True
             # a SyncStateSet member, or a live replica whose log contains the restarted master's as it
             # recovered (the new term a restarted broker asks for considers it: contains_log)
-            return b.id in sss or (b.up and b.store is not None and b.store.epoch_file.last_epoch() == last
-                                   and b.store.max_offset > end)
-        f = self.oracle.elected(group, master, [b for b in brokers if electable(b)], now)
-        if f is None:
-            return
-        self.controller.world.note(f"oracle: {master.name} elected after losing power; records of {group} "
-                                   f"in [{f.end}, {f.below}) acknowledged or read so far may be lost")
-        stale = self._stale.setdefault(group, set())
-        for b in brokers:
-            if b.up and b.store is not None and f.below is not None:
-                stale.update(_records_in(b.store, f.end, min(f.below, b.store.max_offset)))
-        self._forgive(group)
+            return hb.is_alive(group, b.id, now) and (b.id in sss or contains(b, cand))
+
+        stand_ins = [x for x in brokers if x is not master and x.id in sss and x.up and x.store is not None
+                     and hb.is_alive(group, x.id, now) and contains(master, x)]
+        for cand in [master] + stand_ins:
+            for f in self.oracle.elected(group, cand, [b for b in brokers if electable(cand, b)], now):
+                how = "elected" if cand is master else f"replaced by {master.name}, whose log contains its,"
+                self.controller.world.note(f"oracle: {cand.name} {how} after losing power; records of {group} "
+                                           f"in [{f.end}, {f.below}) acknowledged or read so far may be lost")
+                stale = self._stale.setdefault(group, set())
+                for b in brokers:
+                    if b.up and b.store is not None and f.below is not None:
+                        stale.update(_records_in(b.store, f.end, min(f.below, b.store.max_offset)))
+                self._forgive(group)
 
     def _forgive(self, group: str) -> None:
         """What the oracle forgave in ``group`` leaves the checks from now on."""
