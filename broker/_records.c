@@ -4,8 +4,10 @@
  * valid, damaged and adversarial inputs and requires equal results.
  *
  * What stays in Python (called back a few times per batch, not per record): the topic check
- * (``topic_of(raw, where) -> str``), the properties check and tag hash (``tag_of(raw) -> int``)
- * and, when sealing, the next queue offset of a queue seen for the first time in the batch.
+ * (``topic_of(raw, where) -> str``), the properties check and tag hash (``tag_of(raw) -> int``) of
+ * properties that are not plainly valid without a tag (see props_plain: the usual client record,
+ * whose properties are only its UNIQ_KEY, never calls back) and, when sealing, the next queue
+ * offset of a queue seen for the first time in the batch.
  * Both callbacks raise the codec error class passed in; when indexing without ``verify`` such an
  * error ends the scan like any invalid record does.
  *
@@ -154,6 +156,33 @@ static int add_entry(Run *run, int64_t physical, uint32_t size, uint64_t tag) {
     put_u64(p + 12, tag);
     run->count++;
     return 0;
+}
+
+/* Properties that batch.properties_tag_hash would accept with tag hash 0, decided without calling it:
+ * ASCII only (so valid UTF-8), the separators alternate 0x01 0x02 starting after a non-empty name
+ * and ending with the last byte (properties_tag_hash's separator, first-byte, last-byte and empty-name
+ * checks), and no "TAGS\x01" anywhere (a TAGS name, whose hash Python computes). Anything else,
+ * valid or not, goes to properties_tag_hash, which decides and raises as before: a client's
+ * UNIQ_KEY makes every record's properties differ, so this runs once per record. */
+static int props_plain(const unsigned char *p, Py_ssize_t n) {
+    int in_value = 0;
+    Py_ssize_t name_len = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned char c = p[i];
+        if (c >= 0x80) return 0;
+        if (c == 1) {
+            if (in_value || name_len == 0) return 0;
+            if (name_len >= 4 && memcmp(p + i - 4, "TAGS", 4) == 0) return 0;
+            in_value = 1;
+        } else if (c == 2) {
+            if (!in_value) return 0;
+            in_value = 0;
+            name_len = 0;
+        } else if (!in_value) {
+            name_len++;
+        }
+    }
+    return n > 0 && !in_value && name_len == 0;
 }
 
 /* Raise error_class(message) built with PyUnicode_FromFormatV. Always returns -1. */
@@ -331,14 +360,18 @@ static PyObject *scan(PyObject *self, PyObject *args) {
         if (props_len) {
             if ((Py_ssize_t)props_len != last_props_len ||
                 memcmp(last_props, buf + props_start, props_len) != 0) {
-                PyObject *raw = PyBytes_FromStringAndSize((const char *)buf + props_start, props_len);
-                if (!raw) goto fail;
-                PyObject *got = PyObject_CallOneArg(tag_of, raw);
-                Py_DECREF(raw);
-                if (!got) goto fail;
-                last_tag = PyLong_AsUnsignedLongLong(got);
-                Py_DECREF(got);
-                if (PyErr_Occurred()) goto fail;
+                if (props_plain(buf + props_start, (Py_ssize_t)props_len)) {
+                    last_tag = 0;
+                } else {
+                    PyObject *raw = PyBytes_FromStringAndSize((const char *)buf + props_start, props_len);
+                    if (!raw) goto fail;
+                    PyObject *got = PyObject_CallOneArg(tag_of, raw);
+                    Py_DECREF(raw);
+                    if (!got) goto fail;
+                    last_tag = PyLong_AsUnsignedLongLong(got);
+                    Py_DECREF(got);
+                    if (PyErr_Occurred()) goto fail;
+                }
                 last_props = buf + props_start;
                 last_props_len = props_len;
             }
@@ -422,7 +455,56 @@ static PyObject *whole_length(PyObject *self, PyObject *args) {
     return PyLong_FromSsize_t(end);
 }
 
+/* encode(topic, props, body, queue_id, born_ms): message.encode_fields(topic, props, body, queue_id, born_ms),
+ * the record of a new message (flags 0, queue and physical offset -1, store timestamp 0), the same
+ * bytes; None when an argument is not what that fast case takes (not exact bytes, a number out of
+ * its field's range, a record over MAX_RECORD_SIZE): the caller then runs encode_fields, which
+ * raises its own error. A producer encodes every message here once. */
+static PyObject *encode(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5 || !PyBytes_CheckExact(args[0]) || !PyBytes_CheckExact(args[1]) || !PyBytes_CheckExact(args[2]) ||
+        !PyLong_CheckExact(args[3]) || !PyLong_CheckExact(args[4]))
+        Py_RETURN_NONE;
+    int overflow = 0;
+    long long queue_id = PyLong_AsLongLongAndOverflow(args[3], &overflow);
+    if (overflow || (queue_id == -1 && PyErr_Occurred()) || queue_id < INT32_MIN || queue_id > INT32_MAX) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    long long born = PyLong_AsLongLongAndOverflow(args[4], &overflow);
+    if (overflow || (born == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    Py_ssize_t topic_len = PyBytes_GET_SIZE(args[0]), props_len = PyBytes_GET_SIZE(args[1]),
+               body_len = PyBytes_GET_SIZE(args[2]);
+    Py_ssize_t total = HEADER_SIZE + topic_len + props_len + body_len;
+    if (topic_len > 0xFFFF || total > MAX_RECORD_SIZE) Py_RETURN_NONE;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, total);
+    if (!out) return NULL;
+    unsigned char *p = (unsigned char *)PyBytes_AS_STRING(out);
+    const unsigned char *body = (const unsigned char *)PyBytes_AS_STRING(args[2]);
+    put_u32(p, (uint32_t)total);
+    put_u32(p + 4, MAGIC);
+    put_u32(p + 12, rr_crc(0, body, (size_t)body_len));
+    put_u32(p + 16, 0);                                  /* flags */
+    put_u32(p + 20, (uint32_t)(int32_t)queue_id);
+    put_u64(p + 24, (uint64_t)(int64_t)-1);              /* queue offset */
+    put_u64(p + 32, (uint64_t)(int64_t)-1);              /* physical offset */
+    put_u64(p + 40, (uint64_t)born);
+    put_u64(p + 48, 0);                                  /* store timestamp */
+    p[56] = (unsigned char)(topic_len >> 8);
+    p[57] = (unsigned char)topic_len;
+    put_u32(p + 58, (uint32_t)props_len);
+    put_u32(p + 62, (uint32_t)body_len);
+    memcpy(p + HEADER_SIZE, PyBytes_AS_STRING(args[0]), (size_t)topic_len);
+    memcpy(p + HEADER_SIZE + topic_len, PyBytes_AS_STRING(args[1]), (size_t)props_len);
+    memcpy(p + HEADER_SIZE + topic_len + props_len, body, (size_t)body_len);
+    put_u32(p + 8, rr_crc(rr_crc(0, p, 8), p + 12, (size_t)(HEADER_SIZE - 12 + topic_len + props_len)));
+    return out;
+}
+
 static PyMethodDef methods[] = {
+    {"encode", (PyCFunction)(void (*)(void))encode, METH_FASTCALL, "A new message's record (message.encode_fields), or None."},
     {"whole_length", whole_length, METH_VARARGS, "Length of the whole records in buf within max_bytes (at least one)."},
     {"scan", scan, METH_VARARGS, "Seal a batch or index records (see the module source)."},
     {"offsets", offsets, METH_O, "((queue_offset, physical_offset), ...) of the records of a sealed batch."},

@@ -147,3 +147,72 @@ def test_a_callback_error_in_the_trusted_scan_ends_it_with_the_reason() -> None:
     with pytest.raises(MessageCodecError) as py_err:
         b.index_records_py(stored, 0, True)
     assert str(c_err.value) == str(py_err.value)
+
+
+PROPS_ALPHABET = [b"\x01", b"\x02", b"T", b"A", b"G", b"S", b"a", b"K", b"\x80", b"\xc3\xa9", b"\xff", b"\x00"]
+
+
+def raw_props_batch(props: list[bytes]) -> bytes:
+    """A batch of one-byte-body records on queue 0 whose properties are exactly ``props`` (unchecked)."""
+    topic = m.topic_bytes("A")
+    return b"".join(m.encode_fields(topic, p, b"x", 0, 1000 + i) for i, p in enumerate(props))
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.lists(st.sampled_from(PROPS_ALPHABET), max_size=14).map(b"".join), min_size=1, max_size=4))
+def test_properties_of_any_bytes_give_the_same_result(props: list[bytes]) -> None:
+    """The C loop decides plain properties (no TAGS, ASCII, well formed) itself and hands every
+    other one to properties_tag_hash: the same tags and the same errors as the Python loop, for
+    properties made of separators, TAGS names, non-ASCII and invalid UTF-8 bytes."""
+    assert_same_everywhere(raw_props_batch(props), len(props), random.Random(len(props)))
+
+
+@pytest.mark.parametrize("raw", [b"TAGS\x01x\x02", b"MYTAGS\x01x\x02", b"a\x01TAGS\x01\x02", b"\x01\x02",
+                                 b"a\x01b", b"a\x01b\x02\x02", b"a\x02", b"a\x01b\x02\x01c\x02", b"\xc3\xa9\x01b\x02",
+                                 b"k\x01v\x02TAGS\x01t\x02", b"abc"])
+def test_properties_the_c_loop_does_not_decide_go_to_python(raw: bytes) -> None:
+    if raw:
+        assert_same_everywhere(raw_props_batch([raw]), 1, random.Random(1))
+
+
+def test_a_client_record_s_properties_need_no_callback() -> None:
+    """A client's usual record (its properties are its UNIQ_KEY, or user names without TAGS) is
+    checked in C: the Python tag callback is not called once; a TAGS name still calls it."""
+    calls: list[bytes] = []
+
+    def tag_of(raw: bytes) -> int:
+        calls.append(raw)
+        return b.properties_tag_hash(raw)
+
+    def scan(props: list[bytes]) -> list:
+        data = bytearray(raw_props_batch(props))
+        return b._records.scan(data, 0, 0, MAX, 1234, {}, b._topic_of, tag_of, MessageCodecError)[2]
+
+    plain = [b"UNIQ_KEY\x01%020X\x02" % i for i in range(50)] + [b"KEYS\x01k\x02pid\x01p-1\x02UNIQ_KEY\x01ID\x02"]
+    runs = scan(plain)
+    assert calls == [] and runs[0][4] == len(plain)
+    assert all(struct.unpack_from(">qIQ", runs[0][3], 20 * i)[2] == 0 for i in range(len(plain)))
+    runs = scan([b"TAGS\x01t\x02UNIQ_KEY\x01ID\x02"])
+    assert calls == [b"TAGS\x01t\x02UNIQ_KEY\x01ID\x02"]
+    assert struct.unpack_from(">qIQ", runs[0][3], 0)[2] == m.tag_hash({"TAGS": "t"}) != 0
+
+
+def test_a_new_record_is_encoded_as_encode_fields_does() -> None:
+    """``encode_new_record`` (C) gives ``encode_fields``'s bytes for any topic, properties, body,
+    queue id and timestamp; what the C case does not take goes to ``encode_fields`` and raises
+    (or encodes) as it does."""
+    rng = random.Random(3)
+    for _ in range(3000):
+        args = (rng.randbytes(rng.randrange(1, 130)), rng.randbytes(rng.randrange(0, 60)),
+                rng.randbytes(rng.randrange(0, 3000)),
+                rng.choice([0, 7, -1, 2**31 - 1, -2**31, rng.randrange(-2**31, 2**31)]),
+                rng.choice([0, -1, 2**63 - 1, -2**63, rng.randrange(-2**63, 2**63)]))
+        assert b._records.encode(*args) == b.encode_new_record(*args) == m.encode_fields(*args)
+    for odd in [(b"t", b"", b"x", 2**31, 0), (b"t", b"", b"x", 0, 2**63), (b"t", b"", b"x", -2**31 - 1, 0),
+                (b"t" * 70000, b"", b"", 0, 0), (b"t", b"", b"x" * (64 << 20), 0, 0)]:
+        assert b._records.encode(*odd) is None
+        assert outcome(b.encode_new_record, *odd) == outcome(m.encode_fields, *odd)
+        assert outcome(b.encode_new_record, *odd)[0] == "error"
+    for taken_by_python in [(bytearray(b"t"), b"", b"x", 0, 0), (b"t", b"", b"x", True, 5)]:
+        assert b._records.encode(*taken_by_python) is None
+        assert b.encode_new_record(*taken_by_python) == m.encode_fields(*taken_by_python)
