@@ -32,14 +32,22 @@ def _queue_after_kill_then_power_loss(seed: int) -> tuple[int, int]:
     a.commitlog.flush()                      # the log is durable; the queue file's name is not
     a.confirm_offset = a.max_offset          # dispatch: creates the queue file
     disk.crash(CrashMode.KILL)
+    return _restart_flush_then_lose_power(disk, 2, "after a kill the page cache, with the name, is still there")
+
+
+def _restart_flush_then_lose_power(disk: SimDisk, messages: int, why: str) -> tuple[int, int]:
+    """Process B opens the store, dispatches (``why`` it serves topic t), flushes (its checkpoint
+    vouches for every entry), then the machine loses power and process C opens it. Returns (messages
+    queue t/0 serves, ``messages`` if the log kept what B had, else -1)."""
     b = MessageStore("/s", CONFIG, disk=disk)
     b.confirm_offset = b.max_offset          # (a master's confirm offset after its restart)
-    assert b.get_messages("t", 0, 0, 10), "after a kill the page cache, with the name, is still there"
+    assert b.get_messages("t", 0, 0, 10), why
     b.flush()
     assert b.dispatched_offset == b.max_offset
     disk.crash(CrashMode.POWER_LOSS)
     c = MessageStore("/s", CONFIG, disk=disk)
-    return len(c.get_messages("t", 0, 0, 10)), 2 if c.max_offset == b.max_offset else -1
+    c.confirm_offset = c.max_offset
+    return len(c.get_messages("t", 0, 0, 10)), messages if c.max_offset == b.max_offset else -1
 
 
 @pytest.mark.parametrize("seed", range(8))
@@ -83,15 +91,7 @@ def _topic_dir_after_kill_then_power_loss(seed: int) -> tuple[int, int]:
     assert type(crashed.value).__name__ == "SimCrash"
     disk.set_hook(None)
     assert disk.is_dir("/s/consumequeue/t") and not disk.is_dir("/s/consumequeue/t/0")
-    b = MessageStore("/s", CONFIG, disk=disk)
-    b.confirm_offset = b.max_offset
-    assert b.get_messages("t", 0, 0, 10), "B made the queue-id directory and dispatched"
-    b.flush()
-    assert b.dispatched_offset == b.max_offset
-    disk.crash(CrashMode.POWER_LOSS)
-    c = MessageStore("/s", CONFIG, disk=disk)
-    c.confirm_offset = c.max_offset
-    return len(c.get_messages("t", 0, 0, 10)), 1 if c.max_offset == b.max_offset else -1
+    return _restart_flush_then_lose_power(disk, 1, "B made the queue-id directory and dispatched")
 
 
 @pytest.mark.parametrize("seed", range(8))
