@@ -274,11 +274,18 @@ class EventLog:
             self.append([Gap(first_index, last_index)])
 
     def sync(self) -> None:
-        """fsync the active segment (called before a snapshot is written)."""
+        """fsync the active segment (called before a snapshot is written). The fsync runs on a
+        duplicate of its descriptor outside the log's lock, so appends (made under the node's state
+        lock) do not wait for the disk."""
         with self._lock:
-            if self._fh is not None:
-                self._fh.flush()
-                os.fsync(self._fh.fileno())
+            if self._fh is None:
+                return
+            self._fh.flush()
+            fd = os.dup(self._fh.fileno())
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
     def close(self) -> None:
         with self._lock:

@@ -270,14 +270,19 @@ class ControllerNode(LeaderPipeline, ElectionTriggers):
         return page
 
     def _capture(self) -> tuple[int, dict[int, dict[str, Any]]]:
+        """The applied index and the state's sections, copied under the state lock; then the event
+        log's fsync, outside it (an fsync under the lock stalled every heartbeat behind it): every
+        entry the snapshot covers was logged under the lock before the copy, so the sync, done before
+        the snapshot is written, makes them durable first."""
         with self._state_lock:
-            try:
-                self.event_log.sync()  # every entry the snapshot covers is durable in the event log
-            except OSError:
-                self.event_log_errors += 1
-                log.exception("event log sync failed self=%s", self.self_address)
-            return self.applied_index, {SECTION_CONTROLLER_STATE: self.state.to_snapshot(),
-                                        SECTION_TOPICS: self.state.topics_to_snapshot()}
+            captured = self.applied_index, {SECTION_CONTROLLER_STATE: self.state.to_snapshot(),
+                                            SECTION_TOPICS: self.state.topics_to_snapshot()}
+        try:
+            self.event_log.sync()
+        except OSError:
+            self.event_log_errors += 1
+            log.exception("event log sync failed self=%s", self.self_address)
+        return captured
 
     def _install(self, index: int, sections: dict[int, dict[str, Any]]) -> None:
         state = _state_of(sections)
