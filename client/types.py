@@ -31,6 +31,25 @@ class SendResult:
     queue_offset: int
 
 
+_new_object = object.__new__
+_set_status, _set_msg_id, _set_topic, _set_queue_id, _set_queue_offset = (
+    SendResult.__dict__[name].__set__ for name in ("status", "msg_id", "topic", "queue_id", "queue_offset"))
+
+
+def send_ok(msg_id: str, topic: str, queue_id: int, queue_offset: int) -> SendResult:
+    """``SendResult(SendStatus.SEND_OK, msg_id, topic, queue_id, queue_offset)``, equal to it in
+    every way, made in about half the time: the producer makes one per acknowledged message, and a
+    frozen dataclass's ``__init__`` goes through ``object.__setattr__`` per field; this sets the
+    slots directly."""
+    result = _new_object(SendResult)
+    _set_status(result, SendStatus.SEND_OK)
+    _set_msg_id(result, msg_id)
+    _set_topic(result, topic)
+    _set_queue_id(result, queue_id)
+    _set_queue_offset(result, queue_offset)
+    return result
+
+
 @dataclass(frozen=True, slots=True)
 class ReceivedMessage:
     """One consumed message. ``queue_offset`` is its position in its queue (consecutive per queue)."""
