@@ -270,10 +270,8 @@ class ControllerNode(LeaderPipeline, ElectionTriggers):
         return page
 
     def _capture(self) -> tuple[int, dict[int, dict[str, Any]]]:
-        """The applied index and the state's sections, copied under the state lock; then the event
-        log's fsync, outside it (an fsync under the lock stalled every heartbeat behind it): every
-        entry the snapshot covers was logged under the lock before the copy, so the sync, done before
-        the snapshot is written, makes them durable first."""
+        """Copy the applied index and state under the state lock, then fsync the event log outside
+        it (every covered entry was logged under the lock first; heartbeats never wait for the disk)."""
         with self._state_lock:
             captured = self.applied_index, {SECTION_CONTROLLER_STATE: self.state.to_snapshot(),
                                             SECTION_TOPICS: self.state.topics_to_snapshot()}
