@@ -80,7 +80,8 @@ class BrokerService:
         self.session = ControllerSession(
             self._spec, self._session_hello,
             lambda: controller_client.leader_address or self.manager.controller_leader_address,
-            lambda: self.manager.sync_controller_metadata_once())
+            lambda: self.manager.sync_controller_metadata_once(),
+            on_role=lambda info: self.manager.on_role_change(info))   # pushed on the session after an election
         controller_client = AsyncControllerClient(
             self._spec, heartbeat_sink=self.session.heartbeat if ControllerSession.carries_heartbeats(self._spec)
             else None)
@@ -176,6 +177,12 @@ class BrokerService:
         broker_id = self.manager.broker_id
         return [_stored(m, broker_id) for m in self.store.get_messages(topic, queue_id, queue_offset, max_count)]
 
+    def pull_start(self, topic: str, queue_id: int, queue_offset: int, max_count: int, max_bytes: int,
+                   hold_ms: int, group: str | None, done: Callable[[PullResult], object]) -> PullResult | None:
+        """``pull`` without a task (the client port's path): the answer now, or None and
+        ``done(answer)`` later, on the loop (``ConsumerPath.pull_start``)."""
+        return self.consumers.pull_start(topic, queue_id, queue_offset, max_count, max_bytes, hold_ms, group, done)
+
     async def pull(self, topic: str, queue_id: int, queue_offset: int, max_count: int, max_bytes: int,
                    hold_ms: int, group: str | None = None) -> PullResult:
         """A consumer's pull, held up to ``hold_ms`` for a confirmed message, never below ``group``'s
@@ -218,7 +225,8 @@ class BrokerService:
 
     # --- control path ---------------------------------------------------------------------
     async def on_role_change(self, notification: MasterInfo) -> bool:
-        """NOTIFY_BROKER_ROLE_CHANGED from the controller actor (``RoleChangeNotice.notification``)."""
+        """NOTIFY_BROKER_ROLE_CHANGED from the controller actor (``RoleChangeNotice.notification``) as a
+        Ray call: to a broker whose session is not with that controller (else it comes on the session)."""
         return await self.manager.on_role_change(notification)
 
     async def status(self) -> BrokerStatus:

@@ -9,7 +9,8 @@ Each connection first runs the mutual challenge/response with the cluster secret
 (``rocketray.auth``, ``CLIENT_LABEL``); then frames of ``rocketray.broker.client_wire``. A put
 runs in the read loop's own step (``put_start``: checked, appended and written to the slaves
 before the next frame is read, so puts are appended in arrival order) and its answer leaves from
-the event that decides it (the slaves' acks); every other request is served in a task of its
+the event that decides it (the slaves' acks); a pull too (``pull_start``: answered at once, or
+from the step that confirms a message for it); every other request is served in a task of its
 own. Answers may leave out of order (a held pull never delays a put behind it). A frame that does
 not decode gets an ERROR frame and its connection is closed; nothing else is touched.
 """
@@ -39,8 +40,8 @@ class ClientEndpoints(Protocol):
 
     def put_start(self, batch: EncodedBatch, done: Callable[[PutResult], object]) -> PutResult | None: ...
 
-    async def pull(self, topic: str, queue_id: int, queue_offset: int, max_count: int, max_bytes: int,
-                   hold_ms: int, group: str | None = None) -> PullResult: ...
+    def pull_start(self, topic: str, queue_id: int, queue_offset: int, max_count: int, max_bytes: int,
+                   hold_ms: int, group: str | None, done: Callable[[PullResult], object]) -> PullResult | None: ...
 
     async def commit_offsets(self, group: str, entries: list[tuple[str, int, int]]) -> PutResult: ...
 
@@ -87,21 +88,26 @@ class ClientPort:
             writer.close()
             return
         decoder = FrameDecoder()
+        request_id = 0          # the frame being handled: a malformed one's ERROR answers it
         try:
             data = leftover
             while True:
                 for frame in decoder.feed(data):
+                    request_id = frame.request_id
                     if frame.type is FrameType.PUT:
                         self._put(frame, writer)
-                        continue
-                    task = asyncio.get_running_loop().create_task(self._serve(frame, writer))
-                    self._tasks.add(task)
-                    task.add_done_callback(self._tasks.discard)
+                    elif frame.type is FrameType.PULL:
+                        self._pull(frame, writer)
+                    else:
+                        task = asyncio.get_running_loop().create_task(self._serve(frame, writer))
+                        self._tasks.add(task)
+                        task.add_done_callback(self._tasks.discard)
+                    request_id = 0      # a frame that does not decode has no id of its own
                 data = await reader.read(READ_CHUNK)
                 if not data:
                     return
         except WireError as exc:
-            self._refuse(writer, 0, exc, peer)
+            self._refuse(writer, request_id, exc, peer)
         except (ConnectionError, asyncio.CancelledError):
             pass
         finally:
@@ -128,6 +134,24 @@ class ClientPort:
         if refusal is not None:
             answer(refusal)
 
+    def _pull(self, frame: Frame, writer: asyncio.StreamWriter) -> None:
+        """A pull in the read loop's own step, no task: answered now, or held and answered from the
+        step that confirms a message for it (``ConsumerPath.pull_start``). Raises WireError."""
+        request_id = frame.request_id
+        args = unpack(frame.body, "pull")
+        if not (isinstance(args, list) and len(args) == 7 and isinstance(args[0], str)
+                and all(isinstance(a, int) and not isinstance(a, bool) for a in args[1:6])
+                and (args[6] is None or isinstance(args[6], str))):
+            raise WireError("pull: expected [topic, queue_id, offset, max_count, max_bytes, hold_ms, group]")
+
+        def answer(result: PullResult) -> None:
+            if not writer.is_closing():
+                writer.writelines(encode_frame(FrameType.PULL_ANSWER, request_id, *encode_pull_answer(result)))
+
+        now = self._endpoints.pull_start(*args, answer)
+        if now is not None:
+            answer(now)
+
     async def _serve(self, frame: Frame, writer: asyncio.StreamWriter) -> None:
         try:
             body = await self._answer(frame)
@@ -139,13 +163,6 @@ class ClientPort:
 
     async def _answer(self, frame: Frame) -> list[bytes]:
         e = self._endpoints
-        if frame.type is FrameType.PULL:
-            args = unpack(frame.body, "pull")
-            if not (isinstance(args, list) and len(args) == 7 and isinstance(args[0], str)
-                    and all(isinstance(a, int) and not isinstance(a, bool) for a in args[1:6])
-                    and (args[6] is None or isinstance(args[6], str))):
-                raise WireError("pull: expected [topic, queue_id, offset, max_count, max_bytes, hold_ms, group]")
-            return encode_pull_answer(await e.pull(*args))
         if frame.type is FrameType.COMMIT:
             group, entries = _pair(unpack(frame.body, "commit"), "commit")
             if not isinstance(group, str) or not isinstance(entries, list):

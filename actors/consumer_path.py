@@ -3,8 +3,9 @@
 A shell over the store and the HA service of one replica, run on the broker actor's event loop.
 
 - **pull** (RocketMQ's pull with a hold): the master answers at once when a confirmed message lies
-  at the requested offset, else holds the request until its confirm offset moves (the HA service's
-  confirm listener wakes every held pull) or the hold runs out. Only the master serves pulls, and
+  at the requested offset, else holds the request until its confirm offset moves past it (the HA
+  service's confirm listener answers it in the step that moved the offset: no task, no loop pass
+  between the slave's ack and the pull's answer) or the hold runs out. Only the master serves pulls, and
   never beyond its confirm offset (``MessageStore.read_queue``).
 - **commit**: one record of the system topic ``__consumer_offsets`` appended through the master's
   ordinary put (``HAService.put``), so it is acknowledged exactly when a message would be: every
@@ -53,6 +54,22 @@ class HAPort(Protocol):
     async def put(self, batch: EncodedBatch, now_ms: int) -> PutResult: ...
 
 
+def _ignore(_answer: PullResult) -> None:
+    pass
+
+
+class _HeldPull:
+    """One pull: what it asks, where it waits, and whom to answer."""
+
+    __slots__ = ("topic", "queue_id", "offset", "max_count", "max_bytes", "deadline", "done", "timer")
+
+    def __init__(self, topic: str, queue_id: int, offset: int, max_count: int, max_bytes: int, deadline: float,
+                 done: Callable[[PullResult], object]) -> None:
+        self.topic, self.queue_id, self.offset = topic, queue_id, offset
+        self.max_count, self.max_bytes, self.deadline, self.done = max_count, max_bytes, deadline, done
+        self.timer: asyncio.TimerHandle | None = None
+
+
 class ConsumerPath:
     """Pull, commit and committed offsets of one replica (see the module docstring).
 
@@ -67,7 +84,8 @@ class ConsumerPath:
         self._ha = ha
         self._ready_timeout_ms = ready_timeout_ms
         self._table = OffsetTable()
-        self._waiters: dict[asyncio.Future, tuple[str, int, int]] = {}   # held pull -> (topic, queue id, offset)
+        self._held: dict[_HeldPull, None] = {}   # held pulls, oldest first
+        self._tasks: set[asyncio.Task] = set()    # pulls waiting for a new master to be ready
         self._listening_to: HAPort | None = None
         self._ready_term: int | None = None   # the master epoch whose log was seen confirmed
 
@@ -79,14 +97,43 @@ class ConsumerPath:
             self._listening_to = ha
 
     def wake(self) -> None:
-        """The confirm offset moved: wake the held pulls whose queue has an entry at or past the
-        offset they wait at (the rest keep waiting: a put wakes the pull of its queue, not every
-        held pull of every queue)."""
-        for fut, (topic, queue_id, offset) in list(self._waiters.items()):
-            if self._store.queue_max_offset(topic, queue_id) > offset:
-                del self._waiters[fut]
-                if not fut.done():
-                    fut.set_result(None)
+        """The confirm offset moved: answer, in this step, the held pulls whose queue has an entry
+        at or past the offset they wait at (the rest keep waiting: a put wakes the pull of its
+        queue, not every held pull of every queue)."""
+        for held in list(self._held):
+            if self._store.queue_max_offset(held.topic, held.queue_id) > held.offset:
+                del self._held[held]
+                if held.timer is not None:
+                    held.timer.cancel()
+                self._serve(held)
+
+    def pull_start(self, topic: str, queue_id: int, queue_offset: int, max_count: int, max_bytes: int,
+                   hold_ms: int, group: str | None, done: Callable[[PullResult], object]) -> PullResult | None:
+        """``pull`` without a task (the client port's path): the answer now (returned), or None and
+        ``done(answer)`` later, on this loop: from the step that moves the confirm offset past the
+        pull's position (``wake``), or from its hold timer. Only a new master's first pulls of a
+        term, which wait until it confirmed the log it took over, run as a task."""
+        started = self._begin(topic, queue_id, queue_offset, max_count, max_bytes, hold_ms, group, done)
+        return started if isinstance(started, PullResult) else None
+
+    def _begin(self, topic: str, queue_id: int, queue_offset: int, max_count: int, max_bytes: int, hold_ms: int,
+               group: str | None, done: Callable[[PullResult], object]) -> PullResult | _HeldPull:
+        problem = check_pull(queue_offset, max_count, max_bytes, hold_ms)
+        if problem is not None:
+            return PullResult(PullStatus.ILLEGAL, offset=queue_offset, remark=problem)
+        self._listen()
+        loop = asyncio.get_running_loop()
+        held = _HeldPull(topic, queue_id, queue_offset, max_count, max_bytes, loop.time() + hold_ms / 1000, done)
+        if group is not None and not self._is_master():
+            return PullResult(PullStatus.NOT_MASTER, offset=queue_offset, next_offset=queue_offset)
+        if group is not None and not self._ready_now():
+            task = loop.create_task(self._pull_once_ready(held, group))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            return held
+        if group is not None:
+            self._from_committed(held, group)
+        return self._read_or_hold(held) or held
 
     async def pull(self, topic: str, queue_id: int, queue_offset: int, max_count: int, max_bytes: int,
                    hold_ms: int, group: str | None = None) -> PullResult:
@@ -96,37 +143,68 @@ class ConsumerPath:
         still reads a queue another member has committed past (a rebalance in flight), or resumes
         from a position older than a commit, is moved up to the commit, so once a commit is
         acknowledged the group never reads below it again."""
-        problem = check_pull(queue_offset, max_count, max_bytes, hold_ms)
-        if problem is not None:
-            return PullResult(PullStatus.ILLEGAL, offset=queue_offset, remark=problem)
-        self._listen()
+        fut: asyncio.Future[PullResult] = asyncio.get_running_loop().create_future()
+        started = self._begin(topic, queue_id, queue_offset, max_count, max_bytes, hold_ms, group,
+                              lambda result: fut.done() or fut.set_result(result))
+        if isinstance(started, PullResult):
+            return started
+        try:
+            return await fut
+        finally:
+            self._drop(started)
+
+    def _drop(self, held: _HeldPull) -> None:
+        """Forget ``held`` (its caller stopped waiting): nothing answers it any more."""
+        self._held.pop(held, None)
+        if held.timer is not None:
+            held.timer.cancel()
+            held.timer = None
+        held.done = _ignore
+
+    async def _pull_once_ready(self, held: _HeldPull, group: str) -> None:
+        if not await self._ready():
+            if held.done is _ignore:
+                return
+            held.done(PullResult(PullStatus.NOT_MASTER, offset=held.offset, next_offset=held.offset,
+                                 remark="new master not ready: its log is not confirmed yet"))
+            return
+        self._from_committed(held, group)
+        self._serve(held)
+
+    def _from_committed(self, held: _HeldPull, group: str) -> None:
+        committed = self._fold().committed(group, held.topic, held.queue_id)
+        if committed is not None and committed > held.offset:
+            held.offset = committed
+
+    def _read_or_hold(self, held: _HeldPull) -> PullResult | None:
+        """The answer now, or None with ``held`` waiting (until ``wake`` or its recheck timer)."""
+        if not self._is_master():
+            return PullResult(PullStatus.NOT_MASTER, offset=held.offset, next_offset=held.offset)
+        records, count, start, max_offset = self._store.read_queue(held.topic, held.queue_id, held.offset,
+                                                                   held.max_count, held.max_bytes)
+        if count:
+            return PullResult(PullStatus.FOUND, records, count, start, start + count, max_offset)
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + hold_ms / 1000
-        if group is not None:
-            if not self._is_master():
-                return PullResult(PullStatus.NOT_MASTER, offset=queue_offset, next_offset=queue_offset)
-            if not await self._ready():
-                return PullResult(PullStatus.NOT_MASTER, offset=queue_offset, next_offset=queue_offset,
-                                  remark="new master not ready: its log is not confirmed yet")
-            committed = self._fold().committed(group, topic, queue_id)
-            if committed is not None and committed > queue_offset:
-                queue_offset = committed
-        while True:
-            if not self._is_master():
-                return PullResult(PullStatus.NOT_MASTER, offset=queue_offset, next_offset=queue_offset)
-            records, count, start, max_offset = self._store.read_queue(topic, queue_id, queue_offset,
-                                                                       max_count, max_bytes)
-            if count:
-                return PullResult(PullStatus.FOUND, records, count, start, start + count, max_offset)
-            left = deadline - loop.time()
-            if left <= 0:
-                return PullResult(PullStatus.NO_NEW_MSG, b"", 0, start, start, max_offset)
-            fut = loop.create_future()
-            self._waiters[fut] = (topic, queue_id, start)
+        left = held.deadline - loop.time()
+        if left <= 0:
+            return PullResult(PullStatus.NO_NEW_MSG, b"", 0, start, start, max_offset)
+        held.offset = start
+        held.timer = loop.call_later(min(left, HOLD_RECHECK_S), self._recheck, held)
+        self._held[held] = None
+        return None
+
+    def _recheck(self, held: _HeldPull) -> None:
+        if self._held.pop(held, False) is None:
+            self._serve(held)
+
+    def _serve(self, held: _HeldPull) -> None:
+        held.timer = None
+        answer = self._read_or_hold(held)
+        if answer is not None:
             try:
-                await asyncio.wait([fut], timeout=min(left, HOLD_RECHECK_S))
-            finally:
-                self._waiters.pop(fut, None)
+                held.done(answer)
+            except Exception:  # noqa: BLE001 - one answer's failure must not stop the others
+                log.exception("answering a held pull failed")
 
     # --- commits ----------------------------------------------------------------------------
     async def commit(self, group: str, entries: list[tuple[str, int, int]]) -> PutResult:
@@ -166,6 +244,11 @@ class ConsumerPath:
                 msg, size = decode_record(records, pos)
                 self._table.fold(msg.queue_offset, msg.body, msg.store_timestamp_ms)
                 pos += size
+
+    def _ready_now(self) -> bool:
+        """Whether ``_ready`` would answer True at once (confirmed in this master term)."""
+        ha = self._ha()
+        return ha is not None and ha.epoch == self._ready_term
 
     async def _ready(self) -> bool:
         """Whether this master has confirmed the log it had when it took the role (every commit

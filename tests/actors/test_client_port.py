@@ -29,7 +29,7 @@ SECRET = "s3cret"
 class Endpoints:
     def __init__(self) -> None:
         self.puts: list[tuple[bytes, int]] = []
-        self.release_pull: asyncio.Event | None = None
+        self.release_pull = None
         self.deferred: list | None = None
 
     def put_start(self, batch, done):
@@ -42,10 +42,10 @@ class Endpoints:
         self.deferred.append(lambda: done(result))
         return None
 
-    async def pull(self, topic, queue_id, queue_offset, max_count, max_bytes, hold_ms, group=None):
-        self.release_pull = asyncio.Event()
-        await self.release_pull.wait()
-        return PullResult(PullStatus.FOUND, b"rec", 1, queue_offset, queue_offset + 1, 9)
+    def pull_start(self, topic, queue_id, queue_offset, max_count, max_bytes, hold_ms, group, done):
+        """Held: ``release_pull()`` (on the loop) answers it, as a confirm-offset move would."""
+        self.release_pull = lambda: done(PullResult(PullStatus.FOUND, b"rec", 1, queue_offset, queue_offset + 1, 9))
+        return None
 
     async def commit_offsets(self, group, entries):
         return PutResult(PutStatus.PUT_OK, Written.YES, ((0, 0),), 1, 1)
@@ -87,7 +87,7 @@ def test_a_held_pull_does_not_delay_a_put_on_the_same_connection(port):
     assert result.ok and result.offsets == ((0, 0), (1, 10)) and endpoints.puts == [(b"two records", 2)]
     assert not held.done()
     wait_for(lambda: endpoints.release_pull is not None, 5, "the pull to be held", 0.01)
-    loop.call_soon_threadsafe(endpoints.release_pull.set)
+    loop.call_soon_threadsafe(endpoints.release_pull)
     pulled = decode_pull_answer(held.result(5).body)
     assert pulled.status is PullStatus.FOUND and pulled.records == b"rec" and pulled.offset == 4
     conn.close("done")

@@ -104,6 +104,28 @@ def test_a_held_pull_answers_when_the_confirm_offset_moves(path):
     assert waited_s < 0.2     # woken by the listener, well before the 250 ms re-check
 
 
+def test_a_held_pull_is_answered_in_the_step_that_confirms_its_message(path):
+    """The client port's path (``pull_start``): a held pull's answer is handed to ``done`` from
+    within the confirm-offset move itself, with no task and no loop pass in between (the
+    send -> long-poll latency of issue 27); an early pull is answered at once, by return value."""
+    store, ha, cp, _ = path
+    ha.auto_confirm = False
+    answers: list = []
+
+    async def scenario():
+        assert cp.pull_start("T", 0, 0, 100, 1 << 20, 10_000, None, answers.append) is None
+        await ha.put(encode_batch([Message("T", 0, b"now")]), 1)
+        assert answers == []
+        ha.confirm(store.max_offset)
+        assert len(answers) == 1            # no await between the move and the answer
+        now = cp.pull_start("T", 0, 0, 100, 1 << 20, 10_000, None, answers.append)
+        return now
+
+    now = asyncio.run(scenario())
+    assert answers[0].status is PullStatus.FOUND and bodies(answers[0].records, 1) == [b"now"]
+    assert now.status is PullStatus.FOUND and len(answers) == 1 and cp._held == {}
+
+
 def test_a_confirm_move_wakes_only_the_held_pulls_of_queues_with_a_new_entry(path):
     """A put to queue 1 wakes queue 1's held pull, not queue 0's (which would re-read its queue and
     wait again on the master's loop); a pull whose wait ended leaves nothing behind."""
@@ -114,18 +136,18 @@ def test_a_confirm_move_wakes_only_the_held_pulls_of_queues_with_a_new_entry(pat
         on_0 = asyncio.ensure_future(cp.pull("T", 0, 0, 100, 1 << 20, 10_000))
         on_1 = asyncio.ensure_future(cp.pull("T", 1, 0, 100, 1 << 20, 10_000))
         await asyncio.sleep(0.02)
-        assert sorted(q for _t, q, _o in cp._waiters.values()) == [0, 1]
+        assert sorted(h.queue_id for h in cp._held) == [0, 1]
         await ha.put(encode_batch([Message("T", 1, b"for one")]), 1)
         ha.confirm(store.max_offset)
         result = await asyncio.wait_for(on_1, 5)
-        assert [q for _t, q, _o in cp._waiters.values()] == [0] and not on_0.done()
+        assert [h.queue_id for h in cp._held] == [0] and not on_0.done()
         on_0.cancel()
         await asyncio.gather(on_0, return_exceptions=True)
         return result
 
     result = asyncio.run(scenario())
     assert result.status is PullStatus.FOUND and bodies(result.records, 1) == [b"for one"]
-    assert cp._waiters == {}
+    assert cp._held == {}
 
 
 def test_a_held_pull_ends_empty_when_the_hold_runs_out(path):

@@ -248,13 +248,17 @@ class ElectionAfterWaits(ScriptedTransport):
 
 def test_a_new_master_resets_the_backoff():
     """After an outage whose waits doubled, the master a watch names refuses while it takes its role
-    (NOT_MASTER): the next wait is the shortest again, not the outage's doubled one."""
-    from rocketray.client.producer import BACKOFF_MIN_S
+    (NOT_MASTER): the next wait is a few ms, not the outage's doubled one nor the usual first
+    step, and the waits after it double from there."""
+    from rocketray.client.producer import BACKOFF_AFTER_ELECTION_S, BACKOFF_MIN_S
 
     lost = [Unanswered("CONNECT_FAILED")] * 5
-    transport = ElectionAfterWaits(lost + [refused(PutStatus.NOT_MASTER), written(True, True)], elect_after=4)
+    switching = [refused(PutStatus.NOT_MASTER)] * 3
+    transport = ElectionAfterWaits(lost + switching + [written(True, True)], elect_after=4)
     with Producer(transport=transport, send_timeout_ms=30_000) as p:
         result = p.send("t", b"a", key="k")
     assert result.status is SendStatus.SEND_OK
     assert transport.waits[:4] == [BACKOFF_MIN_S * 2 ** i for i in range(4)]
-    assert transport.waits[5] == BACKOFF_MIN_S   # the wait after the new master's refusal
+    assert BACKOFF_AFTER_ELECTION_S < BACKOFF_MIN_S
+    # the waits after the new master's refusals
+    assert transport.waits[5:] == [BACKOFF_AFTER_ELECTION_S * 2 ** i for i in range(3)]
