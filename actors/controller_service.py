@@ -7,8 +7,9 @@ the same address. Ray runs it as a threaded actor: requests call the node's
 blocking pipeline on Ray's worker threads, while one daemon thread runs the
 leader-only services of reference 5.2-5.5: the heartbeat expiry scan, the
 inactive-master scan, elections with retries, and role-change notifications to
-the live members of a group (fire-and-forget Ray calls; brokers also poll, so a
-lost notification only costs time).
+the live members of a group (a ``role`` frame on the member's session with this
+node, else a fire-and-forget Ray call; brokers also poll, so a lost notification
+only costs time).
 """
 
 from __future__ import annotations
@@ -335,10 +336,10 @@ class ControllerService:
         if notice.trigger is ElectionTrigger.CONTROLLER:
             self._metrics.election(notice.broker_name, notice.trigger.value, ResponseCode.SUCCESS.name)
         counted = time.monotonic()
-        self._notify(notice)
-        log.info("role change notified group=%s epoch=%s targets=%d count_ms=%.1f notify_ms=%.1f", notice.broker_name,
-                 notice.master_epoch, len(notice.targets), (counted - started) * 1000,
-                 (time.monotonic() - counted) * 1000)
+        by_session, by_ray = self._notify(notice)
+        log.info("role change notified group=%s epoch=%s targets=%d session=%d ray=%d count_ms=%.1f notify_ms=%.1f",
+                 notice.broker_name, notice.master_epoch, len(notice.targets), by_session, by_ray,
+                 (counted - started) * 1000, (time.monotonic() - counted) * 1000)
 
     def _resolve_broker_handles(self) -> None:
         """Look every broker actor up once, in the background, so that a role-change notification is
@@ -357,10 +358,16 @@ class ControllerService:
                     pass  # not created yet: try again
             self._stop.wait(1.0)
 
-    def _notify(self, notice: RoleChangeNotice) -> None:
-        """Push the new role to the group's live members (reference 5.5), fire-and-forget."""
+    def _notify(self, notice: RoleChangeNotice) -> tuple[int, int]:
+        """Push the new role to the group's live members (reference 5.5), fire-and-forget: a ``role``
+        frame on the member's session if this node holds it (a write on an open connection), else a
+        Ray call (its session is with another node or not open yet). Returns how many went each way."""
         notification = notice.notification()
-        for _broker_id, address in notice.targets:
+        by_session = by_ray = 0
+        for broker_id, address in notice.targets:
+            if self._sessions is not None and self._sessions.notify(notice.broker_name, broker_id, notification):
+                by_session += 1
+                continue
             b = self._spec.broker_by_ha_address(address)
             if b is None:
                 continue
@@ -369,5 +376,7 @@ class ControllerService:
                 handle = self._broker_handles.get(name) or ray.get_actor(name, namespace=self._spec.namespace)
                 self._broker_handles[name] = handle
                 handle.on_role_change.remote(notification)
+                by_ray += 1
             except (ValueError, ray.exceptions.RayError):
                 self._broker_handles.pop(name, None)
+        return by_session, by_ray

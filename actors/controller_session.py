@@ -14,6 +14,12 @@ not reopened its session within a grace window as dead (``LeaderSessionGrace``).
 end closes (the controller died or restarted), or a connect fails, it asks for the leader again and
 retries with a bounded backoff, cut short as soon as another leader is known. A malformed frame from
 the controller closes the connection (and the session reconnects).
+
+The controller also pushes role-change notifications on the session (a ``role`` frame after an
+election, ``SessionServer.notify``): each one is handed to ``on_role`` (the ReplicasManager's
+``on_role_change``) as a task on this loop, so the read loop never waits for a role switch; the
+manager's feed lock orders it with everything else, and its role machine ignores a notification it
+already had (the same one may also come as a Ray call) or an older one.
 """
 
 from __future__ import annotations
@@ -21,12 +27,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Awaitable, Callable
+from typing import Any, Awaitable, Callable
 
 from rocketray.auth import SESSION_LABEL, AuthError, authenticate
-from rocketray.controller.api import BrokerHeartbeatRequest
-from rocketray.controller.session import (AckDecoder, Hello, SessionProtocolError, encode_bye, encode_heartbeat,
-                                          encode_hello, heartbeat_of)
+from rocketray.controller.api import BrokerHeartbeatRequest, MasterInfo
+from rocketray.controller.session import (Ack, ControllerFrameDecoder, Hello, SessionProtocolError, encode_bye,
+                                          encode_heartbeat, encode_hello, heartbeat_of)
 from rocketray.spec import ClusterSpec
 
 log = logging.getLogger("rocketray.broker.session")
@@ -38,20 +44,25 @@ READ_BYTES = 4096
 CONNECT_TIMEOUT_S = 2.0
 BACKOFF_MIN_S = 0.05
 BACKOFF_MAX_S = 1.0
+MAX_ROLE_TASKS = 16      # role switches in flight at once (each waits for the manager's feed lock)
 
 Target = tuple[str, str, int, Hello]  # (leader raft address, session host, session port, hello)
 
 
 class ControllerSession:
     """``hello_of()`` is this broker's hello (None until it has an id), ``leader_of()`` the raft address
-    of the controller it believes leads, ``refresh_leader()`` looks the leader up again."""
+    of the controller it believes leads, ``refresh_leader()`` looks the leader up again, ``on_role(info)``
+    takes a role-change notification that came on the session."""
 
     def __init__(self, spec: ClusterSpec, hello_of: Callable[[], Hello | None], leader_of: Callable[[], str | None],
-                 refresh_leader: Callable[[], Awaitable[object]], auth_timeout_ms: int = 5000) -> None:
+                 refresh_leader: Callable[[], Awaitable[object]], auth_timeout_ms: int = 5000, *,
+                 on_role: Callable[[MasterInfo], Awaitable[Any]] | None = None) -> None:
         self._spec = spec
         self._hello_of = hello_of
         self._leader_of = leader_of
         self._refresh_leader = refresh_leader
+        self._on_role = on_role
+        self._role_tasks: set[asyncio.Task] = set()
         self._auth_timeout_ms = auth_timeout_ms
         self._task: asyncio.Task | None = None
         self.connected_to: str | None = None   # raft address of the controller holding the session
@@ -62,6 +73,7 @@ class ControllerSession:
         self.heartbeats_sent = 0
         self.heartbeats_acked = 0
         self.last_ack_ms: float | None = None   # the newest ack's round trip
+        self.roles_received = 0
 
     @staticmethod
     def carries_heartbeats(spec: ClusterSpec) -> bool:
@@ -150,7 +162,7 @@ class ControllerSession:
             self._held = (hello, writer)
             self.connected_to = leader
             log.info("controller session opened to %s group=%s broker_id=%d", leader, hello.group, hello.broker_id)
-            closed = asyncio.ensure_future(self._read_acks(reader))
+            closed = asyncio.ensure_future(self._read_frames(reader))
             try:
                 while True:
                     done, _ = await asyncio.wait({closed}, timeout=POLL_S)
@@ -168,20 +180,43 @@ class ControllerSession:
             self._held = None
             writer.close()
 
-    async def _read_acks(self, reader: asyncio.StreamReader) -> str:
-        """Take the controller's acks until the connection ends; returns why it ended."""
-        decoder = AckDecoder()
+    async def _read_frames(self, reader: asyncio.StreamReader) -> str:
+        """Take the controller's acks and role notifications until the connection ends; returns why it ended."""
+        decoder = ControllerFrameDecoder()
         while True:
             data = await reader.read(READ_BYTES)
             if not data:
                 return "by the controller"
+            now = time.monotonic()
             try:
-                acks = decoder.receive_data(data)
+                for frame in decoder.frames(data):
+                    if isinstance(frame, Ack):
+                        sent = self._sent_at.pop(frame.seq, None)
+                        self.heartbeats_acked += 1
+                        if sent is not None:
+                            self.last_ack_ms = (now - sent) * 1000
+                    else:
+                        self._role(frame)
             except SessionProtocolError as exc:
                 return f"protocol error {exc.code.value}: {exc}"
-            now = time.monotonic()
-            for ack in acks:
-                sent = self._sent_at.pop(ack.seq, None)
-                self.heartbeats_acked += 1
-                if sent is not None:
-                    self.last_ack_ms = (now - sent) * 1000
+
+    def _role(self, info: MasterInfo) -> None:
+        """Hand a notification to ``on_role`` as a task (the read loop goes on reading)."""
+        self.roles_received += 1
+        log.info("role notification on the session master_broker_id=%s epoch=%d sss_epoch=%d",
+                 info.master_broker_id, info.master_epoch, info.sync_state_set_epoch)
+        if self._on_role is None:
+            return
+        if len(self._role_tasks) >= MAX_ROLE_TASKS:   # the broker also polls: dropping costs time only
+            log.warning("role notification dropped: %d switches in flight", len(self._role_tasks))
+            return
+        task = asyncio.get_running_loop().create_task(self._apply_role(self._on_role, info))
+        self._role_tasks.add(task)
+        task.add_done_callback(self._role_tasks.discard)
+
+    @staticmethod
+    async def _apply_role(on_role: Callable[[MasterInfo], Awaitable[Any]], info: MasterInfo) -> None:
+        try:
+            await on_role(info)
+        except Exception:  # noqa: BLE001 - a shell step: log; the broker's polls still converge
+            log.exception("role notification failed epoch=%d", info.master_epoch)

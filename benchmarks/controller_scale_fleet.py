@@ -226,13 +226,16 @@ class Fleet:
                   f"{self.reopen_ms[-1]} ms", file=sys.stderr, flush=True)
 
     async def _read_acks(self, rep: Replica, reader: asyncio.StreamReader) -> None:
-        """The leader's acks of this replica's heartbeats (none with Ray heartbeats: EOF only)."""
-        from rocketray.controller.session import AckDecoder
+        """The leader's acks of this replica's heartbeats (none with Ray heartbeats: EOF only); its
+        role notifications after an election are read and ignored (the fleet switches no roles)."""
+        from rocketray.controller.session import Ack, ControllerFrameDecoder
 
-        decoder = AckDecoder()
+        decoder = ControllerFrameDecoder()
         while data := await reader.read(4096):
             now = time.perf_counter()
             for ack in decoder.receive_data(data):
+                if not isinstance(ack, Ack):
+                    continue
                 t0 = rep.sent_at.pop(ack.seq, None)
                 if t0 is not None:
                     with self._lock:

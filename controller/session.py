@@ -23,6 +23,9 @@ peer must not be able to open a session in a broker's name. After the exchange::
                "confirm_offset": int, "priority": int}
     bye       {"v": 1, "t": "bye"}
     ack       {"v": 1, "t": "ack", "seq": int >= 0}        (controller -> broker, one per heartbeat)
+    role      {"v": 1, "t": "role", "master_broker_id": int >= 1 | None, "master_address": str | None,
+               "master_epoch": int >= 0, "sss_epoch": int >= 0, "sss": [int >= 1, ...] (sorted, distinct)}
+                                                            (controller -> broker, after an election)
 
 The broker sends a hello, then heartbeats (the first one with the hello, then one every
 ``broker_heartbeat_interval_ms``), and at most a bye. A heartbeat carries the broker's progress; who
@@ -33,7 +36,15 @@ RocketMQ, where the broker heartbeats on its channel, liveness travels only to t
 holds the session (the leader), not to every controller: a node's heartbeat rows are the brokers
 that hold a session with it (a bye or a close drops the row), so a node that becomes leader knows
 exactly the brokers that reopened their sessions with it, with the progress they reported then.
-The broker decodes the controller's side with :class:`AckDecoder`.
+The broker decodes the controller's side with :class:`ControllerFrameDecoder`.
+
+After an election the leader pushes the group's new master and SyncStateSet to its live members
+(reference 5.5, NOTIFY_BROKER_ROLE_CHANGED; ``rocketray.controller.notify``). A member holding its
+session with that leader gets it as a ``role`` frame on the session (a write to a connection already
+open, where a Ray call costs milliseconds to submit); a member whose session is elsewhere or not
+open yet gets a Ray call. The frame decodes to the :class:`MasterInfo` the broker's role machine
+takes; it is a hint like the Ray call: a lost one costs time (the broker also polls), and a
+duplicate or older one is ignored by the role machine.
 
 The first frame must be a hello; a frame over ``MAX_FRAME_BYTES`` or of any other shape is a
 :class:`SessionProtocolError` (with a :class:`SessionErrorCode`) that closes that connection and
@@ -63,11 +74,11 @@ from typing import Collection, Iterator, Mapping
 
 import msgpack
 
-from rocketray.controller.api import BrokerHeartbeatRequest
+from rocketray.controller.api import BrokerHeartbeatRequest, MasterInfo
 
-__all__ = ["Ack", "AckDecoder", "Bye", "Heartbeat", "Hello", "LeaderSessionGrace", "MAX_FRAME_BYTES",
+__all__ = ["Ack", "Bye", "ControllerFrameDecoder", "Heartbeat", "Hello", "LeaderSessionGrace", "MAX_FRAME_BYTES",
            "SessionDecoder", "SessionErrorCode", "SessionProtocolError", "SessionTable", "encode_ack",
-           "encode_bye", "encode_heartbeat", "encode_hello", "heartbeat_of", "heartbeat_request",
+           "encode_bye", "encode_heartbeat", "encode_hello", "encode_role", "heartbeat_of", "heartbeat_request",
            "masters_without_session"]
 
 VERSION = 1
@@ -157,6 +168,17 @@ def encode_ack(seq: int) -> bytes:
     return _frame({"v": VERSION, "t": "ack", "seq": seq})
 
 
+def encode_role(info: MasterInfo) -> bytes:
+    """The ``role`` frame of a role-change notification (``RoleChangeNotice.notification()``)."""
+    assert info.master_broker_id is None or _int(info.master_broker_id, 1), info.master_broker_id
+    assert info.master_address is None or isinstance(info.master_address, str), info.master_address
+    assert _int(info.master_epoch, 0) and _int(info.sync_state_set_epoch, 0), info
+    assert all(_int(b, 1) for b in info.sync_state_set), info.sync_state_set
+    return _frame({"v": VERSION, "t": "role", "master_broker_id": info.master_broker_id,
+                   "master_address": info.master_address, "master_epoch": info.master_epoch,
+                   "sss_epoch": info.sync_state_set_epoch, "sss": sorted(info.sync_state_set)})
+
+
 def heartbeat_of(request: BrokerHeartbeatRequest, seq: int) -> Heartbeat:
     """The frame a broker sends for its ``BrokerHeartbeatRequest`` (identity left to the hello)."""
     return Heartbeat(seq, request.heartbeat_timeout_ms, request.epoch, request.max_offset, request.confirm_offset,
@@ -175,9 +197,26 @@ def _int(value: object, low: int = _INT64[0]) -> bool:
 
 
 _HEARTBEAT_KEYS = ("seq", "timeout_ms", "epoch", "max_offset", "confirm_offset", "priority")
+_ROLE_KEYS = ("master_broker_id", "master_address", "master_epoch", "sss_epoch", "sss")
+
+Frame = Hello | Heartbeat | Bye | Ack | MasterInfo
 
 
-def _decode(data: bytes) -> Hello | Heartbeat | Bye | Ack:
+def _role(body: dict) -> MasterInfo | None:
+    """The notification in a ``role`` frame's fields, or None if one is missing or ill-typed."""
+    if len(body) != 2 + len(_ROLE_KEYS) or any(k not in body for k in _ROLE_KEYS):
+        return None
+    master, address, epoch, sss_epoch, sss = (body[k] for k in _ROLE_KEYS)
+    if not (master is None or _int(master, 1)) or not (address is None or isinstance(address, str)):
+        return None
+    if not (_int(epoch, 0) and _int(sss_epoch, 0) and isinstance(sss, list) and all(_int(b, 1) for b in sss)):
+        return None
+    if sss != sorted(set(sss)):
+        return None  # the encoder writes the set sorted: anything else is not ours
+    return MasterInfo(master, address, epoch, sss_epoch, frozenset(sss))
+
+
+def _decode(data: bytes) -> Frame:
     try:
         body = msgpack.unpackb(data, raw=False, strict_map_key=True)
     except Exception as exc:  # noqa: BLE001 - any msgpack failure is the peer's protocol error
@@ -195,6 +234,8 @@ def _decode(data: bytes) -> Hello | Heartbeat | Bye | Ack:
                 return Heartbeat(*values)
     if kind == "ack" and len(body) == 3 and _int(body.get("seq"), 0):
         return Ack(body["seq"])
+    if kind == "role" and (info := _role(body)) is not None:
+        return info
     if kind == "hello" and len(body) == 6:
         cluster, group, broker_id, address = (body.get(k) for k in ("cluster", "group", "broker_id", "address"))
         if (isinstance(cluster, str) and isinstance(group, str) and group and isinstance(address, str)
@@ -212,7 +253,7 @@ class _Frames:
     def __init__(self) -> None:
         self._buf = bytearray()
 
-    def feed(self, data: bytes) -> Iterator[Hello | Heartbeat | Bye | Ack]:
+    def feed(self, data: bytes) -> Iterator[Frame]:
         """Yields each whole frame as it is decoded, so the frames before a malformed one are
         taken whether or not they arrived in the same read (a stream has no segment boundaries)."""
         self._buf += data
@@ -247,8 +288,9 @@ class SessionDecoder:
         """Like ``receive_data`` but one frame at a time: a caller acts on every good frame before
         the error of a bad one that follows it in the same read."""
         for frame in self._frames.feed(data):
-            if isinstance(frame, Ack):
-                raise SessionProtocolError(SessionErrorCode.BAD_FRAME, "an ack is the controller's frame")
+            if isinstance(frame, (Ack, MasterInfo)):
+                kind = "an ack" if isinstance(frame, Ack) else "a role notification"
+                raise SessionProtocolError(SessionErrorCode.BAD_FRAME, f"{kind} is the controller's frame")
             if self._ended or isinstance(frame, Hello) == self._greeted:
                 raise SessionProtocolError(SessionErrorCode.OUT_OF_ORDER,
                                            "a session is one hello, then heartbeats, then at most a bye")
@@ -257,21 +299,24 @@ class SessionDecoder:
             yield frame
 
 
-class AckDecoder:
-    """The broker's side: the controller sends only acks."""
+class ControllerFrameDecoder:
+    """The broker's side: the controller sends acks and role notifications (as ``MasterInfo``)."""
 
     __slots__ = ("_frames",)
 
     def __init__(self) -> None:
         self._frames = _Frames()
 
-    def receive_data(self, data: bytes) -> list[Ack]:
-        frames: list[Ack] = []
+    def receive_data(self, data: bytes) -> list[Ack | MasterInfo]:
+        """The whole frames in ``data`` (with what was buffered); raises on the first bad one."""
+        return list(self.frames(data))
+
+    def frames(self, data: bytes) -> Iterator[Ack | MasterInfo]:
+        """Like ``receive_data`` but one frame at a time: the frames before a bad one are acted on."""
         for frame in self._frames.feed(data):
-            if not isinstance(frame, Ack):
+            if not isinstance(frame, (Ack, MasterInfo)):
                 raise SessionProtocolError(SessionErrorCode.BAD_FRAME, f"the controller sent a {type(frame).__name__}")
-            frames.append(frame)
-        return frames
+            yield frame
 
 
 class SessionTable:

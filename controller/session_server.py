@@ -9,6 +9,12 @@ and is acked on the same connection. When a broker's current session ends withou
 election), never on the loop; when it ends with a bye (the broker moved to another controller),
 ``on_moved(group, broker_id)`` runs on the loop (it drops the broker's heartbeat row here, which its
 next leader now holds). A malformed frame closes that connection only.
+
+``notify(group, broker_id, info)`` writes a role-change notification (``encode_role``) to that
+broker's current session. It is called after an election commits, from whichever thread ran it (a
+Ray worker, the scan thread, a close worker), so it only looks the session up (a dict under a lock
+the loop holds for microseconds) and hands the write to the loop with ``call_soon_threadsafe``; the
+loop writes only if that session is still the broker's current one.
 """
 
 from __future__ import annotations
@@ -20,9 +26,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 from rocketray.auth import SESSION_LABEL, AuthError, authenticate
-from rocketray.controller.api import BrokerHeartbeatRequest
+from rocketray.controller.api import BrokerHeartbeatRequest, MasterInfo
 from rocketray.controller.session import (Bye, Heartbeat, Hello, SessionDecoder, SessionProtocolError, SessionTable,
-                                          encode_ack, heartbeat_request)
+                                          encode_ack, encode_role, heartbeat_request)
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +54,10 @@ class SessionServer:
         self._on_moved = on_moved
         self._auth_timeout_ms = auth_timeout_ms
         self._table = SessionTable()
+        # each current session's (token, writer), for ``notify`` on other threads: changed on the
+        # loop next to the table (which only the loop reads), read under the lock
+        self._writers: dict[tuple[str, int], tuple[int, asyncio.StreamWriter]] = {}
+        self._writers_lock = threading.Lock()
         self._loop = asyncio.new_event_loop()
         self._server: asyncio.AbstractServer | None = None
         self._thread = threading.Thread(target=self._loop.run_forever, name=f"controller-sessions-{port}",
@@ -57,6 +67,8 @@ class SessionServer:
         self.refused = 0
         self.heartbeats = 0          # heartbeats recorded (read from other threads: a counter only)
         self.protocol_errors = 0
+        self.roles_sent = 0          # role notifications written to a session (loop thread)
+        self.roles_dropped = 0       # handed to the loop, but the session had ended meanwhile
 
     def start(self) -> "SessionServer":
         self._thread.start()
@@ -83,6 +95,40 @@ class SessionServer:
             return self._table.keys()
         return asyncio.run_coroutine_threadsafe(read(), self._loop).result(timeout_s)
 
+    def notify(self, group: str, broker_id: int, info: MasterInfo) -> bool:
+        """Send ``info`` as a role frame on the current session of ``(group, broker_id)`` if this node
+        holds one (True: the write is handed to the listener's loop), else False (the caller uses
+        another way). Thread-safe and never blocks on the loop."""
+        with self._writers_lock:
+            held = self._writers.get((group, broker_id))
+        if held is None:
+            return False
+        data = encode_role(info)
+        try:
+            self._loop.call_soon_threadsafe(self._write_role, (group, broker_id), held[0], data)
+        except RuntimeError:  # the loop is closed: the listener is shutting down
+            return False
+        return True
+
+    def _write_role(self, key: tuple[str, int], token: int, data: bytes) -> None:
+        """On the loop: write a role frame if ``token`` is still ``key``'s current, open session."""
+        with self._writers_lock:
+            held = self._writers.get(key)
+        if held is None or held[0] != token or held[1].is_closing():
+            self.roles_dropped += 1
+            log.info("role notification dropped: session ended group=%s broker_id=%d", *key)
+            return
+        held[1].write(data)
+        self.roles_sent += 1
+
+    def _hold(self, hello: Hello, token: int, writer: asyncio.StreamWriter | None) -> None:
+        """Record (``writer``) or forget (None) the writer of ``hello``'s session ``token``, on the loop."""
+        with self._writers_lock:
+            if writer is not None:
+                self._writers[hello.key] = (token, writer)
+            elif self._writers.get(hello.key, (None,))[0] == token:
+                del self._writers[hello.key]
+
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
         hello: Hello | None = None
@@ -98,6 +144,7 @@ class SessionServer:
                         self._heartbeat(hello, frame, writer)
                     elif isinstance(frame, Hello):
                         hello, token = frame, self._table.opened(frame)
+                        self._hold(hello, token, writer)
                         log.info("broker session opened group=%s broker_id=%d address=%s", frame.group,
                                  frame.broker_id, frame.address)
                     elif isinstance(frame, Bye):
@@ -117,6 +164,7 @@ class SessionServer:
         finally:
             writer.close()
         if hello is not None:
+            self._hold(hello, token, None)
             current = self._table.is_current(hello, token)
             dead = self._table.closed(hello, token, said_bye)
             log.info("broker session closed group=%s broker_id=%d bye=%s current=%s", hello.group,
@@ -166,6 +214,8 @@ class SessionServer:
             asyncio.run_coroutine_threadsafe(shutdown(), self._loop).result(START_TIMEOUT_S)
         except Exception:  # noqa: BLE001 - closing
             log.exception("controller session listener shutdown")
+        with self._writers_lock:
+            self._writers.clear()       # no listener, no sessions: notify answers False from now on
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(START_TIMEOUT_S)
         self._workers.shutdown(wait=False)

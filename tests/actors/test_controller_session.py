@@ -3,7 +3,8 @@
 
 A heartbeat given before the session is held is sent with the hello; each later one is a frame on
 the connection, acked; when the leader moves, the session says bye (the old controller drops the
-row) and reopens with the new one, sending the newest heartbeat with its hello at once.
+row) and reopens with the new one, sending the newest heartbeat with its hello at once. The
+controller's role-change notifications come back on the same connection and reach ``on_role``.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ import threading
 
 from rocketray.actors.controller_client import AsyncControllerClient
 from rocketray.actors.controller_session import ControllerSession
-from rocketray.controller.api import BrokerHeartbeatRequest
-from rocketray.controller.session import Hello
+from rocketray.auth import SESSION_LABEL, authenticate
+from rocketray.controller.api import BrokerHeartbeatRequest, MasterInfo
+from rocketray.controller.session import Hello, SessionDecoder, encode_ack, encode_role
 from rocketray.controller.session_server import SessionServer
 from rocketray.spec import ClusterSpec, ControllerSpec
 
@@ -94,3 +96,125 @@ def test_heartbeats_ride_the_session_and_follow_the_leader():
     finally:
         for s in servers:
             s.close()
+
+
+def spec_of(*ports: int) -> ClusterSpec:
+    return ClusterSpec("t", "c", "/tmp/t", "fast",
+                       tuple(ControllerSpec(i, "127.0.0.1", 7000 + i, f"/tmp/t/c{i}", session_port=port)
+                             for i, port in enumerate(ports)), (), secret=SECRET)
+
+
+async def no_refresh() -> None:
+    return None
+
+
+def test_a_role_notification_from_the_controller_reaches_on_role_on_the_brokers_loop():
+    """``SessionServer.notify`` (called from a thread that is not the listener's, like the node's
+    election callback) reaches the broker's ``on_role`` through its held session, as a task on the
+    broker's loop, and the session stays held and keeps its heartbeats acked."""
+    node = Recorder()
+    server = node.server()
+    info = MasterInfo(2, "127.0.0.1:9002", 4, 5, frozenset({2, 3}))
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        got: list[tuple[MasterInfo, bool]] = []
+
+        async def on_role(notification: MasterInfo) -> None:
+            got.append((notification, asyncio.get_running_loop() is loop))
+
+        session = ControllerSession(spec_of(server.port), lambda: HELLO, lambda: "127.0.0.1:7000", no_refresh,
+                                    on_role=on_role)
+        session.heartbeat(request(100))
+        session.start()
+        await until(lambda: session.heartbeats_acked == 1, "the session held and its first heartbeat acked")
+        sent = await loop.run_in_executor(None, server.notify, "g", 2, info)
+        assert sent, "the controller holds this broker's session"
+        assert not server.notify("g", 3, info), "no session of broker 3 here: the caller uses Ray"
+        await until(lambda: got == [(info, True)], "the notification in on_role, on the broker's loop")
+        session.heartbeat(request(200))
+        await until(lambda: session.heartbeats_acked == 2, "the next heartbeat acked on the same session")
+        assert session.roles_received == 1 and session.connected_to == "127.0.0.1:7000"
+        assert node.closed == [] and server.protocol_errors == 0
+        session._task.cancel()
+
+    try:
+        asyncio.run(main())
+    finally:
+        server.close()
+
+
+class FakeController:
+    """A controller end that authenticates, reads each broker's hello and answers it with ``reply(hello)``
+    bytes (the test's frames, good or bad), counting the sessions each broker opened."""
+
+    def __init__(self, reply) -> None:
+        self.reply = reply
+        self.hellos: list[Hello] = []
+        self.server: asyncio.AbstractServer | None = None
+
+    async def start(self) -> int:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return self.server.sockets[0].getsockname()[1]
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            data = await authenticate(reader, writer, "server", SECRET, 5000, SESSION_LABEL)
+            decoder = SessionDecoder()
+            hello = None
+            while hello is None:
+                frames = decoder.receive_data(data)
+                hello = next((f for f in frames if isinstance(f, Hello)), None)
+                if hello is None:
+                    data = await reader.read(4096)
+                    if not data:
+                        return
+            self.hellos.append(hello)
+            writer.write(self.reply(hello, sum(h.broker_id == hello.broker_id for h in self.hellos)))
+            while await reader.read(4096):
+                pass
+        except (ConnectionError, OSError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
+
+
+def test_a_bad_role_frame_closes_that_session_only_and_it_reconnects():
+    """A controller end that sends broker 2 a malformed role frame (a member id 0 in the SyncStateSet)
+    right after an ack: broker 2's session takes the ack, drops the connection (a protocol error,
+    nothing handed to ``on_role``) and reconnects; broker 3's session on the same controller gets a
+    good role frame and stays on its first connection."""
+    good = MasterInfo(3, "127.0.0.1:9003", 2, 2, frozenset({3}))
+    bad = bytearray(encode_role(MasterInfo(3, "127.0.0.1:9003", 2, 2, frozenset({1}))))
+    assert bad[-1] == 1
+    bad[-1] = 0                                        # "sss": [0]: a broker id is >= 1
+
+    def reply(hello: Hello, nth: int) -> bytes:
+        if hello.broker_id == 2 and nth == 1:
+            return encode_ack(1) + bytes(bad)
+        return encode_ack(1) + encode_role(good)
+
+    async def main() -> None:
+        fake = FakeController(reply)
+        port = await fake.start()
+        got: dict[int, list[MasterInfo]] = {2: [], 3: []}
+        sessions = {}
+        for broker_id in (2, 3):
+            async def on_role(info: MasterInfo, broker_id: int = broker_id) -> None:
+                got[broker_id].append(info)
+            hello = Hello("c", "g", broker_id, f"127.0.0.1:{9000 + broker_id}")
+            sessions[broker_id] = ControllerSession(spec_of(port), lambda hello=hello: hello, lambda: "127.0.0.1:7000",
+                                                    no_refresh, on_role=on_role)
+            sessions[broker_id].heartbeat(request(100, broker_id=broker_id))
+            sessions[broker_id].start()
+        await until(lambda: [h.broker_id for h in fake.hellos].count(2) == 2, "broker 2's second session")
+        await until(lambda: got[2] == [good], "the reconnected session's good role frame")
+        assert got[3] == [good]
+        assert [h.broker_id for h in fake.hellos].count(3) == 1, "broker 3's session was not touched"
+        assert sessions[2].heartbeats_acked == 2, "the ack before the bad frame was taken"
+        assert sessions[2].roles_received == 1 and sessions[3].roles_received == 1
+        for s in sessions.values():
+            s._task.cancel()
+        fake.server.close()
+
+    asyncio.run(main())

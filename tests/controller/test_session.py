@@ -1,5 +1,5 @@
 """Broker-session frames and the session table (issue 18: failover at connection speed; issue 29:
-heartbeats on the session), pure."""
+heartbeats on the session; role-change notifications on the session), pure."""
 
 from __future__ import annotations
 
@@ -10,11 +10,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rocketray.controller.api import BrokerHeartbeatRequest
-from rocketray.controller.session import (MAX_FRAME_BYTES, Ack, AckDecoder, Bye, Heartbeat, Hello, SessionDecoder,
-                                          SessionErrorCode, SessionProtocolError, SessionTable, encode_ack,
-                                          encode_bye, encode_heartbeat, encode_hello, heartbeat_of,
-                                          heartbeat_request)
+from rocketray.controller.api import BrokerHeartbeatRequest, MasterInfo
+from rocketray.controller.notify import ElectionTrigger, RoleChangeNotice
+from rocketray.controller.session import (MAX_FRAME_BYTES, Ack, Bye, ControllerFrameDecoder, Heartbeat, Hello,
+                                          SessionDecoder, SessionErrorCode, SessionProtocolError, SessionTable,
+                                          encode_ack, encode_bye, encode_heartbeat, encode_hello, encode_role,
+                                          heartbeat_of, heartbeat_request)
 
 HELLO = Hello("c", "broker-a", 2, "127.0.0.1:10912")
 HB = Heartbeat(seq=7, timeout_ms=10_000, epoch=3, max_offset=4096, confirm_offset=2048, priority=5)
@@ -68,6 +69,7 @@ E = SessionErrorCode
     (H + H, E.OUT_OF_ORDER, "a second hello"),
     (H + encode_bye() + encode_heartbeat(HB), E.OUT_OF_ORDER, "a heartbeat after the bye"),
     (H + encode_ack(1), E.BAD_FRAME, "an ack, the controller's frame, from a broker"),
+    (H + encode_role(MasterInfo(1, "a", 1, 1, frozenset({1}))), E.BAD_FRAME, "a role notice from a broker"),
     (struct.pack(">I", MAX_FRAME_BYTES + 1), E.FRAME_TOO_LARGE, "an oversize length, refused before its body"),
     (frame({"v": 2, "t": "bye"}), E.BAD_VERSION, "an unknown version"),
     (frame({"v": 1, "t": "hello", "cluster": "c", "group": "g", "broker_id": 0, "address": "a"}), E.BAD_FRAME,
@@ -120,20 +122,82 @@ def test_a_session_is_hello_heartbeats_bye_and_the_heartbeat_speaks_for_the_hell
     assert heartbeat_of(request, 7) == HB
 
 
-def test_the_broker_side_takes_acks_only():
-    d = AckDecoder()
+def test_the_broker_side_takes_acks_and_role_notices_only():
+    d = ControllerFrameDecoder()
     assert d.receive_data(encode_ack(1) + encode_ack(2)[:3]) == [Ack(1)]
-    assert d.receive_data(encode_ack(2)[3:]) == [Ack(2)]
-    for bad, code in [(encode_hello(HELLO), E.BAD_FRAME), (frame({"v": 1, "t": "ack", "seq": -1}), E.BAD_FRAME),
+    assert d.receive_data(encode_ack(2)[3:] + encode_role(INFO)) == [Ack(2), INFO]
+    for bad, code in [(encode_hello(HELLO), E.BAD_FRAME), (encode_heartbeat(HB), E.BAD_FRAME),
+                      (encode_bye(), E.BAD_FRAME), (frame({"v": 1, "t": "ack", "seq": -1}), E.BAD_FRAME),
                       (frame({"v": 1, "t": "ack"}), E.BAD_FRAME), (struct.pack(">I", 1 << 20), E.FRAME_TOO_LARGE)]:
         with pytest.raises(SessionProtocolError) as err:
-            AckDecoder().receive_data(bad)
+            ControllerFrameDecoder().receive_data(bad)
         assert err.value.code is code
+
+
+INFO = MasterInfo(3, "127.0.0.1:10913", 7, 9, frozenset({3, 1}))
+
+
+def role_body(**changes):
+    return {"v": 1, "t": "role", "master_broker_id": 3, "master_address": "127.0.0.1:10913", "master_epoch": 7,
+            "sss_epoch": 9, "sss": [1, 3], **changes}
+
+
+def test_golden_bytes_of_a_role_notice_and_it_is_the_notification_the_node_builds():
+    """The role frame's layout is pinned (the SyncStateSet as a sorted list), and it carries exactly
+    what ``RoleChangeNotice.notification()`` gives a broker's ``on_role_change`` over Ray."""
+    data = encode_role(INFO)
+    assert data[:4] == struct.pack(">I", len(data) - 4)
+    assert msgpack.unpackb(data[4:]) == role_body()
+    notice = RoleChangeNotice(ElectionTrigger.CONTROLLER, "broker-a", 3, "127.0.0.1:10913", 7, 9, (1, 3),
+                              ((1, "127.0.0.1:10911"),))
+    assert ControllerFrameDecoder().receive_data(encode_role(notice.notification())) == [notice.notification()]
+    no_master = MasterInfo(None, None, 0)
+    assert ControllerFrameDecoder().receive_data(encode_role(no_master)) == [no_master]
+
+
+@pytest.mark.parametrize("body, why", [
+    (role_body(master_broker_id=0), "master id 0"),
+    (role_body(master_broker_id=True), "a bool master id"),
+    (role_body(master_broker_id="3"), "a string master id"),
+    (role_body(master_address=b"127.0.0.1:10913"), "a bytes address"),
+    (role_body(master_address=1), "an int address"),
+    (role_body(master_epoch=-1), "a negative epoch"),
+    (role_body(master_epoch=None), "no epoch"),
+    (role_body(master_epoch=1.0), "a float epoch"),
+    (role_body(sss_epoch=-1), "a negative SyncStateSet epoch"),
+    (role_body(sss_epoch=1 << 63), "a SyncStateSet epoch past int64"),
+    (role_body(sss="13"), "a SyncStateSet that is a string"),
+    (role_body(sss={"1": 1}), "a SyncStateSet that is a map"),
+    (role_body(sss=[3, 1]), "an unsorted SyncStateSet"),
+    (role_body(sss=[1, 1, 3]), "a repeated member"),
+    (role_body(sss=[0, 1]), "member id 0"),
+    (role_body(sss=[1, "3"]), "a string member"),
+    (role_body(sss=None), "no SyncStateSet"),
+    ({k: v for k, v in role_body().items() if k != "sss_epoch"}, "a missing field"),
+    ({k: v for k, v in role_body().items() if k != "master_address"} | {"address": "a"}, "a renamed field"),
+    (role_body(x=1), "an extra field"),
+])
+def test_a_malformed_role_notice_is_a_bad_frame(body, why):
+    """A controller's role frame the broker cannot trust closes that session (the broker reconnects)."""
+    with pytest.raises(SessionProtocolError) as err:
+        ControllerFrameDecoder().receive_data(encode_ack(1) + frame(body))
+    assert err.value.code is E.BAD_FRAME, why
+
+
+@given(st.one_of(st.none(), st.integers(1, (1 << 63) - 1)), st.one_of(st.none(), st.text(max_size=40)),
+       st.integers(0, (1 << 63) - 1), st.integers(0, (1 << 63) - 1), st.frozensets(st.integers(1, 1 << 20), max_size=8))
+def test_role_notices_round_trip(master, address, epoch, sss_epoch, sss):
+    info = MasterInfo(master, address, epoch, sss_epoch, sss)
+    d = ControllerFrameDecoder()
+    out = []
+    for b in encode_role(info):
+        out += d.receive_data(bytes([b]))
+    assert out == [info]
 
 
 @given(st.binary(max_size=64))
 def test_random_bytes_decode_ask_for_more_or_raise_a_protocol_error(data):
-    for decoder, kinds in ((SessionDecoder(), (Hello, Heartbeat, Bye)), (AckDecoder(), (Ack,))):
+    for decoder, kinds in ((SessionDecoder(), (Hello, Heartbeat, Bye)), (ControllerFrameDecoder(), (Ack, MasterInfo))):
         try:
             for f in decoder.receive_data(data):
                 assert isinstance(f, kinds)

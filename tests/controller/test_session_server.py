@@ -176,7 +176,7 @@ def test_heartbeats_ride_the_session_acked_a_bad_frame_closes_that_connection_on
     import asyncio
 
     from rocketray.auth import SESSION_LABEL, authenticate
-    from rocketray.controller.session import (AckDecoder, Ack, Heartbeat, Hello, encode_bye, encode_heartbeat,
+    from rocketray.controller.session import (ControllerFrameDecoder, Ack, Heartbeat, Hello, encode_bye, encode_heartbeat,
                                               encode_hello)
 
     node, server, _open = group
@@ -188,7 +188,7 @@ def test_heartbeats_ride_the_session_acked_a_bad_frame_closes_that_connection_on
         return reader, writer
 
     async def acks(reader, n: int) -> list:
-        decoder, got = AckDecoder(), []
+        decoder, got = ControllerFrameDecoder(), []
         while len(got) < n:
             data = await asyncio.wait_for(reader.read(4096), 5)
             assert data, "the controller closed a good session"
@@ -222,6 +222,96 @@ def test_heartbeats_ride_the_session_acked_a_bad_frame_closes_that_connection_on
     wait_until(lambda: server.closes_handled == 1, 5, what="the bad session's close (no bye) handled")
     assert node.heartbeats.live_info(GROUP, 3) is None, "a session closed without a bye is a close: row gone"
     assert master(node) == (1, 1), "no election: a bye, and the close of a slave's session"
+
+
+def test_notify_writes_a_role_frame_to_the_brokers_current_session_from_any_thread(group):
+    """A role-change notification goes to the broker's current session on this node as a ``role``
+    frame, handed over from another thread (the node's callback runs on whichever thread committed
+    the election) without blocking it; a broker with no session here, an older session of a broker
+    and a session that ended get nothing, and ``notify`` says False so the caller uses a Ray call."""
+    import asyncio
+    import threading
+
+    from rocketray.auth import SESSION_LABEL, authenticate
+    from rocketray.controller.api import MasterInfo
+    from rocketray.controller.session import ControllerFrameDecoder, Hello, encode_bye, encode_hello
+
+    _node, server, _open = group
+    info = MasterInfo(2, "127.0.0.1:9002", 5, 6, frozenset({2, 3}))
+
+    def notify_from_another_thread(broker_id: int) -> bool:
+        out: list[bool] = []
+        t = threading.Thread(target=lambda: out.append(server.notify(GROUP, broker_id, info)))
+        t.start()
+        t.join(5)
+        return out[0]
+
+    async def session(broker_id: int):
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        await authenticate(reader, writer, "client", SECRET, 5000, SESSION_LABEL)
+        writer.write(encode_hello(Hello(CLUSTER, GROUP, broker_id, f"127.0.0.1:{9000 + broker_id}")))
+        await writer.drain()
+        return reader, writer
+
+    async def frames(reader, n: int) -> list:
+        decoder, got = ControllerFrameDecoder(), []
+        while len(got) < n:
+            data = await asyncio.wait_for(reader.read(4096), 5)
+            assert data, f"the controller closed the session after {got}"
+            got += decoder.receive_data(data)
+        return got
+
+    async def opened(key) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 5
+        while key not in server.session_keys():
+            assert loop.time() < deadline, f"session {key} never opened: {server.session_keys()}"
+            await asyncio.sleep(0.01)
+
+    async def main() -> None:
+        assert not notify_from_another_thread(2), "no session: the caller must use a Ray call"
+        old_reader, old_writer = await session(2)
+        await opened((GROUP, 2))
+        assert notify_from_another_thread(2)
+        assert await frames(old_reader, 1) == [info]
+
+        new_reader, new_writer = await session(2)          # the broker restarted: a newer session
+        newest = MasterInfo(3, "127.0.0.1:9003", 6, 7, frozenset({3}))
+        decoder, got = ControllerFrameDecoder(), []
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 5
+        while newest not in got:                           # until the newer hello has been taken
+            assert loop.time() < deadline, f"no notification reached the newer session: {got}"
+            assert notify_from_another_thread(2) and server.notify(GROUP, 2, newest)
+            try:
+                got += decoder.receive_data(await asyncio.wait_for(new_reader.read(4096), 0.1))
+            except asyncio.TimeoutError:
+                pass
+        third = MasterInfo(2, "127.0.0.1:9002", 7, 8, frozenset({2}))
+        assert server.notify(GROUP, 2, third)
+        while third not in got:
+            data = await asyncio.wait_for(new_reader.read(4096), 5)
+            assert data, f"the controller closed the newer session after {got}"
+            got += decoder.receive_data(data)
+        old_writer.write(encode_bye())                      # the older session is not the broker's
+        old_decoder, old_got = ControllerFrameDecoder(), []
+        while data := await asyncio.wait_for(old_reader.read(4096), 5):   # to the close after the bye
+            old_got += old_decoder.receive_data(data)
+        assert third not in old_got, "a session that is no longer current gets nothing"
+
+        new_writer.write(encode_bye())
+        assert await asyncio.wait_for(new_reader.read(4096), 5) == b""
+        deadline = loop.time() + 5
+        while (GROUP, 2) in server.session_keys():
+            assert loop.time() < deadline, "the bye never ended the session"
+            await asyncio.sleep(0.01)
+        assert not notify_from_another_thread(2), "an ended session takes no notification"
+        assert all(isinstance(f, MasterInfo) for f in got), got
+        for w in (old_writer, new_writer):
+            w.close()
+
+    asyncio.run(main())
+    assert server.protocol_errors == 0
 
 
 def test_a_peer_without_the_secret_opens_no_session(group):
