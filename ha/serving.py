@@ -107,8 +107,10 @@ class SlaveServing:
         last = self.store.epoch_file.last_entry()
         epoch_start = last.start_offset if last is not None else 0
         self._propose(self.replication.acked(conn, event, self.store.confirm_offset, epoch_start))
-        self._notify_ack_waiters()      # the puts this ack decides are answered first
+        # The confirm offset first: its listeners (held pulls) answer in this step, so a consumer
+        # wakes before the producers whose puts this ack decides send again (issue 27).
         self._update_confirm_offset()
+        self._notify_ack_waiters()
 
     def on_caught_up(self, conn: MasterConnection, now_ms: int) -> None:
         """A master connection has nothing left to send: its slave is caught up."""
