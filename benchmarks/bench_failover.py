@@ -16,6 +16,10 @@ watch had applied the next master's epoch (the session close, the election commi
 the rest (the producer's watch fires, it moves the put to the new master, the new master takes its
 role and acknowledges).
 
+``kill_floor_ms`` (same run): ``ray.kill`` of a bare actor until a TCP connection to it closes, the
+part of every failover measured here that is Ray delivering the kill and the kernel ending the
+process, before anything of rocketray can notice (``kill_floor_ms()``).
+
 Same-run floor: on the settled live group, the median of one controller round trip that commits in
 Raft (a read behind a barrier) plus one acknowledged send of one message: what any failover
 has to spend after detection (an election commit, then a write). Reported per profile: p50 (lower
@@ -101,6 +105,49 @@ def floor_ms(cluster, w) -> float:
     return _p50(samples)
 
 
+KILL_FLOOR_ROUNDS = 5
+
+
+def kill_floor_ms(rounds: int = KILL_FLOOR_ROUNDS) -> float:
+    """What Ray's kill costs before any failover can begin: ``ray.kill`` of a bare actor that holds
+    a TCP connection from this process, until the kernel closes that connection (the actor's
+    process is gone). The broker's session to the controller closes the same way, so a failover
+    measured from ``ray.kill`` contains this. p50 over ``rounds`` kills (Ray restarts the actor)."""
+    import socket
+
+    import ray
+
+    @ray.remote(max_restarts=-1, max_task_retries=-1, num_cpus=0)
+    class Holder:
+        def __init__(self) -> None:
+            self.server = socket.create_server(("127.0.0.1", 0))
+            self.held: list[socket.socket] = []
+
+        def port(self) -> int:
+            return self.server.getsockname()[1]
+
+        def accept(self) -> bool:
+            self.held.append(self.server.accept()[0])
+            return True
+
+    holder = Holder.remote()
+    samples = []
+    for _ in range(rounds):
+        port = ray.get(holder.port.remote(), timeout=60)
+        with socket.create_connection(("127.0.0.1", port), timeout=60) as conn:
+            ray.get(holder.accept.remote(), timeout=60)
+            t0 = time.perf_counter()
+            ray.kill(holder, no_restart=False)
+            try:
+                conn.recv(1)                # EOF once the process is gone
+            except ConnectionResetError:    # or a reset
+                pass
+            samples.append((time.perf_counter() - t0) * 1000)
+    ray.get(holder.port.remote(), timeout=60)      # its last restart is over: no process start
+    ray.kill(holder, no_restart=True)               # competes with what is measured next
+    return _p50(samples)
+
+
 class ElectionClock:
     """Arms a master watch on every controller now (``watch_master``); ``ms()``: how long after
     this (the kill follows at once) the first controller that answers had applied the next
@@ -154,6 +201,7 @@ def measure(profile: str, kills: int, data_dir: str) -> dict:
         w = pipeline.Workload(cluster)
         w.produce(200)
         pipeline.settle(cluster, timeout_s=180)
+        kill_floor = kill_floor_ms()
         floor = floor_ms(cluster, w)
         for _ in range(kills):
             pipeline.settle(cluster, timeout_s=180, in_sync=True)
@@ -173,6 +221,7 @@ def measure(profile: str, kills: int, data_dir: str) -> dict:
             "floor_ms": round(floor, 1), "ratio": round(p50 / floor, 2), "target_p50_ms": TARGET_P50_MS,
             "elected_p50_ms": round(_p50(elections), 1), "after_election_p50_ms": round(
                 _p50([t - e for t, e in zip(samples, elections)]), 1),
+            "kill_floor_ms": round(kill_floor, 1),
             "controller_heartbeat_timeout_ms": detection_ms, "same_master_rounds": same, "lost": lost,
             "samples_ms": [round(x, 1) for x in samples]}
 
