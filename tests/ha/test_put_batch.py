@@ -19,13 +19,19 @@ def queues(store) -> dict:
             for key, cq in sorted(store.cqs.queues.items())}
 
 
+async def in_sync_pair(tmp_path, **master_config):
+    """A master (broker 1) and its slave (broker 2), all-ack, both in the SyncStateSet, caught up."""
+    m = await start_node(tmp_path, 1, fast_config(all_ack_in_sync_state_set=True, **master_config))
+    s = await start_node(tmp_path, 2, fast_config(all_ack_in_sync_state_set=True))
+    await switch(m, [s], 1)
+    m.ha.set_sync_state_set({1, 2})
+    await wait_caught_up(m, s)
+    return m, s
+
+
 def test_malformed_batch_is_message_illegal_and_a_good_one_replicates(tmp_path):
     async def body():
-        m = await start_node(tmp_path, 1, fast_config(all_ack_in_sync_state_set=True))
-        s = await start_node(tmp_path, 2, fast_config(all_ack_in_sync_state_set=True))
-        await switch(m, [s], 1)
-        m.ha.set_sync_state_set({1, 2})
-        await wait_caught_up(m, s)
+        m, s = await in_sync_pair(tmp_path)
         first = await put_all(m, encode_batch(Message(TOPIC, q, b"a" * 50, {"TAGS": "x"}) for q in (0, 1, 0)))
         await wait_caught_up(m, s)
         before = m.store.max_offset
@@ -56,11 +62,7 @@ def test_put_start_sends_in_its_own_step_and_answers_once_from_the_ack(tmp_path)
     nothing written, when the broker is not master; a slave that never acks ends in one
     FLUSH_SLAVE_TIMEOUT answer (written) when the wait's bound passes."""
     async def body():
-        m = await start_node(tmp_path, 1, fast_config(all_ack_in_sync_state_set=True, slave_timeout_ms=300))
-        s = await start_node(tmp_path, 2, fast_config(all_ack_in_sync_state_set=True))
-        await switch(m, [s], 1)
-        m.ha.set_sync_state_set({1, 2})
-        await wait_caught_up(m, s)
+        m, s = await in_sync_pair(tmp_path, slave_timeout_ms=300)
         (conn,) = m.ha.connections
         answers: list = []
         sent_before = conn.bytes_sent
@@ -93,11 +95,7 @@ def test_the_confirm_listeners_hear_an_ack_before_the_puts_it_decides_are_answer
     queue wakes before the producer sends again (issue 27: send -> another group's poll was 1.3-2.4x
     a send when the producer's next put came first; ~1.05-1.2x after). Both in one step."""
     async def body():
-        m = await start_node(tmp_path, 1, fast_config(all_ack_in_sync_state_set=True))
-        s = await start_node(tmp_path, 2, fast_config(all_ack_in_sync_state_set=True))
-        await switch(m, [s], 1)
-        m.ha.set_sync_state_set({1, 2})
-        await wait_caught_up(m, s)
+        m, s = await in_sync_pair(tmp_path)
         order: list[str] = []
         m.ha.add_confirm_listener(lambda offset: order.append(f"confirm {offset}"))
         batch = encode_batch(Message(TOPIC, 0, b"x" * 100, {}) for _ in range(2))
