@@ -121,11 +121,11 @@ class ConsumerPath:
         problem = check_pull(queue_offset, max_count, max_bytes, hold_ms)
         if problem is not None:
             return PullResult(PullStatus.ILLEGAL, offset=queue_offset, remark=problem)
+        if group is not None and not self._is_master():
+            return PullResult(PullStatus.NOT_MASTER, offset=queue_offset, next_offset=queue_offset)
         self._listen()
         loop = asyncio.get_running_loop()
         held = _HeldPull(topic, queue_id, queue_offset, max_count, max_bytes, loop.time() + hold_ms / 1000, done)
-        if group is not None and not self._is_master():
-            return PullResult(PullStatus.NOT_MASTER, offset=queue_offset, next_offset=queue_offset)
         if group is not None and not self._ready_now():
             task = loop.create_task(self._pull_once_ready(held, group))
             self._tasks.add(task)
@@ -162,9 +162,10 @@ class ConsumerPath:
         held.done = _ignore
 
     async def _pull_once_ready(self, held: _HeldPull, group: str) -> None:
-        if not await self._ready():
-            if held.done is _ignore:
-                return
+        ready = await self._ready()
+        if held.done is _ignore:        # its caller stopped waiting (``_drop``): hold nothing for it
+            return
+        if not ready:
             held.done(PullResult(PullStatus.NOT_MASTER, offset=held.offset, next_offset=held.offset,
                                  remark="new master not ready: its log is not confirmed yet"))
             return
