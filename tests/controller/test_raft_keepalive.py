@@ -28,7 +28,7 @@ def test_after_an_idle_spell_the_first_candidate_wins_in_one_round(tmp_path, por
     never = ControllerConfig.for_tests(raft_min_timeout_ms=20_000, raft_max_timeout_ms=25_000,
                                        connection_timeout_ms=25_000)
     leader_first = ControllerConfig.for_tests(raft_min_timeout_ms=50, raft_max_timeout_ms=100,
-                                              connection_timeout_ms=1000)
+                                              append_entries_period_ms=10, connection_timeout_ms=1000)
     nodes: dict[str, ControllerNode] = {}
     try:
         nodes[c] = ControllerNode(c, addresses, tmp_path / "c", leader_first, SECRET, alive=everyone_alive)
