@@ -273,7 +273,7 @@ class HAService(SlaveServing, StandaloneSwitches):
         value = self.compute_confirm_offset()
         if value != self.store.confirm_offset:
             self.store.confirm_offset = value
-            self._notify_writers()      # slaves learn the new confirm offset at once
+            self._nudge_writers()       # each slave's writer sends the new confirm offset when due
             for listener in self._confirm_listeners:
                 listener(value)         # e.g. consumers' held pulls (on this loop)
 
@@ -348,6 +348,10 @@ class HAService(SlaveServing, StandaloneSwitches):
     def _notify_writers(self) -> None:
         for conn in self.connections:
             conn.wake.set()
+
+    def _nudge_writers(self) -> None:
+        for conn in self.connections:
+            conn.nudge()
 
     def notify_new_data(self) -> None:
         """Call after writing to the store outside ``put`` so connections stream it now."""

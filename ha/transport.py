@@ -108,13 +108,14 @@ _JOIN_MAX = 256 * 1024
 class Wake:
     """A flag a loop sleeps on with a timeout: ``asyncio.Event`` without the task that
     ``asyncio.wait_for(event.wait(), t)`` creates on every wait (the master's write loop waits
-    once per put per slave)."""
+    once per put per slave). ``wake_at`` brings the end of a sleep forward without a loop pass now."""
 
-    __slots__ = ("_flag", "_waiter")
+    __slots__ = ("_flag", "_waiter", "_timer")
 
     def __init__(self) -> None:
         self._flag = False
         self._waiter: asyncio.Future | None = None
+        self._timer: asyncio.TimerHandle | None = None
 
     def set(self) -> None:
         self._flag = True
@@ -128,18 +129,28 @@ class Wake:
     def is_set(self) -> bool:
         return self._flag
 
+    def wake_at(self, when: float) -> None:
+        """End the current sleep at loop time ``when`` at the latest (a sleep already ending
+        sooner is left alone; no sleep: nothing to do, the loop decides its next wait itself)."""
+        waiter, timer = self._waiter, self._timer
+        if waiter is None or waiter.done() or timer is None or timer.when() <= when:
+            return
+        timer.cancel()
+        self._timer = asyncio.get_running_loop().call_at(when, _release, waiter)
+
     async def wait(self, timeout_s: float) -> None:
-        """Return when set (at once if it is) or after ``timeout_s``."""
+        """Return when set (at once if it is), after ``timeout_s``, or at a ``wake_at`` time."""
         if self._flag:
             return
         loop = asyncio.get_running_loop()
         waiter = self._waiter = loop.create_future()
-        timer = loop.call_later(timeout_s, _release, waiter)
+        self._timer = loop.call_later(timeout_s, _release, waiter)
         try:
             await waiter
         finally:
-            timer.cancel()
-            self._waiter = None
+            if self._timer is not None:
+                self._timer.cancel()
+            self._waiter = self._timer = None
 
 
 def _release(waiter: asyncio.Future) -> None:
@@ -164,6 +175,8 @@ class MasterConnection:
                                      confirm_push_delay_ms=cfg.ha_confirm_push_delay_ms)
         self._leftover = leftover
         self.wake = Wake()
+        self._asleep_until_ms: int | None = None    # the write loop's sleep ends then (None: awake)
+        self.write_passes = 0                       # the write loop's passes (each woken or timed out)
         self.closed = False
         self.close_reason = ""
         self.bytes_sent = 0
@@ -216,7 +229,7 @@ class MasterConnection:
                 while (event := self.session.next_event(self.service.store.max_offset, now)) \
                         is not None:
                     self.service.on_session_event(self, event, now)
-                self.wake.set()
+                self.nudge()
             data = await self._reader.read(READ_CHUNK)
             if not data:
                 raise ConnectionDropped("peer closed the connection")
@@ -229,6 +242,7 @@ class MasterConnection:
         unyielded = 0
         while not self.closed:
             self.wake.clear()
+            self.write_passes += 1
             now = service.now_ms()
             if self.session.expired(now):
                 raise ConnectionDropped(f"housekeeping: nothing read for "
@@ -254,7 +268,12 @@ class MasterConnection:
                     continue
                 if out.caught_up:
                     service.on_caught_up(self, now)
-            await self.wake.wait(self._idle_wait_s(view, hb_s))
+            wait_s = self._idle_wait_s(view, hb_s)
+            self._asleep_until_ms = service.now_ms() + int(wait_s * 1000)
+            try:
+                await self.wake.wait(wait_s)
+            finally:
+                self._asleep_until_ms = None
 
     def _idle_wait_s(self, view: StoreLogView, hb_s: float) -> float:
         """How long the write loop sleeps when it has nothing to send: until the next header is
@@ -269,16 +288,41 @@ class MasterConnection:
         """A put just appended: write the new bytes to this slave now, in the put's own step on
         the loop (waking the write loop costs a loop pass before the slave sees them), unless the
         write loop has something else to do first (a handshake reply, a catch-up, a full socket
-        buffer); the write loop is woken either way for what follows (heartbeats, the rest)."""
-        self.wake.set()
+        buffer), which it is then woken for; else it is woken only when it has more to do
+        (``nudge``)."""
         if self.closed or self.session.reply_due or self._writer.transport.get_write_buffer_size() > 0:
+            self.wake.set()
             return
         view = self.service.log_view
         if self._catching_up(view):
+            self.wake.set()
             return
         out = self.session.next_send(view, self.service.now_ms())
         if out is not None and out.header:
             self._write_out(out)
+        self.nudge()
+
+    def nudge(self) -> None:
+        """Wake the write loop if it has something to do before its sleep ends: a handshake reply,
+        bytes not sent yet, a header due sooner (a moved confirm offset), the close. A slave's ack
+        of bytes already sent, or a put ``send_now`` wrote whole, then costs no loop pass (it was
+        one per put and per ack of every slave on the master's loop, and one more per moved confirm
+        offset to learn when to push it)."""
+        until = self._asleep_until_ms
+        if until is None or self.closed or self.session.reply_due:
+            self.wake.set()
+            return
+        view = self.service.log_view
+        offset = self.session.send_offset(view)
+        if offset < 0 or offset < view.max_offset:
+            self.wake.set()
+            return
+        now = self.service.now_ms()
+        due = self.session.next_header_due_ms(view.confirm_offset)
+        if due <= now:
+            self.wake.set()
+        elif due < until:       # e.g. a moved confirm offset: push it when due, no loop pass before
+            self.wake.wake_at(asyncio.get_running_loop().time() + (due - now) / 1000)
 
     def _catching_up(self, view: StoreLogView) -> bool:
         offset = self.session.send_offset(view)

@@ -106,3 +106,52 @@ def test_the_confirm_listeners_hear_an_ack_before_the_puts_it_decides_are_answer
         await stop_node(s)
         await stop_node(m)
     run(body())
+
+
+def test_the_write_loop_is_not_woken_for_acks_of_bytes_it_already_sent_and_the_confirm_offset_still_arrives(tmp_path):
+    """A put written whole by ``send_now`` and the slave's ack of it give the master's write loop
+    nothing to do: it is not woken for them (it was for each, about three passes per put and
+    slave); the confirm offset the ack moves reaches the idle slave when its push is due
+    (``ha_confirm_push_delay_ms``), well before the next heartbeat, without a pass to learn it."""
+    async def body():
+        m, s = await in_sync_pair(tmp_path, ha_send_heartbeat_interval_ms=2000, ha_housekeeping_interval_ms=6000)
+        (conn,) = m.ha.connections
+        await put_all(m, encode_batch([Message(TOPIC, 0, b"w" * 100, {})]))
+        await wait_for(lambda: s.store.confirm_offset == m.store.confirm_offset == m.store.max_offset,
+                       what="the slave to learn the confirm offset")
+        puts = 40
+        passes = conn.write_passes
+        for i in range(puts):
+            await put_all(m, encode_batch([Message(TOPIC, i % 2, bytes([i]) * 100, {})]))
+        per_put = (conn.write_passes - passes) / puts
+        assert per_put <= 1.5, per_put
+        # the last put's confirm offset: pushed when due, not at the next heartbeat (2 s)
+        await wait_for(lambda: s.store.confirm_offset == m.store.confirm_offset == m.store.max_offset,
+                       timeout_s=1.0, what="the slave to learn the last confirm offset from the push")
+        await stop_node(s)
+        await stop_node(m)
+    run(body())
+
+
+def test_wake_at_ends_a_sleep_sooner_without_waking_it_now():
+    from rocketray.ha.transport import Wake
+
+    async def body():
+        loop = asyncio.get_running_loop()
+        wake = Wake()
+        started = loop.time()
+        sleeper = asyncio.ensure_future(wake.wait(5.0))
+        await asyncio.sleep(0)
+        wake.wake_at(started + 0.2)
+        wake.wake_at(started + 3.0)          # later than the sleep's end now: no effect
+        await asyncio.sleep(0.05)
+        assert not sleeper.done()            # not woken at the call
+        await asyncio.wait_for(sleeper, 2.0)
+        assert 0.15 <= loop.time() - started < 2.0
+        wake.wake_at(loop.time())            # nobody sleeps: nothing happens, nothing raised
+        assert not wake.is_set()
+        sleeper = asyncio.ensure_future(wake.wait(5.0))
+        await asyncio.sleep(0)
+        wake.set()
+        await asyncio.wait_for(sleeper, 1.0)
+    run(body())
