@@ -6,8 +6,9 @@ controller loop, so a put or a pull costs one socket round trip instead of a Ray
 still places, restarts and discovers the actors; this port only moves the bytes.
 
 Each connection first runs the mutual challenge/response with the cluster secret
-(``rocketray.auth``, ``CLIENT_LABEL``); then frames of ``rocketray.broker.client_wire``. A put
-runs in the read loop's own step (``put_start``: checked, appended and written to the slaves
+(``rocketray.auth``, ``CLIENT_LABEL``); then frames of ``rocketray.broker.client_wire``, handled
+in the transport's read event (``rocketray.direct_reads``: no loop pass between the socket and the
+frame). A put runs in that step (``put_start``: checked, appended and written to the slaves
 before the next frame is read, so puts are appended in arrival order) and its answer leaves from
 the event that decides it (the slaves' acks); a pull too (``pull_start``: answered at once, or
 from the step that confirms a message for it); every other request is served in a task of its
@@ -28,6 +29,7 @@ from rocketray.broker.client_wire import (Frame, FrameDecoder, FrameType, WireEr
                                           decode_put_request, encode_offsets_answer, encode_pull_answer,
                                           encode_put_answer, pack, unpack)
 from rocketray.broker.pull import OffsetsResult, PullResult
+from rocketray.direct_reads import DirectReads
 from rocketray.ha.ack import PutResult
 
 log = logging.getLogger("rocketray.broker")
@@ -88,10 +90,13 @@ class ClientPort:
             writer.close()
             return
         decoder = FrameDecoder()
-        request_id = 0          # the frame being handled: a malformed one's ERROR answers it
-        try:
-            data = leftover
-            while True:
+        loop = asyncio.get_running_loop()
+
+        def on_data(data: bytes) -> None:
+            """Every whole frame, in the transport's read event: a put or a pull is started in this
+            step, anything else as a task; a malformed frame gets its ERROR and the close."""
+            request_id = 0          # the frame being handled: a malformed one's ERROR answers it
+            try:
                 for frame in decoder.feed(data):
                     request_id = frame.request_id
                     if frame.type is FrameType.PUT:
@@ -99,16 +104,18 @@ class ClientPort:
                     elif frame.type is FrameType.PULL:
                         self._pull(frame, writer)
                     else:
-                        task = asyncio.get_running_loop().create_task(self._serve(frame, writer))
+                        task = loop.create_task(self._serve(frame, writer))
                         self._tasks.add(task)
                         task.add_done_callback(self._tasks.discard)
                     request_id = 0      # a frame that does not decode has no id of its own
-                data = await reader.read(READ_CHUNK)
-                if not data:
-                    return
-        except WireError as exc:
-            self._refuse(writer, request_id, exc, peer)
-        except (ConnectionError, asyncio.CancelledError):
+            except WireError as exc:
+                self._refuse(writer, request_id, exc, peer)
+
+        try:
+            error = await DirectReads(reader, writer, on_data, leftover).closed
+            if error is not None and not isinstance(error, ConnectionError):
+                log.error("client port: connection from %s failed: %r", peer, error)
+        except asyncio.CancelledError:
             pass
         finally:
             if not writer.is_closing():

@@ -1,9 +1,11 @@
 """The master side of HA replication: one asyncio shell around a pure ``MasterSession`` per slave.
 
-Theory of operation. A master connection runs on the broker's event loop as a reader task (bytes ->
-``MasterSession`` events -> the service) and a writer task (handshake reply, then batches from the
-commit log through ``MasterSession.next_send``, heartbeats when idle, housekeeping close), woken by
-``Wake`` when the service has new data or the reader saw a packet. Blocking store work runs on the
+Theory of operation. A master connection runs on the broker's event loop: the transport's read
+event hands the slave's bytes to its ``MasterSession`` and the events to the service in the same
+step (``rocketray.direct_reads``), and a writer task (handshake reply, then batches from the commit
+log through ``MasterSession.next_send``, heartbeats when idle, housekeeping close) sleeps on
+``Wake`` until it has something to do (``nudge``); a put's bytes are written in the put's own step
+(``send_now``). Blocking store work runs on the
 owner's ordered IO thread (``ConnectionOwner.io``, one per broker); a catch-up's log is read into
 the page cache ahead of the sends on the owner's reader thread (``ConnectionOwner.reader``), so the
 loop does not wait for the disk on a backlog no longer cached. Authentication
@@ -17,6 +19,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Callable, Protocol
 
+from rocketray.direct_reads import DirectReads
 from rocketray.ha.config import HAConfig
 from rocketray.ha.loop_monitor import OrderedIO
 from rocketray.ha.protocol import EpochPoint
@@ -29,7 +32,6 @@ __all__ = ["StoreLogView", "MasterConnection", "ConnectionDropped", "ConnectionO
 
 log = logging.getLogger(__name__)
 
-READ_CHUNK = 4 << 20
 WARM_BYTES = 4 << 20        # a catch-up's log is read ahead of the sends in steps of this
 STREAM_LIMIT = 8 << 20      # StreamReader pauses the socket beyond 2x this (default 64 KiB)
 YIELD_BYTES = 2 << 20       # the master's writer lets the loop run after sending this much
@@ -221,18 +223,23 @@ class MasterConnection:
         self.service.connection_closed(self)
 
     async def _read_loop(self) -> None:
-        data = self._leftover
-        while not self.closed:
-            if data:
-                now = self.service.now_ms()
-                self.session.receive_data(data, now)
-                while (event := self.session.next_event(self.service.store.max_offset, now)) \
-                        is not None:
-                    self.service.on_session_event(self, event, now)
-                self.nudge()
-            data = await self._reader.read(READ_CHUNK)
-            if not data:
-                raise ConnectionDropped("peer closed the connection")
+        """The slave's packets, handled in the transport's read event (``DirectReads``: no loop
+        pass between the socket and the session), until the connection ends."""
+        reads = DirectReads(self._reader, self._writer, self._on_data, self._leftover)
+        self._leftover = b""
+        error = await reads.closed
+        if error is not None:
+            raise error
+        raise ConnectionDropped("peer closed the connection")
+
+    def _on_data(self, data: bytes) -> None:
+        if self.closed:
+            return
+        now = self.service.now_ms()
+        self.session.receive_data(data, now)
+        while (event := self.session.next_event(self.service.store.max_offset, now)) is not None:
+            self.service.on_session_event(self, event, now)
+        self.nudge()
 
     async def _write_loop(self) -> None:
         service = self.service
