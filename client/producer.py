@@ -125,6 +125,8 @@ class Producer:
         self._pool = concurrent.futures.ThreadPoolExecutor(self.config.sender_threads,
                                                            thread_name_prefix="rocketray-send")
         self._closed = False
+        self._flush_waiters = 0     # threads in flush(), woken when the last send finishes
+        self.sender_passes = 0      # the sender thread's passes (woken or timed out)
         self._sender = threading.Thread(target=self._sender_loop, name="rocketray-producer", daemon=True)
         self._sender.start()
 
@@ -157,11 +159,15 @@ class Producer:
         with self._lock:
             self._acc.flush_all()
             self._lock.notify_all()
-            while self._acc.pending():
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    raise TimeoutError(f"flush: {self._acc.pending()} sends still pending after {timeout_s} s")
-                self._lock.wait(left)
+            self._flush_waiters += 1
+            try:
+                while self._acc.pending():
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        raise TimeoutError(f"flush: {self._acc.pending()} sends still pending after {timeout_s} s")
+                    self._lock.wait(left)
+            finally:
+                self._flush_waiters -= 1
 
     def close(self, timeout_s: float | None = None) -> None:
         """Flush, then stop the background threads. Idempotent."""
@@ -230,6 +236,7 @@ class Producer:
     def _sender_loop(self) -> None:
         while True:
             with self._lock:
+                self.sender_passes += 1
                 if self._closed:
                     return
                 ready = self._acc.take_ready(_now_ms())
@@ -258,7 +265,10 @@ class Producer:
                 else:
                     self._acc.done(current.queue)
                     nxt = None
-                self._lock.notify_all()
+                # the sender thread has work only if a batch is open or in flight, and flush()
+                # waits for the last one: a synchronous send of an idle producer wakes nobody
+                if self._acc.pending() or self._flush_waiters:
+                    self._lock.notify_all()
             if nxt is not None:
                 started = self._start(nxt)
             _resolve(current, outcome)

@@ -262,3 +262,24 @@ def test_a_new_master_resets_the_backoff():
     assert BACKOFF_AFTER_ELECTION_S < BACKOFF_MIN_S
     # the waits after the new master's refusals
     assert transport.waits[5:] == [BACKOFF_AFTER_ELECTION_S * 2 ** i for i in range(3)]
+
+
+def test_synchronous_sends_of_an_idle_producer_do_not_wake_the_sender_thread():
+    """The calling thread sends and waits itself; finishing wakes the sender thread (a thread
+    switch per send in the producer's process) only when it has work, or flush() waits. The old
+    rule woke it after every send."""
+    class Answering(ScriptedTransport):
+        def put(self, group, batch, timeout_s):
+            time.sleep(0.002)           # a broker's answer takes a while (the sender thread could run)
+            return super().put(group, batch, timeout_s)
+
+    transport = Answering([written(True, True) for _ in range(50)])
+    with Producer(transport=transport) as p:
+        p.send("t", b"warm")
+        passes = p.sender_passes
+        for i in range(40):
+            assert p.send("t", bytes([i])).status is SendStatus.SEND_OK
+        assert p.sender_passes - passes <= 2, p.sender_passes - passes
+        future = p.send_async("t", b"async")   # queued work still wakes it, flush still returns
+        p.flush(timeout_s=5)
+        assert future.result(timeout=5).status is SendStatus.SEND_OK
