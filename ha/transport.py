@@ -131,6 +131,11 @@ class Wake:
     def is_set(self) -> bool:
         return self._flag
 
+    @property
+    def asleep(self) -> bool:
+        """A loop is waiting in ``wait`` and has not been released yet."""
+        return self._waiter is not None and not self._waiter.done()
+
     def wake_at(self, when: float) -> None:
         """End the current sleep at loop time ``when`` at the latest (a sleep already ending
         sooner is left alone; no sleep: nothing to do, the loop decides its next wait itself)."""
@@ -177,7 +182,6 @@ class MasterConnection:
                                      confirm_push_delay_ms=cfg.ha_confirm_push_delay_ms)
         self._leftover = leftover
         self.wake = Wake()
-        self._asleep_until_ms: int | None = None    # the write loop's sleep ends then (None: awake)
         self.write_passes = 0                       # the write loop's passes (each woken or timed out)
         self.closed = False
         self.close_reason = ""
@@ -275,12 +279,7 @@ class MasterConnection:
                     continue
                 if out.caught_up:
                     service.on_caught_up(self, now)
-            wait_s = self._idle_wait_s(view, hb_s)
-            self._asleep_until_ms = service.now_ms() + int(wait_s * 1000)
-            try:
-                await self.wake.wait(wait_s)
-            finally:
-                self._asleep_until_ms = None
+            await self.wake.wait(self._idle_wait_s(view, hb_s))
 
     def _idle_wait_s(self, view: StoreLogView, hb_s: float) -> float:
         """How long the write loop sleeps when it has nothing to send: until the next header is
@@ -315,8 +314,7 @@ class MasterConnection:
         of bytes already sent, or a put ``send_now`` wrote whole, then costs no loop pass (it was
         one per put and per ack of every slave on the master's loop, and one more per moved confirm
         offset to learn when to push it)."""
-        until = self._asleep_until_ms
-        if until is None or self.closed or self.session.reply_due:
+        if not self.wake.asleep or self.closed or self.session.reply_due:
             self.wake.set()
             return
         view = self.service.log_view
@@ -328,7 +326,7 @@ class MasterConnection:
         due = self.session.next_header_due_ms(view.confirm_offset)
         if due <= now:
             self.wake.set()
-        elif due < until:       # e.g. a moved confirm offset: push it when due, no loop pass before
+        else:                   # e.g. a moved confirm offset: push it when due, no loop pass before
             self.wake.wake_at(asyncio.get_running_loop().time() + (due - now) / 1000)
 
     def _catching_up(self, view: StoreLogView) -> bool:
