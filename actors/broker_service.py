@@ -28,6 +28,7 @@ from rocketray.config import load_config
 from rocketray.actors.controller_client import AsyncControllerClient
 from rocketray.actors.controller_session import ControllerSession
 from rocketray.actors.client_port import ClientPort
+from rocketray.actors.promotion_hold import PromotionHold
 from rocketray.actors.consumer_path import ConsumerPath
 from rocketray.actors.metrics import BrokerMetrics, configure_actor_logging
 from rocketray.actors.views import BrokerStatus, EpochEntry, HAStatus, QueuePosition, StoredMessage
@@ -91,6 +92,10 @@ class BrokerService:
             identity=FileIdentityStore(self._me.store_dir), now_ms=now_ms, ha_factory=self._make_ha,
             controller_addresses=[c.raft_address for c in self._spec.controllers],
             config=self._config.replicas_manager_config())
+        # puts that arrive while this replica becomes master wait for its switch (actors/promotion_hold.py)
+        self._hold: PromotionHold[tuple[EncodedBatch, Callable[[PutResult], object]]] = PromotionHold()
+        self._hold_timer: asyncio.TimerHandle | None = None
+        self.manager.settled = self._answer_held
         self.manager.start()
         self.consumers = ConsumerPath(self.store, lambda: self.manager.role == Role.SYNC_MASTER and self.ha is not None,
                                       lambda: self.manager.writable, lambda: self.ha)
@@ -150,11 +155,16 @@ class BrokerService:
         """``put`` without a task (the client port's path): a refusal at once, or None and
         ``done(result)`` later, on the loop (``HAService.put_start``)."""
         broker_id = self.manager.broker_id
+        if len(self._hold):
+            self._answer_held()     # the switch ended: the held puts go first, in their order
         if not isinstance(batch, EncodedBatch):
             result = refused(PutStatus.MESSAGE_ILLEGAL)
         elif self.ha is None or self.manager.fenced:
             result = refused(PutStatus.FENCED)
         elif not self.manager.writable:
+            if self.manager.promoting and self._hold.hold((batch, done), len(batch.data), now_ms()):
+                self._arm_hold_timer()
+                return None
             result = refused(PutStatus.NOT_MASTER)
         else:
             started = time.monotonic()
@@ -171,6 +181,34 @@ class BrokerService:
         count = batch.count if isinstance(batch, EncodedBatch) else 0
         self._metrics.put(broker_id, result.status.name, count, 0.0)
         return dataclasses.replace(result, broker_id=broker_id)
+
+    def _answer_held(self) -> None:
+        """Once no switch to master runs: answer every held put, in arrival order, as any put now
+        (written if this replica is writable, else refused). Called after every role input."""
+        if self.manager.promoting or not len(self._hold):
+            return
+        for batch, done in self._hold.release():
+            refusal = self.put_start(batch, done)
+            if refusal is not None:
+                done(refusal)
+
+    def _arm_hold_timer(self) -> None:
+        expiry = self._hold.next_expiry_ms()
+        if self._hold_timer is None and expiry is not None:
+            self._hold_timer = asyncio.get_running_loop().call_later(
+                max(0, expiry - now_ms()) / 1000, self._expire_held)
+
+    def _expire_held(self) -> None:
+        """A switch that outlasts the hold: refuse the puts held that long (nothing written)."""
+        self._hold_timer = None
+        expired = self._hold.expired(now_ms())
+        if expired:
+            log.warning("promotion outlasted the put hold: %d put(s) refused NOT_MASTER group=%s replica=%d",
+                        len(expired), self._group, self._replica)
+        for batch, done in expired:
+            self._metrics.put(self.manager.broker_id, PutStatus.NOT_MASTER.name, batch.count, 0.0)
+            done(dataclasses.replace(refused(PutStatus.NOT_MASTER), broker_id=self.manager.broker_id))
+        self._arm_hold_timer()
 
     async def get_messages(self, topic: str, queue_id: int, queue_offset: int, max_count: int) -> list[StoredMessage]:
         """Messages of one queue from ``queue_offset``, never beyond this replica's confirm offset."""

@@ -197,6 +197,13 @@ class ControllerService:
         return MasterView(view["master_epoch"], view["master_broker_id"], view["master_address"])
 
     @ray.method(concurrency_group=NONBLOCKING_GROUP)
+    def applied_master(self, broker_name: str) -> MasterView:
+        """``broker_name``'s master as this node has applied it, now: no Raft read, so it answers
+        during an election too (clients route by it: a master just deposed refuses or is gone, and
+        their watch names the next; ``rocketray.client.transport``)."""
+        return self.watch_master(broker_name, 1 << 62, 0.0)
+
+    @ray.method(concurrency_group=NONBLOCKING_GROUP)
     def leader_status(self) -> LeaderStatus:
         """This node's word about itself: its term and whether it is that term's ready leader."""
         return self._leader_status(self._node.wait_ready_leader(1 << 62, 0.0))

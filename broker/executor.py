@@ -255,10 +255,12 @@ class Executor:
 
     async def _switch(self, action: rm.BecomeMaster | rm.BecomeSlave) -> rm.Input:
         ha = self._ha()
+        started = stopped = self.now_ms()
         try:
             if isinstance(action, rm.BecomeMaster):
                 if not action.same:
                     await ha.stop_replication("role change to master")
+                stopped = self.now_ms()
                 await ha.start_epoch(action.epoch, action.cut_torn_tail)
             elif not action.same:
                 await ha.stop_replication("role change to slave")
@@ -266,8 +268,9 @@ class Executor:
             # the switch failed: nothing is recorded, the next notification or poll retries it
             self.machine.step(rm.SwitchDone(False), self.facts())
             raise
-        log.info("role switch done: group=%s broker_id=%s %r", self.names.broker_name, self.machine.broker_id,
-                 action)
+        ended = self.now_ms()
+        log.info("role switch done: group=%s broker_id=%s %r stop_ms=%d epoch_ms=%d", self.names.broker_name,
+                 self.machine.broker_id, action, stopped - started, ended - stopped)
         return rm.SwitchDone(True)
 
     def _ha(self) -> ReplicationPort:

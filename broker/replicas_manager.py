@@ -90,6 +90,9 @@ class ReplicasManager:
         self.executor = Executor(self.machine, self.names, controller=self, ha=None, facts=self._facts,
                                  now_ms=now_ms)
         self.controller_leader_address: str | None = None
+        #: Called on the loop after every input's actions ran (and after stop): the broker shell
+        #: answers the puts it held while this replica was becoming master (``promoting``).
+        self.settled: Callable[[], None] = lambda: None
         self._lock = asyncio.Lock()
         self._periodic: list[asyncio.Task] = []
         self._background: set[asyncio.Task] = set()
@@ -143,6 +146,11 @@ class ReplicasManager:
         return self.machine.writable
 
     @property
+    def promoting(self) -> bool:
+        """A switch to master is under way (``RoleMachine.promoting``)."""
+        return self.machine.promoting
+
+    @property
     def _tasks(self) -> list[asyncio.Task]:
         """Every task the manager runs (periodic and background)."""
         return [*self._periodic, *self._background]
@@ -167,8 +175,11 @@ class ReplicasManager:
 
     async def _feed(self, event: rm.Input) -> None:
         """Apply ``event`` and execute its actions (and the inputs they produce) under the lock."""
-        async with self._lock:
-            await self.executor.feed(event)
+        try:
+            async with self._lock:
+                await self.executor.feed(event)
+        finally:
+            self.settled()
 
     # ---------------------------------------------------------------- the executor's ControllerPort
 
@@ -420,6 +431,7 @@ class ReplicasManager:
     async def stop(self) -> None:
         """Shutdown (§10.10): fence, stop reporting, cancel every task; no deregistration."""
         self.machine.step(rm.Stopped())
+        self.settled()
         self.registrar.reset()
         tasks = self._tasks
         self._periodic, self._background = [], set()

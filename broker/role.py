@@ -178,6 +178,12 @@ class RoleMachine:
     def writable(self) -> bool:
         return self.running and self.is_master and self.switching is None
 
+    @property
+    def promoting(self) -> bool:
+        """A switch to master is under way: the broker will be writable once it is done (if it
+        succeeds). The shell may hold a put that arrives meanwhile instead of refusing it."""
+        return isinstance(self.switching, BecomeMaster) and not self.stopped
+
     # -- the one entry point ---------------------------------------------------------------------
 
     def step(self, event: Input, facts: StoreFacts = StoreFacts()) -> list[Action]:

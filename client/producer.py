@@ -57,6 +57,12 @@ BACKOFF_MAX_S = 1.0
 #: moment it takes its role (its notification trails the watch: a role switch of 8-35 ms measured
 #: on 2 cores), so it is asked again soon, then at doubling waits up to the usual backoff.
 BACKOFF_AFTER_ELECTION_S = 0.002
+#: For this long after a watch named a new master, its NOT_MASTER refusals mean it is still taking
+#: its role (or its notification has not reached it yet): it is asked again after
+#: BACKOFF_AFTER_ELECTION_S each time, without doubling and without looking the master up again.
+#: The replica holds a put that arrives during its switch and answers it when the switch ends
+#: (``actors/promotion_hold.py``), so that second attempt is usually the one answered.
+PROMOTION_WINDOW_S = 0.2
 
 
 class _Pending:
@@ -301,9 +307,11 @@ class Producer:
         timeout_s = self.config.request_timeout_ms / 1000
         deadline = time.monotonic() + self.config.send_timeout_ms / 1000
         backoff_s, maybe_written, last = BACKOFF_MIN_S, False, "no attempt"
+        elected_at = -PROMOTION_WINDOW_S     # when a watch last named a new master (monotonic s)
         while time.monotonic() < deadline:
             reply = first() if first is not None else self._transport.put(group, encoded, timeout_s)
             first = None
+            promoting = False
             if isinstance(reply, PutResult):
                 if reply.ok:
                     if len(reply.offsets) != encoded.count:   # a broker answer that does not match the batch
@@ -316,18 +324,21 @@ class Producer:
                 if not reply.retriable:
                     status = SendStatus.FLUSH_SLAVE_TIMEOUT if reply.status is PutStatus.FLUSH_SLAVE_TIMEOUT else None
                     raise SendUnknown(f"written to {group} but not acknowledged ({last}); not resent", "", status)
+                promoting = (reply.status is PutStatus.NOT_MASTER
+                             and time.monotonic() - elected_at < PROMOTION_WINDOW_S)
             else:
                 maybe_written, last = True, reply.error
                 if reply.master_moved:
                     continue  # the watch named the new master: send there at once
-            self._transport.forget_master(group)
+            if not promoting:
+                self._transport.forget_master(group)
             if self._transport.await_new_master(group, backoff_s):   # an election ends the wait
                 # and the backoff: the new master may refuse for the moment it takes its role (its
                 # notification trails the watch), so the next wait is the shortest, not the doubled
                 # wait of the outage before (issue 29: 320 ms lost after a leader-lost node loss),
                 # nor a whole BACKOFF_MIN_S when the switch takes a few ms (issue 27)
-                backoff_s = BACKOFF_AFTER_ELECTION_S
-            else:
+                backoff_s, elected_at = BACKOFF_AFTER_ELECTION_S, time.monotonic()
+            elif not promoting:
                 backoff_s = min(backoff_s * 2, BACKOFF_MAX_S)
         if maybe_written:
             raise SendUnknown(f"no answer from {group}'s master before the send timeout ({last})", "")

@@ -6,8 +6,9 @@ controller requests, one put or commit to a broker group's master, a held pull, 
 messages, per commit of many queues); another transport (e.g. a socket served by the broker actor)
 can replace it without touching the rules above it.
 
-Finding the master. A group's master is cached; it is looked up from the controller leader
-(GET_REPLICA_INFO), falling back to asking the replicas. A put learns of a new master as soon as
+Finding the master. A group's master is cached; it is looked up from what the controllers have
+applied (``ControllerService.applied_master``, not a Raft read: it answers during an election),
+falling back to asking the replicas. A put learns of a new master as soon as
 the controller elects it: it holds a long-poll *watch* per group on every controller
 (``ControllerService.watch_master``, answered when that controller applies a higher master epoch);
 a put still waiting when the watch names another master is abandoned as *unanswered* (it may have
@@ -30,10 +31,26 @@ import ray
 from rocketray.broker.batch import EncodedBatch
 from rocketray.broker.pull import OffsetsResult, PullResult
 from rocketray.client.errors import ClusterNotFound
-from rocketray.controller.api import GetReplicaInfoRequest, Response
+from rocketray.controller.api import Response
 from rocketray.ha.ack import PutResult
 
 __all__ = ["Transport", "RayTransport", "Unanswered", "connect_transport"]
+
+#: A master lookup waits this long for the first controller's answer, then this much more for the
+#: others' (the highest applied epoch among the answers names the master).
+LOOKUP_TIMEOUT_S = 3.0
+LOOKUP_GRACE_S = 0.003
+
+
+def _views(refs: list[Any]) -> list[Any]:
+    """The answers of the ``applied_master`` calls ``refs`` that succeeded."""
+    out = []
+    for ref in refs:
+        try:
+            out.append(ray.get(ref, timeout=0))
+        except (ray.exceptions.RayError, ValueError):   # that controller died or was killed
+            continue
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,18 +141,35 @@ class RayTransport:
 
     # --- masters ------------------------------------------------------------------------------
     def _lookup_master(self, group: str) -> int | None:
-        try:
-            resp = self.cluster.call_controller(GetReplicaInfoRequest(broker_name=group), timeout_s=3.0)
-            address = resp.header.master_address if resp.ok else None
-            if address:
-                b = self.cluster.spec.broker_by_ha_address(address)
-                if b is not None:
-                    with self._lock:    # a watch armed from here waits for a *newer* master
-                        epoch = resp.header.master_epoch
-                        self._epochs[group] = max(self._epochs.get(group, -1), epoch)
-                    return b.replica
-        except Exception:  # noqa: BLE001 - fall back to asking the replicas
-            pass
+        """The master of the highest epoch the controllers have applied (``applied_master``: not a
+        Raft read, so a lookup answers during an election instead of queueing behind it). Naming
+        the master just deposed costs one refused or failed attempt; the watch names the next.
+        The replicas are asked when no controller names one."""
+        refs = []
+        for c in self.cluster.spec.controllers:
+            try:
+                refs.append(self.cluster.controller(c.index).applied_master.remote(group))
+            except ValueError:  # that controller was killed for good
+                continue
+        views: list[Any] = []
+        deadline = time.monotonic() + LOOKUP_TIMEOUT_S
+        pending = refs
+        while pending and not views and (left := deadline - time.monotonic()) > 0:
+            ready, pending = ray.wait(pending, num_returns=1, timeout=left)
+            if not ready:
+                break
+            views += _views(ready)
+        if views and pending:   # the others' answers too if they come at once: the highest epoch wins
+            more, _ = ray.wait(pending, num_returns=len(pending), timeout=LOOKUP_GRACE_S)
+            views += _views(more)
+        named = [v for v in views if v.master_address]
+        if named:
+            best = max(named, key=lambda v: v.master_epoch)
+            b = self.cluster.spec.broker_by_ha_address(best.master_address)
+            if b is not None:
+                with self._lock:    # a watch armed from here waits for a *newer* master
+                    self._epochs[group] = max(self._epochs.get(group, -1), best.master_epoch)
+                return b.replica
         return self.cluster.master_of(group)
 
     def master(self, group: str) -> int | None:

@@ -133,6 +133,25 @@ def test_same_master_new_epoch_is_a_same_switch():
     assert s.step(SwitchDone(True)) == [FollowMaster(A1, 3)] and s.master_epoch == 3
 
 
+@pytest.mark.parametrize("ok", [True, False])
+def test_promoting_only_while_a_switch_to_master_runs(ok):
+    """``promoting`` (the shell holds puts meanwhile) is true from BecomeMaster until SwitchDone,
+    whatever its outcome, and never for a switch to slave or a stopped machine."""
+    m = slave(me=2, of=1, epoch=1)
+    assert not m.promoting
+    assert m.step(RoleChangeNotified(info(2, 2, (2,), 3)), StoreFacts(1)) == [BecomeMaster(2, False, frozenset({2}), 3)]
+    assert m.promoting and not m.writable
+    m.step(SwitchDone(ok))
+    assert not m.promoting and m.writable == ok
+    s = slave(me=2, of=1, epoch=1)
+    assert s.step(RoleChangeNotified(info(3, 2, (3,), 3))) == [BecomeSlave(A3, 2, 3, False)]
+    assert not s.promoting
+    p = slave(me=2, of=1, epoch=1)
+    p.step(RoleChangeNotified(info(2, 2, (2,), 3)), StoreFacts(1))
+    p.step(Stopped())
+    assert not p.promoting
+
+
 @pytest.mark.parametrize("ok", [False])
 def test_refused_switch_records_nothing_and_is_retried(ok):
     m = slave(me=2, of=1, epoch=1)

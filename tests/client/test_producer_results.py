@@ -248,8 +248,10 @@ class ElectionAfterWaits(ScriptedTransport):
 
 def test_a_new_master_resets_the_backoff():
     """After an outage whose waits doubled, the master a watch names refuses while it takes its role
-    (NOT_MASTER): the next wait is a few ms, not the outage's doubled one nor the usual first
-    step, and the waits after it double from there."""
+    (NOT_MASTER): it is asked again after a few ms each time, not the outage's doubled wait nor the
+    usual first step, and it is not looked up again (the replica holds a put that arrives during its
+    switch, so the next attempt is usually answered). The old rule doubled from the short step and
+    forgot the master after every refusal."""
     from rocketray.client.producer import BACKOFF_AFTER_ELECTION_S, BACKOFF_MIN_S
 
     lost = [Unanswered("CONNECT_FAILED")] * 5
@@ -260,8 +262,24 @@ def test_a_new_master_resets_the_backoff():
     assert result.status is SendStatus.SEND_OK
     assert transport.waits[:4] == [BACKOFF_MIN_S * 2 ** i for i in range(4)]
     assert BACKOFF_AFTER_ELECTION_S < BACKOFF_MIN_S
-    # the waits after the new master's refusals
-    assert transport.waits[5:] == [BACKOFF_AFTER_ELECTION_S * 2 ** i for i in range(3)]
+    # the waits after the new master's refusals, and it was forgotten only after the lost attempts
+    assert transport.waits[5:] == [BACKOFF_AFTER_ELECTION_S] * 3
+    assert transport.forgotten == 5
+
+
+def test_refusals_after_the_promotion_window_double_and_forget_again(monkeypatch):
+    """A named master that keeps refusing past the window is not promoting: the waits double again
+    and the master is looked up again (it may have lost its role meanwhile)."""
+    from rocketray.client import producer
+
+    monkeypatch.setattr(producer, "PROMOTION_WINDOW_S", 0.0)
+    transport = ElectionAfterWaits([Unanswered("CONNECT_FAILED")] + [refused(PutStatus.NOT_MASTER)] * 3
+                                   + [written(True, True)], elect_after=0)
+    with Producer(transport=transport, send_timeout_ms=30_000) as p:
+        assert p.send("t", b"a", key="k").status is SendStatus.SEND_OK
+    short = producer.BACKOFF_AFTER_ELECTION_S
+    assert transport.waits == [producer.BACKOFF_MIN_S, short, short * 2, short * 4]
+    assert transport.forgotten == 4
 
 
 def test_synchronous_sends_of_an_idle_producer_do_not_wake_the_sender_thread():
