@@ -269,3 +269,32 @@ def test_master_killed_for_good_is_replaced_at_connection_speed_not_at_heartbeat
     w.forget_master(GROUP)
     assert w.send_batch(GROUP).outcome == "ok"
     assert replica_info(cluster).header.master_broker_id != before.master_broker_id
+
+
+def test_client_master_lookup_reads_applied_state_and_answers_without_a_controller_quorum(make_cluster):
+    """The client looks a master up from what the controllers applied (``applied_master``): it
+    writes nothing to the Raft log (a barrier read commits an entry per lookup) and answers while
+    two of three controllers are frozen (no commit is possible), naming the master the controller
+    leader last applied, not by asking the brokers."""
+    from rocketray.client.transport import RayTransport
+
+    cluster = make_cluster()
+    w = Workload(cluster)
+    w.produce(20)
+    pipeline.settle(cluster)
+    master = cluster.wait_for_master(GROUP)
+    leader = cluster.wait_for_leader(60)
+    transport = RayTransport(cluster)
+    cluster.master_of = lambda group: pytest.fail("the lookup asked the brokers")  # controllers must answer
+    commit = cluster.controller_metadata()[leader].commit_index
+    for _ in range(5):
+        assert transport._lookup_master(GROUP) == master
+    assert cluster.controller_metadata()[leader].commit_index == commit, "a lookup wrote to the Raft log"
+    view = ray.get(cluster.controller(leader).applied_master.remote(GROUP), timeout=10)
+    assert view.master_epoch == replica_info(cluster).header.master_epoch
+    frozen = [cluster.pause(cluster.controller(c.index)) for c in cluster.spec.controllers if c.index != leader]
+    try:
+        assert transport._lookup_master(GROUP) == master
+    finally:
+        for pid in frozen:
+            cluster.resume_pid(pid)
