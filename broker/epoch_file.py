@@ -12,7 +12,11 @@ On disk the list is a ``CheckpointFile`` in the reference's exact text format::
     <count>\\n<crc32 of the entry lines, masked with 0x7FFFFFFF>\\n<epoch>-<startOffset>\\n...
 
 Every write replaces the main file durably (temp + fsync + rename + directory fsync) and then
-writes the same content to ``<path>.bak`` the same way.  A read falls back to ``.bak`` when the
+writes the same content to ``<path>.bak`` the same way. A promotion (``start_epoch(...,
+backup_later=True)``) returns once the main file is durable and leaves the ``.bak`` copy to
+``write_backup()``, which the new master's IO thread runs next: its two fsyncs are off the
+failover's path. A crash in between leaves ``.bak`` one version behind the main file, which is
+what RocketMQ's ``.bak`` always is (it holds the previous content); the main file is read first.  A read falls back to ``.bak`` when the
 main file is missing, zero-length or invalid.  Deliberate fix of quirk 18.8: an empty list is
 written too (``0\\n0\\n``) and a valid empty main file is believed, so truncating every entry sticks.
 
@@ -116,6 +120,8 @@ class EpochFileCache:
         self.disk = disk
         self._lock = threading.RLock()
         self._entries: list[EpochEntry] = []
+        self._defer_backup = False
+        self._backup_due: bytes | None = None   # content the .bak copy still waits for (write_backup)
         if entries is not None:
             self.init_from_entries(entries)
         elif self.path is not None:
@@ -148,7 +154,25 @@ class EpochFileCache:
         data = encode_entries((e.epoch, e.start_offset) for e in self._entries)
         ensure_dir(self.disk, self.path.parent)
         write_durably(self.path, data, disk=self.disk)
+        if self._defer_backup:
+            self._backup_due = data
+        else:
+            self._write_backup(data)
+
+    def _write_backup(self, data: bytes) -> None:
+        assert self.path is not None
         write_durably(self.path.with_name(self.path.name + ".bak"), data, disk=self.disk)
+        self._backup_due = None
+
+    def write_backup(self) -> None:
+        """Write the ``.bak`` copy a ``start_epoch(..., backup_later=True)`` left due (else nothing)."""
+        with self._lock:
+            if self._backup_due is not None:
+                self._write_backup(self._backup_due)
+
+    @property
+    def backup_due(self) -> bool:
+        return self._backup_due is not None
 
     def init_from_entries(self, entries: Iterable[EpochEntry]) -> None:
         """Replace the map (ends recomputed from the next start) and persist."""
@@ -227,17 +251,23 @@ class EpochFileCache:
         """Remove entries with ``epoch >= epoch``."""
         self._truncate_suffix(lambda e: e.epoch < epoch)
 
-    def start_epoch(self, epoch: int, max_offset: int) -> None:
+    def start_epoch(self, epoch: int, max_offset: int, backup_later: bool = False) -> None:
         """A new master term begins at ``max_offset`` (idempotent for the term already started).
 
         Entries starting at or after ``max_offset`` hold no data (a promotion with no writes); the
-        new epoch replaces them, since start offsets must strictly increase."""
-        if self.last_epoch() == epoch:
-            return
-        last = self.last_entry()
-        if last is not None and last.start_offset >= max_offset:
-            self.truncate_suffix_by_offset(max_offset)
-        assert self.append(epoch, max_offset), (epoch, max_offset, self.entries())
+        new epoch replaces them, since start offsets must strictly increase. ``backup_later``: the
+        main file is durable on return, the ``.bak`` copy waits for ``write_backup()``."""
+        with self._lock:
+            if self.last_epoch() == epoch:
+                return
+            self._defer_backup = backup_later
+            try:
+                last = self.last_entry()
+                if last is not None and last.start_offset >= max_offset:
+                    self.truncate_suffix_by_offset(max_offset)
+                assert self.append(epoch, max_offset), (epoch, max_offset, self.entries())
+            finally:
+                self._defer_backup = False
 
     def truncate_suffix_by_offset(self, offset: int) -> None:
         """Remove entries that start at or after ``offset``."""

@@ -94,6 +94,7 @@ class ReplicasManager:
         #: answers the puts it held while this replica was becoming master (``promoting``).
         self.settled: Callable[[], None] = lambda: None
         self._lock = asyncio.Lock()
+        self._feeding: str | None = None        # the input whose actions hold the lock (for the log)
         self._periodic: list[asyncio.Task] = []
         self._background: set[asyncio.Task] = set()
 
@@ -174,12 +175,28 @@ class ReplicasManager:
                           int(self.store.confirm_offset))
 
     async def _feed(self, event: rm.Input) -> None:
-        """Apply ``event`` and execute its actions (and the inputs they produce) under the lock."""
+        """Apply ``event`` and execute its actions (and the inputs they produce) under the lock. An
+        input that waited for another one's actions (a controller round trip) logs how long and
+        behind what: a role change must not queue behind slow work."""
         try:
-            async with self._lock:
-                await self.executor.feed(event)
+            if self._lock.locked():
+                before, queued_at = self._feeding, self.now_ms()
+                async with self._lock:
+                    log.info("%s waited %d ms for %s to finish: group=%s broker_id=%s", type(event).__name__,
+                             self.now_ms() - queued_at, before, self.broker_name, self.broker_id)
+                    await self._feed_locked(event)
+            else:
+                async with self._lock:
+                    await self._feed_locked(event)
         finally:
             self.settled()
+
+    async def _feed_locked(self, event: rm.Input) -> None:
+        self._feeding = type(event).__name__
+        try:
+            await self.executor.feed(event)
+        finally:
+            self._feeding = None
 
     # ---------------------------------------------------------------- the executor's ControllerPort
 

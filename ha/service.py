@@ -55,6 +55,11 @@ def wall_clock_ms() -> int:
     return int(time.time() * 1000)
 
 
+def _log_backup_failure(done: "asyncio.Future[None]") -> None:
+    if not done.cancelled() and done.exception() is not None:
+        log.error("epoch file backup copy not written (the main copy is durable): %r", done.exception())
+
+
 class HAService(SlaveServing, StandaloneSwitches):
     """See the module docstring. Coroutine methods must run on the service's event loop."""
 
@@ -161,8 +166,11 @@ class HAService(SlaveServing, StandaloneSwitches):
         await self._close_connections(reason)
 
     async def start_epoch(self, epoch: int, cut_torn_tail: bool) -> None:
-        """HAPort: on the IO thread, (cut a torn tail, then) start ``epoch`` at the max offset."""
+        """HAPort: on the IO thread, (cut a torn tail, then) start ``epoch`` at the max offset. The
+        switch goes on once the epoch file's main copy is durable; its ``.bak`` copy is the IO
+        thread's next job (``EpochFileCache.write_backup``), off the failover's path."""
         await self.io.run(self._start_master_epoch, epoch, cut_torn_tail)
+        self.io.submit(self.store.epoch_file.write_backup).add_done_callback(_log_backup_failure)
 
     def _start_master_epoch(self, epoch: int, cut_torn_tail: bool) -> None:
         """IO thread: (cut a torn tail to the last whole message, then) start ``epoch`` durably at
@@ -172,7 +180,7 @@ class HAService(SlaveServing, StandaloneSwitches):
             cut = self.store.truncate_invalid_tail()
             if cut >= 0:
                 ef.truncate_suffix_by_offset(cut)
-        ef.start_epoch(epoch, self.store.max_offset)
+        ef.start_epoch(epoch, self.store.max_offset, backup_later=True)
 
     def serve_as_master(self, new_term: bool) -> None:
         """HAPort: the role machine made this broker master: serve slaves, confirm, wake puts."""

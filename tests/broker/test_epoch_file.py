@@ -204,3 +204,65 @@ def test_scratch_cache_does_no_io(tmp_path: Path) -> None:
     assert c.entries() == [EpochEntry(1, 0, MAX_END_OFFSET)] and c.last_epoch() == 1
     assert EpochFileCache(None).last_epoch() == -1
     assert list(tmp_path.iterdir()) == []
+
+
+# ---------------------------------------------------------------- a promotion's deferred .bak copy
+def _promoted(seed: int, crash_at: int | None):
+    """A cache of epochs 1, 2 on a simulated disk; a promotion starts epoch 3 with the ``.bak`` copy
+    left for later, then the backup is written; a power loss strikes at IO step ``crash_at`` of the
+    promotion (None: after it). Returns (the disk, the path, what ``start_epoch`` had finished:
+    "none" / "main" / "backup")."""
+    import random
+
+    from rocketray.sim.disk import CrashMode, SimCrash, SimDisk
+
+    disk = SimDisk(random.Random(seed))
+    path = "/b/epochFileCheckpoint"
+    cache = EpochFileCache(path, disk=disk)
+    assert cache.append(1, 100) and cache.append(2, 300)
+    done = "none"
+    if crash_at is not None:
+        disk.crash_after(crash_at, CrashMode.POWER_LOSS)
+    try:
+        cache.start_epoch(3, 500, backup_later=True)
+        done = "main"
+        assert cache.backup_due
+        cache.write_backup()
+        done = "backup"
+        assert not cache.backup_due
+    except SimCrash:
+        pass
+    if crash_at is None:
+        disk.crash(CrashMode.POWER_LOSS)
+    return disk, path, done
+
+
+@pytest.mark.parametrize("crash_at", [None, *range(0, 12)])
+@pytest.mark.parametrize("seed", range(3))
+def test_a_promotion_is_durable_once_start_epoch_returns_and_the_backup_catches_up(seed, crash_at):
+    """Whatever IO step a power loss strikes: once ``start_epoch(backup_later=True)`` returned, a
+    restart reads epoch 3 (the main copy is durable); before it returned, epochs 1-2 or 1-3; after
+    ``write_backup`` the ``.bak`` copy holds epoch 3 too, and before it at worst the previous list."""
+    disk, path, done = _promoted(seed, crash_at)
+    reread = [(e.epoch, e.start_offset) for e in EpochFileCache(path, disk=disk).entries()]
+    before, after = [(1, 100), (2, 300)], [(1, 100), (2, 300), (3, 500)]
+    assert reread == after if done != "none" else reread in (before, after), (done, reread)
+    bak = disk.durable_bytes(path + ".bak")
+    assert bak is not None and decode_entries(bak) in ((before, after) if done != "backup" else (after,)), done
+
+
+def test_a_later_write_carries_the_backup_that_was_due(tmp_path: Path) -> None:
+    """A backup left due is written by the next ordinary write (its newest content), or by
+    ``write_backup``; the main file is never behind the .bak copy."""
+    cache = EpochFileCache(tmp_path / "cp")
+    assert cache.append(1, 100)
+    cache.start_epoch(2, 300, backup_later=True)
+    bak = tmp_path / "cp.bak"
+    assert decode_entries(bak.read_bytes()) == [(1, 100)] and cache.backup_due
+    assert decode_entries((tmp_path / "cp").read_bytes()) == [(1, 100), (2, 300)]
+    cache.truncate_prefix_by_offset(300)                 # epoch 1 ends at 300: dropped
+    assert not cache.backup_due and decode_entries(bak.read_bytes()) == [(2, 300)]
+    cache.write_backup()                                  # nothing due: no write
+    assert decode_entries(bak.read_bytes()) == [(2, 300)]
+    cache.start_epoch(3, 500)                             # the default writes both at once
+    assert decode_entries(bak.read_bytes()) == [(2, 300), (3, 500)] and not cache.backup_due
