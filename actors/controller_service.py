@@ -340,13 +340,13 @@ class ControllerService:
         """The node's callback, once per successful election. Elections requested through
         ``handle`` (broker, admin) were counted there; the controller's own are counted here."""
         started = time.monotonic()
+        by_session, by_ray = self._notify(notice)      # first: the new master waits for it
+        notified = time.monotonic()
         if notice.trigger is ElectionTrigger.CONTROLLER:
             self._metrics.election(notice.broker_name, notice.trigger.value, ResponseCode.SUCCESS.name)
-        counted = time.monotonic()
-        by_session, by_ray = self._notify(notice)
-        log.info("role change notified group=%s epoch=%s targets=%d session=%d ray=%d count_ms=%.1f notify_ms=%.1f",
+        log.info("role change notified group=%s epoch=%s targets=%d session=%d ray=%d notify_ms=%.1f count_ms=%.1f",
                  notice.broker_name, notice.master_epoch, len(notice.targets), by_session, by_ray,
-                 (counted - started) * 1000, (time.monotonic() - counted) * 1000)
+                 (notified - started) * 1000, (time.monotonic() - notified) * 1000)
 
     def _resolve_broker_handles(self) -> None:
         """Look every broker actor up once, in the background, so that a role-change notification is

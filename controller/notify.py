@@ -38,7 +38,8 @@ class ElectionTrigger(str, enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class RoleChangeNotice:
-    """One election's outcome and the live members to tell (``targets``: (broker_id, address))."""
+    """One election's outcome and the live members to tell (``targets``: (broker_id, address), the new
+    master first, then by broker id)."""
 
     trigger: ElectionTrigger
     broker_name: str
@@ -64,8 +65,10 @@ def role_change_notice(response: Response, trigger: ElectionTrigger, alive: Aliv
             or header.master_broker_id is None or header.master_epoch is None:
         return None
     name = str(group["broker_name"])
-    targets = tuple((int(bid), str(addr)) for bid, addr in sorted((group.get("broker_addrs") or {}).items())
-                    if alive(name, int(bid)))
+    # the new master first: it has a switch to make before it can take writes, the others only follow
+    master = header.master_broker_id
+    targets = tuple(sorted(((int(bid), str(addr)) for bid, addr in (group.get("broker_addrs") or {}).items()
+                            if alive(name, int(bid))), key=lambda t: (t[0] != master, t[0])))
     return RoleChangeNotice(trigger, name, header.master_broker_id, header.master_address, header.master_epoch,
                             int(header.sync_state_set_epoch or 0), tuple(sorted(body.get("sync_state_set") or [])),
                             targets)

@@ -63,3 +63,23 @@ def test_trigger_labels():
     assert ElectionTrigger.of(ElectMasterRequest.of_broker_trigger(CLUSTER, NAME, 1)) is ElectionTrigger.BROKER
     assert ElectionTrigger.of(ElectMasterRequest.of_admin_trigger(CLUSTER, NAME, 1)) is ElectionTrigger.ADMIN
     assert ElectionTrigger.of(ElectMasterRequest.of_controller_trigger(NAME)) is ElectionTrigger.CONTROLLER
+
+
+@pytest.mark.parametrize("master, alive_ids, order", [
+    (3, {1, 2, 3}, [3, 1, 2]),
+    (1, {1, 2, 3}, [1, 2, 3]),
+    (2, {2, 3}, [2, 3]),
+    (2, {1, 3}, [1, 3]),        # a master no longer alive is not told (the live ones are)
+])
+def test_the_new_master_is_told_first(master, alive_ids, order):
+    """It has a switch to make before it takes writes; the others only follow it."""
+    from rocketray.controller.api import Response
+    from rocketray.controller.headers import ElectMasterResponseHeader
+    from rocketray.controller.notify import role_change_notice
+
+    response = Response(C.SUCCESS, ElectMasterResponseHeader(master, f"h:{master}", 4, 5),
+                        {"broker_member_group": {"broker_name": NAME,
+                                                 "broker_addrs": {b: f"h:{b}" for b in (1, 2, 3)}},
+                         "sync_state_set": [master]})
+    notice = role_change_notice(response, ElectionTrigger.CONTROLLER, lambda name, b: b in alive_ids)
+    assert notice is not None and [b for b, _ in notice.targets] == order
