@@ -108,6 +108,16 @@ def put(s: BrokerService, data: bytes, answers: list) -> PutResult | None:
     return s.put_start(EncodedBatch(data, 1), lambda result: answers.append((data, result)))
 
 
+def held(*datas: bytes, max_ms: int = 1000) -> tuple[BrokerService, Manager, HA, list]:
+    """A service whose replica is promoting, with a put of each of ``datas`` sent to it."""
+    s, manager, ha = service(max_ms)
+    manager.promoting = True
+    answers: list = []
+    for data in datas:
+        put(s, data, answers)
+    return s, manager, ha, answers
+
+
 def promotion(s: BrokerService, manager: Manager, ha: HA) -> list:
     """Two puts while the replica is promoting, then its switch succeeds: (data, status, broker id)
     of the answers, in the order they came."""
@@ -141,10 +151,7 @@ def test_the_old_rule_refuses_during_the_promotion_and_the_test_sees_it(monkeypa
 
 def test_a_put_during_a_failed_promotion_is_refused_with_nothing_written():
     async def go():
-        s, manager, ha = service()
-        manager.promoting = True
-        answers: list = []
-        put(s, b"a", answers)
+        s, manager, ha, answers = held(b"a")
         manager.switch_ends(ok=False)
         assert ha.written == []
         assert [(r.status, r.written) for _d, r in answers] == [(PutStatus.NOT_MASTER, Written.NO)]
@@ -154,10 +161,7 @@ def test_a_put_during_a_failed_promotion_is_refused_with_nothing_written():
 def test_held_puts_go_before_a_put_that_arrives_after_the_switch():
     """The switch ended but its input's other actions still run: a new put does not overtake."""
     async def go():
-        s, manager, ha = service()
-        manager.promoting = True
-        answers: list = []
-        put(s, b"a", answers)
+        s, manager, ha, answers = held(b"a")
         manager.promoting, manager.writable = False, True     # settled() not called yet
         assert put(s, b"c", answers) is None
         assert ha.written == [b"a", b"c"]
@@ -175,10 +179,7 @@ def test_a_slave_that_is_not_promoting_refuses_at_once():
 
 def test_a_switch_that_outlasts_the_hold_refuses_the_held_puts():
     async def go():
-        s, manager, ha = service(max_ms=20)
-        manager.promoting = True
-        answers: list = []
-        put(s, b"a", answers)
+        s, manager, ha, answers = held(b"a", max_ms=20)
         deadline = asyncio.get_running_loop().time() + 5
         while not answers and asyncio.get_running_loop().time() < deadline:
             await asyncio.sleep(0.005)
@@ -204,10 +205,7 @@ def test_a_full_hold_refuses_at_once():
 
 def test_held_put_answers_carry_no_stale_broker_id():
     async def go():
-        s, manager, ha = service()
-        manager.promoting = True
-        answers: list = []
-        put(s, b"a", answers)
+        s, manager, ha, answers = held(b"a")
         manager.broker_id = 3      # (a re-registration between: the answer names the id at write time)
         manager.switch_ends(ok=True)
         assert dataclasses.replace(answers[0][1], broker_id=None) == OK and answers[0][1].broker_id == 3
