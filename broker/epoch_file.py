@@ -119,7 +119,9 @@ class EpochFileCache:
         self.path = Path(path) if path is not None else None
         self.disk = disk
         self._lock = threading.RLock()
-        self._entries: list[EpochEntry] = []
+        # a tuple replaced whole under ``_lock``: readers take the reference without the lock, so
+        # a reader on the event loop never waits for a write's fsyncs on the IO thread
+        self._entries: tuple[EpochEntry, ...] = ()
         self._defer_backup = False
         self._backup_due: bytes | None = None   # content the .bak copy still waits for (write_backup)
         if entries is not None:
@@ -142,11 +144,11 @@ class EpochFileCache:
 
     def _rebuild(self, entries: Iterable[EpochEntry]) -> None:
         ordered = sorted(entries, key=lambda e: e.epoch)
-        self._entries = [
+        self._entries = tuple(
             EpochEntry(e.epoch, e.start_offset,
                        ordered[i + 1].start_offset if i + 1 < len(ordered) else MAX_END_OFFSET)
             for i, e in enumerate(ordered)
-        ]
+        )
 
     def _flush(self) -> None:
         if self.path is None:
@@ -182,19 +184,18 @@ class EpochFileCache:
 
     # -------------------------------------------------------------- queries
     def entries(self) -> list[EpochEntry]:
-        with self._lock:
-            return list(self._entries)
+        return list(self._entries)
 
     def __len__(self) -> int:
         return len(self._entries)
 
     def first_entry(self) -> EpochEntry | None:
-        with self._lock:
-            return self._entries[0] if self._entries else None
+        entries = self._entries
+        return entries[0] if entries else None
 
     def last_entry(self) -> EpochEntry | None:
-        with self._lock:
-            return self._entries[-1] if self._entries else None
+        entries = self._entries
+        return entries[-1] if entries else None
 
     def last_epoch(self) -> int:
         """The highest epoch, -1 if empty."""
@@ -202,18 +203,15 @@ class EpochFileCache:
         return last.epoch if last is not None else -1
 
     def get_entry(self, epoch: int) -> EpochEntry | None:
-        with self._lock:
-            return next((e for e in self._entries if e.epoch == epoch), None)
+        return next((e for e in self._entries if e.epoch == epoch), None)
 
     def find_by_offset(self, offset: int) -> EpochEntry | None:
         """The entry with ``start <= offset < end``."""
-        with self._lock:
-            return next((e for e in self._entries if e.start_offset <= offset < e.end_offset), None)
+        return next((e for e in self._entries if e.start_offset <= offset < e.end_offset), None)
 
     def next_entry(self, epoch: int) -> EpochEntry | None:
         """The entry with the smallest epoch greater than ``epoch``."""
-        with self._lock:
-            return next((e for e in self._entries if e.epoch > epoch), None)
+        return next((e for e in self._entries if e.epoch > epoch), None)
 
     # -------------------------------------------------------------- changes
     def append(self, entry: EpochEntry | int, start_offset: int | None = None) -> bool:
@@ -223,28 +221,31 @@ class EpochFileCache:
             assert start_offset is not None, "append(epoch, start_offset)"
             entry = EpochEntry(entry, start_offset)
         with self._lock:
-            if self._entries:
-                last = self._entries[-1]
+            entries = list(self._entries)
+            if entries:
+                last = entries[-1]
                 if last.epoch >= entry.epoch or last.start_offset >= entry.start_offset:
                     log.warning("epoch entry %s refused after %s", entry, last)
                     return False
-                self._entries[-1] = replace(last, end_offset=entry.start_offset)
-            self._entries.append(EpochEntry(entry.epoch, entry.start_offset, MAX_END_OFFSET))
+                entries[-1] = replace(last, end_offset=entry.start_offset)
+            entries.append(EpochEntry(entry.epoch, entry.start_offset, MAX_END_OFFSET))
+            self._entries = tuple(entries)
             self._flush()
             return True
 
     def set_last_entry_end_offset(self, end_offset: int) -> None:
         """In memory only: the last entry ends at ``end_offset`` (if it starts at or before it)."""
         with self._lock:
-            if self._entries and self._entries[-1].start_offset <= end_offset:
-                self._entries[-1] = replace(self._entries[-1], end_offset=end_offset)
+            entries = self._entries
+            if entries and entries[-1].start_offset <= end_offset:
+                self._entries = (*entries[:-1], replace(entries[-1], end_offset=end_offset))
 
     def _truncate_suffix(self, keep) -> None:
         with self._lock:
             kept = [e for e in self._entries if keep(e)]
             if kept:
                 kept[-1] = replace(kept[-1], end_offset=MAX_END_OFFSET)
-            self._entries = kept
+            self._entries = tuple(kept)
             self._flush()
 
     def truncate_suffix_by_epoch(self, epoch: int) -> None:
@@ -276,5 +277,5 @@ class EpochFileCache:
     def truncate_prefix_by_offset(self, offset: int) -> None:
         """Remove entries that end at or before ``offset`` (retention deleted their data)."""
         with self._lock:
-            self._entries = [e for e in self._entries if e.end_offset > offset]
+            self._entries = tuple(e for e in self._entries if e.end_offset > offset)
             self._flush()
