@@ -57,8 +57,8 @@ BACKOFF_MAX_S = 1.0
 #: moment it takes its role (its notification trails the watch: a role switch of 8-35 ms measured
 #: on 2 cores), so it is asked again soon, then at doubling waits up to the usual backoff.
 BACKOFF_AFTER_ELECTION_S = 0.002
-#: For this long after a watch named a new master, its NOT_MASTER refusals mean it is still taking
-#: its role (or its notification has not reached it yet): it is asked again after
+#: For this long after a watch (or a lookup) named a new master, its NOT_MASTER refusals mean it is
+#: still taking its role (or its notification has not reached it yet): it is asked again after
 #: BACKOFF_AFTER_ELECTION_S each time, without doubling and without looking the master up again.
 #: The replica holds a put that arrives during its switch and answers it when the switch ends
 #: (``actors/promotion_hold.py``), so that second attempt is usually the one answered.
@@ -308,6 +308,9 @@ class Producer:
         deadline = time.monotonic() + self.config.send_timeout_ms / 1000
         backoff_s, maybe_written, last = BACKOFF_MIN_S, False, "no attempt"
         elected_at = -PROMOTION_WINDOW_S     # when a watch last named a new master (monotonic s)
+        # ... or a lookup did (a transport that knows: the master an attempt found may be one the
+        # controller just elected, whose notification has not reached it yet)
+        named_at: Callable[[str], float] = getattr(self._transport, "named_at", lambda g: float("-inf"))
         while time.monotonic() < deadline:
             reply = first() if first is not None else self._transport.put(group, encoded, timeout_s)
             first = None
@@ -325,12 +328,14 @@ class Producer:
                     status = SendStatus.FLUSH_SLAVE_TIMEOUT if reply.status is PutStatus.FLUSH_SLAVE_TIMEOUT else None
                     raise SendUnknown(f"written to {group} but not acknowledged ({last}); not resent", "", status)
                 promoting = (reply.status is PutStatus.NOT_MASTER
-                             and time.monotonic() - elected_at < PROMOTION_WINDOW_S)
+                             and time.monotonic() - max(elected_at, named_at(group)) < PROMOTION_WINDOW_S)
             else:
                 maybe_written, last = True, reply.error
                 if reply.master_moved:
                     continue  # the watch named the new master: send there at once
-            if not promoting:
+            if promoting:
+                backoff_s = BACKOFF_AFTER_ELECTION_S
+            else:
                 self._transport.forget_master(group)
             if self._transport.await_new_master(group, backoff_s):   # an election ends the wait
                 # and the backoff: the new master may refuse for the moment it takes its role (its

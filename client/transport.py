@@ -68,6 +68,13 @@ class Transport(Protocol):
     def call_controller(self, request: Any, timeout_s: float = 10.0) -> Response: ...
     def controller_broadcast(self, method: str, *args: Any, timeout_s: float = 3.0) -> list[Any]: ...
     def master(self, group: str) -> int | None: ...
+    def named_at(self, group: str) -> float:
+        """When (``time.monotonic()``) a master of a higher epoch than the one before was last named
+        for ``group``, by a watch or a lookup; -inf if never. Such a master may refuse for the moment
+        it takes its role."""
+        with self._lock:
+            return self._named_at.get(group, float("-inf"))
+
     def forget_master(self, group: str) -> None: ...
     def await_new_master(self, group: str, timeout_s: float) -> bool: ...
     def put(self, group: str, batch: EncodedBatch, timeout_s: float) -> PutResult | Unanswered: ...
@@ -108,6 +115,7 @@ class RayTransport:
         self._master: dict[str, int] = {}
         self._watches: dict[str, dict[int, Any]] = {}  # group -> controller index -> pending watch
         self._epochs: dict[str, int] = {}              # group -> highest master epoch a watch reported
+        self._named_at: dict[str, float] = {}          # group -> when a master of a higher epoch was named
 
     def groups(self) -> list[str]:
         return list(self.cluster.spec.groups)
@@ -168,7 +176,9 @@ class RayTransport:
             b = self.cluster.spec.broker_by_ha_address(best.master_address)
             if b is not None:
                 with self._lock:    # a watch armed from here waits for a *newer* master
-                    self._epochs[group] = max(self._epochs.get(group, -1), best.master_epoch)
+                    if best.master_epoch > self._epochs.get(group, -1):
+                        self._epochs[group] = best.master_epoch
+                        self._named_at[group] = time.monotonic()
                 return b.replica
         return self.cluster.master_of(group)
 
@@ -233,6 +243,7 @@ class RayTransport:
             if view.master_epoch <= self._epochs.get(group, -1):
                 return None
             self._epochs[group] = view.master_epoch
+            self._named_at[group] = time.monotonic()
         b = self.cluster.spec.broker_by_ha_address(view.master_address or "")
         if b is None:
             return None

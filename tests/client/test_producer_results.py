@@ -282,6 +282,31 @@ def test_refusals_after_the_promotion_window_double_and_forget_again(monkeypatch
     assert transport.forgotten == 4
 
 
+def test_a_master_a_lookup_just_named_is_asked_again_soon_while_it_refuses():
+    """A lookup (not a watch) found the new master, before its notification reached it: its
+    NOT_MASTER refusals within the window are retried at the short step, the master kept; the old
+    rule forgot it and doubled the wait, and no watch would end that wait (the epoch was known)."""
+    from rocketray.client.producer import BACKOFF_AFTER_ELECTION_S
+
+    class LookedUp(ScriptedTransport):
+        def __init__(self, replies):
+            super().__init__(replies)
+            self.waits: list[float] = []
+            self.named = time.monotonic()
+
+        def named_at(self, group):
+            return self.named
+
+        def await_new_master(self, group, timeout_s):
+            self.waits.append(timeout_s)
+            return False
+
+    transport = LookedUp([refused(PutStatus.NOT_MASTER)] * 3 + [written(True, True)])
+    with Producer(transport=transport, send_timeout_ms=30_000) as p:
+        assert p.send("t", b"a", key="k").status is SendStatus.SEND_OK
+    assert transport.waits == [BACKOFF_AFTER_ELECTION_S] * 3 and transport.forgotten == 0
+
+
 def test_synchronous_sends_of_an_idle_producer_do_not_wake_the_sender_thread():
     """The calling thread sends and waits itself; finishing wakes the sender thread (a thread
     switch per send in the producer's process) only when it has work, or flush() waits. The old
