@@ -23,7 +23,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from rocketray.auth import CLIENT_LABEL, NONCE_SIZE, AuthError, Authenticator
+from rocketray.auth import CLIENT_LABEL, NONCE_SIZE, Authenticator
 from rocketray.broker.batch import EncodedBatch
 from rocketray.broker.client_wire import (PUT_COUNT, Frame, FrameDecoder, FrameType, WireError,
                                           decode_offsets_answer, decode_pull_answer, decode_put_answer, encode_frame,
@@ -197,8 +197,8 @@ def _authenticate(sock: socket.socket, secret: str | bytes) -> bytes:
         if auth.done:
             break
         data = sock.recv(4096)
-        if not data:
-            raise AuthError("the broker closed the connection during authentication")
+        if not data:    # the broker went away (a dying process): a lost connection, retried like one
+            raise ConnectionResetError("the broker closed the connection during authentication")
         auth.receive_data(data)
     out = auth.data_to_send()
     if out:

@@ -71,6 +71,47 @@ def port():
     thread.join(5)
 
 
+def test_a_broker_that_closes_during_authentication_is_a_lost_connection():
+    """A dying broker (``ray.kill`` returns before its process is gone) may accept a connection and
+    close it mid-handshake: that is a connection failure the transport answers as unanswered and
+    the producer retries, not an authentication error that escapes the send (a failover benchmark
+    run died of it on 2026-11-27)."""
+    from rocketray.client.socket_transport import SocketTransport
+
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        address = server.getsockname()
+
+        def accept_and_close():
+            conn, _ = server.accept()
+            conn.close()
+
+        closer = threading.Thread(target=accept_and_close, daemon=True)
+        closer.start()
+        with pytest.raises(OSError):
+            DirectConnection(address, SECRET)
+        closer.join(5)
+
+        class Spec:
+            secret = SECRET
+
+            @staticmethod
+            def brokers_of(group):
+                return [type("B", (), {"replica": 0, "client_address": address})()]
+
+        transport = SocketTransport.__new__(SocketTransport)
+        transport.cluster = type("C", (), {"spec": Spec})()
+        transport._conns_lock = threading.Lock()
+        transport._direct = {}
+        transport.master = lambda group: 0
+        forgotten = []
+        transport.forget_master = forgotten.append
+        closer = threading.Thread(target=accept_and_close, daemon=True)
+        closer.start()
+        answer = transport._start_direct("g", FrameType.PUT, (PUT_COUNT.pack(1), b"x"), lambda f: f, 5.0, "put", ())()
+        closer.join(5)
+        assert answer.error.startswith("CONNECT_FAILED") and forgotten == ["g"]
+
+
 def test_a_wrong_secret_is_refused_before_any_frame(port):
     address, endpoints, server, _ = port
     with pytest.raises((AuthError, OSError)):
