@@ -255,15 +255,14 @@ class Executor:
 
     async def _switch(self, action: rm.BecomeMaster | rm.BecomeSlave) -> rm.Input:
         ha = self._ha()
-        started = stopped = self.now_ms()
+        started = self.now_ms()
         try:
+            if not action.same:
+                await ha.stop_replication("role change to master" if isinstance(action, rm.BecomeMaster)
+                                          else "role change to slave")
+            stopped = self.now_ms()
             if isinstance(action, rm.BecomeMaster):
-                if not action.same:
-                    await ha.stop_replication("role change to master")
-                stopped = self.now_ms()
                 await ha.start_epoch(action.epoch, action.cut_torn_tail)
-            elif not action.same:
-                await ha.stop_replication("role change to slave")
         except BaseException:
             # the switch failed: nothing is recorded, the next notification or poll retries it
             self.machine.step(rm.SwitchDone(False), self.facts())

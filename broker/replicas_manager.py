@@ -178,25 +178,19 @@ class ReplicasManager:
         """Apply ``event`` and execute its actions (and the inputs they produce) under the lock. An
         input that waited for another one's actions (a controller round trip) logs how long and
         behind what: a role change must not queue behind slow work."""
+        behind, queued_at = (self._feeding, self.now_ms()) if self._lock.locked() else (None, 0)
         try:
-            if self._lock.locked():
-                before, queued_at = self._feeding, self.now_ms()
-                async with self._lock:
+            async with self._lock:
+                if behind is not None:
                     log.info("%s waited %d ms for %s to finish: group=%s broker_id=%s", type(event).__name__,
-                             self.now_ms() - queued_at, before, self.broker_name, self.broker_id)
-                    await self._feed_locked(event)
-            else:
-                async with self._lock:
-                    await self._feed_locked(event)
+                             self.now_ms() - queued_at, behind, self.broker_name, self.broker_id)
+                self._feeding = type(event).__name__
+                try:
+                    await self.executor.feed(event)
+                finally:
+                    self._feeding = None
         finally:
             self.settled()
-
-    async def _feed_locked(self, event: rm.Input) -> None:
-        self._feeding = type(event).__name__
-        try:
-            await self.executor.feed(event)
-        finally:
-            self._feeding = None
 
     # ---------------------------------------------------------------- the executor's ControllerPort
 

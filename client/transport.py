@@ -68,13 +68,6 @@ class Transport(Protocol):
     def call_controller(self, request: Any, timeout_s: float = 10.0) -> Response: ...
     def controller_broadcast(self, method: str, *args: Any, timeout_s: float = 3.0) -> list[Any]: ...
     def master(self, group: str) -> int | None: ...
-    def named_at(self, group: str) -> float:
-        """When (``time.monotonic()``) a master of a higher epoch than the one before was last named
-        for ``group``, by a watch or a lookup; -inf if never. Such a master may refuse for the moment
-        it takes its role."""
-        with self._lock:
-            return self._named_at.get(group, float("-inf"))
-
     def forget_master(self, group: str) -> None: ...
     def await_new_master(self, group: str, timeout_s: float) -> bool: ...
     def put(self, group: str, batch: EncodedBatch, timeout_s: float) -> PutResult | Unanswered: ...
@@ -192,6 +185,13 @@ class RayTransport:
             with self._lock:
                 self._master[group] = found
         return found
+
+    def named_at(self, group: str) -> float:
+        """When (``time.monotonic()``) a master of a higher epoch than the one before was last named
+        for ``group``, by a watch or a lookup; -inf if never. Such a master may refuse for the moment
+        it takes its role."""
+        with self._lock:
+            return self._named_at.get(group, float("-inf"))
 
     def forget_master(self, group: str) -> None:
         with self._lock:

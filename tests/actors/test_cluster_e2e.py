@@ -293,6 +293,7 @@ def test_client_master_lookup_reads_applied_state_and_answers_without_a_controll
     commit = cluster.controller_metadata()[leader].commit_index
     for _ in range(5):
         assert transport._lookup_master(GROUP) == master
+    assert transport.named_at(GROUP) > float("-inf"), "a lookup that names a master records when (named_at)"
     assert cluster.controller_metadata()[leader].commit_index == commit, "a lookup wrote to the Raft log"
     view = ray.get(cluster.controller(leader).applied_master.remote(GROUP), timeout=10)
     assert view.master_epoch == replica_info(cluster).header.master_epoch
