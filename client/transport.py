@@ -145,7 +145,10 @@ class RayTransport:
         """The master of the highest epoch the controllers have applied (``applied_master``: not a
         Raft read, so a lookup answers during an election instead of queueing behind it). Naming
         the master just deposed costs one refused or failed attempt; the watch names the next.
-        The replicas are asked when no controller names one."""
+        The lookup races the group's watches: one that names a newer master while the lookup waits
+        answers it (a lookup that began just before an election would otherwise name the deposed
+        master a few ms after the watch had named its successor). The replicas are asked when no
+        controller names one."""
         refs = []
         for c in self.cluster.spec.controllers:
             try:
@@ -156,9 +159,15 @@ class RayTransport:
         deadline = time.monotonic() + LOOKUP_TIMEOUT_S
         pending = refs
         while pending and not views and (left := deadline - time.monotonic()) > 0:
-            ready, pending = ray.wait(pending, num_returns=1, timeout=left)
+            watches = self._watches_of(group)
+            ready, _ = ray.wait([*pending, *watches], num_returns=1, timeout=left)
             if not ready:
                 break
+            if ready[0] in watches:
+                if (named := self._take_watch(group, ready[0])) is not None:
+                    return named
+                continue
+            pending = [r for r in pending if r != ready[0]]
             views += _views(ready)
         if views and pending:   # the others' answers too if they come at once: the highest epoch wins
             more, _ = ray.wait(pending, num_returns=len(pending), timeout=LOOKUP_GRACE_S)
