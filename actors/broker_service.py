@@ -28,6 +28,7 @@ from rocketray.config import load_config
 from rocketray.actors.controller_client import AsyncControllerClient
 from rocketray.actors.controller_session import ControllerSession
 from rocketray.actors.client_port import ClientPort
+from rocketray.actors.priority import set_process_niceness
 from rocketray.actors.promotion_hold import PromotionHold
 from rocketray.actors.consumer_path import ConsumerPath
 from rocketray.actors.metrics import BrokerMetrics, configure_actor_logging
@@ -112,6 +113,8 @@ class BrokerService:
             self._client_port_task = asyncio.get_running_loop().create_task(self._serve_clients())
         log.info("broker started group=%s replica=%d ha=%s pid=%d max_offset=%d", group, replica,
                  self._me.ha_address, os.getpid(), self.store.max_offset)
+        # Ray started this process at nice 15: a server's every hand-off would wait (actors/priority.py)
+        set_process_niceness(self._config.broker.process_niceness, f"broker {group}/{replica}")
 
     async def _serve_clients(self) -> None:
         """Serve producers and consumers on the client port (``actors/client_port.py``). A port that

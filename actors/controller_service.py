@@ -24,6 +24,7 @@ import ray
 from rocketray.controller import config_update
 from rocketray.config import load_config
 from rocketray.actors.metrics import ControllerMetrics, configure_actor_logging
+from rocketray.actors.priority import set_process_niceness
 from rocketray.actors.views import ControllerMetadata, MasterView
 from rocketray.spec import ClusterSpec
 from rocketray.controller.api import (AlterSyncStateSetRequest, CleanBrokerDataRequest, ConsumerHeartbeatRequest,
@@ -103,6 +104,8 @@ class ControllerService:
         if self._sessions is not None:
             threading.Thread(target=self._session_grace_loop, name="controller-session-grace", daemon=True).start()
         log.info("controller started index=%d raft=%s pid=%d", index, me.raft_address, os.getpid())
+        # Ray started this process at nice 15: a server's every hand-off would wait (actors/priority.py)
+        set_process_niceness(node_config.process_niceness, f"controller {index}")
 
     # --- API called through Ray ----------------------------------------------------------
     def handle(self, request, term: int | None = None) -> Response:

@@ -46,6 +46,9 @@ class ReplicasManagerConfig:
     broker_election_priority: int = key(INT_MAX, "election tie-break, lower is preferred")
     # Java: 5 s, with inner retries
     start_retry_interval_ms: int = key(1000, "between attempts to register and find a master", 200)
+    # the process (actors/priority.py)
+    process_niceness: int | None = key(0, "niceness the broker actor's process asks for at start (Ray "
+                                          "starts workers at 15; none keeps Ray's)")
 
 
 RoleChangeNotification = MasterInfo
