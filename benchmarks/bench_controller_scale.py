@@ -25,10 +25,9 @@ elect the first master of each group and put every replica in its SyncStateSet. 
   the leader's commit index (snapshot load, journal replay, catch-up), its tables checked equal to
   the leader's (process start and imports excluded, as in ``controller-recovery``).
 
-Ray starts every worker process at nice 15 (its ``worker_niceness``), so on a machine shared with
-other work the controller actors get what is left of the CPU; the benchmark sets them back to nice 0
-(``--no-renice`` keeps Ray's): their CPU time is what is measured, and the latencies are then the
-controller's, not the neighbours'.
+Ray starts every worker process at nice 15 (its ``worker_niceness``); the controller actors set
+themselves back to nice 0 (``controller.process_niceness``, ``actors/priority.py``), and
+``--no-renice`` keeps Ray's (``controller.process_niceness=none``) to show what the neighbours cost.
 
 Targets (issue 29) at G = 300 in the default profile: leader under half a core, heartbeat p99 under
 50 ms, all masters of the lost third re-elected within 1 s, restart under 1 s (``targets_met``).
@@ -129,22 +128,20 @@ def _cpu_s(pid: int) -> float:
 
 
 def _start_controllers(name: str, profile: str, data_dir: str, renice: bool):
-    import psutil
     import ray
 
     from rocketray.actors import remote
     from rocketray.actors.cluster import Cluster, plan_cluster
 
-    spec = plan_cluster(name, controllers=3, groups=1, replicas=1, data_dir=data_dir, profile=profile)
+    overrides = {} if renice else {"controller.process_niceness": "none"}   # see the module docstring
+    spec = plan_cluster(name, controllers=3, groups=1, replicas=1, data_dir=data_dir, profile=profile,
+                        overrides=overrides)
     spec = dataclasses.replace(spec, brokers=())   # the brokers are the fleet's heartbeaters
     for c in spec.controllers:
         Path(c.store_dir).mkdir(parents=True, exist_ok=True)
     remote.start_registry(spec)
     handles = [remote.start_controller(spec, c.index) for c in spec.controllers]
     pids = [ray.get(h.pid.remote(), timeout=120) for h in handles]
-    if renice:
-        for pid in pids:   # Ray starts workers at nice 15 (worker_niceness); see the module docstring
-            psutil.Process(pid).nice(0)
     cluster = Cluster(spec)
     cluster.wait_for_leader(120)
     return cluster, pids
