@@ -32,7 +32,6 @@ log = logging.getLogger("rocketray.actors")
 class NicenessResult:
     """What ``set_process_niceness`` did: the threads it moved, the threads it was refused."""
 
-    target: int | None
     changed: int
     refused: int
 
@@ -44,16 +43,16 @@ def thread_niceness(pid: int | None = None) -> dict[int, int]:
     for name in os.listdir(base):
         try:
             out[int(name)] = os.getpriority(os.PRIO_PROCESS, int(name))
-        except (ProcessLookupError, PermissionError):   # that thread ended meanwhile
+        except ProcessLookupError:   # that thread ended meanwhile
             continue
     return out
 
 
 def set_process_niceness(target: int | None, who: str) -> NicenessResult:
-    """Give every thread of this process niceness ``target`` (None: leave Ray's); see the module
-    docstring. Never raises: a refusal is logged (once per call) with the remedy."""
+    """Give every thread of this process niceness ``target`` (None: leave Ray's; the configs keep it
+    within -20..19); see the module docstring. A refusal is logged (once per call) with the remedy."""
     if target is None:
-        return NicenessResult(None, 0, 0)
+        return NicenessResult(0, 0)
     changed = refused = 0
     for tid, nice in thread_niceness().items():
         if nice == target:
@@ -65,13 +64,10 @@ def set_process_niceness(target: int | None, who: str) -> NicenessResult:
             continue
         except PermissionError:
             refused += 1
-        except OSError as exc:       # e.g. a value outside -20..19
-            log.warning("%s keeps Ray's niceness: setpriority(%d) failed: %r", who, target, exc)
-            return NicenessResult(target, changed, 0)
     if refused:
         log.warning("%s runs at Ray's worker niceness %d: not permitted to set %d on %d threads (needs "
                     "CAP_SYS_NICE or RLIMIT_NICE); start Ray with RAY_worker_niceness=%d instead",
                     who, os.getpriority(os.PRIO_PROCESS, 0), target, refused, target)
     elif changed:
         log.info("%s threads=%d niceness=%d", who, changed, target)
-    return NicenessResult(target, changed, refused)
+    return NicenessResult(changed, refused)

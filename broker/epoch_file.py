@@ -17,8 +17,9 @@ backup_later=True)``) returns once the main file is durable and leaves the ``.ba
 ``write_backup()``, which the new master's IO thread runs next: its two fsyncs are off the
 failover's path. A crash in between leaves ``.bak`` one version behind the main file, which is
 what RocketMQ's ``.bak`` always is (it holds the previous content); the main file is read first.
-A read falls back to ``.bak`` when the main file is missing, zero-length or invalid.  Deliberate fix of quirk 18.8: an empty list is
-written too (``0\\n0\\n``) and a valid empty main file is believed, so truncating every entry sticks.
+A read falls back to ``.bak`` when the main file is missing, zero-length or invalid. Deliberate fix
+of quirk 18.8: an empty list is written too (``0\\n0\\n``) and a valid empty main file is believed,
+so truncating every entry sticks.
 
 A cache with ``path=None`` is a scratch cache (no IO), used for the master's entries in the HA
 handshake.  The pure text codec is ``encode_entries`` / ``decode_entries``.  File IO goes through

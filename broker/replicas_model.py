@@ -50,6 +50,10 @@ class ReplicasManagerConfig:
     process_niceness: int | None = key(0, "niceness the broker actor's process asks for at start (Ray "
                                           "starts workers at 15; none keeps Ray's)")
 
+    def __post_init__(self) -> None:
+        if self.process_niceness is not None and not -20 <= self.process_niceness <= 19:
+            raise ValueError("process_niceness must be within -20..19 (or none)")
+
 
 RoleChangeNotification = MasterInfo
 """NOTIFY_BROKER_ROLE_CHANGED (reference §5.5): the controller's view of the group, the one shape a

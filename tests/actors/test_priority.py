@@ -75,3 +75,13 @@ def test_a_cluster_s_broker_and_controller_processes_run_at_niceness_0(make_clus
         pid = ray.get(actor.pid.remote(), timeout=30)
         nice = collections.Counter(thread_niceness(pid).values())
         assert set(nice) == {0}, f"pid {pid}: threads by niceness {dict(nice)} (Ray starts workers at 15)"
+
+
+@pytest.mark.parametrize("section", ["broker", "controller"])
+def test_a_niceness_outside_the_kernel_s_range_is_a_config_error(section):
+    from rocketray.config import ConfigError, load_config
+
+    with pytest.raises((ConfigError, ValueError), match="process_niceness"):
+        cfg = load_config("default", {f"{section}.process_niceness": "40"})
+        cfg.controller_node_config().validate()      # the controller's own check (at its start)
+    assert load_config("default", {f"{section}.process_niceness": "none"}) is not None
