@@ -61,6 +61,10 @@ _SIZE = struct.Struct(">I")
 _PHYSICAL = struct.Struct(">q")
 
 
+def _base_offset(segment: Segment) -> int:
+    return segment.base_offset
+
+
 class StoreError(Exception):
     """A refused store operation (bad offset, non-boundary truncation, closed store)."""
 
@@ -105,7 +109,7 @@ class CommitLog:
         """The segment holding ``offset`` (``None`` outside ``[min, max)``)."""
         if not self.min_offset <= offset < self.max_offset:
             return None
-        idx = bisect.bisect_right([s.base_offset for s in self.segments], offset) - 1
+        idx = bisect.bisect_right(self.segments, offset, key=_base_offset) - 1
         return self.segments[idx]
 
     # ------------------------------------------------------------------ writing
@@ -295,7 +299,7 @@ class CommitLog:
         ``recovering``: segment sizes past ``offset`` are not trusted, the files are searched.
         """
         assert self.min_offset <= offset, (offset, self.min_offset)
-        idx = bisect.bisect_right([s.base_offset for s in self.segments], offset) - 1
+        idx = bisect.bisect_right(self.segments, offset, key=_base_offset) - 1
         removed = self._drop_after(idx, known=not recovering)
         seg = self.segments[idx]
         rel = offset - seg.base_offset

@@ -227,8 +227,8 @@ class Invariants(LossChecks):
                 confirm = b.store.confirm_offset
                 # async flush: a member that lost unflushed bytes acks less when it comes back; the
                 # confirm offset follows it down (what was read stays on the other members: 2)
-                lost = any(self.exempt(p) for p in brokers if p.id in b.master.view() and p is not b)
-                if confirm < self._confirms.get(key, confirm) and not lost:
+                if confirm < self._confirms.get(key, confirm) and \
+                        not any(self.exempt(p) for p in brokers if p.id in b.master.view() and p is not b):
                     raise Violation("confirm offset never goes back in a term",
                                     f"{b.name} epoch {b.ha_epoch}: {confirm} after {self._confirms[key]}")
                 self._confirms[key] = confirm
@@ -240,19 +240,20 @@ class Invariants(LossChecks):
             raise Violation("confirm offset within every counted member",
                             f"{group}: master {m.id} confirm {confirm} > its own durable end {self.durable_end(m)}")
         by_id = {b.id: b for b in brokers}
-        for member in m.master.view():
+        view = m.master.view()
+        for member in view:
             peer = by_id.get(member)
             if peer is None or peer is m or not peer.up or peer.store is None or self.exempt(peer):
                 continue
             if confirm > peer.store.max_offset and peer.slave is not None and peer.slave.master == m.name:
                 raise Violation("confirm offset within every counted member",
                                 f"{group}: master {m.id} confirm {confirm} > member {member} end "
-                                f"{peer.store.max_offset} (view {sorted(m.master.view())})")
+                                f"{peer.store.max_offset} (view {sorted(view)})")
             if not self.async_flush and confirm > self.durable_end(peer, confirm) and peer.slave is not None \
                     and peer.slave.master == m.name:
                 raise Violation("confirm offset within every counted member",
                                 f"{group}: master {m.id} confirm {confirm} > member {member} durable end "
-                                f"{self.durable_end(peer)} (view {sorted(m.master.view())})")
+                                f"{self.durable_end(peer)} (view {sorted(view)})")
         return m
 
     # -- offset commits (8, 9) ----------------------------------------------------------------------
