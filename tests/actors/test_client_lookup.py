@@ -45,6 +45,7 @@ def stand_in_cluster(controllers: list) -> SimpleNamespace:
 
 
 @pytest.mark.parametrize("watch_fires", [True, False])
+@pytest.mark.slow
 def test_a_lookup_answers_with_the_master_a_watch_names_while_it_waits(ray_local, watch_fires):
     lookup_s, watch_s = (3.0, 0.2) if watch_fires else (1.0, 60.0)   # 3 s: the lookup's own timeout
     controllers = [StandInController.remote(lookup_s, watch_s) for _ in range(3)]

@@ -66,6 +66,7 @@ def test_an_unprivileged_process_keeps_its_niceness_and_logs_the_remedy():
     assert "RAY_worker_niceness=0" in err, err
 
 
+@pytest.mark.slow
 def test_a_cluster_s_broker_and_controller_processes_run_at_niceness_0(make_cluster):
     cluster = make_cluster()
     cluster.wait_for_master("broker-a", 60)

@@ -56,6 +56,7 @@ def test_a_queue_found_at_start_keeps_its_entries_through_a_later_power_loss(see
     assert in_log == 2 and served == 2
 
 
+@pytest.mark.slow
 def test_trusting_the_name_found_at_start_loses_the_entries(monkeypatch):
     """The old rule (a name is synced only by the process that created it): on some seeds the power
     loss drops the name, and the queue serves nothing of what the log and the checkpoint hold."""
@@ -100,6 +101,7 @@ def test_a_topic_directory_found_at_start_keeps_its_queues_through_a_later_power
     assert in_log == 1 and served == 1
 
 
+@pytest.mark.slow
 def test_syncing_only_the_queue_directory_loses_a_topic_directory_a_killed_process_made(monkeypatch):
     """The old rule (a checkpoint fsyncs only the queue-id directory of a new queue file): on some
     seeds the power loss drops the topic directory, and the queue serves nothing of what the log and

@@ -149,6 +149,7 @@ def test_scenario_fails_with_the_old_rule(monkeypatch, name):
     assert any("VIOLATION" in line for line in r.trace), "the trace ends at the violation"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(n for n, s in SCENARIOS.items() if s.script is None))
 def test_random_search_of_the_profile_finds_the_old_rule(monkeypatch, name):
     """A pinned-seed scenario is not a lucky seed: the random search over its fault mix finds the
