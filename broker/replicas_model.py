@@ -15,7 +15,7 @@ from typing import Any, Awaitable, Callable, Mapping, Protocol
 from rocketray.broker.role import Lifecycle, MasterInfo, Role, RoleMachine
 from rocketray.controller.api import BrokerHeartbeatRequest, Response
 from rocketray.ha.port import HAPort
-from rocketray.schema import INT_MAX, key
+from rocketray.schema import INT_MAX, key, niceness_key, niceness_problem
 
 __all__ = ["State", "Role", "ControllerCallError", "ControllerClient", "EpochFileView", "HAFactory",
            "ReplicasManagerConfig", "RoleChangeNotification", "StorePort"]
@@ -47,12 +47,11 @@ class ReplicasManagerConfig:
     # Java: 5 s, with inner retries
     start_retry_interval_ms: int = key(1000, "between attempts to register and find a master", 200)
     # the process (actors/priority.py)
-    process_niceness: int | None = key(0, "niceness the broker actor's process asks for at start (Ray "
-                                          "starts workers at 15; none keeps Ray's)")
+    process_niceness: int | None = niceness_key("broker")
 
     def __post_init__(self) -> None:
-        if self.process_niceness is not None and not -20 <= self.process_niceness <= 19:
-            raise ValueError("process_niceness must be within -20..19 (or none)")
+        if (problem := niceness_problem(self.process_niceness)) is not None:
+            raise ValueError(problem)
 
 
 RoleChangeNotification = MasterInfo

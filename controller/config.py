@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from rocketray.schema import MIB, key
+from rocketray.schema import MIB, key, niceness_key, niceness_problem
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,8 +57,7 @@ class ControllerConfig:
     leader_fallback_timeout_ms: int = key(3000, "a leader without a majority this long steps down", 1500)
     commands_queue_size: int = key(100_000, "Raft commands queue bound")
     # -- the process (actors/priority.py) ------------------------------------------------------------
-    process_niceness: int | None = key(0, "niceness the controller actor's process asks for at start (Ray "
-                                          "starts workers at 15; none keeps Ray's)")
+    process_niceness: int | None = niceness_key("controller")
 
     def with_(self, **changes: Any) -> ControllerConfig:
         return replace(self, **changes)
@@ -86,8 +85,8 @@ class ControllerConfig:
             problems.append("consumer_heartbeat_timeout_ms must be positive")
         if self.elect_master_max_retry_count < 1:
             problems.append("elect_master_max_retry_count must be >= 1")
-        if self.process_niceness is not None and not -20 <= self.process_niceness <= 19:
-            problems.append("process_niceness must be within -20..19 (or none)")
+        if (problem := niceness_problem(self.process_niceness)) is not None:
+            problems.append(problem)
         if problems:
             raise ValueError("invalid ControllerConfig: " + "; ".join(problems))
 

@@ -32,3 +32,16 @@ def key(default: Any, meaning: str, fast: Any = None) -> Any:
 def internal(default: Any, why: str) -> Any:
     """A field of the dataclass that is not a configuration key (not settable from files or --set)."""
     return field(default=default, metadata={"internal": why})
+
+
+def niceness_key(actor: str) -> Any:
+    """``process_niceness`` of an actor's section (``actors/priority.py`` applies it at start)."""
+    return key(0, f"niceness the {actor} actor's process asks for at start (Ray starts workers at 15; "
+                  "none keeps Ray's)")
+
+
+def niceness_problem(value: int | None) -> str | None:
+    """Why ``value`` is not a ``process_niceness`` (Linux takes -20..19; None keeps Ray's), or None."""
+    if value is not None and not -20 <= value <= 19:
+        return "process_niceness must be within -20..19 (or none)"
+    return None
