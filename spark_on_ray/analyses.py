@@ -106,12 +106,16 @@ def masters_by_epoch(samples: DataFrame) -> DataFrame:
                  F.min("time_ms").alias("master_first_seen_ms")))
 
 
+def _elect_master_events(controller_events: DataFrame) -> DataFrame:
+    norm = F.regexp_replace(F.lower(F.col("type")), "[^a-z]", "")
+    return controller_events.where(norm.isin("electmasterevent", "electmaster"))
+
+
 def elections(controller_events: DataFrame) -> DataFrame:
     """ElectMaster events with the master epoch each one set: the ``master_epoch`` the controller
     logged after the event, else (records without it) the n-th event of a group sets epoch n
     (reference 3.4: every ElectMasterEvent bumps the epoch)."""
-    norm = F.regexp_replace(F.lower(F.col("type")), "[^a-z]", "")
-    ev = controller_events.where(norm.isin("electmasterevent", "electmaster"))
+    ev = _elect_master_events(controller_events)
     w = Window.partitionBy("broker_name").orderBy("index", "seq")
     counted = F.row_number().over(w).cast("long")
     return ev.select(F.col("broker_name").alias("group"), F.coalesce(F.col("master_epoch"), counted).alias("epoch"),
@@ -122,10 +126,15 @@ def elections(controller_events: DataFrame) -> DataFrame:
 def epoch_timeline(replicas: DataFrame, samples: DataFrame, controller_events: DataFrame) -> DataFrame:
     """Per group and epoch: master broker, start/end offsets, bytes, wall-clock start/end/duration.
 
-    Epochs are those in any replica's epoch file or seen in a sample. Offsets come from the
-    authoritative replica's entry (else the smallest start any replica recorded); the master is the
-    broker that sampled as master in that epoch (else the controller's elected broker). The epoch
-    starts when it is first seen (sample or election) and ends when the next one starts.
+    An epoch is a master term the controller elected: the ``(group, master_epoch)`` of an
+    ElectMasterEvent that elected a master. Every master epoch a replica records in its epoch file
+    or reports as master was so elected, so with the controller's whole event log the timeline has
+    exactly one row per such election (an event that logged its epoch); the epochs in the replicas'
+    epoch files and master samples count too, for a log with gaps or without logged epochs. Epoch 0 is no epoch: a replica reports it until it learns the
+    first one (a restarted broker between its identity and its registration). Offsets come from
+    the authoritative replica's entry (else the smallest start any replica recorded); the master is
+    the broker that sampled as master in that epoch (else the controller's elected broker). The
+    epoch starts when it is first seen (sample or election) and ends when the next one starts.
     """
     entries = epoch_entries(replicas)
     per_epoch = entries.groupBy("group", "epoch").agg(
@@ -133,8 +142,12 @@ def epoch_timeline(replicas: DataFrame, samples: DataFrame, controller_events: D
         F.countDistinct("start_offset").alias("distinct_start_offsets"))
     seen = (samples.groupBy("group", F.col("master_epoch").alias("epoch"))
             .agg(F.min("time_ms").alias("first_sample_ms")))
-    keys = per_epoch.select("group", "epoch").unionByName(seen.select("group", "epoch")).distinct()
-    keys = keys.where(F.col("epoch").isNotNull() & (F.col("epoch") >= 0))
+    elected = (_elect_master_events(controller_events)
+               .where(F.coalesce(F.col("new_master_elected"), F.lit(False)) & F.col("master_epoch").isNotNull())
+               .select(F.col("broker_name").alias("group"), F.col("master_epoch").alias("epoch")))
+    mastered = masters_by_epoch(samples).select("group", "epoch")
+    keys = per_epoch.select("group", "epoch").unionByName(mastered).unionByName(elected).distinct()
+    keys = keys.where(F.col("epoch").isNotNull() & (F.col("epoch") >= 1))
     ref = reference_entries(replicas)
     elect = elections(controller_events)
     t = (keys.join(per_epoch, ["group", "epoch"], "left").join(seen, ["group", "epoch"], "left")

@@ -47,6 +47,33 @@ def test_epoch_timeline_gives_master_offsets_bytes_and_durations_per_group(tiny,
     assert got[("b", 2)]["masters_seen"] == 2 and got[("b", 2)]["distinct_start_offsets"] == 2
 
 
+def test_epoch_timeline_counts_elected_epochs_and_never_epoch_zero(frame):
+    # A restarted replica reports master epoch 0 between reading its identity and its registration,
+    # and a slave reports epoch 5, which an election that found no master bumped to: neither is a
+    # master term (CI counted seven epochs of six). Epoch 3 was elected, but its master died before
+    # it wrote an entry or sampled as master: it is one. The timeline is exactly the elections.
+    reps = frame("replicas", [{"group": "g", "broker_id": b, "role": "MASTER" if b == 1 else "SLAVE",
+                               "master_epoch": 4, "epoch_entries": [[1, 0, 100], [2, 100, 300], [4, 300, 2**63 - 1]],
+                               "min_offset": 0, "max_offset": 400, "confirm_offset": 400} for b in (1, 2)])
+    samples = frame("samples", [
+        {"time_ms": 10, "group": "g", "broker_id": 1, "role": "MASTER", "master_epoch": 1, "max_offset": 50,
+         "confirm_offset": 50},
+        {"time_ms": 20, "group": "g", "broker_id": 2, "role": "NONE", "master_epoch": 0, "max_offset": 100,
+         "confirm_offset": 100},
+        {"time_ms": 30, "group": "g", "broker_id": 2, "role": "SLAVE", "master_epoch": 3, "max_offset": 300,
+         "confirm_offset": 300},
+        {"time_ms": 60, "group": "g", "broker_id": 2, "role": "SLAVE", "master_epoch": 5, "max_offset": 400,
+         "confirm_offset": 400},
+    ])
+    events = frame("controller_events", [
+        {"index": i, "seq": 0, "time_ms": 5 * i, "type": "ElectMasterEvent", "broker_name": "g",
+         "new_master_elected": elected, "new_master_broker_id": master, "master_epoch": epoch}
+        for i, (epoch, elected, master) in enumerate([(1, True, 1), (2, True, 2), (3, True, 2), (4, True, 1),
+                                                      (5, False, None)], start=1)])
+    got = rows(analyses.epoch_timeline(reps, samples, events), "group", "epoch", "master_broker_id")
+    assert got == [("g", 1, 1), ("g", 2, 2), ("g", 3, 2), ("g", 4, 1)]
+
+
 def test_split_brain_reports_an_epoch_with_two_starts_and_two_masters(tiny):
     # Group b's epoch 2 starts at 500 on broker 2 and at 600 on broker 1, and both sampled as master.
     found = rows(analyses.split_brain(tiny["replicas"], tiny["samples"]), "group", "epoch", "start_offsets",
