@@ -27,7 +27,9 @@ from typing import Callable
 from rocketray.config import load_config
 from rocketray.actors.controller_client import AsyncControllerClient
 from rocketray.actors.controller_session import ControllerSession
-from rocketray.actors.client_port import ClientPort
+from rocketray.actors.client_control import ClientControl
+from rocketray.actors.client_port import ClientPort, shared_secret_authenticator
+from rocketray.actors.remote import get_actor
 from rocketray.actors.priority import set_process_niceness
 from rocketray.actors.promotion_hold import PromotionHold
 from rocketray.actors.consumer_path import ConsumerPath
@@ -41,10 +43,15 @@ from rocketray.broker.replicas_manager import ReplicasManager, Role, State
 from rocketray.broker.role import MasterInfo, RoleMachine
 from rocketray.broker.pull import OffsetsResult, PullResult
 from rocketray.broker.store import MessageStore
+from rocketray.controller.api import GetSyncStateDataRequest
 from rocketray.controller.session import Hello
+from rocketray.credentials import member_credentials
 from rocketray.ha.ack import PutResult, PutStatus, refused
 from rocketray.ha.loop_monitor import LoopStallMonitor, OrderedIO
+from rocketray.ha.peers import RegisteredPeers
 from rocketray.ha.service import HAService
+from rocketray.links import MemberLinks
+from rocketray.tls import MemberCredentials
 
 log = logging.getLogger("rocketray.broker")
 
@@ -64,13 +71,17 @@ def _stored(m: Message, broker_id: int | None) -> StoredMessage:
 
 
 class BrokerService:
-    def __init__(self, spec: dict, group: str, replica: int):
+    def __init__(self, spec: dict, group: str, replica: int, credentials: MemberCredentials):
         configure_actor_logging()
         self._spec = ClusterSpec.from_dict(spec)
         self._group = group
         self._replica = replica
         self._me = next(b for b in self._spec.brokers_of(group) if b.replica == replica)
-        self._config = load_config(self._spec.profile, dict(self._spec.config_overrides), secret=self._spec.secret)
+        self._config = load_config(self._spec.profile, dict(self._spec.config_overrides))
+        credentials = member_credentials(credentials, self._config.tls, self._spec.broker_actor_name(group, replica))
+        self._links = MemberLinks(credentials, tls=self._config.tls.enabled,
+                                  preauth_timeout_ms=self._config.limits.preauth_timeout_ms)
+        self._credentials = credentials
         self.store = MessageStore(self._me.store_dir, self._config.store_config())
         # One ordered IO thread for this broker's blocking store work (HA appends, truncation,
         # epoch-file syncs, digest), and the worst event-loop stall since start (status()).
@@ -80,7 +91,7 @@ class BrokerService:
         # the session carries the heartbeats to the leader (Ray calls to every controller only
         # when the controllers have no session port)
         self.session = ControllerSession(
-            self._spec, self._session_hello,
+            self._spec, self._links, self._session_hello,
             lambda: controller_client.leader_address or self.manager.controller_leader_address,
             lambda: self.manager.sync_controller_metadata_once(),
             on_role=lambda info: self.manager.on_role_change(info))   # pushed on the session after an election
@@ -92,7 +103,7 @@ class BrokerService:
             controller_client=controller_client, store=self.store,
             identity=FileIdentityStore(self._me.store_dir), now_ms=now_ms, ha_factory=self._make_ha,
             controller_addresses=[c.raft_address for c in self._spec.controllers],
-            config=self._config.replicas_manager_config())
+            config=self._config.replicas_manager_config(), member=credentials.identity)
         # puts that arrive while this replica becomes master wait for its switch (actors/promotion_hold.py)
         self._hold: PromotionHold[tuple[EncodedBatch, Callable[[PutResult], object]]] = PromotionHold()
         self._hold_timer: asyncio.TimerHandle | None = None
@@ -119,7 +130,12 @@ class BrokerService:
     async def _serve_clients(self) -> None:
         """Serve producers and consumers on the client port (``actors/client_port.py``). A port that
         cannot be bound is logged and retried: clients fall back to Ray calls meanwhile."""
-        port = ClientPort(self, self._spec.secret, self._config.ha.ha_auth_timeout_ms)
+        access = await get_actor(self._spec, "registry").access.remote()
+        context = self._credentials.open_server_context() if self._config.tls.enabled else None
+        control = ClientControl(self._spec, self._controller_handles, self.manager.call_controller,
+                                self._config.to_dict()["client"])
+        port = ClientPort(self, shared_secret_authenticator(access.secret, self._config.limits.preauth_timeout_ms),
+                          context, self._config.limits, control)
         while True:
             try:
                 await port.start(self._me.host, self._me.client_port)
@@ -131,6 +147,16 @@ class BrokerService:
                           self._replica, self._me.client_port, exc)
                 await asyncio.sleep(1.0)
 
+    def _controller_handles(self) -> list:
+        """The controller actors that exist now (one killed for good is skipped)."""
+        handles = []
+        for c in self._spec.controllers:
+            try:
+                handles.append(get_actor(self._spec, self._spec.controller_actor_name(c.index)))
+            except ValueError:
+                continue
+        return handles
+
     def _session_hello(self) -> Hello | None:
         broker_id = self.manager.broker_id
         if broker_id is None:
@@ -138,11 +164,20 @@ class BrokerService:
         return Hello(self._spec.cluster_name, self._group, broker_id, self._me.ha_address)
 
     async def _make_ha(self, broker_id: int, roles: RoleMachine) -> HAService:
-        ha = HAService(self.store, broker_id, self._config.ha_config(), secret=self._spec.secret,
-                       io=self._io, roles=roles)
+        peers = RegisteredPeers(self._group, self._registered_members)
+        ha = HAService(self.store, broker_id, self._config.ha_config(), links=self._links, peers=peers,
+                       group=self._group, limits=self._config.limits, io=self._io, roles=roles)
         await ha.start(self._me.host, self._me.bind_port)
         self.ha = ha
         return ha
+
+    async def _registered_members(self, group: str) -> dict[int, str | None]:
+        """Broker id -> the member identity that registered it, for every replica of ``group``, from
+        the controller leader (the HA port admits a slave only under its own broker id)."""
+        resp = await self.manager.call_controller(GetSyncStateDataRequest((group,)))
+        table = (resp.body or {}).get("replicas_info_table", {}).get(group, {}) if resp.ok else {}
+        rows = table.get("in_sync_replicas", []) + table.get("not_in_sync_replicas", [])
+        return {int(r["broker_id"]): r.get("member") for r in rows}
 
     # --- data path ------------------------------------------------------------------------
     async def put(self, batch: EncodedBatch) -> PutResult:

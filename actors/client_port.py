@@ -1,19 +1,25 @@
-"""The broker actor's client port: producers and consumers over an authenticated socket, not Ray calls.
+"""The broker actor's client port: producers and consumers over TLS, not Ray calls.
 
 A RocketMQ broker serves clients on its remoting port; here each broker actor serves them on its own
 TCP port (``BrokerSpec.client_port``) from the same event loop that runs its store, HA service and
 controller loop, so a put or a pull costs one socket round trip instead of a Ray actor call. Ray
 still places, restarts and discovers the actors; this port only moves the bytes.
 
-Each connection first runs the mutual challenge/response with the cluster secret
-(``rocketray.auth``, ``CLIENT_LABEL``); then frames of ``rocketray.broker.client_wire``, handled
-in the transport's read event (``rocketray.direct_reads``: no loop pass between the socket and the
-frame). A put runs in that step (``put_start``: checked, appended and written to the slaves
-before the next frame is read, so puts are appended in arrival order) and its answer leaves from
-the event that decides it (the slaves' acks); a pull too (``pull_start``: answered at once, or
-from the step that confirms a message for it); every other request is served in a task of its
-own. Answers may leave out of order (a held pull never delays a put behind it). A frame that does
-not decode gets an ERROR frame and its connection is closed; nothing else is touched.
+The port is a border (``rocketray.border``): a connection is counted against the listener's and its
+address's limits from its accept; within ``limits.preauth_timeout_ms`` it completes TLS (the
+broker's member certificate; the client verifies it names a broker of the cluster it wants and
+presents none of its own) and authenticates its user (``ClientAuthenticator``); then frames of
+``rocketray.broker.client_wire``, handled in the transport's read event (``rocketray.direct_reads``:
+no loop pass between the socket and the frame). A put runs in that step (``put_start``: checked,
+appended and written to the slaves before the next frame is read, so puts are appended in arrival
+order) and its answer leaves from the event that decides it (the slaves' acks); a pull too
+(``pull_start``: answered at once, or from the step that confirms a message for it); every other
+request is served in a task of its own. Answers may leave out of order (a held pull never delays a
+put behind it). A connection may have ``limits.max_inflight_requests`` requests in service and a
+bounded amount of unsent answers (``rocketray.border.flow_decision``): beyond them it stops reading,
+and a peer that does not read its answers for ``limits.write_deadline_ms`` is disconnected as a slow
+consumer. A frame that does not decode gets an ERROR frame and its connection is closed; nothing
+else is touched.
 """
 
 from __future__ import annotations
@@ -21,16 +27,25 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import ssl
+import time
+from dataclasses import dataclass
 from typing import Callable, Protocol
 
-from rocketray.auth import CLIENT_LABEL, AuthError, authenticate
+from rocketray.border import Border, Flow, LimitsConfig, flow_decision, install_accept_error_filter
 from rocketray.broker.batch import EncodedBatch
+from rocketray.broker.client_control import (Metadata, decode_control, decode_watch, encode_control_answer,
+                                             encode_metadata, encode_watch_answer)
 from rocketray.broker.client_wire import (Frame, FrameDecoder, FrameType, WireError, answer_type, encode_frame,
                                           decode_put_request, encode_offsets_answer, encode_pull_answer,
                                           encode_put_answer, pack, unpack)
 from rocketray.broker.pull import OffsetsResult, PullResult
+from rocketray.controller.api import Response
 from rocketray.direct_reads import DirectReads
+from rocketray.listener import start_listener
 from rocketray.ha.ack import PutResult
+
+__all__ = ["ClientPort", "ClientEndpoints", "ClientAuthenticator", "Principal", "shared_secret_authenticator"]
 
 log = logging.getLogger("rocketray.broker")
 
@@ -52,23 +67,116 @@ class ClientEndpoints(Protocol):
     async def queue_max_offsets(self, queues: list[tuple[str, int]]) -> tuple[tuple[str, int, int], ...]: ...
 
 
+class ControlEndpoints(Protocol):
+    """What the port's control frames ask (``actors/client_control.ClientControl``)."""
+
+    async def metadata(self) -> Metadata: ...
+
+    async def watch(self, group: str, known_epoch: int, wait_ms: int) -> tuple[int, int | None]: ...
+
+    async def control(self, request: object) -> Response: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who a client connection authenticated as."""
+
+    user: str
+    superuser: bool = False
+
+
+class ClientAuthenticator(Protocol):
+    """Authenticates a user on a new connection (after TLS); raises on failure (the connection is
+    then closed). Returns the principal and the bytes that arrived after the exchange."""
+
+    async def __call__(self, reader: asyncio.StreamReader,
+                       writer: asyncio.StreamWriter) -> tuple[Principal, bytes]: ...
+
+
+class _Flow:
+    """One connection's requests in service and unsent answers (``rocketray.border.flow_decision``)."""
+
+    __slots__ = ("_transport", "_limits", "_on_close", "inflight", "_paused", "_stalled_since", "_timer", "closed")
+
+    def __init__(self, transport: asyncio.Transport, limits: LimitsConfig, on_close: Callable[[str], None]) -> None:
+        self._transport = transport
+        self._limits = limits
+        self._on_close = on_close
+        self.inflight = 0
+        self._paused = False
+        self._stalled_since: float | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self.closed = False
+
+    def started(self) -> None:
+        self.inflight += 1
+        self.check()
+
+    def finished(self) -> None:
+        self.inflight -= 1
+        self.check()
+
+    def check(self) -> None:
+        if self.closed:
+            return
+        unsent = self._transport.get_write_buffer_size()
+        now = time.monotonic()
+        if unsent > self._limits.max_unsent_bytes // 4:
+            if self._stalled_since is None:
+                self._stalled_since = now
+        else:
+            self._stalled_since = None
+        stalled_ms = 0.0 if self._stalled_since is None else (now - self._stalled_since) * 1000
+        decision = flow_decision(unsent, self.inflight, stalled_ms, self._limits)
+        if decision is Flow.CLOSE:
+            self.closed = True
+            self._on_close(f"slow consumer: {unsent} bytes of answers unread for {stalled_ms:.0f} ms")
+            return
+        paused = decision is Flow.PAUSE
+        if paused != self._paused:
+            self._paused = paused
+            (self._transport.pause_reading if paused else self._transport.resume_reading)()
+        if self._stalled_since is not None and self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(self._limits.write_deadline_ms / 4000, self._recheck)
+
+    def _recheck(self) -> None:
+        self._timer = None
+        self.check()
+
+    def stop(self) -> None:
+        self.closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+
+
 class ClientPort:
     """An asyncio server of client frames for one broker (see the module docstring)."""
 
-    def __init__(self, endpoints: ClientEndpoints, secret: str | bytes, auth_timeout_ms: int = 5000) -> None:
-        if not secret:
-            raise ValueError("the client port needs the cluster secret")
+    def __init__(self, endpoints: ClientEndpoints, authenticate: ClientAuthenticator,
+                 server_context: ssl.SSLContext | None, limits: LimitsConfig = LimitsConfig(),
+                 control: ControlEndpoints | None = None) -> None:
+        """``server_context``: the broker's TLS context for clients (None: plain TCP, development);
+        ``control``: who answers METADATA, WATCH and CONTROL (None: those frames are refused)."""
         self._endpoints = endpoints
-        self._secret = secret
-        self._auth_timeout_ms = auth_timeout_ms
+        self._control = control
+        self._authenticate = authenticate
+        self._context = server_context
+        self._limits = limits
+        self.border = Border("client port", limits, log)
         self._server: asyncio.AbstractServer | None = None
         self._tasks: set[asyncio.Task] = set()
         self.rejected = 0
+        self.slow_consumers = 0
         self.port = 0
 
     async def start(self, host: str, port: int) -> int:
-        self._server = await asyncio.start_server(self._on_accept, host, port, limit=READ_CHUNK)
+        install_accept_error_filter(asyncio.get_running_loop(), self._limits.log_interval_ms, log)
+        self._server = await start_listener(self._connection, host, port, border=self.border,
+                                            ssl_context=self._context,
+                                            handshake_timeout_s=self._limits.preauth_timeout_ms / 1000,
+                                            limit=READ_CHUNK)
         self.port = self._server.sockets[0].getsockname()[1]
+        self.border.name = f"client port {host}:{self.port}"
         return self.port
 
     async def close(self) -> None:
@@ -77,20 +185,30 @@ class ClientPort:
         for task in list(self._tasks):
             task.cancel()
 
-    async def _on_accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
         sock = writer.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
-            leftover = await authenticate(reader, writer, "server", self._secret, self._auth_timeout_ms, CLIENT_LABEL)
-        except (AuthError, asyncio.TimeoutError, asyncio.IncompleteReadError, ConnectionError) as exc:
+            principal, leftover = await asyncio.wait_for(self._authenticate(reader, writer),
+                                                         self._limits.preauth_timeout_ms / 1000)
+        except (Exception, asyncio.TimeoutError) as exc:  # noqa: BLE001 - any failure closes this connection only
             self.rejected += 1
-            log.warning("client port: dropping unauthenticated peer %s: %s", peer, exc)
+            reason = "timed out" if isinstance(exc, asyncio.TimeoutError) else f"{type(exc).__name__}: {exc}"
+            self.border.log.log(logging.WARNING, "unauthenticated",
+                                "client port: dropping unauthenticated peer %s: %s", peer, reason)
             writer.close()
             return
         decoder = FrameDecoder()
         loop = asyncio.get_running_loop()
+
+        def slow(reason: str) -> None:
+            self.slow_consumers += 1
+            log.warning("client port: closing %s (user %s): %s", peer, principal.user, reason)
+            writer.transport.abort()
+
+        flow = _Flow(writer.transport, self._limits, slow)
 
         def on_data(data: bytes) -> None:
             """Every whole frame, in the transport's read event: a put or a pull is started in this
@@ -100,11 +218,12 @@ class ClientPort:
                 for frame in decoder.feed(data):
                     request_id = frame.request_id
                     if frame.type is FrameType.PUT:
-                        self._put(frame, writer)
+                        self._put(frame, writer, flow)
                     elif frame.type is FrameType.PULL:
-                        self._pull(frame, writer)
+                        self._pull(frame, writer, flow)
                     else:
-                        task = loop.create_task(self._serve(frame, writer))
+                        flow.started()
+                        task = loop.create_task(self._serve(frame, writer, flow))
                         self._tasks.add(task)
                         task.add_done_callback(self._tasks.discard)
                     request_id = 0      # a frame that does not decode has no id of its own
@@ -113,11 +232,12 @@ class ClientPort:
 
         try:
             error = await DirectReads(reader, writer, on_data, leftover).closed
-            if error is not None and not isinstance(error, ConnectionError):
+            if error is not None and not isinstance(error, (ConnectionError, ssl.SSLError)):
                 log.error("client port: connection from %s failed: %r", peer, error)
         except asyncio.CancelledError:
             pass
         finally:
+            flow.stop()
             if not writer.is_closing():
                 writer.close()
 
@@ -127,21 +247,27 @@ class ClientPort:
             writer.writelines(encode_frame(FrameType.ERROR, request_id, pack([1, str(exc)])))
             writer.close()
 
-    def _put(self, frame: Frame, writer: asyncio.StreamWriter) -> None:
+    @staticmethod
+    def _write(writer: asyncio.StreamWriter, flow: _Flow, buffers: list[bytes | memoryview]) -> None:
+        if not writer.is_closing():
+            writer.writelines(buffers)
+        flow.finished()
+
+    def _put(self, frame: Frame, writer: asyncio.StreamWriter, flow: _Flow) -> None:
         """A put in the read loop's own step, no task: appended (and sent to the slaves) before the
         next frame is read, answered from the event that decides it. Raises WireError."""
         request_id = frame.request_id
         count, data = decode_put_request(frame.body)
+        flow.started()
 
         def answer(result: PutResult) -> None:
-            if not writer.is_closing():
-                writer.writelines(encode_frame(FrameType.PUT_ANSWER, request_id, encode_put_answer(result)))
+            self._write(writer, flow, encode_frame(FrameType.PUT_ANSWER, request_id, encode_put_answer(result)))
 
         refusal = self._endpoints.put_start(EncodedBatch(data, count), answer)
         if refusal is not None:
             answer(refusal)
 
-    def _pull(self, frame: Frame, writer: asyncio.StreamWriter) -> None:
+    def _pull(self, frame: Frame, writer: asyncio.StreamWriter, flow: _Flow) -> None:
         """A pull in the read loop's own step, no task: answered now, or held and answered from the
         step that confirms a message for it (``ConsumerPath.pull_start``). Raises WireError."""
         request_id = frame.request_id
@@ -150,23 +276,23 @@ class ClientPort:
                 and all(isinstance(a, int) and not isinstance(a, bool) for a in args[1:6])
                 and (args[6] is None or isinstance(args[6], str))):
             raise WireError("pull: expected [topic, queue_id, offset, max_count, max_bytes, hold_ms, group]")
+        flow.started()
 
         def answer(result: PullResult) -> None:
-            if not writer.is_closing():
-                writer.writelines(encode_frame(FrameType.PULL_ANSWER, request_id, *encode_pull_answer(result)))
+            self._write(writer, flow, encode_frame(FrameType.PULL_ANSWER, request_id, *encode_pull_answer(result)))
 
         now = self._endpoints.pull_start(*args, answer)
         if now is not None:
             answer(now)
 
-    async def _serve(self, frame: Frame, writer: asyncio.StreamWriter) -> None:
+    async def _serve(self, frame: Frame, writer: asyncio.StreamWriter, flow: _Flow) -> None:
         try:
             body = await self._answer(frame)
         except WireError as exc:
+            flow.finished()
             self._refuse(writer, frame.request_id, exc, writer.get_extra_info("peername"))
             return
-        if not writer.is_closing():
-            writer.writelines(encode_frame(answer_type(frame.type), frame.request_id, *body))
+        self._write(writer, flow, encode_frame(answer_type(frame.type), frame.request_id, *body))
 
     async def _answer(self, frame: Frame) -> list[bytes]:
         e = self._endpoints
@@ -185,6 +311,13 @@ class ClientPort:
             if not isinstance(queues, list) or not all(isinstance(q, list) and len(q) == 2 for q in queues):
                 raise WireError("queue max: expected [[topic, queue_id], ...]")
             return [pack([list(r) for r in await e.queue_max_offsets([(str(t), int(q)) for t, q in queues])])]
+        control = self._control
+        if control is not None and frame.type is FrameType.METADATA:
+            return [encode_metadata(await control.metadata())]
+        if control is not None and frame.type is FrameType.WATCH:
+            return [encode_watch_answer(*await control.watch(*decode_watch(frame.body)))]
+        if control is not None and frame.type is FrameType.CONTROL:
+            return [encode_control_answer(await control.control(decode_control(frame.body)))]
         raise WireError(f"{frame.type.name} is not a request")
 
 
@@ -192,4 +325,16 @@ def _pair(value: object, what: str) -> tuple:
     if not (isinstance(value, list) and len(value) == 2):
         raise WireError(f"{what}: expected a pair")
     return value[0], value[1]
+
+
+def shared_secret_authenticator(secret: str, timeout_ms: int) -> ClientAuthenticator:
+    """Every client proves the one client secret (``rocketray.auth`` under ``CLIENT_LABEL``)."""
+    from rocketray.auth import CLIENT_LABEL, authenticate
+
+    async def run(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> tuple[Principal, bytes]:
+        leftover = await authenticate(reader, writer, "server", secret, timeout_ms, CLIENT_LABEL)
+        return Principal("client", superuser=True), leftover
+
+    return run
+
 

@@ -1,9 +1,11 @@
 """Start, connect to, inspect and stop a rocketray cluster on the current Ray.
 
-``start_cluster`` decides a :class:`~actors.spec.ClusterSpec` (ports, secret,
-node placement, store directories), starts a registry actor, the controllers
-and the brokers as named detached actors in the namespace ``rocketray-<name>``,
-and waits until the controllers have a leader and every group has a master.
+``start_cluster`` decides a :class:`~rocketray.spec.ClusterSpec` (ports, node
+placement, store directories) and the members' credentials
+(``rocketray.credentials``: the cluster CA, each member's certificate, the members'
+secret), starts a registry actor, the controllers and the brokers as named
+detached actors in the namespace ``rocketray-<name>``, and waits until the
+controllers have a leader and every group has a master.
 ``connect(name)`` rebuilds a :class:`Cluster` handle from the registry, so a
 second driver (``ray job submit``, ``rocketray status``) can drive the same
 cluster. Killing is done the way a user would: ``ray.kill(actor,
@@ -23,8 +25,12 @@ import ray
 
 from rocketray import ports, waiting
 from rocketray.actors import remote
+from rocketray.actors.remote import DriverAccess
 from rocketray.actors.views import BrokerStatus, ControllerMetadata, to_json
+from rocketray.config import load_config
+from rocketray.credentials import ClusterCredentials
 from rocketray.spec import BrokerSpec, ClusterSpec, ControllerSpec
+from rocketray.tls import MemberCredentials
 
 log = logging.getLogger(__name__)
 
@@ -134,11 +140,44 @@ wait_for = functools.partial(waiting.wait_for, error=ClusterError)  # rocketray.
 
 
 class Cluster:
-    """A handle on a running cluster: actors by role, status, kills, teardown."""
+    """A handle on a running cluster: actors by role, status, kills, teardown.
 
-    def __init__(self, spec: ClusterSpec):
+    ``access`` is what this driver uses on the client ports (``remote.DriverAccess``);
+    ``credentials`` the members' credentials, held only by the handle of the process that started
+    the cluster (``start_cluster``), which alone can start a member again by hand."""
+
+    def __init__(self, spec: ClusterSpec, access: DriverAccess, credentials: ClusterCredentials | None = None):
         self.spec = spec
+        self.access = access
+        self._credentials = credentials
         self._controller_client = None   # created on first use (actors/controller_client.py)
+
+    # --- members --------------------------------------------------------------------------
+    def _member_credentials(self, identity) -> MemberCredentials:
+        if self._credentials is None:
+            raise ClusterError("only the process that started the cluster holds the members' credentials; "
+                               "a member killed for good cannot be started from this driver")
+        return self._credentials.member(identity, self.spec.member_hosts(identity))
+
+    @property
+    def member_secret(self) -> str:
+        """The members' secret (only on the handle that started the cluster: see ``_member_credentials``)."""
+        if self._credentials is None:
+            raise ClusterError("only the process that started the cluster holds the members' credentials")
+        return self._credentials.secret
+
+    def start_controller(self, index: int):
+        """Start controller ``index`` (after ``ray.kill(..., no_restart=True)``)."""
+        from rocketray.identity import Identity
+
+        return remote.start_controller(self.spec, index, self._member_credentials(
+            Identity.controller(self.spec.name, index)))
+
+    def start_broker(self, group: str, replica: int, spec: ClusterSpec | None = None):
+        """Start replica ``replica`` of ``group`` (after ``ray.kill(..., no_restart=True)``), with
+        ``spec`` if given (e.g. the replica moved to another port)."""
+        return remote.start_broker(spec or self.spec, group, replica,
+                                   self._member_credentials(self.spec.broker_identity(group, replica)))
 
     # --- actors -------------------------------------------------------------------------
     def controller(self, index: int):
@@ -351,20 +390,27 @@ def start_cluster(name: str = DEFAULT_NAME, *, controllers: int = 3, groups: int
         pass
     spec = plan_cluster(name, controllers=controllers, groups=groups, replicas=replicas,
                         data_dir=data_dir, profile=profile, overrides=overrides, ha_proxy=ha_proxy)
+    tls = load_config(profile, dict(spec.config_overrides)).tls
+    if not tls.enabled:
+        log.warning("cluster %s starts WITHOUT TLS (tls.enabled=false, development only): every port, "
+                    "the client ports included, carries data and credentials' proofs in plain text", name)
     for c in spec.controllers:
         Path(c.store_dir).mkdir(parents=True, exist_ok=True)
     for b in spec.brokers:
         Path(b.store_dir).mkdir(parents=True, exist_ok=True)
-    remote.start_registry(spec)
+    credentials = ClusterCredentials.create(spec.name, tls, Path(spec.data_dir) / "tls")
+    access = DriverAccess(credentials.client_trust if tls.enabled else None, user="client",
+                          secret=credentials.client_secret)
+    remote.start_registry(spec, access)
+    cluster = Cluster(spec, access, credentials)
     for c in spec.controllers:
-        remote.start_controller(spec, c.index)
-    cluster = Cluster(spec)
+        cluster.start_controller(c.index)
     if wait:
         cluster.wait_for_leader(timeout_s)
     if before_brokers is not None:
         before_brokers(spec)
     for b in spec.brokers:
-        remote.start_broker(spec, b.group, b.replica)
+        cluster.start_broker(b.group, b.replica)
     if wait:
         cluster.wait_for_masters(timeout_s)
     return cluster
@@ -376,5 +422,6 @@ def connect(name: str = DEFAULT_NAME) -> Cluster:
         registry = ray.get_actor("registry", namespace=f"rocketray-{name}")
     except ValueError as exc:
         raise ClusterError(f"no rocketray cluster named {name!r} is running on this Ray") from exc
-    return Cluster(ClusterSpec.from_dict(ray.get(registry.spec.remote(), timeout=30)))
+    spec, access = ray.get([registry.spec.remote(), registry.access.remote()], timeout=30)
+    return Cluster(ClusterSpec.from_dict(spec), access)
 

@@ -34,7 +34,11 @@ from rocketray.controller.headers import (AlterSyncStateSetResponseHeader, Contr
                                           CreateTopicResponseHeader, ElectMasterResponseHeader)
 from rocketray.controller.leadership import LeaderStatus
 from rocketray.controller.node import ControllerNode
-from rocketray.controller.session import LeaderSessionGrace, masters_without_session
+from rocketray.controller.session import Hello, LeaderSessionGrace, hello_problem, masters_without_session
+from rocketray.credentials import member_credentials
+from rocketray.identity import Identity
+from rocketray.links import MemberLinks
+from rocketray.tls import MemberCredentials
 from rocketray.controller.session_server import SessionServer
 from rocketray.controller.notify import ElectionTrigger, RoleChangeNotice
 
@@ -64,11 +68,14 @@ def now_ms() -> int:
 
 
 class ControllerService:
-    def __init__(self, spec: dict, index: int):
+    def __init__(self, spec: dict, index: int, credentials: MemberCredentials):
         configure_actor_logging()
         self._spec = ClusterSpec.from_dict(spec)
         self._index = index
         self._config = load_config(self._spec.profile, dict(self._spec.config_overrides))
+        credentials = member_credentials(credentials, self._config.tls, self._spec.controller_actor_name(index))
+        links = MemberLinks(credentials, tls=self._config.tls.enabled,
+                            preauth_timeout_ms=self._config.limits.preauth_timeout_ms)
         me = self._spec.controllers[index]
         peers = [c.raft_address for c in self._spec.controllers if c.index != index]
         self._properties = os.path.join(me.store_dir, config_update.PROPERTIES_FILE)
@@ -80,17 +87,19 @@ class ControllerService:
         self._metrics = ControllerMetrics(self._spec.name, index, on_error=lambda name, exc: log.warning(
             "metrics disabled after error metric=%s error=%r", name, exc))
         self._node = ControllerNode(me.raft_address, peers, me.store_dir, node_config,
-                                    self._spec.secret, on_role_changed=self._on_role_changed)
+                                    credentials.secret, on_role_changed=self._on_role_changed)
         # Brokers' session connections: a broker whose process dies is noticed when the kernel
         # closes its connection, not a heartbeat timeout later (rocketray.controller.session).
         self._sessions: SessionServer | None = None
         if me.session_port is not None:
             try:
                 # heartbeats ride the sessions (acked on them): a node's rows are its sessions' brokers
-                self._sessions = SessionServer(me.host, me.session_port, self._spec.secret,
+                self._sessions = SessionServer(me.host, me.session_port, links,
                                                self._node.on_broker_session_closed,
                                                on_heartbeat=self._node.heartbeat,
-                                               on_moved=self._node.forget_broker).start()
+                                               on_moved=self._node.forget_broker,
+                                               hello_problem=self._hello_problem,
+                                               limits=self._config.limits).start()
             except OSError as exc:  # not fatal: heartbeat expiry still finds dead brokers
                 log.error("controller session listener not started index=%d port=%d: %r", index,
                           me.session_port, exc)
@@ -106,6 +115,11 @@ class ControllerService:
         log.info("controller started index=%d raft=%s pid=%d", index, me.raft_address, os.getpid())
         # Ray started this process at nice 15: a server's every hand-off would wait (actors/priority.py)
         set_process_niceness(node_config.process_niceness, f"controller {index}")
+
+    def _hello_problem(self, hello: Hello, peer: Identity | None) -> str | None:
+        """Why ``peer`` may not open ``hello``'s session (``session.hello_problem`` on this node's
+        applied registrations), or None."""
+        return hello_problem(hello, peer, self._spec.cluster_name, self._node.registration)
 
     # --- API called through Ray ----------------------------------------------------------
     def handle(self, request, term: int | None = None) -> Response:

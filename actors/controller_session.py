@@ -1,7 +1,8 @@
 """The broker's session connection to the controller leader (``rocketray.controller.session``).
 
 A task on the broker actor's event loop. Once the broker has its id and knows the controller leader,
-it connects to that controller's session port, authenticates with the cluster secret and sends its
+it connects to that controller's session port, authenticates as a member (``rocketray.links``: TLS with
+its certificate, checking the controller's, then the members' secret) and sends its
 hello with its newest heartbeat; then every heartbeat of the broker (``heartbeat``, called by the
 ReplicasManager every ``broker_heartbeat_interval_ms``) is a frame on this connection, acked by the
 controller: liveness goes only to the leader the broker follows, as RocketMQ's broker heartbeats on
@@ -29,10 +30,11 @@ import logging
 import time
 from typing import Any, Awaitable, Callable
 
-from rocketray.auth import SESSION_LABEL, AuthError, authenticate
+from rocketray.auth import SESSION_LABEL
 from rocketray.controller.api import BrokerHeartbeatRequest, MasterInfo
 from rocketray.controller.session import (Ack, ControllerFrameDecoder, Hello, SessionProtocolError, encode_bye,
                                           encode_heartbeat, encode_hello, heartbeat_of)
+from rocketray.links import LinkRefused, MemberLinks
 from rocketray.spec import ClusterSpec
 
 log = logging.getLogger("rocketray.broker.session")
@@ -54,16 +56,16 @@ class ControllerSession:
     of the controller it believes leads, ``refresh_leader()`` looks the leader up again, ``on_role(info)``
     takes a role-change notification that came on the session."""
 
-    def __init__(self, spec: ClusterSpec, hello_of: Callable[[], Hello | None], leader_of: Callable[[], str | None],
-                 refresh_leader: Callable[[], Awaitable[object]], auth_timeout_ms: int = 5000, *,
+    def __init__(self, spec: ClusterSpec, links: MemberLinks, hello_of: Callable[[], Hello | None],
+                 leader_of: Callable[[], str | None], refresh_leader: Callable[[], Awaitable[object]], *,
                  on_role: Callable[[MasterInfo], Awaitable[Any]] | None = None) -> None:
         self._spec = spec
+        self._links = links
         self._hello_of = hello_of
         self._leader_of = leader_of
         self._refresh_leader = refresh_leader
         self._on_role = on_role
         self._role_tasks: set[asyncio.Task] = set()
-        self._auth_timeout_ms = auth_timeout_ms
         self._task: asyncio.Task | None = None
         self.connected_to: str | None = None   # raft address of the controller holding the session
         self._latest: BrokerHeartbeatRequest | None = None     # the newest heartbeat, sent on every hello
@@ -121,7 +123,7 @@ class ControllerSession:
                 continue
             try:
                 held = await self._hold(target)
-            except (OSError, AuthError, asyncio.TimeoutError) as exc:
+            except (OSError, LinkRefused, asyncio.TimeoutError) as exc:
                 log.info("controller session to %s failed: %r", target[0], exc)
                 held = False
             except Exception:  # noqa: BLE001 - a shell: log and keep trying
@@ -153,9 +155,10 @@ class ControllerSession:
         """Open the session and hold it. True: it moved on purpose (bye sent); False: the controller
         end closed it (or sent bytes that are not acks)."""
         leader, host, port, hello = target
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), CONNECT_TIMEOUT_S)
+        reader, writer, member = await self._links.connect(host, port, SESSION_LABEL)
         try:
-            await authenticate(reader, writer, "client", self._spec.secret, self._auth_timeout_ms, SESSION_LABEL)
+            if member.identity is not None and member.identity != self._spec.controller_identity(leader):
+                raise LinkRefused(f"{host}:{port} is {member.identity}, not the controller at {leader}")
             writer.write(encode_hello(hello))
             self._send_heartbeat(hello, writer)
             await writer.drain()

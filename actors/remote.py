@@ -11,22 +11,41 @@ finds its store directory where it left it.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, field
 from typing import Any
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from rocketray.spec import ClusterSpec
+from rocketray.tls import ClientTrust, MemberCredentials
+
+
+@dataclass(frozen=True)
+class DriverAccess:
+    """What a Ray driver (an operator: Ray trusts every driver with the whole cluster) gets to reach
+    the client ports: the CA to verify brokers by (None when TLS is off) and the operator user's
+    credential (a user, never a member: it opens no member port)."""
+
+    trust: ClientTrust | None
+    user: str | None = None
+    secret: str | None = field(default=None, repr=False)
 
 
 class Registry:
-    """A tiny named actor holding a cluster's spec, so any driver can ``connect`` by name."""
+    """A tiny named actor holding what every Ray driver of a cluster may know, so any driver can
+    ``connect`` by name: the public spec and the operator's client access (the CA to trust and
+    the operator user's credential). Never the members' credentials."""
 
-    def __init__(self, spec: dict):
+    def __init__(self, spec: dict, access: DriverAccess):
         self._spec = spec
+        self._access = access
 
     def spec(self) -> dict:
         return self._spec
+
+    def access(self) -> DriverAccess:
+        return self._access
 
     def pid(self) -> int:
         return os.getpid()
@@ -53,8 +72,8 @@ def _common(spec: ClusterSpec, name: str) -> dict[str, Any]:
     }
 
 
-def start_registry(spec: ClusterSpec):
-    return ray.remote(Registry).options(**_common(spec, "registry")).remote(spec.to_dict())
+def start_registry(spec: ClusterSpec, access: DriverAccess):
+    return ray.remote(Registry).options(**_common(spec, "registry")).remote(spec.to_dict(), access)
 
 
 def controller_options(spec: ClusterSpec, index: int) -> dict[str, Any]:
@@ -69,13 +88,16 @@ def controller_options(spec: ClusterSpec, index: int) -> dict[str, Any]:
             "concurrency_groups": {NONBLOCKING_GROUP: NONBLOCKING_THREADS, WATCH_GROUP: WATCH_THREADS}}
 
 
-def start_controller(spec: ClusterSpec, index: int):
+def start_controller(spec: ClusterSpec, index: int, credentials: MemberCredentials):
+    """Start controller ``index`` with its member credentials (an actor argument: Ray hands the same
+    to every restart; never in the spec the registry gives drivers)."""
     from rocketray.actors.controller_service import ControllerService
 
     options = controller_options(spec, index)
     # Ray accepts concurrency_groups only in ray.remote(...), not in .options().
     groups = options.pop("concurrency_groups")
-    return ray.remote(concurrency_groups=groups)(ControllerService).options(**options).remote(spec.to_dict(), index)
+    return ray.remote(concurrency_groups=groups)(ControllerService).options(**options).remote(
+        spec.to_dict(), index, credentials)
 
 
 #: Calls a broker actor runs at once: consumers' held pulls wait on its event loop, one per queue a
@@ -83,13 +105,14 @@ def start_controller(spec: ClusterSpec, index: int):
 BROKER_MAX_CONCURRENCY = 1024
 
 
-def start_broker(spec: ClusterSpec, group: str, replica: int):
+def start_broker(spec: ClusterSpec, group: str, replica: int, credentials: MemberCredentials):
+    """Start replica ``replica`` of ``group`` with its member credentials (see ``start_controller``)."""
     from rocketray.actors.broker_service import BrokerService
 
     b = next(x for x in spec.brokers_of(group) if x.replica == replica)
     options = {**_common(spec, spec.broker_actor_name(group, replica)), **_placement(b.node_id, b.node_resource),
                "max_concurrency": BROKER_MAX_CONCURRENCY}
-    return ray.remote(BrokerService).options(**options).remote(spec.to_dict(), group, replica)
+    return ray.remote(BrokerService).options(**options).remote(spec.to_dict(), group, replica, credentials)
 
 
 def get_actor(spec: ClusterSpec, name: str):

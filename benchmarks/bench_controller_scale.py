@@ -127,24 +127,34 @@ def _cpu_s(pid: int) -> float:
     return t.user + t.system
 
 
-def _start_controllers(name: str, profile: str, data_dir: str, renice: bool):
+def _start_controllers(name: str, profile: str, data_dir: str, renice: bool, groups: int):
+    """Three controllers whose spec names the fleet's replicas (``fleet_brokers``), and the members'
+    credentials the fleet needs (the CA and the secret, as the ``setup`` command's ``ca``)."""
     import ray
 
+    from controller_scale_fleet import fleet_brokers
     from rocketray.actors import remote
     from rocketray.actors.cluster import Cluster, plan_cluster
+    from rocketray.config import load_config
+    from rocketray.credentials import ClusterCredentials
 
     overrides = {} if renice else {"controller.process_niceness": "none"}   # see the module docstring
     spec = plan_cluster(name, controllers=3, groups=1, replicas=1, data_dir=data_dir, profile=profile,
                         overrides=overrides)
-    spec = dataclasses.replace(spec, brokers=())   # the brokers are the fleet's heartbeaters
+    spec = dataclasses.replace(spec, brokers=fleet_brokers(groups, 3))   # the fleet's heartbeaters
     for c in spec.controllers:
         Path(c.store_dir).mkdir(parents=True, exist_ok=True)
-    remote.start_registry(spec)
-    handles = [remote.start_controller(spec, c.index) for c in spec.controllers]
+    credentials = ClusterCredentials.create(spec.name, load_config(profile, overrides).tls)
+    access = remote.DriverAccess(credentials.client_trust)
+    remote.start_registry(spec, access)
+    cluster = Cluster(spec, access, credentials)
+    handles = [cluster.start_controller(c.index) for c in spec.controllers]
     pids = [ray.get(h.pid.remote(), timeout=120) for h in handles]
-    cluster = Cluster(spec)
     cluster.wait_for_leader(120)
-    return cluster, pids
+    assert credentials.ca is not None
+    ca = {"cert": credentials.ca.cert_pem.decode(), "key": credentials.ca.key_pem.decode(),
+          "secret": credentials.secret}
+    return cluster, pids, ca
 
 
 def _leader(cluster) -> tuple[int, dict]:
@@ -235,7 +245,7 @@ def _restart(cluster, leader: int) -> dict:
     config = load_config(spec.profile, dict(spec.config_overrides)).controller_node_config()
     peers = [c.raft_address for c in spec.controllers if c.index != follower.index]
     started = time.perf_counter()
-    node = ControllerNode(follower.raft_address, peers, follower.store_dir, config, spec.secret)
+    node = ControllerNode(follower.raft_address, peers, follower.store_dir, config, cluster.member_secret)
     try:
         constructed_ms = (time.perf_counter() - started) * 1000
         deadline = time.monotonic() + 60
@@ -254,12 +264,12 @@ def _restart(cluster, leader: int) -> dict:
 def measure(groups: int, args, data_dir: str) -> dict:
     import ray
 
-    cluster, pids = _start_controllers(f"scale{groups}", args.profile, data_dir, args.renice)
+    cluster, pids, ca = _start_controllers(f"scale{groups}", args.profile, data_dir, args.renice, groups)
     env = {**os.environ, "RAY_ADDRESS": ray.get_runtime_context().gcs_address, "PYTHONUNBUFFERED": "1"}
     fleet = fleet_process(cluster.spec.name, env, Path(data_dir) / f"fleet-{groups}.log")
     out: dict[str, Any] = {}
     try:   # a phase that breaks ends the size with its error; the figures so far are kept
-        out.update(fleet.call("setup", wait_s=900, groups=groups, replicas=3,
+        out.update(fleet.call("setup", wait_s=900, groups=groups, replicas=3, ca=ca,
                               ray_heartbeats=args.transport == "ray"))
         print(f"controller-scale G={groups}: set up in {out['setup_s']} s", file=sys.stderr, flush=True)
         time.sleep(args.warmup)

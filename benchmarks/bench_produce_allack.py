@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import struct
 import subprocess
@@ -44,8 +45,10 @@ from rocketray.broker.store import MessageStore  # noqa: E402
 from rocketray.ha.config import HAConfig  # noqa: E402
 from rocketray.ha.loop_monitor import LoopStallMonitor  # noqa: E402
 from rocketray.ha.service import HAService, PutStatus  # noqa: E402
+from rocketray.identity import Identity  # noqa: E402
+from rocketray.links import MemberLinks  # noqa: E402
+from rocketray.tls import CertificateAuthority, MemberCredentials  # noqa: E402
 
-SECRET = b"bench-secret"
 TARGET_RATIO = 0.5          # issue 18
 TARGET_P99_OVER_P50 = 4.0   # issue 18
 SEGMENT = 256 << 20
@@ -80,12 +83,18 @@ async def measure(put_one, seconds: float, producers: int) -> tuple[int, list[fl
 
 async def ha_side(work: Path, args) -> dict:
     store = MessageStore(work / "master", StoreConfig(segment_size_bytes=SEGMENT))
-    ha = HAService(store, 1, ha_config(), SECRET)
+    ca = CertificateAuthority.create("bench")
+    members = {i: ca.member(Identity.broker("bench", "broker-a", i), "bench-secret", ("127.0.0.1",)) for i in (1, 2, 3)}
+    ha = HAService(store, 1, ha_config(), links=MemberLinks(members[1]))
     port = await ha.start("127.0.0.1", 0)
     assert await ha.change_to_master(1)
     ha.set_sync_state_set({1, 2, 3})
     procs = [subprocess.Popen([sys.executable, __file__, "--slave", str(work / f"slave{i}"),
-                               f"127.0.0.1:{port}", str(i)]) for i in (2, 3)]
+                               f"127.0.0.1:{port}", str(i)], stdin=subprocess.PIPE) for i in (2, 3)]
+    for i, p in zip((2, 3), procs):
+        assert p.stdin is not None
+        p.stdin.write(json.dumps(members[i].to_json()).encode() + b"\n")   # credentials never in argv
+        p.stdin.close()
     body = os.urandom(args.message_bytes - 80)
     try:
         deadline = time.monotonic() + 60
@@ -116,10 +125,11 @@ async def ha_side(work: Path, args) -> dict:
 
 def slave_main(argv: list[str]) -> None:
     root, address, broker_id = argv
+    credentials = MemberCredentials.from_json(json.loads(sys.stdin.readline()))
 
     async def main() -> None:
         store = MessageStore(Path(root), StoreConfig(segment_size_bytes=SEGMENT))
-        ha = HAService(store, int(broker_id), ha_config(), SECRET)
+        ha = HAService(store, int(broker_id), ha_config(), links=MemberLinks(credentials))
         await ha.change_to_slave(address, 1)
         await asyncio.Event().wait()
 

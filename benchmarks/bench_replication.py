@@ -4,9 +4,12 @@ Builds a master store holding ``--size-mb`` MiB (default 256) of 4 KiB messages,
 slave in its own process (its own interpreter, like a real broker) and times how long the slave
 takes, from its connection to its ack of the master's max offset, to copy everything: MB/s.
 
-Baseline, same run: read the same commit-log files and send them over a loopback socket to a
-process that writes them into a file (no protocol, no verification). ``ratio`` = HA MB/s / raw
-MB/s, higher is better (1.0 would mean the protocol costs nothing). The two runs alternate
+The HA run is made twice per round, over TLS (the default: ``ha_MBps``, ``ratio``) and over plain
+TCP (development mode: ``ha_plain_MBps``, ``plain_ratio``); ``tls_ratio`` = TLS MB/s / plain MB/s
+(the security issue's target: >= 0.8). Baseline, same run: read the same commit-log files and send
+them over a loopback socket to a process that writes them into a file (no protocol, no
+verification). ``ratio`` = HA MB/s / raw MB/s, higher is better (1.0 would mean the protocol costs
+nothing). The two runs alternate
 ``--rounds`` times (default 5), each after an ``os.sync`` so neither pays for the other's
 writeback, and the medians are compared: the file system's write speed drifts by a factor of
 several between runs here, more than either side's cost.
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import shutil
 import socket
@@ -48,8 +52,10 @@ from rocketray.broker.store import MessageStore  # noqa: E402
 from rocketray.ha.config import DEFAULT_TRANSFER_BATCH_SIZE, HAConfig  # noqa: E402
 from rocketray.ha.loop_monitor import LoopStallMonitor  # noqa: E402
 from rocketray.ha.service import HAService  # noqa: E402
+from rocketray.identity import Identity  # noqa: E402
+from rocketray.links import MemberLinks  # noqa: E402
+from rocketray.tls import CertificateAuthority, MemberCredentials  # noqa: E402
 
-SECRET = b"bench-secret"
 MiB = 1 << 20
 SEGMENT = 64 * MiB
 
@@ -66,13 +72,21 @@ def build_backlog(root: Path, size_mb: int, message_kb: int) -> MessageStore:
     return store
 
 
-async def ha_run(master_store: MessageStore, work: Path, batch_kb: int) -> tuple[float, float]:
-    """Seconds for a fresh slave process to copy the whole backlog, and the worst loop stall (ms)
-    on the master or the slave during it."""
+def bench_members() -> tuple[MemberCredentials, MemberCredentials]:
+    """Master and slave credentials of one throwaway cluster CA."""
+    ca = CertificateAuthority.create("bench")
+    return tuple(ca.member(Identity.broker("bench", "broker-a", i), "bench-secret", ("127.0.0.1",))  # type: ignore[return-value]
+                 for i in (0, 1))
+
+
+async def ha_run(master_store: MessageStore, work: Path, batch_kb: int, tls: bool,
+                 members: tuple[MemberCredentials, MemberCredentials]) -> tuple[float, float]:
+    """Seconds for a fresh slave process to copy the whole backlog (over TLS or plain TCP), and the
+    worst loop stall (ms) on the master or the slave during it."""
     monitor = LoopStallMonitor().start()
     cfg = HAConfig(ha_transfer_batch_size=batch_kb * 1024, ha_send_heartbeat_interval_ms=1000,
                    ha_housekeeping_interval_ms=20000)
-    ha = HAService(master_store, 1, cfg, SECRET)
+    ha = HAService(master_store, 1, cfg, links=MemberLinks(members[0], tls=tls))
     port = await ha.start("127.0.0.1", 0)
     assert await ha.change_to_master(1)
     total = master_store.max_offset
@@ -81,7 +95,11 @@ async def ha_run(master_store: MessageStore, work: Path, batch_kb: int) -> tuple
     # count as the master's stall (the broker itself never spawns anything on its loop).
     proc = await asyncio.to_thread(subprocess.Popen, [sys.executable, __file__, "--slave",
                                                       str(slave_dir), f"127.0.0.1:{port}",
-                                                      str(batch_kb)])
+                                                      str(batch_kb), "tls" if tls else "plain"],
+                                   stdin=subprocess.PIPE)
+    assert proc.stdin is not None
+    proc.stdin.write(json.dumps(members[1].to_json()).encode() + b"\n")   # credentials never in argv
+    proc.stdin.close()
     try:
         start = None
         deadline = time.monotonic() + 600
@@ -116,14 +134,15 @@ def _slave_stall_ms(slave_dir: Path) -> float:
 
 
 def slave_main(argv: list[str]) -> None:
-    root, address, batch_kb = argv
+    root, address, batch_kb, mode = argv
+    credentials = MemberCredentials.from_json(json.loads(sys.stdin.readline()))
 
     async def main() -> None:
         monitor = LoopStallMonitor().start()
         store = MessageStore(Path(root), StoreConfig(segment_size_bytes=SEGMENT))
         cfg = HAConfig(ha_transfer_batch_size=int(batch_kb) * 1024,
                        ha_send_heartbeat_interval_ms=1000, ha_housekeeping_interval_ms=20000)
-        ha = HAService(store, 2, cfg, SECRET)
+        ha = HAService(store, 2, cfg, links=MemberLinks(credentials, tls=mode == "tls"))
         await ha.change_to_slave(address, 1)
         stall_path = Path(f"{root}.stall")
         written = None
@@ -211,22 +230,25 @@ def run(argv: list[str]) -> dict:
         work = Path(d)
         store = build_backlog(work / "master", args.size_mb, args.message_kb)
         mb = store.max_offset / MiB
-        raws, has, stalls = [], [], []
+        members = bench_members()
+        raws, has, plains, stalls = [], [], [], []
         for _ in range(args.rounds):  # alternated, each after a sync (no writeback debt carried over)
             os.sync()
             if args.cold:
                 store = evict(store)
             raws.append(raw_run(store, work))
-            os.sync()
-            if args.cold:
-                store = evict(store)
-            ha_s, stall_ms = asyncio.run(ha_run(store, work, args.batch_kb))
-            has.append(ha_s)
-            stalls.append(stall_ms)
-        raw_s, ha_s, stall_ms = statistics.median(raws), statistics.median(has), max(stalls)
+            for tls, times in ((True, has), (False, plains)):
+                os.sync()
+                if args.cold:
+                    store = evict(store)
+                ha_s, stall_ms = asyncio.run(ha_run(store, work, args.batch_kb, tls, members))
+                times.append(ha_s)
+                stalls.append(stall_ms)
+        raw_s, ha_s, plain_s = statistics.median(raws), statistics.median(has), statistics.median(plains)
+        stall_ms = max(stalls)
         sweep = {}
         for kb in [int(x) for x in args.sweep.split(",") if x]:
-            sweep[f"{kb}KiB_MBps"] = round(mb / asyncio.run(ha_run(store, work, kb))[0], 1)
+            sweep[f"{kb}KiB_MBps"] = round(mb / asyncio.run(ha_run(store, work, kb, True, members))[0], 1)
         store.close()
     result = {
         "size_mb": round(mb, 1),
@@ -234,13 +256,17 @@ def run(argv: list[str]) -> dict:
         "batch_kb": args.batch_kb,
         "ha_seconds": round(ha_s, 3),
         "ha_MBps": round(mb / ha_s, 1),
+        "ha_plain_MBps": round(mb / plain_s, 1),
+        "tls_ratio": round(plain_s / ha_s, 3),
         "raw_seconds": round(raw_s, 3),
         "raw_MBps": round(mb / raw_s, 1),
         "ratio": round((mb / ha_s) / (mb / raw_s), 3),
+        "plain_ratio": round((mb / plain_s) / (mb / raw_s), 3),
         "max_loop_stall_ms": round(stall_ms, 1),
         "rounds": args.rounds,
         "cold": args.cold,
         "ha_MBps_each": [round(mb / t, 1) for t in has],
+        "ha_plain_MBps_each": [round(mb / t, 1) for t in plains],
         "raw_MBps_each": [round(mb / t, 1) for t in raws],
     }
     if sweep:

@@ -54,6 +54,7 @@ class Replica:
     due_s: float = 0.0
     writer: asyncio.StreamWriter | None = None
     tasks: list = field(default_factory=list)
+    links: object = None                          # its MemberLinks, made at its first session
     seq: int = 0
     sent_at: dict = field(default_factory=dict)   # seq -> perf_counter at send, until acked
 
@@ -61,6 +62,28 @@ class Replica:
 def _pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 3) if ordered else 0.0
+
+
+def fleet_address(g: int, r: int) -> str:
+    """The HA address replica ``r`` of fleet group ``g`` registers with (never listened on)."""
+    return f"10.9.{(g + r) % NODES}.{g % 250}:{10000 + g * 8 + r}"
+
+
+def fleet_group(g: int) -> str:
+    return f"scale-{g:04d}"
+
+
+def fleet_brokers(groups: int, replicas: int) -> tuple:
+    """The fleet's replicas as the cluster spec names them: the controllers admit a session only from
+    a member whose certificate and spec address match its hello (``session.hello_problem``)."""
+    from rocketray.spec import BrokerSpec
+
+    out = []
+    for g in range(groups):
+        for r in range(replicas):
+            host, port = fleet_address(g, r).rsplit(":", 1)
+            out.append(BrokerSpec(group=fleet_group(g), replica=r, host=host, ha_port=int(port), store_dir=""))
+    return tuple(out)
 
 
 class Fleet:
@@ -94,11 +117,20 @@ class Fleet:
         self._cpu0 = time.process_time()
 
     # -- setup -------------------------------------------------------------------------------------
-    async def setup(self, groups: int, replicas: int, concurrency: int = 32, ray_heartbeats: bool = False) -> dict:
+    async def setup(self, groups: int, replicas: int, ca: dict, concurrency: int = 32,
+                    ray_heartbeats: bool = False) -> dict:
+        """``ca``: the cluster CA (``cert``, ``key`` PEM) and the members' ``secret``, from the process
+        that started the controllers (the operator's): each replica gets its member certificate."""
         from rocketray.controller.api import (AlterSyncStateSetRequest, ApplyBrokerIdRequest, ElectMasterRequest,
                                               GetNextBrokerIdRequest, RegisterBrokerRequest)
         from rocketray.controller.codes import ResponseCode
+        from rocketray.identity import check_code
 
+        from rocketray.tls import CertificateAuthority
+
+        self.ca = CertificateAuthority(ca["cert"].encode(), ca["key"].encode())
+        self.secret = ca["secret"]
+        self.tls = self.config.tls.enabled
         cluster = self.spec.cluster_name
         started = time.perf_counter()
         self.ray_heartbeats = ray_heartbeats
@@ -111,16 +143,15 @@ class Fleet:
             self._task = asyncio.ensure_future(self.run_heartbeats())
 
         async def one_group(g: int) -> None:
-            name = f"scale-{g:04d}"
-            members = [Replica(name, r, (g + r) % NODES, f"10.9.{(g + r) % NODES}.{g % 250}:{10000 + g * 8 + r}")
-                       for r in range(replicas)]
+            name = fleet_group(g)
+            members = [Replica(name, r, (g + r) % NODES, fleet_address(g, r)) for r in range(replicas)]
             async with gate:
                 for rep in members:
                     resp = await self._call(GetNextBrokerIdRequest(cluster, name))
                     assert resp.ok, resp
                     next_id = resp.header.next_broker_id
-                    resp = await self._call(ApplyBrokerIdRequest(cluster, name, next_id,
-                                                                       f"{rep.address};{name}-{rep.index}"))
+                    code = check_code(rep.address, rep.index, self.spec.broker_identity(name, rep.index))
+                    resp = await self._call(ApplyBrokerIdRequest(cluster, name, next_id, code))
                     assert resp.ok, resp
                     rep.broker_id = next_id
                     resp = await self._call(RegisterBrokerRequest(cluster, name, rep.broker_id, rep.address))
@@ -184,12 +215,15 @@ class Fleet:
             await asyncio.sleep(0.05)
 
     async def _open_session(self, rep: Replica) -> None:
-        from rocketray.auth import SESSION_LABEL, authenticate
+        from rocketray.auth import SESSION_LABEL
         from rocketray.controller.session import Hello, encode_hello
+        from rocketray.links import MemberLinks
 
         c = self.spec.controllers[self.leader]
-        reader, writer = await asyncio.open_connection(c.host, c.session_port)
-        await authenticate(reader, writer, "client", self.spec.secret, 10_000, SESSION_LABEL)
+        if rep.links is None:
+            identity = self.spec.broker_identity(rep.group, rep.index)
+            rep.links = MemberLinks(self.ca.member(identity, self.secret), tls=self.tls, preauth_timeout_ms=10_000)
+        reader, writer, _peer = await rep.links.connect(c.host, c.session_port, SESSION_LABEL)
         writer.write(encode_hello(Hello(self.spec.cluster_name, rep.group, rep.broker_id, rep.address)))
         rep.writer = writer
         if not self.ray_heartbeats:

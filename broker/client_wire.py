@@ -60,11 +60,17 @@ class FrameType(enum.IntEnum):
     COMMIT = 3         # body: msgpack [group, [[topic, queue_id, offset], ...]]
     COMMITTED = 4      # body: msgpack [group, [topic, ...]|nil]
     QUEUE_MAX = 5      # body: msgpack [[topic, queue_id], ...]
+    METADATA = 6       # body: msgpack []: the cluster's groups, brokers, masters (broker/client_control.py)
+    WATCH = 7          # body: msgpack [group, known_epoch, wait_ms]: answered at a newer master or the wait's end
+    CONTROL = 8        # body: msgpack [request type, fields]: a client request for the controller leader
     PUT_ANSWER = 0x81
     PULL_ANSWER = 0x82
     COMMIT_ANSWER = 0x83
     COMMITTED_ANSWER = 0x84
     QUEUE_MAX_ANSWER = 0x85
+    METADATA_ANSWER = 0x86
+    WATCH_ANSWER = 0x87
+    CONTROL_ANSWER = 0x88
     ERROR = 0xFF       # body: msgpack [code, message]; the broker then closes the connection
 
 

@@ -35,6 +35,7 @@ from typing import Awaitable, Callable, Protocol
 from rocketray.broker.identity import BrokerIdentity, TempBrokerIdentity
 from rocketray.controller.api import ApplyBrokerIdRequest, GetNextBrokerIdRequest, Response
 from rocketray.controller.codes import is_retriable
+from rocketray.identity import Identity, check_code as make_check_code
 
 log = logging.getLogger(__name__)
 
@@ -118,8 +119,11 @@ class Registrar:
     """
 
     def __init__(self, cluster_name: str, broker_name: str, broker_address: str,
-                 files: IdentityStore, now_ms: Callable[[], int]) -> None:
+                 files: IdentityStore, now_ms: Callable[[], int], member: Identity | None = None) -> None:
+        """``member``: the member identity this broker runs as, recorded in its registration's check
+        code (``rocketray.identity.check_code``)."""
         self.cluster_name = cluster_name
+        self.member = member
         self.broker_name = broker_name
         self.broker_address = broker_address
         self.files = files
@@ -163,7 +167,7 @@ class Registrar:
             log.warning("get next broker id failed: group=%s code=%s %s", self.broker_name, resp.code, resp.remark)
             return False
         next_id = resp.header.next_broker_id
-        check_code = f"{self.broker_address};{self.now_ms()}"
+        check_code = make_check_code(self.broker_address, self.now_ms(), self.member)
         try:
             self.files.save_temp(TempIdentity(self.cluster_name, self.broker_name, next_id, check_code))
         except Exception:

@@ -49,6 +49,7 @@ from rocketray.controller.api import BrokerHeartbeatRequest, Response
 from rocketray.controller.codes import ResponseCode
 from rocketray.controller.headers import NotLeaderResponseHeader
 from rocketray.ha.port import HAPort
+from rocketray.identity import Identity
 
 __all__ = ["ControllerCallError", "ControllerClient", "EpochFileView", "HAPort", "ReplicasManager",
            "ReplicasManagerConfig", "Role", "RoleChangeNotification", "State", "StorePort"]
@@ -69,8 +70,9 @@ class ReplicasManager:
                  config: ReplicasManagerConfig | None = None,
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
                  rng: random.Random | None = None,
-                 controller_addresses: Iterable[str] = ()) -> None:
-        """``controller_addresses`` is accepted for old callers and unused (the client fans out)."""
+                 controller_addresses: Iterable[str] = (), member: Identity | None = None) -> None:
+        """``controller_addresses`` is accepted for old callers and unused (the client fans out);
+        ``member``: the member identity the broker runs as (recorded with its registration)."""
         assert broker_address and ":" in broker_address, "broker_address must be the HA address host:port"
         self.cluster_name = cluster_name
         self.broker_name = broker_name
@@ -83,7 +85,7 @@ class ReplicasManager:
         self.config = config or ReplicasManagerConfig()
         self._sleep = sleep
         self._rng = rng or random.Random()
-        self.registrar = Registrar(cluster_name, broker_name, broker_address, identity, now_ms)
+        self.registrar = Registrar(cluster_name, broker_name, broker_address, identity, now_ms, member)
         self.machine = RoleMachine(broker_address)
         self.names = BrokerNames(cluster_name, broker_name, broker_address,
                                  self.config.controller_heartbeat_timeout_ms, self.config.broker_election_priority)
@@ -243,6 +245,10 @@ class ReplicasManager:
                 self.controller_leader_address = leader
                 return True
         return False
+
+    async def call_controller(self, request: object) -> Response:
+        """One request to the controller leader this manager follows (``_call``)."""
+        return await self._call(request)
 
     async def _call(self, request: object) -> Response:
         """Send to the leader; follow one NOT_LEADER hint; forget the leader on transport failure."""

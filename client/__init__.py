@@ -1,16 +1,16 @@
 """rocketray's client library: what applications import.
 
-    import ray
-    from rocketray.client import Admin, Producer, Consumer, SendStatus
+    from rocketray.client import Admin, Bootstrap, Producer, Consumer, SendStatus
 
-    ray.init(address="auto")
-    Admin("demo").create_topic("orders", queues=8)
-    with Producer("demo") as p:
+    cluster = Bootstrap.from_file("orders-app.rocketray.toml")   # outside Ray: brokers, CA, a user
+    # (a Ray driver, an operator, may name the cluster instead: cluster = "demo", after ray.init)
+    Admin(cluster).create_topic("orders", queues=8)
+    with Producer(cluster) as p:
         r = p.send("orders", b"...", key="order-17", tags="paid", properties={"k": "v"})
         assert r.status is SendStatus.SEND_OK
         fut = p.send_async("orders", b"...")
         p.flush()
-    with Consumer("demo", group="billing", topics=["orders"]) as c:
+    with Consumer(cluster, group="billing", topics=["orders"]) as c:
         for m in c.poll(timeout_s=1.0):
             handle(m.body)
         c.commit()
@@ -19,6 +19,7 @@ The user guide is docs/client.md: each call, the errors and what to do with them
 """
 
 from rocketray.client.admin import Admin
+from rocketray.client.bootstrap import Bootstrap
 from rocketray.client.config import ClientConfig
 from rocketray.client.consumer import Consumer
 from rocketray.client.errors import (AdminError, ClientClosed, ClientError, ClusterNotFound, CommitFailed,
@@ -27,7 +28,7 @@ from rocketray.client.producer import Producer
 from rocketray.client.types import QueueProgress, QueueRoute, ReceivedMessage, SendResult, SendStatus, TopicRoute
 
 __all__ = [
-    "Admin", "Producer", "Consumer", "SendStatus", "SendResult", "ReceivedMessage", "TopicRoute", "QueueRoute",
+    "Admin", "Bootstrap", "Producer", "Consumer", "SendStatus", "SendResult", "ReceivedMessage", "TopicRoute", "QueueRoute",
     "QueueProgress", "ClientConfig", "ClientError", "ClusterNotFound", "TopicNotFound", "InvalidMessage",
     "InvalidRequest", "SendFailed", "SendUnknown", "CommitFailed", "ClientClosed", "AdminError",
 ]

@@ -50,6 +50,7 @@ from rocketray.controller.limits import check_request_limits
 from rocketray.controller.state import FIRST_BROKER_CONTROLLER_ID, ControllerState
 from rocketray.controller.topics import (decide_create_topic, decide_delete_topic, decide_get_topic_route,
                                          decide_list_topics)
+from rocketray.identity import member_of_check_code
 
 Decision = tuple[Response, list[Event]]
 Alive = Callable[[str, int], bool]
@@ -311,8 +312,10 @@ def decide_get_sync_state_data(state: ControllerState, req: GetSyncStateDataRequ
         replica, sync = state.replica_info[name], state.sync_state[name]
         in_sync: list[dict[str, Any]] = []
         not_in_sync: list[dict[str, Any]] = []
-        for bid, (addr, _) in sorted(replica.broker_id_info.items()):
-            row = {"broker_name": name, "broker_id": bid, "broker_address": addr, "alive": alive(name, bid)}
+        for bid, (addr, code) in sorted(replica.broker_id_info.items()):
+            member = member_of_check_code(code)
+            row = {"broker_name": name, "broker_id": bid, "broker_address": addr, "alive": alive(name, bid),
+                   "member": None if member is None else member.uri}
             (in_sync if bid in sync.sync_state_set else not_in_sync).append(row)
         table[name] = {"master_broker_id": sync.master_broker_id,
                        "master_address": replica.address_of(sync.master_broker_id),

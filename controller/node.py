@@ -331,6 +331,13 @@ class ControllerNode(LeaderPipeline, ElectionTriggers):
         with self._state_lock:
             self.heartbeats.remove(broker_name, broker_id)
 
+    def registration(self, broker_name: str, broker_id: int) -> tuple[str, str] | None:
+        """``(address, register check code)`` of broker ``broker_id`` of ``broker_name`` (applied
+        state; None if it is not registered)."""
+        with self._state_lock:
+            replica = self.state.replica_info.get(broker_name)
+            return None if replica is None else replica.broker_id_info.get(broker_id)
+
     def consumer_heartbeat(self, request: Any) -> Response:
         """A consumer group member's heartbeat (``ConsumerHeartbeatRequest``): on the ready leader,
         refresh it in the local membership table and answer the group's live members; elsewhere

@@ -39,8 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from rocketray.controller.headers import NotLeaderResponseHeader, header_fields
-from rocketray.controller.proc_wire import (NOT_LEADER, RESP, REQ, Lost, NodeClient, NotSent, ProtocolError,
-                                            encode_frame, read_frame)
+from rocketray.controller.proc_wire import MAX_CONNECTIONS, NOT_LEADER, Lost, NodeClient, NotSent, serve_connection
 
 CLUSTER = "chaos"
 
@@ -81,28 +80,12 @@ class _Handler(socketserver.BaseRequestHandler):
     server: "_Server"
 
     def handle(self) -> None:
-        sock: socket.socket = self.request
-        while True:
-            try:
-                msg = read_frame(sock, self.server.secret, REQ)
-            except ProtocolError as exc:
-                log.warning("closing client connection: %s", exc)
-                return
-            except (OSError, ConnectionError, struct.error):
-                return
-            reply: dict[str, Any] = {"id": msg.get("id")}
-            try:
-                reply["result"] = self.server.dispatch(str(msg.get("op")), msg.get("args") or {})
-            except Exception as exc:  # noqa: BLE001 - reported to the caller, the server keeps going
-                log.exception("op %s failed", msg.get("op"))
-                reply["error"] = f"{type(exc).__name__}: {exc}"
-            try:
-                sock.sendall(encode_frame(self.server.secret, RESP, reply))
-            except OSError:
-                return
+        serve_connection(self.request, self.server.secret, self.server.dispatch, log.warning)
 
 
 class _Server(socketserver.ThreadingTCPServer):
+    """The node's runner port: one thread per connection, at most ``MAX_CONNECTIONS`` of them."""
+
     daemon_threads = True
     allow_reuse_address = True
 
@@ -110,6 +93,20 @@ class _Server(socketserver.ThreadingTCPServer):
         super().__init__(address, _Handler)
         self.node = node
         self.secret = secret
+        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            log.warning("runner port full (%d connections): refusing %s", MAX_CONNECTIONS, client_address)
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
 
     def meta(self) -> dict[str, Any]:
         """``node.metadata()``, retried: it reads pysyncobj's journal while the tick thread may be

@@ -13,9 +13,11 @@ A broker that moves its session to another controller (the leader moved) says ``
 old node does not take the close for a death. Only the newest session of a broker counts: a close of
 an older one (a restarted broker's previous process) is ignored by :class:`SessionTable`.
 
-The connection is authenticated with the cluster secret before anything else
-(``rocketray.auth``, under ``SESSION_LABEL``): a close can trigger an election, so an anonymous
-peer must not be able to open a session in a broker's name. After the exchange::
+The connection is authenticated as a member before anything else (``rocketray.links``: TLS with
+the member's certificate, then the members' secret under ``SESSION_LABEL``), and its hello is
+admitted only for the broker that member is (:func:`hello_problem`): a close can trigger an
+election and a heartbeat keeps a broker alive, so nobody may open a session in another broker's
+name. After the exchange::
 
     frame     = length u32 big-endian | msgpack map (version "v" = 1, type "t")
     hello     {"v": 1, "t": "hello", "cluster": str, "group": str, "broker_id": int >= 1, "address": str}
@@ -70,19 +72,22 @@ from __future__ import annotations
 import enum
 import struct
 from dataclasses import dataclass
-from typing import Collection, Iterator, Mapping
+from typing import Callable, Collection, Iterator, Mapping
 
 import msgpack
 
 from rocketray.controller.api import BrokerHeartbeatRequest, MasterInfo
+from rocketray.identity import Identity, member_of_check_code
 
 __all__ = ["Ack", "Bye", "ControllerFrameDecoder", "Heartbeat", "Hello", "LeaderSessionGrace", "MAX_FRAME_BYTES",
            "SessionDecoder", "SessionErrorCode", "SessionProtocolError", "SessionTable", "encode_ack",
-           "encode_bye", "encode_heartbeat", "encode_hello", "encode_role", "heartbeat_of", "heartbeat_request",
-           "masters_without_session"]
+           "encode_bye", "encode_heartbeat", "encode_hello", "encode_role", "heartbeat_of", "heartbeat_problem",
+           "heartbeat_request", "hello_problem", "masters_without_session"]
 
 VERSION = 1
 MAX_FRAME_BYTES = 4096
+MAX_HEARTBEAT_TIMEOUT_MS = 600_000
+INT32_LIMIT = 1 << 31
 _LEN = struct.Struct(">I")
 _INT64 = (-(1 << 63), (1 << 63) - 1)
 
@@ -95,6 +100,7 @@ class SessionErrorCode(enum.Enum):
     BAD_VERSION = "bad_version"             # not a map with "v" = 1
     BAD_FRAME = "bad_frame"                 # a known type with missing, extra or ill-typed fields, or an unknown type
     OUT_OF_ORDER = "out_of_order"           # not hello first, a second hello, anything after a bye
+    NOT_ALLOWED = "not_allowed"             # a hello the authenticated member may not send (hello_problem)
 
 
 class SessionProtocolError(ValueError):
@@ -179,6 +185,47 @@ def encode_role(info: MasterInfo) -> bytes:
                    "sss_epoch": info.sync_state_set_epoch, "sss": sorted(info.sync_state_set)})
 
 
+def heartbeat_problem(hb: Heartbeat) -> str | None:
+    """Why a heartbeat's fields are out of range, or None. A heartbeat keeps its broker alive for
+    ``timeout_ms``: beyond ``MAX_HEARTBEAT_TIMEOUT_MS`` one frame could keep a dead master
+    "alive" for as long as its sender liked."""
+    if hb.seq < 0:
+        return f"seq {hb.seq} < 0"
+    if not 1 <= hb.timeout_ms <= MAX_HEARTBEAT_TIMEOUT_MS:
+        return f"timeout_ms {hb.timeout_ms} outside 1..{MAX_HEARTBEAT_TIMEOUT_MS}"
+    if min(hb.epoch, hb.max_offset, hb.confirm_offset) < -1:
+        return "epoch and offsets are -1 (unknown) or more"
+    if not -INT32_LIMIT <= hb.priority < INT32_LIMIT:
+        return f"priority {hb.priority} is not a 32-bit int"
+    return None
+
+
+def hello_problem(hello: Hello, peer: Identity | None, cluster_name: str,
+                  registration: Callable[[str, int], tuple[str, str] | None]) -> str | None:
+    """Why ``peer`` may not open a session with ``hello``, or None (pure).
+
+    A session speaks for one broker: its close can trigger an election of that broker's group, its
+    heartbeats keep that broker alive. The hello must name this cluster; the broker id must be
+    registered in the controller's state (``registration``: address and check code) at the address
+    the hello gives; and, with TLS, the peer's certificate must name the member that registered
+    that broker id (its check code records the member: ``rocketray.identity.check_code``), so a
+    member speaks only for its own broker id, wherever it moved. Without TLS the members' secret
+    proves only that the peer is a member."""
+    if hello.cluster != cluster_name:
+        return f"hello for cluster {hello.cluster!r}, this is {cluster_name!r}"
+    if peer is not None and (peer.role != "broker" or peer.group != hello.group):
+        return f"{peer} may not speak for group {hello.group!r}"
+    registered = registration(hello.group, hello.broker_id)
+    if registered is None:
+        return f"broker {hello.group}/{hello.broker_id} is not registered"
+    address, code = registered
+    if address != hello.address:
+        return f"broker {hello.group}/{hello.broker_id} is registered at {address}, not {hello.address}"
+    if peer is not None and member_of_check_code(code) != peer:
+        return f"broker {hello.group}/{hello.broker_id} was registered by {member_of_check_code(code)}, not {peer}"
+    return None
+
+
 def heartbeat_of(request: BrokerHeartbeatRequest, seq: int) -> Heartbeat:
     """The frame a broker sends for its ``BrokerHeartbeatRequest`` (identity left to the hello)."""
     return Heartbeat(seq, request.heartbeat_timeout_ms, request.epoch, request.max_offset, request.confirm_offset,
@@ -229,9 +276,9 @@ def _decode(data: bytes) -> Frame:
     if kind == "hb" and len(body) == 2 + len(_HEARTBEAT_KEYS):
         raw = [body.get(k) for k in _HEARTBEAT_KEYS]
         if all(_int(v) for v in raw):
-            values = [int(v) for v in raw if isinstance(v, int)]
-            if values[0] >= 0 and values[1] >= 1:
-                return Heartbeat(*values)
+            hb = Heartbeat(*(int(v) for v in raw if isinstance(v, int)))
+            if heartbeat_problem(hb) is None:
+                return hb
     if kind == "ack" and len(body) == 3 and _int(body.get("seq"), 0):
         return Ack(body["seq"])
     if kind == "role" and (info := _role(body)) is not None:

@@ -1,8 +1,10 @@
 """The controller's broker-session listener (the shell around ``rocketray.controller.session``).
 
 One asyncio loop on a daemon thread accepts broker session connections on the controller's session
-port, authenticates each with the cluster secret, reads its hello, its heartbeats (and, last, a bye
-or EOF), and keeps the :class:`SessionTable` on that loop thread only. Each heartbeat goes to
+port (within the listener's limits, ``rocketray.border``), authenticates each as a member
+(``rocketray.links``: TLS with the member's certificate, then the members' secret), admits its hello
+only if that member may speak for the broker it names (``hello_problem``), reads its heartbeats (and,
+last, a bye or EOF), and keeps the :class:`SessionTable` on that loop thread only. Each heartbeat goes to
 ``on_heartbeat`` (the node's heartbeat table: a lock held for microseconds, never Raft) on the loop
 and is acked on the same connection. When a broker's current session ends without a bye,
 ``on_closed(group, broker_id)`` runs on a worker thread (it may block on a Raft commit: an
@@ -25,10 +27,14 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
-from rocketray.auth import SESSION_LABEL, AuthError, authenticate
+from rocketray.auth import SESSION_LABEL
+from rocketray.border import Border, LimitsConfig, install_accept_error_filter
 from rocketray.controller.api import BrokerHeartbeatRequest, MasterInfo
-from rocketray.controller.session import (Bye, Heartbeat, Hello, SessionDecoder, SessionProtocolError, SessionTable,
-                                          encode_ack, encode_role, heartbeat_request)
+from rocketray.controller.session import (Bye, Heartbeat, Hello, SessionDecoder, SessionErrorCode, SessionProtocolError,
+                                          SessionTable, encode_ack, encode_role, heartbeat_request)
+from rocketray.identity import Identity
+from rocketray.links import LinkRefused, MemberLinks
+from rocketray.listener import start_listener
 
 log = logging.getLogger(__name__)
 
@@ -41,18 +47,21 @@ START_TIMEOUT_S = 10.0
 class SessionServer:
     """Listens on ``host:port``; see the module docstring. ``start`` raises if the port cannot be bound."""
 
-    def __init__(self, host: str, port: int, secret: str, on_closed: Callable[[str, int], object], *,
+    def __init__(self, host: str, port: int, links: MemberLinks, on_closed: Callable[[str, int], object], *,
                  on_heartbeat: Callable[[BrokerHeartbeatRequest], object] = lambda request: None,
                  on_moved: Callable[[str, int], object] = lambda group, broker_id: None,
-                 auth_timeout_ms: int = 5000) -> None:
-        if not secret:
-            raise ValueError("the broker-session port needs the cluster secret")
+                 hello_problem: Callable[[Hello, Identity | None], str | None] = lambda hello, peer: None,
+                 limits: LimitsConfig = LimitsConfig()) -> None:
+        """``hello_problem(hello, peer)``: why the member ``peer`` may not open that session
+        (``rocketray.controller.session.hello_problem`` bound to the node's state), or None."""
         self.host, self.port = host, port
-        self._secret = secret
+        self._links = links
         self._on_closed = on_closed
         self._on_heartbeat = on_heartbeat
         self._on_moved = on_moved
-        self._auth_timeout_ms = auth_timeout_ms
+        self._hello_problem = hello_problem
+        self._limits = limits
+        self.border = Border(f"controller session port {host}:{port}", limits, log)
         self._table = SessionTable()
         # each current session's (token, writer), for ``notify`` on other threads: changed on the
         # loop next to the table (which only the loop reads), read under the lock
@@ -71,9 +80,12 @@ class SessionServer:
         self.roles_dropped = 0       # handed to the loop, but the session had ended meanwhile
 
     def start(self) -> "SessionServer":
+        install_accept_error_filter(self._loop, self._limits.log_interval_ms, log)
         self._thread.start()
         future = asyncio.run_coroutine_threadsafe(
-            asyncio.start_server(self._serve, self.host, self.port, reuse_address=True), self._loop)
+            start_listener(self._serve, self.host, self.port, border=self.border,
+                           ssl_context=self._links.server_context,
+                           handshake_timeout_s=self._limits.preauth_timeout_ms / 1000), self._loop)
         try:
             self._server = future.result(START_TIMEOUT_S)
         except BaseException:
@@ -81,6 +93,7 @@ class SessionServer:
             raise
         if self.port == 0:
             self.port = self._server.sockets[0].getsockname()[1]
+            self.border.name = f"controller session port {self.host}:{self.port}"
         log.info("controller session listener on %s:%d", self.host, self.port)
         return self
 
@@ -135,7 +148,9 @@ class SessionServer:
         token = 0
         said_bye = False
         try:
-            data = await authenticate(reader, writer, "server", self._secret, self._auth_timeout_ms, SESSION_LABEL)
+            member = await asyncio.wait_for(self._links.accept(reader, writer, SESSION_LABEL),
+                                            self._limits.preauth_timeout_ms / 1000)
+            data = member.leftover
             decoder = SessionDecoder()
             while not said_bye:
                 for frame in decoder.frames(data):
@@ -143,6 +158,9 @@ class SessionServer:
                         assert hello is not None  # the decoder admits heartbeats only after the hello
                         self._heartbeat(hello, frame, writer)
                     elif isinstance(frame, Hello):
+                        problem = self._hello_problem(frame, member.identity)
+                        if problem is not None:
+                            raise SessionProtocolError(SessionErrorCode.NOT_ALLOWED, problem)
                         hello, token = frame, self._table.opened(frame)
                         self._hold(hello, token, writer)
                         log.info("broker session opened group=%s broker_id=%d address=%s", frame.group,
@@ -153,9 +171,10 @@ class SessionServer:
                     data = await reader.read(READ_BYTES)
                     if not data:
                         break
-        except AuthError as exc:
+        except (LinkRefused, asyncio.TimeoutError) as exc:
             self.refused += 1
-            log.warning("controller session: dropping unauthenticated peer %s: %s", peer, exc)
+            self.border.log.log(logging.WARNING, "unauthenticated",
+                                "controller session: dropping unauthenticated peer %s: %s", peer, exc)
         except SessionProtocolError as exc:
             self.protocol_errors += 1
             log.warning("controller session: closing peer %s code=%s: %s", peer, exc.code.value, exc)

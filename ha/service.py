@@ -32,6 +32,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
+from rocketray.border import Border, LimitsConfig, install_accept_error_filter
 from rocketray.broker.message import Message, MessageCodecError
 from rocketray.broker.batch import EncodedBatch, encode_batch
 from rocketray.broker.role import Role, RoleMachine, StoreFacts
@@ -42,9 +43,12 @@ from rocketray.ha.master import MasterReplication
 from rocketray.ha.port import HAPort, WritePort
 from rocketray.ha.serving import SlaveServing
 from rocketray.ha.standalone import StandaloneSwitches, parse_address, standalone_machine
+from rocketray.ha.peers import HAPeers
 from rocketray.ha.sync_state import SyncStateTracker
 from rocketray.ha.slave_client import SlaveClient
 from rocketray.ha.transport import STREAM_LIMIT, ConnectionOwner, MasterConnection, StoreLogView
+from rocketray.links import MemberLinks
+from rocketray.listener import start_listener
 
 __all__ = ["HAService", "PutStatus", "PutResult", "Role"]
 
@@ -63,18 +67,22 @@ def _log_backup_failure(done: "asyncio.Future[None]") -> None:
 class HAService(SlaveServing, StandaloneSwitches):
     """See the module docstring. Coroutine methods must run on the service's event loop."""
 
-    def __init__(self, store, broker_id: int, config: HAConfig | None = None,
-                 secret: bytes | str = b"", loop: asyncio.AbstractEventLoop | None = None,
+    def __init__(self, store, broker_id: int, config: HAConfig | None = None, *,
+                 links: MemberLinks, peers: HAPeers | None = None, group: str = "",
+                 limits: LimitsConfig = LimitsConfig(), loop: asyncio.AbstractEventLoop | None = None,
                  clock_ms: Callable[[], int] = wall_clock_ms, io: OrderedIO | None = None,
                  roles: RoleMachine | None = None) -> None:
-        """``roles``: the broker's role machine (the owner of role, epoch and SyncStateSet); None
-        for a standalone endpoint, which then owns one."""
-        if not secret:
-            raise ValueError("HAService needs the cluster secret (non-empty)")
+        """``links``: how this member authenticates peers (``rocketray.links``); ``peers`` and
+        ``group``: who may replicate with it (``rocketray.ha.peers``; None admits any member, as a
+        standalone endpoint does). ``roles``: the broker's role machine (the owner of role, epoch
+        and SyncStateSet); None for a standalone endpoint, which then owns one."""
         self.store = store
         self.broker_id = broker_id
         self.config = config or HAConfig()
-        self.secret = secret
+        self.links = links
+        self.peers = peers
+        self.group = group
+        self.border = Border(f"ha {broker_id}", limits, log)
         self.loop = loop
         self.now_ms = clock_ms
         # Blocking store work (slave appends, truncation, epoch-file syncs) runs on this ordered
@@ -101,7 +109,12 @@ class HAService(SlaveServing, StandaloneSwitches):
         self._puts: collections.deque[_PutWait] = collections.deque()   # oldest first
         self._confirm_listeners: list[Callable[[int], object]] = []
         self._closed = False
-        self.rejected_connections = 0
+        self._rejected = 0            # refused after TLS: not master, not a member, not of this group
+
+    @property
+    def rejected_connections(self) -> int:
+        """Connections refused: over a limit, TLS failed, or refused after it."""
+        return self._rejected + self.border.refused + self.border.handshake_failures
 
     # ------------------------------------------------------------------ views of the role machine
     @property
@@ -139,8 +152,11 @@ class HAService(SlaveServing, StandaloneSwitches):
         """Listen for slaves on ``listen_host:port`` (0 = any free port); returns the port."""
         if self.loop is None:
             self.loop = asyncio.get_running_loop()
-        self._server = await asyncio.start_server(self._on_accept, listen_host, port,
-                                                  limit=STREAM_LIMIT)
+        install_accept_error_filter(self.loop, self.border.limits.log_interval_ms, log)
+        self._server = await start_listener(self._on_accept, listen_host, port, border=self.border,
+                                            ssl_context=self.links.server_context,
+                                            handshake_timeout_s=self.links.preauth_timeout_ms / 1000,
+                                            limit=STREAM_LIMIT)
         bound = self._server.sockets[0].getsockname()[1]
         log.info("ha %s: listening on %s:%d", self.broker_id, listen_host, bound)
         return bound

@@ -2,8 +2,10 @@
 connection shells (``rocketray.ha.transport.MasterConnection``) make.
 
 Part of ``HAService`` (its base class; the service module's docstring is the theory of operation).
-Every broker listens; a connection is served only while this replica is master and the peer
-authenticates with the cluster secret. A slave's handshake replaces its older connection; each ack
+Every broker listens; a connection is served only while this replica is master, within the
+listener's limits (``rocketray.border``), and once the peer has authenticated as a member
+(``rocketray.links``) that is a registered replica of this group: its handshake may claim only its
+own broker id (``rocketray.ha.peers``). A slave's handshake replaces its older connection; each ack
 goes to the pure ``MasterReplication`` (acks, SyncStateSet expansion), then the confirm offset is
 recomputed and waiting puts are woken; a closed connection may shrink the set the same way.
 """
@@ -14,8 +16,12 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Callable
 
-from rocketray.auth import AuthError, authenticate
+from rocketray.auth import HA_LABEL
+from rocketray.border import Border
 from rocketray.broker.role import Role
+from rocketray.ha.peers import HAPeers, handshake_problem
+from rocketray.identity import Identity
+from rocketray.links import LinkRefused, MemberLinks
 from rocketray.ha.session import AckEvent, HandshakeEvent
 from rocketray.ha.transport import MasterConnection
 
@@ -36,7 +42,10 @@ class SlaveServing:
 
     broker_id: int
     config: HAConfig
-    secret: bytes | str
+    links: MemberLinks
+    peers: HAPeers | None
+    group: str
+    border: Border
     store: MessageStore
     log_view: StoreLogView
     io: OrderedIO
@@ -46,7 +55,7 @@ class SlaveServing:
     connections: set[MasterConnection]
     _conn_tasks: set[asyncio.Task]
     _closed: bool
-    rejected_connections: int
+    _rejected: int
 
     if TYPE_CHECKING:
         @property
@@ -59,10 +68,12 @@ class SlaveServing:
         def _notify_ack_waiters(self) -> bool: ...
 
     async def _on_accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peer = "%s:%s" % writer.get_extra_info("peername")[:2]
+        peername = writer.get_extra_info("peername")
+        peer = "%s:%s" % peername[:2]
         if self.role != Role.MASTER or self._closed:
-            log.info("ha %s: dropping connection from %s: not master", self.broker_id, peer)
-            self.rejected_connections += 1
+            self.border.log.log(logging.INFO, "not master", "ha %s: dropping connection from %s: not master",
+                                self.broker_id, peer)
+            self._rejected += 1
             writer.close()
             return
         task = asyncio.current_task()
@@ -70,18 +81,18 @@ class SlaveServing:
         self._conn_tasks.add(task)
         try:
             try:
-                leftover = await authenticate(reader, writer, "server", self.secret,
-                                              self.config.ha_auth_timeout_ms)
-            except (AuthError, OSError) as exc:
-                self.rejected_connections += 1
-                log.warning("ha %s: dropping unauthenticated peer %s: %s", self.broker_id, peer,
-                            exc)
+                member = await self.links.accept(reader, writer, HA_LABEL)
+                expected = await self._expected_slave_id(member.identity)
+            except LinkRefused as exc:
+                self._rejected += 1
+                self.border.log.log(logging.WARNING, "refused", "ha %s: dropping peer %s: %s",
+                                    self.broker_id, peer, exc)
                 writer.close()
                 return
             if self.role != Role.MASTER:
                 writer.close()
                 return
-            conn = MasterConnection(self, reader, writer, peer, leftover)
+            conn = MasterConnection(self, reader, writer, peer, member.leftover, expected_slave_id=expected)
             self.connections.add(conn)
             self.replication.opened(conn)
             await conn.run()
@@ -90,12 +101,27 @@ class SlaveServing:
         finally:
             self._conn_tasks.discard(task)
 
+    async def _expected_slave_id(self, identity: Identity | None) -> int | None:
+        """The broker id the authenticated member ``identity`` may claim (None: no identity to
+        check, TLS off); raises LinkRefused if it is no registered replica of this group."""
+        if identity is None or self.peers is None:
+            return None
+        slave_id = await self.peers.slave_id_of(identity)
+        if slave_id is None:
+            raise LinkRefused(f"{identity} is not a registered replica of {self.group or 'this group'}")
+        return slave_id
+
     # ------------------------------------------------------------------ ConnectionOwner (transport)
     def on_session_event(self, conn: MasterConnection, event, now_ms: int) -> None:
         """A master connection decoded a slave packet."""
         if conn.closed:
             return
         if isinstance(event, HandshakeEvent):
+            problem = handshake_problem(conn.expected_slave_id, event.slave_id)
+            if problem is not None:
+                log.warning("ha %s: refusing the handshake from %s: %s", self.broker_id, conn.peer, problem)
+                conn.close(problem)
+                return
             for key in self.replication.handshake(conn, event.slave_id):
                 assert isinstance(key, MasterConnection)
                 key.close(f"slave {event.slave_id} reconnected")

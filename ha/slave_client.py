@@ -1,13 +1,13 @@
 """The slave side of HA replication: connect to the master, then run the data path on one thread.
 
 Theory of operation. ``SlaveClient`` loops on the broker's event loop: cut a torn tail (IO thread),
-connect, authenticate (``rocketray.auth``), start a ``SlaveSession`` against the store (IO thread,
-after every queued store job), run the session, and on any failure close and reconnect with
-exponential backoff. The session itself runs on a receive thread of its own, like RocketMQ's
-``HAClient`` service thread: the thread owns a duplicate of the connected socket (the asyncio
-transport is paused and never used meanwhile) and does, in one pass per receive, what the protocol
-asks: ``recv_into`` a large buffer (``SO_RCVLOWAT`` set to the rest of the packet being received,
-so a receive returns a whole transfer, not each piece the network delivers), hand the whole packets
+connect and authenticate the master as a member of this group (``rocketray.links``, on a worker
+thread, blocking), start a ``SlaveSession`` against the store (IO thread, after every queued store
+job), run the session, and on any failure close and reconnect with exponential backoff. The session
+itself runs on a receive thread of its own, like RocketMQ's ``HAClient`` service thread: the thread
+owns the connected socket (TLS or plain) and does, in one pass per receive, what the protocol
+asks: ``recv_into`` a large buffer (without TLS ``SO_RCVLOWAT`` set to the rest of the packet being
+received, so a receive returns a whole transfer, not each piece the network delivers), hand the whole packets
 that completed to the session, apply its store actions in order (verify and append, record epochs,
 set the confirm offset, truncate) and send each ack right after the bytes it names were appended
 (one per receive: the session reports after the last whole packet, like upstream). Nothing of
@@ -29,18 +29,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import socket
+import ssl
 import sys
 import threading
 from typing import TYPE_CHECKING, Callable
 
-from rocketray.auth import AuthError, authenticate
+from rocketray.auth import HA_LABEL
 from rocketray.ha.protocol import ProtocolError, master_packet_length
 from rocketray.ha.session import (
     Append, Close, LocalLog, RecordEpoch, Send, SetConfirmOffset, SlaveAction, SlaveSession, Truncate,
 )
-from rocketray.ha.transport import STREAM_LIMIT, ConnectionDropped, ConnectionOwner, close_writer
+from rocketray.ha.peers import master_problem
+from rocketray.ha.transport import ConnectionDropped, ConnectionOwner
+from rocketray.links import LinkRefused
 
 if TYPE_CHECKING:
     from rocketray.broker.store import MessageStore
@@ -180,8 +182,8 @@ class SlaveClient:
         self._stopped = asyncio.Event()
         self._halt = threading.Event()      # set to end the current receive thread (one per session)
         self._task: asyncio.Task | None = None
-        self._writer: asyncio.StreamWriter | None = None
         self._sock: socket.socket | None = None        # the receive thread's socket
+        self._tls = False
         self._thread: threading.Thread | None = None
         self.connected = False
         self.connections = 0
@@ -197,7 +199,6 @@ class SlaveClient:
     async def stop(self) -> None:
         self._stopped.set()
         self._wake_thread()
-        close_writer(self._writer)
         task, self._task = self._task, None
         # Python 3.11's wait_for can swallow a cancellation that races with completion, so keep
         # cancelling until the task is really gone (it also checks _stopped at every step).
@@ -214,7 +215,9 @@ class SlaveClient:
         sock = self._sock
         if sock is not None:
             try:
-                sock.shutdown(socket.SHUT_RDWR)     # a blocked receive returns at once
+                # a blocked receive returns at once; the plain socket's shutdown, also under TLS
+                # (SSLSocket.shutdown would drop the TLS state under the receiving thread's feet)
+                socket.socket.shutdown(sock, socket.SHUT_RDWR)
             except OSError:
                 pass
 
@@ -245,23 +248,16 @@ class SlaveClient:
         while not self._stopped.is_set():
             try:
                 await io.run(self._cut_torn_tail)
-                host, port = self.master_address
-                reader, writer = await asyncio.wait_for(
-                    asyncio.open_connection(host, port, limit=STREAM_LIMIT),
-                    cfg.ha_auth_timeout_ms / 1000)
-                self._writer = writer
+                sock, leftover = await asyncio.get_running_loop().run_in_executor(None, self._open)
                 if self._stopped.is_set():
-                    return
-                leftover = await authenticate(reader, writer, "client", self.service.secret,
-                                              cfg.ha_auth_timeout_ms)
-                if self._stopped.is_set():
+                    sock.close()
                     return
                 backoff_ms = cfg.ha_reconnect_backoff_min_ms
                 self.connections += 1
-                await self._session(writer, leftover)
+                await self._session(sock, leftover)
             except asyncio.CancelledError:
                 raise
-            except (OSError, asyncio.TimeoutError, ProtocolError, AuthError, ConnectionDropped,
+            except (OSError, asyncio.TimeoutError, ProtocolError, LinkRefused, ConnectionDropped,
                     Exception) as exc:  # noqa: BLE001 - the shell logs and reconnects
                 self.last_error = f"{type(exc).__name__}: {exc}"
                 level = logging.INFO if isinstance(exc, (OSError, asyncio.TimeoutError)) \
@@ -274,8 +270,6 @@ class SlaveClient:
                     self.session.disconnected()
                 else:   # after the receive thread and the jobs still queued
                     io.submit(self.session.disconnected)
-                close_writer(self._writer)
-                self._writer = None
             try:
                 await asyncio.wait_for(self._stopped.wait(), backoff_ms / 1000)
             except asyncio.TimeoutError:
@@ -286,15 +280,26 @@ class SlaveClient:
         """IO thread: start the session against the store as it is after every queued job."""
         return self.session.connect(local_log(self.service.store), now_ms)
 
-    async def _session(self, writer: asyncio.StreamWriter, leftover: bytes) -> None:
-        """Run one connection's session on the receive thread until it ends; raises its error."""
+    def _open(self) -> tuple[socket.socket, bytes]:
+        """A worker thread: connect to the master and authenticate it as a member of this group at
+        the address dialed (``rocketray.ha.peers.master_problem``); the blocking socket (TLS or
+        not) and the bytes that came after the exchange."""
+        host, port = self.master_address
+        sock, member = self.service.links.connect_blocking(host, port, HA_LABEL)
+        problem = None if self.service.peers is None else master_problem(self.service.group, member.identity,
+                                                                         f"{host}:{port}")
+        if problem is not None:
+            sock.close()
+            raise LinkRefused(problem)
+        return sock, member.leftover
+
+    async def _session(self, sock: socket.socket, leftover: bytes) -> None:
+        """Run one connection's session on the receive thread until it ends; raises its error.
+        The master sends nothing after authentication until our handshake: from here the receive
+        thread alone reads (and writes) the socket."""
         handshake = await self.service.io.run(self._connect, self.service.now_ms())
-        # The master sends nothing after authentication until our handshake, so the stream reader
-        # holds no bytes: from here the receive thread alone reads (and writes) the socket.
-        transport = writer.transport
-        transport.pause_reading()
-        sock = transport.get_extra_info("socket")
-        self._sock = socket.socket(fileno=os.dup(sock.fileno()))
+        self._sock = sock
+        self._tls = isinstance(sock, ssl.SSLSocket)
         loop = asyncio.get_running_loop()
         done: asyncio.Future[None] = loop.create_future()
         # Retrieved here too: after a cancelled session nobody awaits it, and an exception never
@@ -352,13 +357,15 @@ class SlaveClient:
             self._feed(leftover, service.now_ms(), sock)
         lowat = 1
         while not self._halt.is_set():
-            want = min(buffers.missing(), RCVLOWAT_MAX)
+            # Under TLS a receive returns one record's plaintext and the kernel counts ciphertext:
+            # the low-water mark stays 1.
+            want = 1 if self._tls else min(buffers.missing(), RCVLOWAT_MAX)
             if want != lowat:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, want)
                 lowat = want
             try:
                 n = sock.recv_into(buffers.free())
-            except TimeoutError:
+            except (TimeoutError, ssl.SSLWantReadError):
                 n = -1
             now = service.now_ms()
             if n == 0:

@@ -9,8 +9,8 @@ log through ``MasterSession.next_send``, heartbeats when idle, housekeeping clos
 owner's ordered IO thread (``ConnectionOwner.io``, one per broker); a catch-up's log is read into
 the page cache ahead of the sends on the owner's reader thread (``ConnectionOwner.reader``), so the
 loop does not wait for the disk on a backlog no longer cached. Authentication
-(``rocketray.auth``) runs before any RocketMQ packet in both directions; a failure closes the
-connection with a logged reason. The slave side is ``rocketray.ha.slave_client``.
+(``rocketray.links``: TLS with member certificates, then the members' secret) runs before any
+RocketMQ packet in both directions; a failure closes the connection with a logged reason. The slave side is ``rocketray.ha.slave_client``.
 """
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ from rocketray.ha.session import MasterSession, Outgoing
 
 if TYPE_CHECKING:
     from rocketray.broker.store import MessageStore
+    from rocketray.ha.peers import HAPeers
+    from rocketray.links import MemberLinks
 
 __all__ = ["StoreLogView", "MasterConnection", "ConnectionDropped", "ConnectionOwner", "close_writer"]
 
@@ -80,7 +82,9 @@ class ConnectionOwner(Protocol):
 
     broker_id: int
     config: HAConfig
-    secret: bytes | str
+    links: "MemberLinks"
+    peers: "HAPeers | None"
+    group: str
     store: "MessageStore"
     log_view: "StoreLogView"
     io: OrderedIO
@@ -169,10 +173,13 @@ class MasterConnection:
     """One authenticated slave connection on the master."""
 
     def __init__(self, service: ConnectionOwner, reader: asyncio.StreamReader,
-                 writer: asyncio.StreamWriter, peer: str, leftover: bytes) -> None:
+                 writer: asyncio.StreamWriter, peer: str, leftover: bytes, *,
+                 expected_slave_id: int | None = None) -> None:
+        """``expected_slave_id``: the only slave id this peer's handshake may claim (None: unchecked)."""
         cfg = service.config
         self.service = service
         self.peer = peer
+        self.expected_slave_id = expected_slave_id
         self._reader = reader
         self._writer = writer
         self.session = MasterSession(service.now_ms(),

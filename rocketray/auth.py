@@ -25,9 +25,10 @@ import asyncio
 import hashlib
 import hmac
 import os
+import socket
 
 __all__ = ["AuthError", "Authenticator", "CLIENT_LABEL", "HA_LABEL", "NONCE_SIZE", "HELLO_SIZE", "PROOF_SIZE", "SESSION_LABEL",
-           "authenticate"]
+           "authenticate", "authenticate_blocking"]
 
 MAGIC = b"RRHA"
 VERSION = 1
@@ -124,6 +125,22 @@ class Authenticator:
         assert self._peer_nonce is not None and not self._sent_proof
         self._sent_proof = True
         self._out += _proof(self._secret, self._label, self._role, self._nonce, self._peer_nonce)
+
+
+def authenticate_blocking(sock: socket.socket, role: str, secret: bytes | str, label: bytes = HA_LABEL) -> bytes:
+    """The exchange on a blocking socket (its timeout bounds each step); returns bytes that arrived
+    after it. A peer that closes midway is a ConnectionResetError (a dying process), not AuthError."""
+    auth = Authenticator(role, secret, os.urandom(NONCE_SIZE), label)
+    while True:
+        out = auth.data_to_send()
+        if out:
+            sock.sendall(out)
+        if auth.done:
+            return auth.leftover
+        data = sock.recv(4096)
+        if not data:
+            raise ConnectionResetError("the peer closed the connection during authentication")
+        auth.receive_data(data)
 
 
 async def authenticate(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, role: str,

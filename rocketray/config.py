@@ -16,15 +16,15 @@ Sources, later winning: the defaults, the profile, a TOML or YAML file (one tabl
 optional top-level ``profile``), then ``--set section.key=value`` overrides. An unknown section or
 key is an error naming it; a value of the wrong type is an error naming the key.
 
-The cluster secret (Raft port authentication, HA handshake) is generated per cluster with
-``secrets.token_hex`` and never appears in ``repr``, ``str`` or ``to_dict()`` unless asked for.
+No secret lives in the configuration: the members' credentials are made when a cluster starts
+(``rocketray.credentials``) and handed to the members only; ``tls`` names operator-provided
+certificate files, never their contents.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
-import secrets
 import tomllib
 import types
 import typing
@@ -33,12 +33,14 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from rocketray.border import LimitsConfig
 from rocketray.broker.config import StoreConfig
 from rocketray.broker.replicas_model import ReplicasManagerConfig
 from rocketray.client.config import ClientConfig
 from rocketray.controller.config import ControllerConfig
 from rocketray.ha.config import HAConfig
 from rocketray.schema import GIB, MIB
+from rocketray.tls import TlsConfig
 
 PROFILES = ("default", "fast")
 
@@ -48,7 +50,7 @@ class ConfigError(ValueError):
 
 
 SECTIONS: dict[str, type] = {"controller": ControllerConfig, "broker": ReplicasManagerConfig, "store": StoreConfig,
-                             "ha": HAConfig, "client": ClientConfig}
+                             "ha": HAConfig, "client": ClientConfig, "tls": TlsConfig, "limits": LimitsConfig}
 
 #: Keys of earlier versions: an error naming one says what replaced it.
 RENAMED = {"store.mapped_file_size_commit_log": "store.segment_size_bytes",
@@ -82,10 +84,6 @@ def _plain(value: Any) -> Any:
     return value.value if isinstance(value, enum.Enum) else value
 
 
-def _new_secret() -> str:
-    return secrets.token_hex(32)
-
-
 @dataclass(frozen=True)
 class RocketrayConfig:
     controller: ControllerConfig = field(default_factory=ControllerConfig)
@@ -93,35 +91,25 @@ class RocketrayConfig:
     store: StoreConfig = field(default_factory=StoreConfig)
     ha: HAConfig = field(default_factory=HAConfig)
     client: ClientConfig = field(default_factory=ClientConfig)
+    tls: TlsConfig = field(default_factory=TlsConfig)
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
     profile: str = "default"
-    cluster_secret: str = field(default_factory=_new_secret, repr=False, compare=False)
 
-    def __repr__(self) -> str:
-        return (f"RocketrayConfig(profile={self.profile!r}, controller={self.controller!r}, broker={self.broker!r}, "
-                f"store={self.store!r}, ha={self.ha!r}, cluster_secret='***')")
-
-    __str__ = __repr__
-
-    def to_dict(self, include_secret: bool = False) -> dict:
-        """Plain data; the secret only when asked for (e.g. to hand it to the actors)."""
+    def to_dict(self) -> dict:
+        """Plain data (no secrets live in the configuration: members' credentials are
+        ``rocketray.tls.MemberCredentials``)."""
         d: dict[str, Any] = {"profile": self.profile}
         for name, cls in SECTIONS.items():
             section = getattr(self, name)
             d[name] = {f.name: _plain(getattr(section, f.name)) for f in section_keys(cls)}
-        if include_secret:
-            d["cluster_secret"] = self.cluster_secret
         return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "RocketrayConfig":
         """Inverse of ``to_dict``: profile defaults, then the sections' values; unknown keys are errors."""
         d = dict(d)
-        secret = d.pop("cluster_secret", None)
         cfg = profile_config(d.pop("profile", "default"))
-        cfg = _merge(cfg, d, "dict")
-        if secret is not None:
-            cfg = dataclasses.replace(cfg, cluster_secret=str(secret))
-        return cfg
+        return _merge(cfg, d, "dict")
 
     # The sections are the packages' own configs; these name them for the code that builds each part.
     def controller_node_config(self) -> ControllerConfig:
@@ -321,7 +309,7 @@ def read_file(path: str | Path) -> dict:
 
 
 def load_config(profile: str | None = None, overrides: Iterable[str] | Mapping[str, Any] = (), *,
-                path: str | Path | None = None, secret: str | None = None) -> RocketrayConfig:
+                path: str | Path | None = None) -> RocketrayConfig:
     """Defaults -> profile (argument, else the file's ``profile``, else default) -> file -> overrides.
 
     ``overrides``: ``["section.key=value", ...]`` (the ``--set`` flags) or ``{"section.key": value}``
@@ -331,10 +319,7 @@ def load_config(profile: str | None = None, overrides: Iterable[str] | Mapping[s
     file_profile = _file_profile(data, path)
     cfg = profile_config(profile or file_profile or "default")
     cfg = _merge(cfg, data, str(path))
-    cfg = cfg.with_overrides(overrides)
-    if secret is not None:
-        cfg = dataclasses.replace(cfg, cluster_secret=secret)
-    return cfg
+    return cfg.with_overrides(overrides)
 
 
 def _file_profile(data: dict, path: str | Path | None) -> str | None:

@@ -1,17 +1,19 @@
 """The shape of a rocketray cluster: which controllers and brokers exist, where they listen.
 
-A :class:`ClusterSpec` is decided once when a cluster starts (ports chosen, secret
-generated, nodes assigned) and then handed unchanged to every actor, so that an
-actor restarted by Ray comes back on the same Raft / HA port with the same store
-directory. It is plain data: it travels through Ray and into the registry actor.
-The secret never appears in ``repr``.
+A :class:`ClusterSpec` is decided once when a cluster starts (ports chosen, nodes
+assigned) and then handed unchanged to every actor, so that an actor restarted by
+Ray comes back on the same Raft / HA port with the same store directory. It is
+plain, public data: it travels through Ray and into the registry actor that every
+driver reads. It holds no credential (members get theirs apart:
+``rocketray.credentials``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import secrets
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+
+from rocketray.identity import Identity
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +75,6 @@ class ClusterSpec:
     controllers: tuple[ControllerSpec, ...]
     brokers: tuple[BrokerSpec, ...]
     config_overrides: tuple[tuple[str, str], ...] = ()
-    secret: str = field(default_factory=lambda: secrets.token_hex(32), repr=False)
 
     @property
     def namespace(self) -> str:
@@ -107,6 +108,30 @@ class ClusterSpec:
             if b.ha_address == ha_address:
                 return b
         return None
+
+    # --- member identities (``rocketray.identity``) ----------------------------------------------
+    def controller_identity(self, raft_address: str) -> Identity | None:
+        c = self.controller_by_address(raft_address)
+        return None if c is None else Identity.controller(self.name, c.index)
+
+    def broker_identity(self, group: str, replica: int) -> Identity:
+        return Identity.broker(self.name, group, replica)
+
+    def member_address(self, identity: Identity) -> str | None:
+        """Where member ``identity`` listens for members: a controller's Raft address, a broker's
+        advertised HA address; None if it is no member of this cluster."""
+        if identity.cluster != self.name:
+            return None
+        if identity.role == "controller":
+            c = next((c for c in self.controllers if c.index == identity.index), None)
+            return None if c is None else c.raft_address
+        b = next((b for b in self.brokers if b.group == identity.group and b.replica == identity.index), None)
+        return None if b is None else b.ha_address
+
+    def member_hosts(self, identity: Identity) -> tuple[str, ...]:
+        """The hosts member ``identity`` is reached at (its certificate names them too)."""
+        address = self.member_address(identity)
+        return () if address is None else (address.rsplit(":", 1)[0],)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

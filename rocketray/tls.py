@@ -33,7 +33,6 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import os
-import re
 import secrets
 import ssl
 import tempfile
@@ -45,71 +44,37 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-__all__ = ["Identity", "IdentityError", "CertificateAuthority", "MemberCredentials", "ClientTrust",
-           "peer_identity", "TLS_MIN_VERSION"]
+from rocketray.identity import URI_SCHEME, Identity, IdentityError
+from rocketray.schema import key as config_key
 
-URI_SCHEME = "rocketray://"
+__all__ = ["Identity", "IdentityError", "CertificateAuthority", "MemberCredentials", "ClientTrust",
+           "TlsConfig", "peer_identity", "TLS_MIN_VERSION"]
+
 TLS_MIN_VERSION = ssl.TLSVersion.TLSv1_3
 CERT_DAYS = 825
 CA_DAYS = 3650
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-
-
-class IdentityError(ValueError):
-    """A certificate or URI that does not name a rocketray member."""
 
 
 @dataclass(frozen=True, slots=True)
-class Identity:
-    """A member of cluster ``cluster``: controller ``index``, or replica ``index`` of broker ``group``."""
+class TlsConfig:
+    """The ``tls`` section of ``rocketray.config``."""
 
-    cluster: str
-    role: str                   # "controller" or "broker"
-    index: int
-    group: str | None = None    # brokers only
+    enabled: bool = config_key(True, "every listener speaks TLS (client, session, HA, Raft); false is a development "
+                              "mode that sends data in plain text and warns at start")
+    ca: str | None = config_key(None, "the operator's trust bundle (PEM file on every node); none: the cluster CA "
+                               "rocketray start makes")
+    cert: str | None = config_key(None, "the member's certificate (PEM; {member} expands to the actor name, e.g. "
+                                 "broker-a-0); needs tls.ca and tls.key")
+    key: str | None = config_key(None, "the member's private key (PEM file, {member} expanded)")
 
     def __post_init__(self) -> None:
-        if self.role not in ("controller", "broker"):
-            raise IdentityError(f"unknown member role {self.role!r}")
-        if not _NAME.match(self.cluster):
-            raise IdentityError(f"bad cluster name {self.cluster!r}")
-        if type(self.index) is not int or not 0 <= self.index < 1 << 16:
-            raise IdentityError(f"bad member index {self.index!r}")
-        if (self.role == "broker") != (self.group is not None):
-            raise IdentityError("a broker identity names its group; a controller's does not")
-        if self.group is not None and not _NAME.match(self.group):
-            raise IdentityError(f"bad group name {self.group!r}")
-
-    @classmethod
-    def controller(cls, cluster: str, index: int) -> "Identity":
-        return cls(cluster, "controller", index)
-
-    @classmethod
-    def broker(cls, cluster: str, group: str, replica: int) -> "Identity":
-        return cls(cluster, "broker", replica, group)
+        given = [v is not None for v in (self.ca, self.cert, self.key)]
+        if any(given) and not all(given):
+            raise ValueError("tls.ca, tls.cert and tls.key are given together or not at all")
 
     @property
-    def uri(self) -> str:
-        if self.role == "controller":
-            return f"{URI_SCHEME}{self.cluster}/controller/{self.index}"
-        return f"{URI_SCHEME}{self.cluster}/broker/{self.group}/{self.index}"
-
-    @classmethod
-    def parse(cls, uri: str) -> "Identity":
-        if not uri.startswith(URI_SCHEME):
-            raise IdentityError(f"not a rocketray member URI: {uri!r}")
-        parts = uri[len(URI_SCHEME):].split("/")
-        try:
-            if len(parts) == 3 and parts[1] == "controller":
-                return cls.controller(parts[0], int(parts[2]))
-            if len(parts) == 4 and parts[1] == "broker":
-                return cls.broker(parts[0], parts[2], int(parts[3]))
-        except ValueError as exc:
-            raise IdentityError(f"not a rocketray member URI: {uri!r}: {exc}") from None
-        raise IdentityError(f"not a rocketray member URI: {uri!r}")
-
-    def __str__(self) -> str:
-        return self.uri
+    def operator_certificates(self) -> bool:
+        return self.cert is not None
 
 
 def _now() -> datetime.datetime:
@@ -215,6 +180,17 @@ class MemberCredentials:
     def __post_init__(self) -> None:
         if not self.secret:
             raise ValueError("member credentials need the members' secret (non-empty)")
+
+    def to_json(self) -> dict[str, str]:
+        """Plain data for a member process started by hand (its stdin, never its argv)."""
+        return {"identity": self.identity.uri, "trusted_ca_pem": self.trusted_ca_pem.decode("ascii"),
+                "cert_pem": self.cert_pem.decode("ascii"), "key_pem": self.key_pem.decode("ascii"),
+                "secret": self.secret}
+
+    @classmethod
+    def from_json(cls, d: dict[str, str]) -> "MemberCredentials":
+        return cls(Identity.parse(d["identity"]), d["trusted_ca_pem"].encode("ascii"), d["cert_pem"].encode("ascii"),
+                   d["key_pem"].encode("ascii"), d["secret"])
 
     def server_context(self) -> ssl.SSLContext:
         """A listener's context: presents this member's certificate, requires a client certificate

@@ -36,7 +36,7 @@ def format_progress(rows_by_group: dict[str, list[dict]]) -> str:
 
 def run_consumer_progress(args: argparse.Namespace) -> int:
     from rocketray.client import Admin, ClientError
-    from rocketray.client.transport import RayTransport
+    from rocketray.client.ray_transport import RayTransport
 
     groups = [g for g in args.group.split(",") if g]
 

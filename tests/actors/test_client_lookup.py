@@ -14,7 +14,7 @@ import pytest
 import ray
 
 from rocketray.actors.views import MasterView
-from rocketray.client.transport import RayTransport
+from rocketray.client.ray_transport import RayTransport
 
 OLD, NEW = ("10.0.0.1:1", 0), ("10.0.0.2:1", 1)
 

@@ -14,16 +14,23 @@ import threading
 
 import pytest
 
-from rocketray.actors.client_port import ClientPort
+from rocketray.actors.client_port import ClientPort, shared_secret_authenticator
 from rocketray.auth import AuthError
 from rocketray.broker.client_wire import (HEADER, PUT_COUNT, FrameType, decode_pull_answer, decode_put_answer,
                                           pack)
 from rocketray.broker.pull import OffsetsResult, OffsetsStatus, PullResult, PullStatus
-from rocketray.client.socket_transport import Connection, ConnectionLost, DirectConnection
+from rocketray.client.connections import Connection, ConnectionLost, Dialer, DirectConnection, shared_secret
 from rocketray.ha.ack import PutResult, PutStatus, Written
+from rocketray.tls import ClientTrust
 from rocketray.waiting import wait_for
+from rr_members import CLUSTER, broker, member, ca_for
 
 SECRET = "s3cret"
+
+
+def dialer(secret: str = SECRET) -> Dialer:
+    """A client that trusts the test CA and proves ``secret``."""
+    return Dialer(ClientTrust(CLUSTER, ca_for().cert_pem), shared_secret(secret))
 
 
 class Endpoints:
@@ -63,7 +70,7 @@ def port():
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
     endpoints = Endpoints()
-    server = ClientPort(endpoints, SECRET, auth_timeout_ms=2000)
+    server = ClientPort(endpoints, shared_secret_authenticator(SECRET, 2000), member(broker(0)).open_server_context())
     number = asyncio.run_coroutine_threadsafe(server.start("127.0.0.1", 0), loop).result(5)
     yield ("127.0.0.1", number), endpoints, server, loop
     asyncio.run_coroutine_threadsafe(server.close(), loop).result(5)
@@ -88,12 +95,10 @@ def test_a_broker_that_closes_during_authentication_is_a_lost_connection():
         closer = threading.Thread(target=accept_and_close, daemon=True)
         closer.start()
         with pytest.raises(OSError):
-            DirectConnection(address, SECRET)
+            DirectConnection(address, dialer())
         closer.join(5)
 
         class Spec:
-            secret = SECRET
-
             @staticmethod
             def brokers_of(group):
                 return [type("B", (), {"replica": 0, "client_address": address})()]
@@ -102,6 +107,7 @@ def test_a_broker_that_closes_during_authentication_is_a_lost_connection():
         transport.cluster = type("C", (), {"spec": Spec})()
         transport._conns_lock = threading.Lock()
         transport._direct = {}
+        transport._dialer = dialer()
         transport.master = lambda group: 0
         forgotten = []
         transport.forget_master = forgotten.append
@@ -115,13 +121,13 @@ def test_a_broker_that_closes_during_authentication_is_a_lost_connection():
 def test_a_wrong_secret_is_refused_before_any_frame(port):
     address, endpoints, server, _ = port
     with pytest.raises((AuthError, OSError)):
-        Connection(address, "not the secret")
+        Connection(address, dialer("not the secret"))
     assert server.rejected == 1 and endpoints.puts == []
 
 
 def test_a_held_pull_does_not_delay_a_put_on_the_same_connection(port):
     address, endpoints, _, loop = port
-    conn = Connection(address, SECRET)
+    conn = Connection(address, dialer())
     held = conn.request(FrameType.PULL, pack(["t", 0, 4, 10, 1024, 10_000, "g"]))
     put = conn.request(FrameType.PUT, PUT_COUNT.pack(2), b"two records")
     result = decode_put_answer(put.result(5).body)
@@ -140,7 +146,7 @@ def test_puts_appended_in_arrival_order_are_answered_when_their_event_comes(port
     another's answer."""
     address, endpoints, _, loop = port
     endpoints.deferred = []
-    conn = Connection(address, SECRET)
+    conn = Connection(address, dialer())
     first = conn.request(FrameType.PUT, PUT_COUNT.pack(1), b"first")
     second = conn.request(FrameType.PUT, PUT_COUNT.pack(2), b"second")
     wait_for(lambda: len(endpoints.deferred) == 2, 5, "both puts handed over", 0.01)
@@ -159,7 +165,7 @@ def test_a_direct_connection_is_read_by_the_thread_that_waits(port):
     the next request; a broker that closes it is ConnectionLost, and the connection is closed."""
     address, endpoints, _, loop = port
     endpoints.deferred = []
-    conn = DirectConnection(address, SECRET)
+    conn = DirectConnection(address, dialer())
     conn.send(FrameType.PUT, PUT_COUNT.pack(1), b"one")
     wait_for(lambda: endpoints.deferred, 5, "the put handed over", 0.01)
     assert conn.receive(0.05) is None
@@ -169,7 +175,7 @@ def test_a_direct_connection_is_read_by_the_thread_that_waits(port):
     endpoints.deferred = None
     conn.send(FrameType.PUT, PUT_COUNT.pack(2), b"two")
     assert decode_put_answer(conn.receive(5).body).offsets == ((0, 0), (1, 10))
-    conn._sock.sendall(HEADER.pack(b"RRCL", 1, 99, 5, 0))         # an unknown frame type: the broker closes
+    conn._stream.sendall(HEADER.pack(b"RRCL", 1, 99, 5, 0))       # an unknown frame type: the broker closes
     conn._waiting = 3
     with pytest.raises(ConnectionLost):
         conn.receive(5)
@@ -179,11 +185,10 @@ def test_a_direct_connection_is_read_by_the_thread_that_waits(port):
 def test_a_malformed_frame_closes_only_its_connection(port):
     """Bad input gets an ERROR frame and the close of that connection; other clients go on."""
     address, endpoints, _, _ = port
-    good = Connection(address, SECRET)
-    bad = Connection(address, SECRET)
+    good = Connection(address, dialer())
+    bad = Connection(address, dialer())
     in_flight = bad.request(FrameType.PULL, pack(["t", 0, 0, 10, 1024, 10_000, None]))
-    with bad._send_lock:
-        bad._sock.sendall(HEADER.pack(b"RRCL", 1, 99, 5, 0))           # an unknown frame type
+    bad._stream.sendall(HEADER.pack(b"RRCL", 1, 99, 5, 0))             # an unknown frame type
     with pytest.raises(ConnectionLost):
         in_flight.result(5)                                            # the broker closed that connection
     assert bad.closed is not None
@@ -193,16 +198,15 @@ def test_a_malformed_frame_closes_only_its_connection(port):
 
 def test_an_invalid_request_body_gets_an_error_frame(port):
     address, _, _, _ = port
-    conn = Connection(address, SECRET)
+    conn = Connection(address, dialer())
     answer = conn.request(FrameType.PULL, pack(["t", "zero", 0])).result(5)
     assert answer.type is FrameType.ERROR
 
 
 def test_an_oversized_frame_is_refused_before_its_body(port):
     address, _, _, _ = port
-    conn = Connection(address, SECRET)
-    with conn._send_lock:
-        conn._sock.sendall(HEADER.pack(b"RRCL", 1, 1, 1, 1 << 31))
+    conn = Connection(address, dialer())
+    conn._stream.sendall(HEADER.pack(b"RRCL", 1, 1, 1, 1 << 31))
     fut = conn.request(FrameType.PUT, PUT_COUNT.pack(0), b"")
     with pytest.raises((ConnectionLost, concurrent.futures.TimeoutError)):
         fut.result(5)
@@ -211,9 +215,9 @@ def test_an_oversized_frame_is_refused_before_its_body(port):
 
 def test_a_lost_connection_fails_requests_in_flight(port):
     address, _, _, _ = port
-    conn = Connection(address, SECRET)
+    conn = Connection(address, dialer())
     held = conn.request(FrameType.PULL, pack(["t", 0, 0, 10, 1024, 10_000, None]))
-    conn._sock.shutdown(socket.SHUT_RDWR)
+    conn._stream.sock.shutdown(socket.SHUT_RDWR)
     with pytest.raises(ConnectionLost):
         held.result(5)
     assert conn.request(FrameType.PUT, PUT_COUNT.pack(0), b"").exception(5) is not None

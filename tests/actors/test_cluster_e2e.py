@@ -85,7 +85,7 @@ def test_old_master_truncates_divergent_bytes_when_it_rejoins(make_cluster):
     new = cluster.wait_for_master(GROUP, 60)
     assert new != old
     w.produce(200)
-    remote.start_broker(cluster.spec, GROUP, old)  # the old master comes back on its own store
+    cluster.start_broker(GROUP, old)  # the old master comes back on its own store
     pipeline.settle(cluster)
     status = cluster.broker_status(GROUP, old)
     master = cluster.broker_status(GROUP, new)
@@ -140,7 +140,7 @@ def restart_with_files(cluster, replica: int, prepare) -> dict:
     spec = next(b for b in cluster.spec.brokers_of(GROUP) if b.replica == replica)
     ray.kill(cluster.broker(GROUP, replica), no_restart=True)
     prepare(spec.store_dir)
-    remote.start_broker(cluster.spec, GROUP, replica)
+    cluster.start_broker(GROUP, replica)
     wait_until(lambda: getattr(cluster.broker_status(GROUP, replica), "running", None), 60,
                what="the replica to register and run again")
     return cluster.broker_status(GROUP, replica)
@@ -223,7 +223,7 @@ def test_broker_restarted_on_a_new_port_keeps_its_id_and_the_controller_learns_t
 
     moved = dataclasses.replace(victim, ha_port=free_port())
     spec = dataclasses.replace(cluster.spec, brokers=tuple(moved if b == victim else b for b in cluster.spec.brokers))
-    remote.start_broker(spec, GROUP, victim.replica)
+    cluster.start_broker(GROUP, victim.replica, spec)
     wait_until(lambda: getattr(cluster.broker_status(GROUP, victim.replica), "running", None), 60,
                what="the moved replica to register and run")
     status = cluster.broker_status(GROUP, victim.replica)
@@ -280,7 +280,7 @@ def test_client_master_lookup_reads_applied_state_and_answers_without_a_controll
     writes nothing to the Raft log (a barrier read commits an entry per lookup) and answers while
     two of three controllers are frozen (no commit is possible), naming the master the controller
     leader last applied, not by asking the brokers."""
-    from rocketray.client.transport import RayTransport
+    from rocketray.client.ray_transport import RayTransport
 
     cluster = make_cluster()
     w = Workload(cluster)

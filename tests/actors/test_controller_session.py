@@ -10,18 +10,27 @@ controller's role-change notifications come back on the same connection and reac
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 
 from rocketray.actors.controller_client import AsyncControllerClient
 from rocketray.actors.controller_session import ControllerSession
-from rocketray.auth import SESSION_LABEL, authenticate
+from rocketray.auth import SESSION_LABEL
+from rocketray.border import Border, LimitsConfig
+from rocketray.listener import start_listener
 from rocketray.controller.api import BrokerHeartbeatRequest, MasterInfo
 from rocketray.controller.session import Hello, SessionDecoder, encode_ack, encode_role
 from rocketray.controller.session_server import SessionServer
 from rocketray.spec import ClusterSpec, ControllerSpec
+from rr_members import broker, controller, links
 
-SECRET = "s" * 64
 HELLO = Hello("c", "g", 2, "127.0.0.1:9002")
+log = logging.getLogger(__name__)
+
+
+def broker_links():
+    """Broker 2 of group g of cluster t (the specs below are cluster t)."""
+    return links(broker(2, "g", "t"))
 
 
 def request(max_offset: int, broker_id: int = 2) -> BrokerHeartbeatRequest:
@@ -32,14 +41,15 @@ def request(max_offset: int, broker_id: int = 2) -> BrokerHeartbeatRequest:
 class Recorder:
     """What one controller's node was told (called on the listener's loop / worker threads)."""
 
-    def __init__(self) -> None:
+    def __init__(self, index: int = 0) -> None:
+        self.index = index
         self.lock = threading.Lock()
         self.heartbeats: list[BrokerHeartbeatRequest] = []
         self.moved: list[tuple[str, int]] = []
         self.closed: list[tuple[str, int]] = []
 
     def server(self) -> SessionServer:
-        return SessionServer("127.0.0.1", 0, SECRET, lambda *k: self.closed.append(k),
+        return SessionServer("127.0.0.1", 0, links(controller(self.index, "t")), lambda *k: self.closed.append(k),
                              on_heartbeat=lambda r: self.heartbeats.append(r),
                              on_moved=lambda *k: self.moved.append(k)).start()
 
@@ -53,11 +63,11 @@ async def until(predicate, what: str, timeout_s: float = 10.0) -> None:
 
 
 def test_heartbeats_ride_the_session_and_follow_the_leader():
-    nodes = [Recorder(), Recorder()]
+    nodes = [Recorder(0), Recorder(1)]
     servers = [n.server() for n in nodes]
     spec = ClusterSpec("t", "c", "/tmp/t", "fast",
                        tuple(ControllerSpec(i, "127.0.0.1", 7000 + i, f"/tmp/t/c{i}", session_port=s.port)
-                             for i, s in enumerate(servers)), (), secret=SECRET)
+                             for i, s in enumerate(servers)), ())
     assert ControllerSession.carries_heartbeats(spec)
     assert not ControllerSession.carries_heartbeats(ClusterSpec("t", "c", "/tmp/t", "fast", (
         ControllerSpec(0, "127.0.0.1", 7000, "/tmp/t/c0"),), ()))
@@ -67,7 +77,7 @@ def test_heartbeats_ride_the_session_and_follow_the_leader():
         return None
 
     async def main() -> None:
-        session = ControllerSession(spec, lambda: HELLO, lambda: leader[0], refresh)
+        session = ControllerSession(spec, broker_links(), lambda: HELLO, lambda: leader[0], refresh)
         client = AsyncControllerClient(spec, heartbeat_sink=session.heartbeat)
         client._start_watches = lambda: None          # no Ray here: the heartbeat path only
         await client.heartbeat(request(100))          # before any session: kept for the hello
@@ -101,7 +111,7 @@ def test_heartbeats_ride_the_session_and_follow_the_leader():
 def spec_of(*ports: int) -> ClusterSpec:
     return ClusterSpec("t", "c", "/tmp/t", "fast",
                        tuple(ControllerSpec(i, "127.0.0.1", 7000 + i, f"/tmp/t/c{i}", session_port=port)
-                             for i, port in enumerate(ports)), (), secret=SECRET)
+                             for i, port in enumerate(ports)), ())
 
 
 async def no_refresh() -> None:
@@ -123,8 +133,8 @@ def test_a_role_notification_from_the_controller_reaches_on_role_on_the_brokers_
         async def on_role(notification: MasterInfo) -> None:
             got.append((notification, asyncio.get_running_loop() is loop))
 
-        session = ControllerSession(spec_of(server.port), lambda: HELLO, lambda: "127.0.0.1:7000", no_refresh,
-                                    on_role=on_role)
+        session = ControllerSession(spec_of(server.port), broker_links(), lambda: HELLO, lambda: "127.0.0.1:7000",
+                                    no_refresh, on_role=on_role)
         session.heartbeat(request(100))
         session.start()
         await until(lambda: session.heartbeats_acked == 1, "the session held and its first heartbeat acked")
@@ -154,12 +164,14 @@ class FakeController:
         self.server: asyncio.AbstractServer | None = None
 
     async def start(self) -> int:
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.links = links(controller(0, "t"))
+        self.server = await start_listener(self._serve, "127.0.0.1", 0, border=Border("fake", LimitsConfig(), log),
+                                           ssl_context=self.links.server_context, handshake_timeout_s=5)
         return self.server.sockets[0].getsockname()[1]
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            data = await authenticate(reader, writer, "server", SECRET, 5000, SESSION_LABEL)
+            data = (await self.links.accept(reader, writer, SESSION_LABEL)).leftover
             decoder = SessionDecoder()
             hello = None
             while hello is None:
@@ -203,7 +215,8 @@ def test_a_bad_role_frame_closes_that_session_only_and_it_reconnects():
             async def on_role(info: MasterInfo, broker_id: int = broker_id) -> None:
                 got[broker_id].append(info)
             hello = Hello("c", "g", broker_id, f"127.0.0.1:{9000 + broker_id}")
-            sessions[broker_id] = ControllerSession(spec_of(port), lambda hello=hello: hello, lambda: "127.0.0.1:7000",
+            sessions[broker_id] = ControllerSession(spec_of(port), links(broker(broker_id, "g", "t")),
+                                                    lambda hello=hello: hello, lambda: "127.0.0.1:7000",
                                                     no_refresh, on_role=on_role)
             sessions[broker_id].heartbeat(request(100, broker_id=broker_id))
             sessions[broker_id].start()

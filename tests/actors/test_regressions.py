@@ -161,7 +161,7 @@ def test_10666_slave_killed_in_the_middle_of_truncation(make_cluster):
     new = cluster.wait_for_master(GROUP, 60)
     assert new != old
     w.produce(300)
-    remote.start_broker(cluster.spec, GROUP, old)
+    cluster.start_broker(GROUP, old)
     for _ in range(2):
         wait_until(lambda: cluster.broker_status(GROUP, old, timeout_s=1.0) is not None, 60,
                    what="the old master's actor to answer while it rejoins")

@@ -9,6 +9,8 @@ Waits are predicates with deadlines.
 
 from __future__ import annotations
 
+from rr_members import broker, links
+
 import asyncio
 from pathlib import Path
 
@@ -23,7 +25,6 @@ from rocketray.ha.service import HAService, PutStatus
 from rocketray.waiting import wait_for_async
 import replicas_manager_fakes as fakes
 
-SECRET = b"replicas-manager-test-secret"
 HA_CONFIG = HAConfig(ha_send_heartbeat_interval_ms=100, ha_housekeeping_interval_ms=3000,
                      ha_max_time_slave_not_catchup_ms=3000, slave_timeout_ms=1500,
                      ha_reconnect_backoff_min_ms=50, ha_reconnect_backoff_max_ms=300)
@@ -48,7 +49,7 @@ class RealBroker:
                                                                    background_thread=background_flush))
 
         async def ha_factory(broker_id: int, roles) -> HAService:
-            ha = HAService(self.store, broker_id, HA_CONFIG, SECRET, roles=roles)
+            ha = HAService(self.store, broker_id, HA_CONFIG, links=links(broker(broker_id)), roles=roles)
             await ha.start("127.0.0.1", self.port)
             return ha
 

@@ -210,7 +210,7 @@ def test_live_loss_with_all_ack_off_and_unclean_election_is_reported(ray_here, t
         assert send(50) == 50
         from rocketray.actors import remote
 
-        remote.start_broker(cluster.spec, GROUP, old)  # rejoins as a slave, truncating the lost batch
+        cluster.start_broker(GROUP, old)  # rejoins as a slave, truncating the lost batch
         pipeline.settle(cluster)
         runlog.event("heal", "end", None, None)
         wait_until(lambda: getattr(cluster.broker_status(GROUP, old), "role", None) == Role.SLAVE, 30,

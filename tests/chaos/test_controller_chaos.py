@@ -1,10 +1,10 @@
-"""The controller chaos runner: its wire protocol, outcome rules, model, CLI, and a short real run."""
+"""The controller chaos runner: its outcome rules, model, CLI, and a short real run (its wire to the
+node processes: tests/security/test_runner_port.py)."""
 
 from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -13,82 +13,12 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from rocketray.controller import proc_wire
 from rocketray.chaos.controller_workload import classify, load_run
 from rocketray.verify.controller_model import CoreGroupModel
 from rocketray.verify.linearizability import (AlterInput, ControllerGroupModel, ElectInput, GroupState, Operation,
                                           Outcome, ReadOutput, check_history)
 
 ROOT = Path(__file__).resolve().parents[2]
-SECRET = b"s" * 32
-
-
-# -- wire protocol ---------------------------------------------------------------------------------
-
-def pair():
-    a, b = socket.socketpair()
-    a.settimeout(2)
-    b.settimeout(2)
-    return a, b
-
-
-def test_frame_round_trips_with_its_label():
-    a, b = pair()
-    a.sendall(proc_wire.encode_frame(SECRET, proc_wire.REQ, {"id": 1, "op": "status", "args": {"set": {3, 1}}}))
-    assert proc_wire.read_frame(b, SECRET, proc_wire.REQ) == {"id": 1, "op": "status", "args": {"set": [1, 3]}}
-
-
-@pytest.mark.parametrize("mutate", [
-    lambda f: f[:4] + bytes([f[4] ^ 1]) + f[5:],    # tag bit flipped
-    lambda f: f[:-1] + bytes([f[-1] ^ 1]),          # body bit flipped
-])
-def test_tampered_frame_is_rejected(mutate):
-    a, b = pair()
-    a.sendall(mutate(proc_wire.encode_frame(SECRET, proc_wire.REQ, {"id": 1, "op": "status"})))
-    with pytest.raises(proc_wire.ProtocolError, match="bad frame tag"):
-        proc_wire.read_frame(b, SECRET, proc_wire.REQ)
-
-
-def test_response_cannot_be_replayed_as_request_nor_forged_without_the_secret():
-    a, b = pair()
-    a.sendall(proc_wire.encode_frame(SECRET, proc_wire.RESP, {"id": 1, "op": "status"}))
-    with pytest.raises(proc_wire.ProtocolError):
-        proc_wire.read_frame(b, SECRET, proc_wire.REQ)
-    a.sendall(proc_wire.encode_frame(b"other-secret", proc_wire.REQ, {"id": 1, "op": "status"}))
-    with pytest.raises(proc_wire.ProtocolError):
-        proc_wire.read_frame(b, SECRET, proc_wire.REQ)
-
-
-def test_oversize_length_is_rejected_before_reading_the_body():
-    a, b = pair()
-    a.sendall(proc_wire.FRAME_HEADER.pack(proc_wire.MAX_FRAME_BYTES + 1))
-    with pytest.raises(proc_wire.ProtocolError, match="out of range"):
-        proc_wire.read_frame(b, SECRET, proc_wire.REQ)
-
-
-def test_client_reports_not_sent_when_nobody_listens():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    with pytest.raises(proc_wire.NotSent):
-        proc_wire.NodeClient("127.0.0.1", port, SECRET).call("status")
-
-
-def test_client_reports_lost_when_the_server_closes_after_the_request():
-    server = socket.create_server(("127.0.0.1", 0))
-    client = proc_wire.NodeClient("127.0.0.1", server.getsockname()[1], SECRET)
-    import threading
-
-    def accept_and_close():
-        conn, _ = server.accept()
-        conn.recv(4)
-        conn.close()
-    t = threading.Thread(target=accept_and_close)
-    t.start()
-    with pytest.raises(proc_wire.Lost):
-        client.call("status", timeout_s=2)
-    t.join()
-    server.close()
 
 
 # -- outcome classification -------------------------------------------------------------------------

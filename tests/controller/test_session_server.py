@@ -8,6 +8,7 @@ of the same broker, a slave's close and an unauthenticated peer change nothing.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -21,21 +22,28 @@ from rocketray.controller.api import (AlterSyncStateSetRequest, ApplyBrokerIdReq
                                       ElectMasterRequest, GetReplicaInfoRequest, RegisterBrokerRequest)
 from rocketray.controller.config import ControllerConfig
 from rocketray.controller.proc import InProcessControllers
+from rocketray.controller.session import hello_problem
 from rocketray.controller.session_server import SessionServer
+from rocketray.identity import check_code
+from rr_members import SECRET as MEMBERS_SECRET, broker, controller, links, member
 from rr_testing import wait_until
 
 pytestmark = pytest.mark.slow
 CLUSTER, GROUP, SECRET = "c", "g", "session-secret"
 HEARTBEAT_TIMEOUT_MS = 60_000   # expiry cannot explain anything these tests see
 
-CLIENT = textwrap.dedent("""
-    import asyncio, sys
-    from rocketray.auth import SESSION_LABEL, authenticate
-    from rocketray.controller.session import Hello, encode_bye, encode_hello
 
-    async def main(port, secret, broker_id, mode):
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        await authenticate(reader, writer, "client", secret, 5000, SESSION_LABEL)
+
+CLIENT = textwrap.dedent("""
+    import asyncio, json, sys
+    from rocketray.auth import SESSION_LABEL
+    from rocketray.controller.session import Hello, encode_bye, encode_hello
+    from rocketray.links import MemberLinks
+    from rocketray.tls import MemberCredentials
+
+    async def main(port, broker_id, mode):
+        links = MemberLinks(MemberCredentials.from_json(json.loads(sys.stdin.readline())))
+        reader, writer, _peer = await links.connect("127.0.0.1", port, SESSION_LABEL)
         writer.write(encode_hello(Hello("c", "g", broker_id, f"127.0.0.1:{9000 + broker_id}")))
         if mode == "bye":
             writer.write(encode_bye())
@@ -46,7 +54,7 @@ CLIENT = textwrap.dedent("""
             return
         await asyncio.sleep(3600)
 
-    asyncio.run(main(int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4]))
+    asyncio.run(main(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]))
 """)
 
 
@@ -56,20 +64,26 @@ def group(tmp_path, port_factory):
     1 master, SyncStateSet {1,2,3}."""
     cluster = InProcessControllers(tmp_path / "n", [port_factory()], ControllerConfig.for_tests(), SECRET)
     node = cluster.wait_leader()
-    server = SessionServer("127.0.0.1", 0, SECRET, node.on_broker_session_closed, on_heartbeat=node.heartbeat,
-                           on_moved=node.forget_broker).start()
+    server = SessionServer("127.0.0.1", 0, links(controller(0)), node.on_broker_session_closed,
+                           on_heartbeat=node.heartbeat, on_moved=node.forget_broker,
+                           hello_problem=lambda hello, peer: hello_problem(hello, peer, CLUSTER,
+                                                                           node.registration)).start()
     for broker_id in (1, 2, 3):
         address = f"127.0.0.1:{9000 + broker_id}"
-        assert node.handle(ApplyBrokerIdRequest(CLUSTER, GROUP, broker_id, f"{address};1")).ok
+        code = check_code(address, 1, broker(broker_id, GROUP))      # registered by member g/<broker_id>
+        assert node.handle(ApplyBrokerIdRequest(CLUSTER, GROUP, broker_id, code)).ok
         assert node.handle(RegisterBrokerRequest(CLUSTER, GROUP, broker_id, address)).ok
         heartbeat(node, broker_id)
     assert node.handle(ElectMasterRequest.of_broker_trigger(CLUSTER, GROUP, 1)).ok
     assert node.handle(AlterSyncStateSetRequest(GROUP, 1, 1, frozenset({1, 2, 3}), 1)).ok
     procs: list[subprocess.Popen] = []
 
-    def open_session(broker_id: int, mode: str = "hold", secret: str = SECRET) -> subprocess.Popen:
-        p = subprocess.Popen([sys.executable, "-c", CLIENT, str(server.port), secret, str(broker_id), mode],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    def open_session(broker_id: int, mode: str = "hold", secret: str = MEMBERS_SECRET) -> subprocess.Popen:
+        """A broker process holding broker ``broker_id``'s session, as member ``broker(broker_id)``."""
+        p = subprocess.Popen([sys.executable, "-c", CLIENT, str(server.port), str(broker_id), mode],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        p.stdin.write(json.dumps(member(broker(broker_id, GROUP), secret).to_json()) + "\n")
+        p.stdin.close()
         procs.append(p)
         return p
 
@@ -175,15 +189,14 @@ def test_heartbeats_ride_the_session_acked_a_bad_frame_closes_that_connection_on
     controller) drops the row without an election."""
     import asyncio
 
-    from rocketray.auth import SESSION_LABEL, authenticate
+    from rocketray.auth import SESSION_LABEL
     from rocketray.controller.session import (ControllerFrameDecoder, Ack, Heartbeat, Hello, encode_bye, encode_heartbeat,
                                               encode_hello)
 
     node, server, _open = group
 
     async def session(broker_id: int, then: bytes = b""):
-        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
-        await authenticate(reader, writer, "client", SECRET, 5000, SESSION_LABEL)
+        reader, writer, _peer = await links(broker(broker_id, GROUP)).connect("127.0.0.1", server.port, SESSION_LABEL)
         writer.write(encode_hello(Hello(CLUSTER, GROUP, broker_id, f"127.0.0.1:{9000 + broker_id}")) + then)
         return reader, writer
 
@@ -232,7 +245,7 @@ def test_notify_writes_a_role_frame_to_the_brokers_current_session_from_any_thre
     import asyncio
     import threading
 
-    from rocketray.auth import SESSION_LABEL, authenticate
+    from rocketray.auth import SESSION_LABEL
     from rocketray.controller.api import MasterInfo
     from rocketray.controller.session import ControllerFrameDecoder, Hello, encode_bye, encode_hello
 
@@ -247,8 +260,7 @@ def test_notify_writes_a_role_frame_to_the_brokers_current_session_from_any_thre
         return out[0]
 
     async def session(broker_id: int):
-        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
-        await authenticate(reader, writer, "client", SECRET, 5000, SESSION_LABEL)
+        reader, writer, _peer = await links(broker(broker_id, GROUP)).connect("127.0.0.1", server.port, SESSION_LABEL)
         writer.write(encode_hello(Hello(CLUSTER, GROUP, broker_id, f"127.0.0.1:{9000 + broker_id}")))
         await writer.drain()
         return reader, writer
@@ -315,6 +327,8 @@ def test_notify_writes_a_role_frame_to_the_brokers_current_session_from_any_thre
 
 
 def test_a_peer_without_the_secret_opens_no_session(group):
+    # A member certificate without the members' secret, and plain-text garbage (no TLS), are both
+    # refused and change nothing.
     node, server, open_session = group
     p = open_session(1, secret="wrong")
     assert p.wait(10) != 0
@@ -326,8 +340,9 @@ def test_a_peer_without_the_secret_opens_no_session(group):
         got = b""
         while chunk := s.recv(100):
             got += chunk
-        assert got[:4] == b"RRHA" and len(got) == 38, "its hello (a nonce) and nothing keyed, then the close"
-    assert server.refused == 2 and master(node) == (1, 1)
+        assert b"RRHA" not in got, "the TLS handshake fails before the members' exchange says anything"
+    wait_until(lambda: server.border.handshake_failures == 1, 5, what="the failed handshake counted")
+    assert server.refused == 1 and master(node) == (1, 1)
 
 
 def test_a_master_watch_answers_when_a_newer_master_is_applied_and_not_before(group):
@@ -363,5 +378,5 @@ def test_a_port_in_use_raises_and_leaves_no_thread_behind():
         port = taken.getsockname()[1]
         before = {t.name for t in threading.enumerate()}
         with pytest.raises(OSError):
-            SessionServer("127.0.0.1", port, SECRET, lambda group, broker_id: None).start()
+            SessionServer("127.0.0.1", port, links(controller(0)), lambda group, broker_id: None).start()
         assert {t.name for t in threading.enumerate()} <= before

@@ -9,6 +9,7 @@ holds), so a 12 MiB stream takes over a second and a test can kill it mid-way wi
 """
 
 import asyncio
+import json
 import os
 import signal
 import sys
@@ -16,9 +17,12 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "support"))
 
 from rocketray.ha.service import HAService  # noqa: E402
-from ha_helpers import SECRET, fast_config, open_store  # noqa: E402
+from rocketray.links import MemberLinks  # noqa: E402
+from rocketray.tls import MemberCredentials  # noqa: E402
+from ha_helpers import fast_config, open_store  # noqa: E402
 
 
 async def main() -> None:
@@ -39,7 +43,8 @@ async def main() -> None:
             time.sleep(0.002 * max(1, len(data) // (16 * 1024)))  # per 16 KiB, however batched
             return append_raw(offset, data)
         store.append_raw = slow_append
-    ha = HAService(store, int(broker_id), fast_config(ha_transfer_batch_size=16 * 1024), SECRET)
+    credentials = MemberCredentials.from_json(json.loads(sys.stdin.readline()))   # never argv
+    ha = HAService(store, int(broker_id), fast_config(ha_transfer_batch_size=16 * 1024), links=MemberLinks(credentials))
     await ha.start("127.0.0.1", 0)
     await ha.change_to_slave(address, int(epoch))
     print("started", flush=True)

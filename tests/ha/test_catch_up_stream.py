@@ -6,10 +6,10 @@ from __future__ import annotations
 import asyncio
 import socket
 
-from ha_helpers import (SECRET, commitlog_bytes, fast_config, messages, put_all, run, start_node,
+from ha_helpers import (node_links, commitlog_bytes, fast_config, messages, put_all, run, start_node,
                         stop_node, wait_caught_up)
 
-from rocketray.auth import authenticate
+from rocketray.auth import HA_LABEL
 from rocketray.ha.protocol import (SLAVE_ACK_SIZE, SLAVE_HANDSHAKE_SIZE, EpochPoint,
                                    encode_master_handshake, encode_master_transfer_header)
 
@@ -64,7 +64,7 @@ def test_a_transfer_arriving_in_pieces_is_received_in_one_receive(tmp_path, monk
         acked = asyncio.get_running_loop().create_future()
 
         async def master(reader, writer):
-            await authenticate(reader, writer, "server", SECRET, 2000)
+            await node_links(1, tls=False).accept(reader, writer, HA_LABEL)
             await reader.readexactly(SLAVE_HANDSHAKE_SIZE)
             writer.write(encode_master_handshake(len(records), [EpochPoint(1, 0)]))
             await reader.readexactly(SLAVE_ACK_SIZE)
@@ -81,7 +81,8 @@ def test_a_transfer_arriving_in_pieces_is_received_in_one_receive(tmp_path, monk
 
         server = await asyncio.start_server(master, "127.0.0.1", 0)
         monkeypatch.setattr(socket.socket, "recv_into", counting)
-        slave = await start_node(tmp_path, 2, cfg)
+        # the low-water mark is the plain socket's (under TLS a receive returns one record)
+        slave = await start_node(tmp_path, 2, cfg, member=node_links(2, tls=False))
         assert await slave.ha.change_to_slave(("127.0.0.1", server.sockets[0].getsockname()[1]), 1)
         await asyncio.wait_for(acked, 10)
         monkeypatch.undo()

@@ -4,6 +4,7 @@ to a byte-identical copy of its master after a restart."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -12,6 +13,8 @@ import sys
 from ha_helpers import (commitlog_bytes, messages, open_store, put_all, run, start_node,
                         stop_node, switch, wait_caught_up, wait_for)
 
+from rr_members import broker, member
+
 HERE = os.path.dirname(__file__)
 SEG = 1 << 20
 
@@ -19,7 +22,10 @@ SEG = 1 << 20
 def spawn(store_dir, master, broker_id, epoch, mode=""):
     args = [sys.executable, os.path.join(HERE, "slave_proc.py"), str(store_dir), master.address,
             str(broker_id), str(epoch), str(SEG)] + ([mode] if mode else [])
-    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdin.write(json.dumps(member(broker(broker_id)).to_json()).encode() + b"\n")
+    proc.stdin.close()
+    return proc
 
 
 def slave_ack(master, slave_id):

@@ -72,16 +72,15 @@ def test_master_housekeeping_closes_a_silent_slave(tmp_path):
         import asyncio
 
         from rocketray.ha.protocol import encode_slave_ack, encode_slave_handshake
-        from rocketray.auth import authenticate
-        from ha_helpers import SECRET
+        from rocketray.auth import HA_LABEL
+        from ha_helpers import node_links
         cfg = fast_config(ha_send_heartbeat_interval_ms=100, ha_housekeeping_interval_ms=500)
         m = await start_node(tmp_path, 1, cfg)
         await m.ha.change_to_master(1)
         proposals = []
         m.ha.add_sss_listener(proposals.append)
         m.ha.set_sync_state_set({1, 7})
-        reader, writer = await asyncio.open_connection("127.0.0.1", m.port)
-        await authenticate(reader, writer, "client", SECRET, 2000)
+        reader, writer, _peer = await node_links(7).connect("127.0.0.1", m.port, HA_LABEL)
         writer.write(encode_slave_handshake(7))
         await reader.readexactly(20 + 12)           # handshake reply with one epoch entry
         writer.write(encode_slave_ack(0))

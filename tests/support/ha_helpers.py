@@ -13,9 +13,10 @@ from rocketray.broker.store import MessageStore
 from rocketray.ha.ack import PutResult, PutStatus
 from rocketray.ha.config import HAConfig
 from rocketray.ha.service import HAService
+from rocketray.links import MemberLinks
 from rocketray.waiting import wait_for_async
+from rr_members import broker, links
 
-SECRET = b"test-cluster-secret"
 TOPIC = "FooBar"
 
 
@@ -68,11 +69,16 @@ class Node:
         return f"127.0.0.1:{self.port}"
 
 
+def node_links(broker_id: int, **kwargs) -> MemberLinks:
+    """The test member ``broker_id`` of group broker-a (``rr_members``)."""
+    return links(broker(broker_id), **kwargs)
+
+
 async def start_node(root: Path, broker_id: int, config: HAConfig | None = None,
-                     segment_size: int = 1 << 20, secret: bytes = SECRET,
-                     store: MessageStore | None = None) -> Node:
+                     segment_size: int = 1 << 20, store: MessageStore | None = None,
+                     member: MemberLinks | None = None) -> Node:
     store = store or open_store(root / f"store{broker_id}", segment_size)
-    ha = HAService(store, broker_id, config or fast_config(), secret)
+    ha = HAService(store, broker_id, config or fast_config(), links=member or node_links(broker_id))
     port = await ha.start("127.0.0.1", 0)
     return Node(broker_id, root, store, ha, port)
 
