@@ -112,6 +112,7 @@ def rule(text: str, actions: str, decision: str = "allow") -> AclRule:
     ([rule("Topic:orders", "Pub")], False, (G, "orders", SUB), False, "default deny"),
     ([rule("Topic:orders-*", "Pub")], False, (T, "orders-eu", PUB), True, "allowed by rule"),
     ([rule("Topic:orders-*", "Pub")], False, (T, "orders", PUB), False, "default deny"),
+    ([rule("Topic:orders-*", "Pub")], False, (T, "eu-orders-x", PUB), False, "default deny"),
     ([rule("Topic:*", "Pub,Sub")], False, (T, "anything", SUB), True, "allowed by rule 'Allow Pub,Sub on Topic:*'"),
     ([rule("Topic:*", "Pub"), rule("Topic:secret", "Pub", "deny")], False, (T, "secret", PUB), False,
      "denied by rule 'Deny Pub on Topic:secret'"),
@@ -152,7 +153,7 @@ def brute_force(superuser: bool, rules: list[AclRule], resource_type: ResourceTy
     return "Deny" not in verdicts and "Allow" in verdicts
 
 
-names = st.sampled_from(["o", "or", "orders", "orders-eu", "orders-", "b", "billing", "x"])
+names = st.sampled_from(["o", "or", "orders", "orders-eu", "orders-", "eu-orders", "b", "billing", "xb", "x"])
 resource_texts = st.builds(lambda t, n, k: f"{t}:{'*' if k == 'any' else n + ('*' if k == 'prefix' else '')}",
                            st.sampled_from(["Topic", "Group", "Cluster"]), names,
                            st.sampled_from(["literal", "prefix", "any"]))
