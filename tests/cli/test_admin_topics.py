@@ -11,6 +11,7 @@ import json
 import pytest
 
 from rocketray.cli import admin_format as fmt
+from rocketray.cli import admin_common
 from rocketray.cli.commands import admin
 from rocketray.controller.api import Response
 from rocketray.controller.decide import DecideContext, decide
@@ -37,7 +38,7 @@ class CoreCluster:
 @pytest.fixture
 def core(monkeypatch):
     cluster = CoreCluster()
-    monkeypatch.setattr(admin, "connect_cluster", lambda address, name: cluster)
+    monkeypatch.setattr(admin_common, "connect_cluster", lambda address, name: cluster)
     return cluster
 
 
@@ -113,7 +114,7 @@ def test_shrinking_is_refused_and_json_errors_are_objects(core, capsys):
 
 def test_no_broker_group_yet(monkeypatch, capsys):
     cluster = CoreCluster(groups=())
-    monkeypatch.setattr(admin, "connect_cluster", lambda address, name: cluster)
+    monkeypatch.setattr(admin_common, "connect_cluster", lambda address, name: cluster)
     code, _, err = cli(capsys, "update-topic", "-t", "orders", "-q", "1")
     assert code == 1 and "CONTROLLER_INVALID_REQUEST (2005): no broker group registered yet" in err
 
