@@ -268,6 +268,10 @@ def _utc(time_ms: Any) -> str:
 def _event_field(key: str, value: Any) -> str:
     if key == "broker_names" and isinstance(value, (list, tuple)):  # a topic's queues: the count
         return f"queues={len(value)}"
+    if key == "credential" and isinstance(value, Mapping):  # a user's record: its rounds, never a key
+        return f"iterations={java_str(value.get('iterations'))}"
+    if key == "rules" and isinstance(value, (list, tuple)):
+        return "rules=[" + "; ".join(map(str, value)) + "]"
     return f"{key}={java_str(value)}"
 
 

@@ -35,7 +35,7 @@ from typing import Any, Callable, Iterator, Sequence
 import msgpack
 
 from rocketray.acl import AclRule
-from rocketray.controller.events import Event, EventCodecError, decode_event, encode_event
+from rocketray.controller.events import Event, EventCodecError, SetAclEvent, decode_event, encode_event
 from rocketray.scram import ScramCredential
 
 log = logging.getLogger(__name__)
@@ -74,6 +74,8 @@ class EventLogRecord:
                                "time_ms": self.time_ms, "type": type(self.event).__name__}
         for f in fields(self.event):  # type: ignore[arg-type]
             out[f.name] = _json_value(getattr(self.event, f.name))
+        if isinstance(self.event, SetAclEvent):
+            out["rules"] = [str(rule) for rule in self.event.rules]  # a list even when empty
         out.update(master_broker_id=self.master_broker_id, master_epoch=self.master_epoch,
                    sync_state_set=None if self.sync_state_set is None else list(self.sync_state_set),
                    sync_state_set_epoch=self.sync_state_set_epoch)
@@ -85,7 +87,7 @@ def _json_value(value: Any) -> Any:
         return sorted(value)
     if isinstance(value, ScramCredential):
         return {"iterations": value.iterations}
-    if isinstance(value, tuple) and value and isinstance(value[0], AclRule):
+    if isinstance(value, tuple) and any(isinstance(v, AclRule) for v in value):
         return [str(rule) for rule in value]
     return value
 

@@ -309,7 +309,7 @@ def _model_step(model: dict, request) -> None:
             model[request.user][2][str(rule.resource)] = rule
     elif isinstance(request, DeleteAclRequest):
         rules_of = model[request.user][2]
-        for resource in request.resources or list(rules_of):
+        for resource in list(dict.fromkeys(request.resources)) or list(rules_of):  # a resource named twice counts once
             rules_of.pop(str(parse_rules(resource, "Admin", "allow")[0].resource))
 
 

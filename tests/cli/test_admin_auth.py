@@ -278,3 +278,24 @@ def test_commands_on_real_controllers_and_a_login_against_a_followers_table(make
     assert not served.authorize("app", ResourceType.TOPIC, "orders", Action.SUB).allowed
     code, out, _ = cli(capsys, "user", "list", "--json")
     assert json.loads(out)["header"]["users"] == [["app", False]]
+
+
+def test_controller_events_show_user_events_without_keys():
+    """get-controller-events: a user's record as its iteration count, rules as text, no group."""
+    from rocketray.acl import parse_rules
+    from rocketray.cli.admin_format import format_controller_events
+    from rocketray.controller.event_log import EventLogRecord
+    from rocketray.controller.events import DeleteUserEvent, PutUserEvent, SetAclEvent
+    from rocketray.scram import ScramCredential
+
+    record = ScramCredential(b"s" * 16, 4096, b"k" * 32, b"v" * 32)
+    events = [EventLogRecord(5, 0, 1, 0, PutUserEvent("app", record, False)).to_json(),
+              EventLogRecord(6, 0, 1, 0, SetAclEvent("app", parse_rules("Topic:o", "Sub", "allow"))).to_json(),
+              EventLogRecord(7, 0, 1, 0, SetAclEvent("app", ())).to_json(),
+              EventLogRecord(8, 0, 1, 0, DeleteUserEvent("app")).to_json()]
+    assert [line.split("\t")[2:] for line in format_controller_events(events).splitlines()] == [
+        ["PutUserEvent", "-", "name=app iterations=4096 superuser=false", "-> (users and ACLs)"],
+        ["SetAclEvent", "-", "user=app rules=[Allow Sub on Topic:o]", "-> (users and ACLs)"],
+        ["SetAclEvent", "-", "user=app rules=[]", "-> (users and ACLs)"],
+        ["DeleteUserEvent", "-", "name=app", "-> (users and ACLs)"]]
+    assert json.loads(json.dumps(events)) == events, "plain JSON"
