@@ -23,7 +23,7 @@ from rocketray.cli.options import add_cluster_flags
 from rocketray.controller.headers import header_fields
 
 __all__ = ["AdminError", "EXIT_ERROR", "EXIT_OK", "EXIT_USAGE", "ResponseError", "add_common_flags",
-           "add_repeat_flags", "call", "code_name", "connect_cluster", "dumps", "response_json", "run"]
+           "add_repeat_flags", "call", "code_name", "connect_cluster", "dumps", "response_json", "run", "run_request"]
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -136,3 +136,12 @@ def run(args: argparse.Namespace, once: Callable[[Any], tuple[str, Any]]) -> int
         else:
             print(f"error: {exc}", file=sys.stderr, flush=True)
         return EXIT_ERROR
+
+
+def run_request(args: argparse.Namespace, request: Any, text_of: Callable[[Any], str]) -> int:
+    """``run`` of one leader request: prints ``text_of(response)``, or the answer as JSON."""
+    def once(cluster):
+        response = call(cluster, request)
+        return text_of(response), response_json(response)
+
+    return run(args, once)

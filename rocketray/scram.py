@@ -273,6 +273,38 @@ def _check_nonce(nonce: bytes) -> bytes:
     return bytes(nonce)
 
 
+class _Exchange:
+    """What both sides share: output queued for the caller, bytes after the end of the exchange kept
+    as ``trailing_data``, and a failed exchange that stays failed (each side sets its own states)."""
+
+    _done: enum.Enum
+    _failed: enum.Enum
+    state: enum.Enum
+    trailing_data: bytes
+    _out: bytearray
+
+    def data_to_send(self) -> bytes:
+        out = bytes(self._out)
+        self._out.clear()
+        return out
+
+    def receive_data(self, data: bytes) -> None:
+        """Feed bytes from the peer; a ``ScramError`` leaves the exchange failed (close the connection)."""
+        if self.state is self._done:
+            self.trailing_data += bytes(data)
+            return
+        if self.state is self._failed:
+            raise ScramProtocolError("the exchange failed: close the connection")
+        try:
+            self._advance(bytes(data))
+        except ScramError:
+            self.state = self._failed
+            raise
+
+    def _advance(self, data: bytes) -> None:
+        raise NotImplementedError
+
+
 # -- server ---------------------------------------------------------------------------------------
 
 class ServerState(enum.Enum):
@@ -291,10 +323,13 @@ def _fake_credential(fake_key: bytes, name: bytes, iterations: int) -> ScramCred
     return ScramCredential(salt, iterations, _hmac(fake_key, b"stored|" + name), _hmac(fake_key, b"server|" + name))
 
 
-class ScramServer:
+class ScramServer(_Exchange):
     """The broker's side of one exchange. ``lookup(name)`` returns the user's stored credential or
     None; ``fake_key`` (a server-side secret, at least 32 bytes, the same for the server's lifetime)
-    makes the answers for unknown names. When ``state`` is DONE, ``user`` is the authenticated name."""
+    makes the answers for unknown names. When ``state`` is DONE, ``user`` is the authenticated name.
+    ``receive_data`` raises ``ScramProtocolError`` on anything malformed."""
+
+    _done, _failed = ServerState.DONE, ServerState.FAILED
 
     def __init__(self, lookup: Lookup, server_nonce: bytes, fake_key: bytes, *, channel_binding: bytes = b"",
                  fake_iterations: int = DEFAULT_ITERATIONS) -> None:
@@ -328,24 +363,6 @@ class ScramServer:
     def claimed_user(self) -> str | None:
         """The name the client claimed (for logs of a refusal), known or not."""
         return self._claimed
-
-    def data_to_send(self) -> bytes:
-        out = bytes(self._out)
-        self._out.clear()
-        return out
-
-    def receive_data(self, data: bytes) -> None:
-        """Feed bytes from the client; raises ``ScramProtocolError`` on anything malformed."""
-        if self.state is ServerState.DONE:
-            self.trailing_data += bytes(data)
-            return
-        if self.state is ServerState.FAILED:
-            raise ScramProtocolError("the exchange failed: close the connection")
-        try:
-            self._advance(bytes(data))
-        except ScramProtocolError:
-            self.state = ServerState.FAILED
-            raise
 
     def _advance(self, data: bytes) -> None:
         self._reader.feed(data)
@@ -417,12 +434,16 @@ class ClientState(enum.Enum):
 Derive = Callable[[bytes, bytes, int], ScramKeys]
 
 
-class ScramClient:
+class ScramClient(_Exchange):
     """The application's side of one exchange; CLIENT_FIRST is queued at construction.
 
     ``derive(secret, salt, iterations)`` computes the keys (``derive_keys``; pass a cached one to
     pay PBKDF2 once per credential). ``min_iterations`` refuses a server that asks for fewer
-    rounds than expected (a downgrade); more than ``MAX_ITERATIONS`` is always refused."""
+    rounds than expected (a downgrade); more than ``MAX_ITERATIONS`` is always refused.
+    ``receive_data`` raises ``ScramProtocolError`` on malformed bytes and ``ScramAuthError`` when
+    the server refuses or fails to prove itself."""
+
+    _done, _failed = ClientState.DONE, ClientState.FAILED
 
     def __init__(self, user: str, secret: bytes | str, client_nonce: bytes, *, channel_binding: bytes = b"",
                  derive: Derive = derive_keys, min_iterations: int = MIN_ITERATIONS) -> None:
@@ -446,25 +467,6 @@ class ScramClient:
 
     def __repr__(self) -> str:
         return f"ScramClient(user={self.user!r}, state={self.state.value})"
-
-    def data_to_send(self) -> bytes:
-        out = bytes(self._out)
-        self._out.clear()
-        return out
-
-    def receive_data(self, data: bytes) -> None:
-        """Feed bytes from the server; ``ScramProtocolError`` on malformed bytes, ``ScramAuthError``
-        when the server refuses or fails to prove itself."""
-        if self.state is ClientState.DONE:
-            self.trailing_data += bytes(data)
-            return
-        if self.state is ClientState.FAILED:
-            raise ScramProtocolError("the exchange failed: close the connection")
-        try:
-            self._advance(bytes(data))
-        except ScramError:
-            self.state = ClientState.FAILED
-            raise
 
     def _advance(self, data: bytes) -> None:
         self._reader.feed(data)

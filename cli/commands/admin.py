@@ -28,7 +28,7 @@ from typing import Any
 
 from rocketray.cli import admin_format as fmt
 from rocketray.cli.admin_common import (EXIT_USAGE, AdminError, ResponseError, add_common_flags, add_repeat_flags,
-                                        call, response_json, run)
+                                        call, response_json, run, run_request)
 from rocketray.cli.commands.admin_auth import add_auth_parsers
 from rocketray.cli.commands.admin_groups import add_group_parsers
 from rocketray.controller.headers import header_fields
@@ -307,38 +307,24 @@ def run_update_controller_config(args: argparse.Namespace) -> int:
 def run_update_topic(args: argparse.Namespace) -> int:
     from rocketray.controller.api import CreateTopicRequest
 
-    def once(cluster):
-        response = call(cluster, CreateTopicRequest(args.topic, args.queues))
-        return fmt.format_update_topic(header_fields(response.header)), response_json(response)
-
-    return run(args, once)
+    return run_request(args, CreateTopicRequest(args.topic, args.queues),
+                       lambda response: fmt.format_update_topic(header_fields(response.header)))
 
 
 def run_delete_topic(args: argparse.Namespace) -> int:
     from rocketray.controller.api import DeleteTopicRequest
 
-    def once(cluster):
-        response = call(cluster, DeleteTopicRequest(args.topic))
-        return fmt.format_delete_topic(args.topic), response_json(response)
-
-    return run(args, once)
+    return run_request(args, DeleteTopicRequest(args.topic), lambda response: fmt.format_delete_topic(args.topic))
 
 
 def run_topic_route(args: argparse.Namespace) -> int:
     from rocketray.controller.api import GetTopicRouteRequest
 
-    def once(cluster):
-        response = call(cluster, GetTopicRouteRequest(args.topic))
-        return fmt.format_topic_route(header_fields(response.header)), response_json(response)
-
-    return run(args, once)
+    return run_request(args, GetTopicRouteRequest(args.topic),
+                       lambda response: fmt.format_topic_route(header_fields(response.header)))
 
 
 def run_topic_list(args: argparse.Namespace) -> int:
     from rocketray.controller.api import ListTopicsRequest
 
-    def once(cluster):
-        response = call(cluster, ListTopicsRequest())
-        return fmt.format_topic_list(response.header.counts()), response_json(response)
-
-    return run(args, once)
+    return run_request(args, ListTopicsRequest(), lambda response: fmt.format_topic_list(response.header.counts()))

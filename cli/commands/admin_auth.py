@@ -21,7 +21,7 @@ import sys
 from typing import Any, Callable
 
 from rocketray.cli import admin_format as fmt
-from rocketray.cli.admin_common import EXIT_USAGE, add_common_flags, call, response_json, run
+from rocketray.cli.admin_common import EXIT_USAGE, add_common_flags, call, response_json, run, run_request
 from rocketray.controller.headers import header_fields
 from rocketray.scram import DEFAULT_ITERATIONS, DEFAULT_SALT_BYTES, MAX_ITERATIONS, MIN_ITERATIONS, ScramCredential
 
@@ -189,21 +189,13 @@ def run_user_update(args: argparse.Namespace) -> int:
 def run_user_delete(args: argparse.Namespace) -> int:
     from rocketray.controller.api import DeleteUserRequest
 
-    def once(cluster):
-        response = call(cluster, DeleteUserRequest(args.user_name))
-        return fmt.format_user_deleted(args.user_name), response_json(response)
-
-    return run(args, once)
+    return run_request(args, DeleteUserRequest(args.user_name), lambda response: fmt.format_user_deleted(args.user_name))
 
 
 def run_user_list(args: argparse.Namespace) -> int:
     from rocketray.controller.api import ListUsersRequest
 
-    def once(cluster):
-        response = call(cluster, ListUsersRequest())
-        return fmt.format_users(response.header.users), response_json(response)
-
-    return run(args, once)
+    return run_request(args, ListUsersRequest(), lambda response: fmt.format_users(response.header.users))
 
 
 # -- ACL rules ------------------------------------------------------------------------------------
@@ -213,12 +205,8 @@ def _split(text: str | None) -> tuple[str, ...]:
 
 
 def _acl_command(args: argparse.Namespace, request: Any, first_line: str | None) -> int:
-    def once(cluster):
-        response = call(cluster, request)
-        rows = header_fields(response.header)["rules"]
-        return fmt.format_acl_rules(rows, first_line), response_json(response)
-
-    return run(args, once)
+    return run_request(args, request,
+                       lambda response: fmt.format_acl_rules(header_fields(response.header)["rules"], first_line))
 
 
 def run_acl_create(args: argparse.Namespace) -> int:

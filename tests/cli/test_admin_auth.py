@@ -15,35 +15,18 @@ import pytest
 from rocketray.cli import admin_common
 from rocketray.cli.commands import admin_auth
 from rocketray.controller.api import CreateUserRequest, Response, UpdateUserRequest
-from rocketray.controller.decide import DecideContext, decide
-from rocketray.controller.state import ControllerState
 from rocketray.controller.users import auth_table_of
 from rocketray.scram import ClientState, ScramClient, ScramServer, ServerState, derive_keys
 
 from controller_cluster import everyone_alive, make_cluster  # noqa: F401 - the shared fixture
+from core_cluster import CoreCluster, install
 
 FAST = ("--iterations", "4096")
 
 
-class CoreCluster:
-    """What the admin commands use of ``rocketray.actors.cluster.Cluster``, over the pure core."""
-
-    def __init__(self) -> None:
-        self.state = ControllerState()
-        self.requests: list[object] = []
-
-    def call_controller(self, request) -> Response:
-        self.requests.append(request)
-        response, events = decide(self.state, request, DecideContext())
-        self.state.apply_all(events)
-        return response
-
-
 @pytest.fixture
 def core(monkeypatch):
-    cluster = CoreCluster()
-    monkeypatch.setattr(admin_common, "connect_cluster", lambda address, name: cluster)
-    return cluster
+    return install(monkeypatch, CoreCluster())
 
 
 def cli(capsys, *argv):
