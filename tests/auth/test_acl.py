@@ -170,7 +170,7 @@ def rules_strategy(draw):
     return out
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=500, deadline=None)
 @given(st.booleans(), rules_strategy(), st.sampled_from(list(ResourceType)), names, st.sampled_from(list(Action)))
 def test_evaluate_agrees_with_brute_force(superuser, rules, resource_type, name, action):
     """For random rule sets and requests, evaluate's verdict is the brute-force one, and a Deny
