@@ -11,8 +11,8 @@ ClientKey without sending it: ``ClientProof = ClientKey XOR HMAC(StoredKey, Auth
 other server nonce) and the optional channel binding. The server recovers ClientKey from the proof
 and checks ``H(ClientKey) == StoredKey``; then it proves itself with
 ``ServerSignature = HMAC(ServerKey, AuthMessage)``, which only a holder of ServerKey can compute.
-The derivations are RFC 5802's exactly (RFC 7677's test vector checks them); the messages are
-rocketray's own binary frames, every field bounded:
+The derivations are RFC 5802's exactly (``rocketray.scram_keys``, re-exported here; RFC 7677's test
+vector checks them); the messages are rocketray's own binary frames, every field bounded:
 
     frame         type u8 | body length u16 (big-endian) | body
     CLIENT_FIRST  1  version u8 (1) | name length u8 | user name (UTF-8, 1..64 bytes) | client nonce (32)
@@ -40,11 +40,14 @@ server-side key are injected (no randomness here); the secret appears in no repr
 from __future__ import annotations
 
 import enum
-import hashlib
 import hmac
 import struct
-from dataclasses import dataclass
 from typing import Callable
+
+from rocketray.scram_keys import (DEFAULT_ITERATIONS, DEFAULT_SALT_BYTES, KEY_SIZE, MAX_ITERATIONS, MAX_SALT_BYTES,
+                                  MIN_ITERATIONS, MIN_SALT_BYTES, ScramCredential, ScramKeys, client_proof,
+                                  derive_keys, hmac_sha256, salted_password, secret_bytes, server_signature,
+                                  verify_client_proof)
 
 __all__ = [
     "AUTH_MESSAGE_DOMAIN", "ClientState", "DEFAULT_ITERATIONS", "DEFAULT_SALT_BYTES", "ErrorReason", "FrameType",
@@ -54,12 +57,7 @@ __all__ = [
     "client_proof", "derive_keys", "salted_password", "server_signature", "verify_client_proof",
 ]
 
-KEY_SIZE = 32                 # SHA-256 output: keys, proofs, signatures
 NONCE_SIZE = 32               # each side's nonce; the combined nonce is twice that
-MIN_SALT_BYTES, MAX_SALT_BYTES, DEFAULT_SALT_BYTES = 16, 64, 16
-#: RFC 7677 asks for at least 4096. The maximum bounds what a server can make a client compute
-#: (1,000,000 rounds take about 0.2 s on a 2-core VM); the default costs about 20 ms.
-MIN_ITERATIONS, MAX_ITERATIONS, DEFAULT_ITERATIONS = 4096, 1_000_000, 100_000
 MAX_USER_NAME_BYTES = 64
 MAX_CHANNEL_BINDING_BYTES = 1024
 PROTOCOL_VERSION = 1
@@ -114,100 +112,6 @@ class ScramProtocolError(ScramError, ValueError):
 class ScramAuthError(ScramError):
     """Authentication failed: the server refused the credential, or the server failed to prove it
     holds the user's ServerKey."""
-
-
-# -- derivations (RFC 5802 section 3) -------------------------------------------------------------
-
-def _hmac(key: bytes, message: bytes) -> bytes:
-    return hmac.new(key, message, hashlib.sha256).digest()
-
-
-def _xor(a: bytes, b: bytes) -> bytes:
-    return bytes(x ^ y for x, y in zip(a, b, strict=True))
-
-
-def _secret_bytes(secret: bytes | str) -> bytes:
-    return secret.encode("utf-8") if isinstance(secret, str) else bytes(secret)
-
-
-def salted_password(secret: bytes | str, salt: bytes, iterations: int) -> bytes:
-    """``Hi(secret, salt, i)``: PBKDF2-HMAC-SHA256 with one 32-byte block."""
-    assert iterations >= 1, "PBKDF2 needs at least one iteration"
-    return hashlib.pbkdf2_hmac("sha256", _secret_bytes(secret), salt, iterations)
-
-
-@dataclass(frozen=True, slots=True, repr=False)
-class ScramKeys:
-    """What a client derives from its secret for one (salt, iterations): enough to log in."""
-
-    client_key: bytes
-    stored_key: bytes
-    server_key: bytes
-
-    def __repr__(self) -> str:
-        return "ScramKeys(<hidden>)"
-
-
-def derive_keys(secret: bytes | str, salt: bytes, iterations: int) -> ScramKeys:
-    """ClientKey, StoredKey = H(ClientKey) and ServerKey from the secret (RFC 5802 section 3)."""
-    salted = salted_password(secret, salt, iterations)
-    client_key = _hmac(salted, b"Client Key")
-    return ScramKeys(client_key, hashlib.sha256(client_key).digest(), _hmac(salted, b"Server Key"))
-
-
-def client_proof(keys: ScramKeys, auth_message: bytes) -> bytes:
-    """``ClientKey XOR HMAC(StoredKey, AuthMessage)``."""
-    return _xor(keys.client_key, _hmac(keys.stored_key, auth_message))
-
-
-def server_signature(server_key: bytes, auth_message: bytes) -> bytes:
-    """``HMAC(ServerKey, AuthMessage)``: the server's proof that it holds ServerKey."""
-    return _hmac(server_key, auth_message)
-
-
-@dataclass(frozen=True, slots=True, repr=False)
-class ScramCredential:
-    """What the controller stores for a user: never the secret nor the SaltedPassword. Enough to
-    check a client's proof and to sign as the server; not enough to log in as the user."""
-
-    salt: bytes
-    iterations: int
-    stored_key: bytes
-    server_key: bytes
-
-    def __repr__(self) -> str:
-        return f"ScramCredential(iterations={self.iterations}, salt=<{len(self.salt)} bytes>, keys=<hidden>)"
-
-    @classmethod
-    def from_secret(cls, secret: bytes | str, salt: bytes, iterations: int = DEFAULT_ITERATIONS) -> ScramCredential:
-        """The record of ``secret`` under ``salt`` (the caller draws it, e.g. ``os.urandom(16)``)."""
-        keys = derive_keys(secret, salt, iterations)
-        credential = cls(bytes(salt), iterations, keys.stored_key, keys.server_key)
-        problem = credential.problem()
-        if problem is not None:
-            raise ValueError(problem)
-        return credential
-
-    def problem(self) -> str | None:
-        """Why this is not a valid stored credential, or None."""
-        if type(self.salt) is not bytes or not MIN_SALT_BYTES <= len(self.salt) <= MAX_SALT_BYTES:
-            return f"salt must be {MIN_SALT_BYTES}..{MAX_SALT_BYTES} bytes"
-        if type(self.iterations) is not int or not MIN_ITERATIONS <= self.iterations <= MAX_ITERATIONS:
-            return f"iterations must be an int in {MIN_ITERATIONS}..{MAX_ITERATIONS}"
-        for name in ("stored_key", "server_key"):
-            value = getattr(self, name)
-            if type(value) is not bytes or len(value) != KEY_SIZE:
-                return f"{name} must be {KEY_SIZE} bytes"
-        return None
-
-
-def verify_client_proof(credential: ScramCredential, auth_message: bytes, proof: bytes) -> bool:
-    """True iff ``proof`` was made with the ClientKey whose hash is ``credential.stored_key``
-    (constant-time comparison)."""
-    if len(proof) != KEY_SIZE:
-        return False
-    client_key = _xor(proof, _hmac(credential.stored_key, auth_message))
-    return hmac.compare_digest(hashlib.sha256(client_key).digest(), credential.stored_key)
 
 
 # -- frames ---------------------------------------------------------------------------------------
@@ -319,8 +223,8 @@ Lookup = Callable[[str], "ScramCredential | None"]
 
 def _fake_credential(fake_key: bytes, name: bytes, iterations: int) -> ScramCredential:
     """A stable credential for a name nobody holds: its salt looks like any user's."""
-    salt = _hmac(fake_key, b"salt|" + name)[:DEFAULT_SALT_BYTES]
-    return ScramCredential(salt, iterations, _hmac(fake_key, b"stored|" + name), _hmac(fake_key, b"server|" + name))
+    salt = hmac_sha256(fake_key, b"salt|" + name)[:DEFAULT_SALT_BYTES]
+    return ScramCredential(salt, iterations, hmac_sha256(fake_key, b"stored|" + name), hmac_sha256(fake_key, b"server|" + name))
 
 
 class ScramServer(_Exchange):
@@ -451,7 +355,7 @@ class ScramClient(_Exchange):
         if not 1 <= len(name) <= MAX_USER_NAME_BYTES:
             raise ValueError(f"a user name is 1..{MAX_USER_NAME_BYTES} bytes of UTF-8")
         self.user = user
-        self._secret = _secret_bytes(secret)
+        self._secret = secret_bytes(secret)
         if not self._secret:
             raise ValueError("the secret is empty")
         self._nonce = _check_nonce(client_nonce)
