@@ -19,6 +19,7 @@ MODULES=(
     rocketray.controller.headers rocketray.controller.limits rocketray.controller.leadership rocketray.controller.notify
     rocketray.ha.protocol rocketray.ha.session rocketray.ha.truncation rocketray.ha.sync_state
     rocketray.snapshot.format
+    rocketray.scram rocketray.scram_keys rocketray.acl rocketray.controller.auth_table rocketray.controller.users
     rocketray.broker.message rocketray.broker.role rocketray.broker.role_io rocketray.broker.offsets rocketray.broker.pull
     rocketray.client.core rocketray.client.types rocketray.client.errors
     rocketray.ha.ack rocketray.ha.master

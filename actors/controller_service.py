@@ -221,6 +221,14 @@ class ControllerService:
         return self.watch_master(broker_name, 1 << 62, 0.0)
 
     @ray.method(concurrency_group=NONBLOCKING_GROUP)
+    def applied_auth_table(self, since_version: int) -> Response:
+        """The users and ACL table as this node has applied it (``GetAuthTableRequest(since_version)``
+        without a Raft round trip, like ``applied_master``): "unchanged" unless its version is above
+        ``since_version``; read it with ``rocketray.controller.users.auth_table_of``. The table holds
+        every user's SCRAM keys: for members (brokers) only."""
+        return self._node.auth_table(int(since_version))
+
+    @ray.method(concurrency_group=NONBLOCKING_GROUP)
     def leader_status(self) -> LeaderStatus:
         """This node's word about itself: its term and whether it is that term's ready leader."""
         return self._leader_status(self._node.wait_ready_leader(1 << 62, 0.0))

@@ -12,7 +12,9 @@ joined by ``\\n`` without a trailing newline. Differences from mqadmin, on purpo
 - ``clean-broker-metadata`` drops mqadmin's trailing space;
 - the topic commands (``update-topic``, ``delete-topic``, ``topic-route``, ``topic-list``) talk to the
   controller, which holds the topic table here (no nameserver), so their lines name the controller
-  and a route lists the broker group of each queue instead of mqadmin's TopicRouteData JSON.
+  and a route lists the broker group of each queue instead of mqadmin's TopicRouteData JSON;
+- the user and ACL commands (``user ...``, ``acl ...``, mqadmin's ACL 2.0 ones) name the controller
+  too; a user's type is mqadmin's ``Super`` or ``Normal`` and a rule row has no source-IP column.
 
 Errors are one line: ``<CODE_NAME> (<code>): <remark>`` (see ``format_error``).
 """
@@ -204,6 +206,52 @@ def format_topic_list(topics: Mapping[str, Any]) -> str:
     return _lines(*(f"{name}\t{java_str(count)}" for name, count in sorted(topics.items())))
 
 
+# -- users and ACL rules: createUser, updateUser, deleteUser, listUser, createAcl, ..., listAcl ------
+
+ACL_ROW_FORMAT = "{:<16}  {:<22}  {:<22}  {}"
+AUTH_EVENT_TYPES = ("PutUserEvent", "DeleteUserEvent", "SetAclEvent")
+
+
+def _user_type(superuser: bool) -> str:
+    return "Super" if superuser else "Normal"
+
+
+def format_user_change(verb: str, name: str, superuser: bool, changed: bool, secret: str | None = None) -> str:
+    """``user create|update``: ``<verb> user <name> to controller success.`` (``user <name> unchanged.``
+    when nothing was replicated), ``#User``, ``#UserType``, and ``#Secret`` when one was generated."""
+    first = f"{verb} user {name} to controller success." if changed else f"user {name} unchanged."
+    lines = [first, _kv("User", name), _kv("UserType", _user_type(superuser))]
+    if secret is not None:
+        lines.append(_kv("Secret", secret))
+    return _lines(*lines)
+
+
+def format_user_deleted(name: str) -> str:
+    return f"delete user {name} from controller success."
+
+
+def format_users(users: Iterable[Sequence[Any]]) -> str:
+    """``user list``: ``#User  #UserType`` then one row per ``(name, superuser)``; ``(no users)``."""
+    rows = [f"{name:<16}  {_user_type(bool(superuser))}" for name, superuser in users]
+    if not rows:
+        return "(no users)"
+    return _lines(f"{'#User':<16}  #UserType", *rows)
+
+
+def format_acl_rules(rows: Iterable[Sequence[Any]], first_line: str | None = None) -> str:
+    """``acl ...``: an optional first line, then mqadmin's columns ``#User #Resource #Actions
+    #Decision``, one row per ``(user, resource, actions, decision)``; ``(no rules)`` when none."""
+    lines = [] if first_line is None else [first_line]
+    body = [ACL_ROW_FORMAT.format(user, resource, ",".join(actions), decision)
+            for user, resource, actions, decision in rows]
+    if body:
+        lines.append(ACL_ROW_FORMAT.format("#User", "#Resource", "#Actions", "#Decision"))
+        lines.extend(body)
+    else:
+        lines.append("(no rules)")
+    return _lines(*lines)
+
+
 # -- getControllerEvents (rocketray's own) ----------------------------------------------------------
 
 _EVENT_STATE_KEYS = ("index", "seq", "term", "time_ms", "type", "broker_name", "master_broker_id", "master_epoch",
@@ -220,19 +268,27 @@ def _utc(time_ms: Any) -> str:
 def _event_field(key: str, value: Any) -> str:
     if key == "broker_names" and isinstance(value, (list, tuple)):  # a topic's queues: the count
         return f"queues={len(value)}"
+    if key == "credential" and isinstance(value, Mapping):  # a user's record: its rounds, never a key
+        return f"iterations={java_str(value.get('iterations'))}"
+    if key == "rules" and isinstance(value, (list, tuple)):
+        return "rules=[" + "; ".join(map(str, value)) + "]"
     return f"{key}={java_str(value)}"
 
 
 def format_controller_events(events: Sequence[Mapping[str, Any]], uncovered: Sequence[Sequence[int]] = ()) -> str:
     """One line per event: ``<index>.<seq> <UTC time> <type> <group> <event fields> ->
     master=<id> epoch=<e> sss=[...]@<e>``, then a warning line per index range no controller logged.
-    Topic events have no group (``-``), show their queue count and end with ``-> (topic table)``."""
+    Topic events have no group (``-``), show their queue count and end with ``-> (topic table)``;
+    user and ACL events likewise end with ``-> (users and ACLs)`` (a user's record shows only its
+    iteration count)."""
     lines = []
     for e in events:
         details = " ".join(_event_field(k, v) for k, v in e.items() if k not in _EVENT_STATE_KEYS)
         if e.get("master_epoch") is not None:
             after = (f"master={java_str(e.get('master_broker_id'))} epoch={e.get('master_epoch')} "
                      f"sss={e.get('sync_state_set')}@{e.get('sync_state_set_epoch')}")
+        elif e["type"] in AUTH_EVENT_TYPES:
+            after = "(users and ACLs)"
         else:
             after = "(topic table)" if "topic" in e else "(group removed)"
         lines.append(f"{e['index']}.{e.get('seq', 0)}\t{_utc(e.get('time_ms'))}\t{e['type']}\t"

@@ -2,10 +2,11 @@
 
 These types are the seam between the broker (ReplicasManager), the clients, the admin tools, the
 Raft shell and the pure decide functions. Everything is plain data (str, int, bool, None, tuples of
-str or int, frozensets of ints, dicts) so that a Ray call or a socket can carry it; nothing here
+str or int, frozensets of ints, dicts, and a user's ``ScramCredential`` record) so that a Ray call or a socket can carry it; nothing here
 knows about transport. Field names are the snake_case forms of the RocketMQ header fields
-(reference section 6.1). Topics and consumer-group membership are rocketray's own (no nameserver:
-the controller holds the topic table, see docs/controller.md).
+(reference section 6.1). Topics, consumer-group membership, users and ACL rules are rocketray's own
+(no nameserver: the controller holds the topic table and the users and ACL table, see
+docs/controller.md).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Union
 
 from rocketray.controller.codes import ResponseCode
+from rocketray.scram import ScramCredential
 from rocketray.controller.headers import (HEADER_TYPES, NO_HEADER, ElectMasterResponseHeader,
                                           GetReplicaInfoResponseHeader, RegisterBrokerToControllerResponseHeader,
                                           ResponseHeader)
@@ -182,11 +184,104 @@ class ConsumerHeartbeatRequest:
     leaving: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class CreateUserRequest:
+    """Create user ``name`` with the SCRAM record the admin tool derived from its secret (a write).
+    USER_ALREADY_EXIST (3003) if the name is taken by another record; the same record and flag
+    again is SUCCESS without an event (a retry). Header ``UserResponseHeader``."""
+
+    name: str
+    credential: ScramCredential
+    superuser: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateUserRequest:
+    """Replace ``name``'s record (a new secret) and/or its superuser flag; None keeps it (a write).
+    USER_NOT_EXIST (3001) if unknown. Header ``UserResponseHeader``."""
+
+    name: str
+    credential: ScramCredential | None = None
+    superuser: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteUserRequest:
+    """Forget ``name`` and its ACL rules (a write). USER_NOT_EXIST (3001) if unknown."""
+
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class ListUsersRequest:
+    """Every user with its superuser flag, never a key (a read). Header ``ListUsersResponseHeader``."""
+
+
+@dataclass(frozen=True, slots=True)
+class CreateAclRequest:
+    """Give ``user`` one rule per resource: ``actions`` with ``decision`` (mqadmin createAcl's ``-r -a
+    -d`` strings, ``rocketray.acl.parse_rules``; a write). POLICY_ALREADY_EXIST (3004) if the user
+    has another rule on one of the resources; the same rules again are SUCCESS without an event.
+    Header ``AclRulesResponseHeader``: the user's rules after the request."""
+
+    user: str
+    resources: tuple[str, ...]
+    actions: tuple[str, ...]
+    decision: str
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateAclRequest:
+    """Replace ``user``'s rule on each resource (a write); POLICY_NOT_EXIST (3002) for a resource
+    it has no rule on. Header ``AclRulesResponseHeader``."""
+
+    user: str
+    resources: tuple[str, ...]
+    actions: tuple[str, ...]
+    decision: str
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteAclRequest:
+    """Remove ``user``'s rules on ``resources`` (every rule when empty; a write); POLICY_NOT_EXIST
+    (3002) for a resource it has no rule on. Header ``AclRulesResponseHeader``."""
+
+    user: str
+    resources: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class GetAclRequest:
+    """``user``'s rules (a read); USER_NOT_EXIST (3001) if unknown. Header ``AclRulesResponseHeader``."""
+
+    user: str
+
+
+@dataclass(frozen=True, slots=True)
+class ListAclsRequest:
+    """Every rule (a read), of ``user`` only when given, and only rules whose resource text contains
+    ``resource`` when given (mqadmin listAcl's filters). Header ``AclRulesResponseHeader``."""
+
+    user: str = ""
+    resource: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class GetAuthTableRequest:
+    """The whole users and ACL table if its version is above ``since_version`` (a read; members ask
+    with the version they hold, -1 for none). Header ``AuthTableResponseHeader(version, changed)``;
+    when changed, ``body["table"]`` is ``AuthTable.to_plain()`` (read it with
+    ``rocketray.controller.users.auth_table_of``). Holds every user's keys: members only."""
+
+    since_version: int = -1
+
+
 Request = Union[
     GetNextBrokerIdRequest, ApplyBrokerIdRequest, RegisterBrokerRequest, ElectMasterRequest, ElectMastersRequest,
     AlterSyncStateSetRequest, GetReplicaInfoRequest, GetSyncStateDataRequest, CleanBrokerDataRequest,
     BrokerHeartbeatRequest, CreateTopicRequest, DeleteTopicRequest, GetTopicRouteRequest, ListTopicsRequest,
-    ConsumerHeartbeatRequest,
+    ConsumerHeartbeatRequest, CreateUserRequest, UpdateUserRequest, DeleteUserRequest, ListUsersRequest,
+    CreateAclRequest, UpdateAclRequest, DeleteAclRequest, GetAclRequest, ListAclsRequest, GetAuthTableRequest,
 ]
 
 

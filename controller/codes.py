@@ -37,6 +37,14 @@ class ResponseCode(IntEnum):
     CONTROLLER_BROKER_ID_INVALID = 2014
     CONTROLLER_JRAFT_INTERNAL_ERROR = 2015
     CONTROLLER_BROKER_LIVE_INFO_NOT_EXISTS = 2016
+    # Users and ACL rules: 3001 and 3002 are RocketMQ's ACL 2.0 codes, 3003.. rocketray's own.
+    USER_NOT_EXIST = 3001
+    POLICY_NOT_EXIST = 3002           # the user has no rule on that resource (or no rule at all)
+    USER_ALREADY_EXIST = 3003
+    POLICY_ALREADY_EXIST = 3004       # the user has another rule on that resource
+    INVALID_USER_NAME = 3005
+    INVALID_POLICY = 3006             # a resource, action or decision that does not parse or apply
+    INVALID_CREDENTIAL = 3007         # a SCRAM record outside its bounds
 
 
 _RETRIABLE = frozenset({

@@ -3,8 +3,9 @@
 Each ``decide_*`` reads a ``ControllerState`` and returns ``(Response, events)`` without mutating
 anything. The Raft shell replicates the events and applies them (on every node) before it
 answers; reads return no events. Liveness and live info come in through ``DecideContext`` so the
-decisions are deterministic functions of (state, request, context). Topic requests (rocketray's
-own) are decided in ``controller/topics.py``; ``decide`` dispatches to them like to the others.
+decisions are deterministic functions of (state, request, context). Topic requests and user and ACL
+requests (rocketray's own) are decided in ``controller/topics.py`` and ``controller/users.py``;
+``decide`` dispatches to them like to the others.
 
 Deliberate fixes of reference section 18 made here (each pinned by a ``test_quirk*`` test):
 - Q2: a controller-triggered election that finds nobody emits ``ElectMasterEvent(False)`` only
@@ -32,6 +33,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional
 
+from rocketray.controller import users
 from rocketray.controller.api import (AlterSyncStateSetRequest, ApplyBrokerIdRequest, CleanBrokerDataRequest,
                             CreateTopicRequest, DeleteTopicRequest, ElectMasterRequest, ElectMastersRequest,
                             GetNextBrokerIdRequest,
@@ -389,7 +391,20 @@ def master_session_closed(state: ControllerState, broker_name: str, broker_id: i
 
 
 _WRITES = (ApplyBrokerIdRequest, RegisterBrokerRequest, ElectMasterRequest, ElectMastersRequest,
-           AlterSyncStateSetRequest, CleanBrokerDataRequest, CreateTopicRequest, DeleteTopicRequest)
+           AlterSyncStateSetRequest, CleanBrokerDataRequest, CreateTopicRequest, DeleteTopicRequest,
+           *users.WRITES)
+
+#: Requests decided from the tables alone: ``decide_*(state, request)``.
+_BY_STATE: dict[type, Callable[[ControllerState, Any], Decision]] = {
+    GetNextBrokerIdRequest: decide_get_next_broker_id,
+    ApplyBrokerIdRequest: decide_apply_broker_id,
+    GetReplicaInfoRequest: decide_get_replica_info,
+    CreateTopicRequest: decide_create_topic,
+    DeleteTopicRequest: decide_delete_topic,
+    GetTopicRouteRequest: decide_get_topic_route,
+    ListTopicsRequest: decide_list_topics,
+    **users.DECISIONS,
+}
 
 
 def is_write(request: object) -> bool:
@@ -403,10 +418,9 @@ def decide(state: ControllerState, request: object, ctx: DecideContext) -> Decis
     refused = check_request_limits(request)
     if refused is not None:
         return refused, []
-    if isinstance(request, GetNextBrokerIdRequest):
-        return decide_get_next_broker_id(state, request)
-    if isinstance(request, ApplyBrokerIdRequest):
-        return decide_apply_broker_id(state, request)
+    by_state = _BY_STATE.get(type(request))
+    if by_state is not None:
+        return by_state(state, request)
     if isinstance(request, RegisterBrokerRequest):
         return decide_register_broker(state, request, ctx.alive)
     if isinstance(request, ElectMasterRequest):
@@ -415,19 +429,9 @@ def decide(state: ControllerState, request: object, ctx: DecideContext) -> Decis
         return decide_elect_masters(state, request, ctx)
     if isinstance(request, AlterSyncStateSetRequest):
         return decide_alter_sync_state_set(state, request, ctx.alive)
-    if isinstance(request, GetReplicaInfoRequest):
-        return decide_get_replica_info(state, request)
     if isinstance(request, GetSyncStateDataRequest):
         return decide_get_sync_state_data(state, request, ctx.alive)
     if isinstance(request, CleanBrokerDataRequest):
         return decide_clean_broker_data(state, request, ctx.alive)
-    if isinstance(request, CreateTopicRequest):
-        return decide_create_topic(state, request)
-    if isinstance(request, DeleteTopicRequest):
-        return decide_delete_topic(state, request)
-    if isinstance(request, GetTopicRouteRequest):
-        return decide_get_topic_route(state, request)
-    if isinstance(request, ListTopicsRequest):
-        return decide_list_topics(state, request)
     return Response.error(C.REQUEST_CODE_NOT_SUPPORTED,
                           f" request type {type(request).__name__} not supported"), []

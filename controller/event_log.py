@@ -34,7 +34,9 @@ from typing import Any, Callable, Iterator, Sequence
 
 import msgpack
 
-from rocketray.controller.events import Event, EventCodecError, decode_event, encode_event
+from rocketray.acl import AclRule
+from rocketray.controller.events import Event, EventCodecError, SetAclEvent, decode_event, encode_event
+from rocketray.scram import ScramCredential
 
 log = logging.getLogger(__name__)
 
@@ -65,16 +67,29 @@ class EventLogRecord:
     sync_state_set_epoch: int | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """``{index, seq, term, time_ms, type, <event fields>, master_broker_id, master_epoch, ...}``."""
+        """``{index, seq, term, time_ms, type, <event fields>, master_broker_id, master_epoch, ...}``,
+        plain JSON values: a user's SCRAM record shows only its iteration count (never its keys),
+        ACL rules their text (``Allow Pub on Topic:orders``)."""
         out: dict[str, Any] = {"index": self.index, "seq": self.seq, "term": self.term,
                                "time_ms": self.time_ms, "type": type(self.event).__name__}
         for f in fields(self.event):  # type: ignore[arg-type]
-            value = getattr(self.event, f.name)
-            out[f.name] = sorted(value) if isinstance(value, frozenset) else value
+            out[f.name] = _json_value(getattr(self.event, f.name))
+        if isinstance(self.event, SetAclEvent):
+            out["rules"] = [str(rule) for rule in self.event.rules]  # a list even when empty
         out.update(master_broker_id=self.master_broker_id, master_epoch=self.master_epoch,
                    sync_state_set=None if self.sync_state_set is None else list(self.sync_state_set),
                    sync_state_set_epoch=self.sync_state_set_epoch)
         return out
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, frozenset):
+        return sorted(value)
+    if isinstance(value, ScramCredential):
+        return {"iterations": value.iterations}
+    if isinstance(value, tuple) and any(isinstance(v, AclRule) for v in value):
+        return [str(rule) for rule in value]
+    return value
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,13 +2,17 @@
 
 The leader decides, producing events; only events travel through Raft and only events change
 state (``ControllerState.apply``). Each event is a frozen dataclass with a fixed type id (the
-RocketMQ short type ids 1..6; rocketray's topic events 7 and 8). On the wire:
+RocketMQ short type ids 1..6; rocketray's topic events 7 and 8, its user and ACL events 9..11). On
+the wire:
 
 - one event:   msgpack ``[CODEC_VERSION, type_id, field, field, ...]``
 - a batch:     msgpack ``[CODEC_VERSION, [[type_id, field, ...], ...]]``
 
 Fields are encoded positionally in dataclass order; sets travel as sorted lists of ints, tuples of
-strings as lists in their order. The
+strings as lists in their order, a SCRAM credential as ``[salt, iterations, stored_key,
+server_key]`` (msgpack bin for the bytes) and ACL rules as ``[[resource text, [action, ...],
+decision], ...]`` (``rocketray.acl``'s texts). No user event carries a secret: a user's record is
+what ``rocketray.scram`` derives from it, and the admin tool derives it before it asks. The
 decoder trusts nothing: any input that is not exactly a well-typed frame of a known version and
 type raises ``EventCodecError`` (a ``ValueError``) and nothing else.
 """
@@ -19,6 +23,9 @@ from dataclasses import dataclass
 from typing import Any, Union
 
 import msgpack
+
+from rocketray.acl import AclParseError, AclRule, parse_actions, parse_decision, parse_resource
+from rocketray.scram import ScramCredential
 
 CODEC_VERSION = 1
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
@@ -84,11 +91,39 @@ class DeleteTopicEvent:
     topic: str
 
 
+@dataclass(frozen=True, slots=True)
+class PutUserEvent:
+    """Create ``name`` or replace its record and superuser flag (``rocketray.controller.auth_table``)."""
+
+    name: str
+    credential: ScramCredential
+    superuser: bool
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteUserEvent:
+    """Forget ``name`` and its ACL rules."""
+
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class SetAclEvent:
+    """Set ``user``'s whole rule list (empty: no rules). Ignored if the user does not exist."""
+
+    user: str
+    rules: tuple[AclRule, ...]
+
+
 Event = Union[AlterSyncStateSetEvent, ApplyBrokerIdEvent, ElectMasterEvent, ReadEvent,
-              CleanBrokerDataEvent, UpdateBrokerAddressEvent, CreateTopicEvent, DeleteTopicEvent]
+              CleanBrokerDataEvent, UpdateBrokerAddressEvent, CreateTopicEvent, DeleteTopicEvent,
+              PutUserEvent, DeleteUserEvent, SetAclEvent]
+#: The events that change the users and ACL table (``AuthTable``), not a group's rows.
+AUTH_EVENTS = (PutUserEvent, DeleteUserEvent, SetAclEvent)
 
 # type id -> (class, field kinds). Kinds: s=str, i=int64, b=bool, I=int64 or None,
-# S=set of int64, N=set of int64 or None, T=tuple of str (order kept).
+# S=set of int64, N=set of int64 or None, T=tuple of str (order kept), C=SCRAM credential,
+# R=tuple of ACL rules.
 _SCHEMA: dict[int, tuple[type, str]] = {
     1: (AlterSyncStateSetEvent, "sS"),
     2: (ApplyBrokerIdEvent, "ssssi"),
@@ -98,13 +133,16 @@ _SCHEMA: dict[int, tuple[type, str]] = {
     6: (UpdateBrokerAddressEvent, "sssi"),
     7: (CreateTopicEvent, "sT"),
     8: (DeleteTopicEvent, "s"),
+    9: (PutUserEvent, "sCb"),
+    10: (DeleteUserEvent, "s"),
+    11: (SetAclEvent, "sR"),
 }
 _TYPE_ID: dict[type, int] = {cls: tid for tid, (cls, _) in _SCHEMA.items()}
 
 
 def broker_name_of(event: Event) -> str | None:
-    """The broker group an event is about, or None (``ReadEvent`` and the topic events)."""
-    if isinstance(event, (ReadEvent, CreateTopicEvent, DeleteTopicEvent)):
+    """The broker group an event is about, or None (``ReadEvent``, the topic and the auth events)."""
+    if isinstance(event, (ReadEvent, CreateTopicEvent, DeleteTopicEvent, *AUTH_EVENTS)):
         return None
     return event.broker_name
 
@@ -114,7 +152,21 @@ def _to_wire(value: Any, kind: str) -> Any:
         return None if value is None else sorted(value)
     if kind == "T":
         return list(value)
+    if kind == "C":
+        return encode_credential(value)
+    if kind == "R":
+        return encode_rules(value)
     return value
+
+
+def encode_credential(credential: ScramCredential) -> list[Any]:
+    """``[salt, iterations, stored_key, server_key]``."""
+    return [credential.salt, credential.iterations, credential.stored_key, credential.server_key]
+
+
+def encode_rules(rules: tuple[AclRule, ...]) -> list[Any]:
+    """``[[resource text, [action, ...], decision], ...]`` in the given order."""
+    return [[str(r.resource), sorted(a.value for a in r.actions), r.decision.value] for r in rules]
 
 
 def _event_to_list(event: Event) -> list[Any]:
@@ -152,6 +204,37 @@ def _str_tuple(value: Any) -> tuple[str, ...]:
     return tuple(value)
 
 
+def decode_credential(value: Any) -> ScramCredential:
+    """Inverse of ``encode_credential``; ``EventCodecError`` unless well-typed and within bounds."""
+    if type(value) is not list or len(value) != 4:
+        raise EventCodecError(f"expected [salt, iterations, stored_key, server_key], got {value!r:.80}")
+    credential = ScramCredential(*value)
+    problem = credential.problem()
+    if problem is not None:
+        raise EventCodecError(f"invalid SCRAM credential: {problem}")
+    return credential
+
+
+def decode_rules(value: Any) -> tuple[AclRule, ...]:
+    """Inverse of ``encode_rules``; ``EventCodecError`` unless every rule is valid."""
+    if type(value) is not list:
+        raise EventCodecError(f"expected a list of ACL rules, got {value!r:.80}")
+    rules = []
+    for item in value:
+        if type(item) is not list or len(item) != 3 or type(item[0]) is not str or type(item[1]) is not list \
+                or type(item[2]) is not str:
+            raise EventCodecError(f"expected [resource, [actions], decision], got {item!r:.80}")
+        try:
+            rule = AclRule(parse_resource(item[0]), parse_actions(item[1]), parse_decision(item[2]))
+        except AclParseError as exc:
+            raise EventCodecError(f"invalid ACL rule: {exc}") from exc
+        problem = rule.problem()
+        if problem is not None:
+            raise EventCodecError(f"invalid ACL rule: {problem}")
+        rules.append(rule)
+    return tuple(rules)
+
+
 def _from_wire(value: Any, kind: str) -> Any:
     if kind == "s" and type(value) is str:
         return value
@@ -167,6 +250,10 @@ def _from_wire(value: Any, kind: str) -> Any:
         return None if value is None else _int_set(value)
     if kind == "T":
         return _str_tuple(value)
+    if kind == "C":
+        return decode_credential(value)
+    if kind == "R":
+        return decode_rules(value)
     raise EventCodecError(f"field kind {kind!r} does not accept {value!r:.80}")
 
 

@@ -3,8 +3,8 @@
 A ``Response`` (``rocketray.controller.api``) carries a code, one of these headers, an optional body
 and a remark. The header classes follow RocketMQ's (reference 6.1): ``ElectMasterResponseHeader``,
 ``GetReplicaInfoResponseHeader``, ``RegisterBrokerToControllerResponseHeader`` and so on, with
-snake_case fields; topics, consumer groups, the controller's config and the NOT_LEADER hint are
-rocketray's own. An answer with nothing in its header carries ``NO_HEADER``.
+snake_case fields; topics, consumer groups, users and ACL rules, the controller's config and the
+NOT_LEADER hint are rocketray's own. An answer with nothing in its header carries ``NO_HEADER``.
 
 Which header an answer carries depends on the request and, for some, on the code:
 
@@ -25,6 +25,11 @@ GetTopicRoute               ``TopicRouteResponseHeader``
 DeleteTopic                 ``DeleteTopicResponseHeader``
 ListTopics                  ``ListTopicsResponseHeader``
 ConsumerHeartbeat           ``ConsumerHeartbeatResponseHeader``
+Create/Update/DeleteUser    ``UserResponseHeader``
+ListUsers                   ``ListUsersResponseHeader``
+Create/Update/Delete/Get    ``AclRulesResponseHeader`` (the user's rules after the request; every
+Acl, ListAcls               matching rule for ListAcls)
+GetAuthTable                ``AuthTableResponseHeader`` (the table itself is in the body)
 config get / update         ``ControllerConfigResponseHeader``
 any, code 2007              ``NotLeaderResponseHeader`` (the leader this node knows of)
 ==========================  ==============================================================
@@ -43,7 +48,8 @@ from typing import Any, Mapping, Union
 from rocketray.controller.codes import ResponseCode
 
 __all__ = [
-    "AlterSyncStateSetResponseHeader", "ApplyBrokerIdResponseHeader", "ConsumerHeartbeatResponseHeader",
+    "AclRulesResponseHeader", "AlterSyncStateSetResponseHeader", "ApplyBrokerIdResponseHeader",
+    "AuthTableResponseHeader", "ConsumerHeartbeatResponseHeader", "ListUsersResponseHeader", "UserResponseHeader",
     "CreateTopicResponseHeader",
     "ControllerConfigResponseHeader", "DeleteTopicResponseHeader", "ElectMasterResponseHeader",
     "ElectMastersResponseHeader", "GetNextBrokerIdResponseHeader", "GetReplicaInfoResponseHeader",
@@ -164,6 +170,39 @@ class ConsumerHeartbeatResponseHeader:
 
 
 @dataclass(frozen=True, slots=True)
+class UserResponseHeader:
+    """A user after a create, update or delete; ``changed`` says whether anything was replicated."""
+
+    name: str
+    superuser: bool
+    changed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ListUsersResponseHeader:
+    """Every user as ``(name, superuser)`` sorted by name (never a key)."""
+
+    users: tuple[tuple[str, bool], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AclRulesResponseHeader:
+    """ACL rules as ``(user, resource, actions, decision)`` rows (``rocketray.acl`` texts), sorted by
+    user then resource."""
+
+    rules: tuple[tuple[str, str, tuple[str, ...], str], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AuthTableResponseHeader:
+    """The users and ACL table's version on the node that answered; ``changed``: it is above the
+    version asked about, and the table is in the body."""
+
+    version: int
+    changed: bool
+
+
+@dataclass(frozen=True, slots=True)
 class ControllerConfigResponseHeader:
     """Which controller answered a config get or update (its Raft address)."""
 
@@ -184,13 +223,15 @@ ResponseHeader = Union[
     GetReplicaInfoResponseHeader, TopicRouteResponseHeader, CreateTopicResponseHeader, DeleteTopicResponseHeader,
     ListTopicsResponseHeader,
     ConsumerHeartbeatResponseHeader, ControllerConfigResponseHeader, NotLeaderResponseHeader,
+    UserResponseHeader, ListUsersResponseHeader, AclRulesResponseHeader, AuthTableResponseHeader,
 ]
 #: The headers that name a group's master (what ``MasterInfo.from_response`` reads).
 MasterHeader = Union[RegisterBrokerToControllerResponseHeader, ElectMasterResponseHeader,
                      GetReplicaInfoResponseHeader]
 
 # header class -> field kinds. s=str, S=str or None, i=int64, I=int64 or None, b=bool,
-# Q=queues (list of [int64, str]), L=list of str, T=topic counts (map str -> int64).
+# Q=queues (list of [int64, str]), L=list of str, T=topic counts (map str -> int64),
+# U=users (list of [str, bool]), A=ACL rows (list of [str, str, [str, ...], str]).
 _KINDS: dict[type, dict[str, str]] = {
     NoHeader: {},
     GetNextBrokerIdResponseHeader: {"cluster_name": "s", "broker_name": "s", "next_broker_id": "i"},
@@ -210,6 +251,10 @@ _KINDS: dict[type, dict[str, str]] = {
     ConsumerHeartbeatResponseHeader: {"group": "s", "members": "L"},
     ControllerConfigResponseHeader: {"address": "s"},
     NotLeaderResponseHeader: {"leader_address": "S", "leader_id": "S"},
+    UserResponseHeader: {"name": "s", "superuser": "b", "changed": "b"},
+    ListUsersResponseHeader: {"users": "U"},
+    AclRulesResponseHeader: {"rules": "A"},
+    AuthTableResponseHeader: {"version": "i", "changed": "b"},
 }
 HEADER_TYPES: tuple[type, ...] = tuple(_KINDS)
 _BY_NAME: dict[str, type] = {cls.__name__: cls for cls in _KINDS}
@@ -231,6 +276,10 @@ def header_fields(header: ResponseHeader) -> dict[str, Any]:
             value = list(value)
         elif kind == "T":
             value = dict(value)
+        elif kind == "U":
+            value = [[user, superuser] for user, superuser in value]
+        elif kind == "A":
+            value = [[user, resource, list(actions), decision] for user, resource, actions, decision in value]
         out[name] = value
     return out
 
@@ -258,7 +307,17 @@ def _field(name: str, kind: str, value: Any) -> Any:
     if kind == "T" and isinstance(value, Mapping) and all(
             type(k) is str and _is_int64(v) for k, v in value.items()):
         return tuple(sorted(value.items()))
+    if kind == "U" and _rows(value, 2) and all(type(u[0]) is str and type(u[1]) is bool for u in value):
+        return tuple((u[0], u[1]) for u in value)
+    if kind == "A" and _rows(value, 4) and all(
+            type(r[0]) is str and type(r[1]) is str and type(r[3]) is str and type(r[2]) in (list, tuple)
+            and all(type(a) is str for a in r[2]) for r in value):
+        return tuple((r[0], r[1], tuple(r[2]), r[3]) for r in value)
     raise HeaderCodecError(f"header field {name!r} does not accept {value!r:.80}")
+
+
+def _rows(value: Any, width: int) -> bool:
+    return type(value) in (list, tuple) and all(type(row) in (list, tuple) and len(row) == width for row in value)
 
 
 def header_from_fields(kind: object, values: object) -> ResponseHeader:

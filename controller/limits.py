@@ -1,6 +1,6 @@
 """Bounds on a controller request's fields, checked before anything is decided or replicated.
 
-A string field longer than ``MAX_STRING_BYTES`` (UTF-8), a set or list of more than ``MAX_SET_SIZE``
+A string (UTF-8) or bytes field longer than ``MAX_STRING_BYTES``, a set or list of more than ``MAX_SET_SIZE``
 members, or an int outside int64 is answered CONTROLLER_INVALID_REQUEST (2005) with no event. A
 committed entry is applied on every replica and at every restart, so anything that could make an
 apply fail must be refused at decide time (an ApplyBrokerId with a 1 MiB check code once wedged
@@ -25,6 +25,14 @@ _INT64_MIN, _INT64_MAX = -(2 ** 63), 2 ** 63 - 1
 
 def _field_problem(name: str, value: Any) -> str | None:
     if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, bytes):
+        return None if len(value) <= MAX_STRING_BYTES else f"{name} is {len(value)} bytes, over {MAX_STRING_BYTES}"
+    if is_dataclass(value) and not isinstance(value, type):  # a record inside a request (a SCRAM credential)
+        for f in fields(value):
+            problem = _field_problem(f"{name}.{f.name}", getattr(value, f.name))
+            if problem is not None:
+                return problem
         return None
     if isinstance(value, int):
         return None if _INT64_MIN <= value <= _INT64_MAX else f"{name} is outside int64"

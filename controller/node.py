@@ -40,7 +40,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from rocketray.controller.api import ConsumerHeartbeatRequest, Response
+from rocketray.controller.api import ConsumerHeartbeatRequest, GetAuthTableRequest, Response
 from rocketray.controller.codes import ResponseCode
 from rocketray.controller.config import ControllerConfig
 from rocketray.controller.consumers import ConsumerGroups
@@ -52,12 +52,13 @@ from rocketray.controller.leader_pipeline import LeaderPipeline
 from rocketray.controller.notify import RoleChangeNotice
 from rocketray.controller.pipeline import Speculation
 from rocketray.controller.triggers import ElectionTriggers
+from rocketray.controller.users import decide_get_auth_table
 from rocketray.fs import OS_DISK, Disk, ensure_dir
 from rocketray.controller.raft import PayloadError, RaftHost, decode_payload, sync_obj_conf
 from rocketray.controller.raft_snapshots import (RecoveryRefused, SnapshotHooks, import_pysyncobj_journal,
                                                  plan_recovery)
 from rocketray.controller.state import ControllerState
-from rocketray.snapshot.format import SECTION_CONTROLLER_STATE, SECTION_TOPICS
+from rocketray.snapshot.format import SECTION_AUTH, SECTION_CONTROLLER_STATE, SECTION_TOPICS
 from rocketray.snapshot.store import SnapshotStore
 
 log = logging.getLogger(__name__)
@@ -92,8 +93,9 @@ def _now_ms() -> int:
 
 
 def _state_of(sections: dict[int, dict[str, Any]]) -> ControllerState:
-    """The state a snapshot's sections hold; one written before topics existed has no topics."""
-    return ControllerState.from_snapshot(sections[SECTION_CONTROLLER_STATE], sections.get(SECTION_TOPICS))
+    """The state a snapshot's sections hold; one written before topics (or users) existed has none."""
+    return ControllerState.from_snapshot(sections[SECTION_CONTROLLER_STATE], sections.get(SECTION_TOPICS),
+                                         sections.get(SECTION_AUTH))
 
 
 class ControllerNode(LeaderPipeline, ElectionTriggers):
@@ -274,7 +276,8 @@ class ControllerNode(LeaderPipeline, ElectionTriggers):
         it (every covered entry was logged under the lock first; heartbeats never wait for the disk)."""
         with self._state_lock:
             captured = self.applied_index, {SECTION_CONTROLLER_STATE: self.state.to_snapshot(),
-                                            SECTION_TOPICS: self.state.topics_to_snapshot()}
+                                            SECTION_TOPICS: self.state.topics_to_snapshot(),
+                                            SECTION_AUTH: self.state.auth_to_snapshot()}
         try:
             self.event_log.sync()
         except OSError:
@@ -436,9 +439,19 @@ class ControllerNode(LeaderPipeline, ElectionTriggers):
 
     def snapshot_state(self) -> dict[str, Any]:
         """A copy of the replicated tables (for tests and admin): ``ControllerState.to_snapshot()``
-        plus ``"topics"``, the rows of ``topics_to_snapshot()``."""
+        plus ``"topics"``, the rows of ``topics_to_snapshot()``, and ``"auth"``, the users and ACL
+        table without its keys (``AuthTable.public_view``)."""
         with self._state_lock:
-            return {**self.state.to_snapshot(), "topics": self.state.topics_to_snapshot()["topics"]}
+            return {**self.state.to_snapshot(), "topics": self.state.topics_to_snapshot()["topics"],
+                    "auth": self.state.auth.public_view()}
+
+    def auth_table(self, since_version: int) -> Response:
+        """``GetAuthTableRequest(since_version)`` answered from this node's applied state, without a
+        Raft round trip: any node answers, and one that has not applied a version above
+        ``since_version`` answers "unchanged", so a member never goes back to an older table.
+        Never blocks on Raft."""
+        with self._state_lock:
+            return decide_get_auth_table(self.state, GetAuthTableRequest(since_version))[0]
 
     def close(self) -> None:
         """Stop ticking, close sockets and the journal. Idempotent."""

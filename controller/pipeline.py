@@ -66,6 +66,7 @@ def copy_state(state: ControllerState) -> ControllerState:
     out.replica_info = {name: _copy_row(row) for name, row in state.replica_info.items()}
     out.sync_state = {name: _copy_row(row) for name, row in state.sync_state.items()}
     out.topics = dict(state.topics)
+    out.auth = state.auth  # immutable (AuthTable): shared, never changed in place
     return out
 
 

@@ -106,7 +106,7 @@ class RecoveryPlan:
 
     snapshot: SnapshotMeta | None
     #: The snapshot's sections other than the Raft ones (SECTION_CONTROLLER_STATE, SECTION_TOPICS
-    #: when present), empty without a snapshot.
+    #: and SECTION_AUTH when present), empty without a snapshot.
     state_sections: dict[int, dict[str, Any]]
     startup_entries: tuple[Entry, Entry, list[str]] | None  # what the deserializer returns at start
     journal: JournalHead

@@ -10,15 +10,18 @@ Two tables keyed by broker name, exactly as RocketMQ's ReplicasInfoManager keeps
 and rocketray's own third table (there is no nameserver):
 
 - ``topics``: topic name -> the broker group of each queue (index = queue id). It names groups,
-  never replicas, so a master switch inside a group leaves every route as it is.
+  never replicas, so a master switch inside a group leaves every route as it is;
+- ``auth``: the users and ACL table with its version (``rocketray.controller.auth_table``), an
+  immutable value that each user or ACL event replaces.
 
 A broker-set "exists" only when it is present in both tables. State changes only through
 ``apply``, which is deterministic, has no clock or randomness, and never raises for a well-typed
 event: events that refer to missing sets are ignored as the reference does. Applying the same
 event sequence to a fresh state therefore yields equal tables, which is what lets every Raft node
 (and a snapshot + journal replay) agree. ``to_snapshot``/``from_snapshot`` turn the tables into
-plain lists/dicts (msgpack-encodable, no int map keys) and back; the topic table travels in its own
-snapshot section (``topics_to_snapshot``), so a snapshot written before topics existed still loads.
+plain lists/dicts (msgpack-encodable, no int map keys) and back; the topic table and the users and
+ACL table travel in their own snapshot sections (``topics_to_snapshot``, ``auth_to_snapshot``), so
+a snapshot written before either existed still loads.
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any, Callable, NewType
 
-from rocketray.controller.events import (AlterSyncStateSetEvent, ApplyBrokerIdEvent, CleanBrokerDataEvent,
+from rocketray.controller.auth_table import AuthTable
+from rocketray.controller.events import (AUTH_EVENTS, AlterSyncStateSetEvent, ApplyBrokerIdEvent, CleanBrokerDataEvent,
                                          CreateTopicEvent, DeleteTopicEvent, ElectMasterEvent, Event, ReadEvent,
                                          UpdateBrokerAddressEvent, broker_name_of)
 
@@ -101,21 +105,22 @@ def _copy_sync(row: SyncStateInfo | None) -> SyncStateInfo | None:
 class ControllerState:
     """The replicated tables plus ``apply``. Compare with ``==`` (tables only)."""
 
-    __slots__ = ("replica_info", "sync_state", "topics")
+    __slots__ = ("replica_info", "sync_state", "topics", "auth")
 
     def __init__(self) -> None:
         self.replica_info: dict[str, BrokerReplicaInfo] = {}
         self.sync_state: dict[str, SyncStateInfo] = {}
         self.topics: dict[str, tuple[str, ...]] = {}
+        self.auth = AuthTable()
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, ControllerState):
             return NotImplemented
         return (self.replica_info == other.replica_info and self.sync_state == other.sync_state
-                and self.topics == other.topics)
+                and self.topics == other.topics and self.auth == other.auth)
 
     def __repr__(self) -> str:
-        return f"ControllerState({self.to_snapshot()!r}, topics={self.topics!r})"
+        return f"ControllerState({self.to_snapshot()!r}, topics={self.topics!r}, auth={self.auth!r})"
 
     # -- queries ----------------------------------------------------------------------------
     def contains(self, broker_name: str) -> bool:
@@ -143,6 +148,8 @@ class ControllerState:
                 self.topics[event.topic] = tuple(event.broker_names)
         elif isinstance(event, DeleteTopicEvent):
             self.topics.pop(event.topic, None)
+        elif isinstance(event, AUTH_EVENTS):
+            self.auth = self.auth.applied(event)
         elif isinstance(event, ReadEvent):
             return
         else:
@@ -160,6 +167,7 @@ class ControllerState:
         saved = {n: (_copy_replica(self.replica_info.get(n)), _copy_sync(self.sync_state.get(n))) for n in names}
         saved_topics = {e.topic: self.topics.get(e.topic) for e in events
                         if isinstance(e, (CreateTopicEvent, DeleteTopicEvent))}
+        saved_auth = self.auth  # immutable: keeping the reference is the copy
         try:
             for event in events:
                 self.apply(event)
@@ -177,6 +185,7 @@ class ControllerState:
                     self.topics.pop(topic, None)
                 else:
                     self.topics[topic] = assignment
+            self.auth = saved_auth
             raise
 
     def _apply_alter(self, event: AlterSyncStateSetEvent) -> None:
@@ -246,6 +255,10 @@ class ControllerState:
         return {"version": TOPICS_SNAPSHOT_VERSION,
                 "topics": [[name, list(groups)] for name, groups in sorted(self.topics.items())]}
 
+    def auth_to_snapshot(self) -> dict[str, Any]:
+        """The users and ACL table as its own snapshot section (``AuthTable.to_plain``)."""
+        return self.auth.to_plain()
+
     @staticmethod
     def _topics_from_snapshot(data: Any) -> dict[str, tuple[str, ...]]:
         if not isinstance(data, dict) or data.get("version") != TOPICS_SNAPSHOT_VERSION:
@@ -260,14 +273,18 @@ class ControllerState:
         return topics
 
     @classmethod
-    def from_snapshot(cls, data: dict[str, Any], topics: dict[str, Any] | None = None) -> ControllerState:
-        """Inverse of ``to_snapshot`` (and of ``topics_to_snapshot`` when ``topics`` is given; a
-        snapshot without that section has no topics). Raises ``ValueError`` on a malformed snapshot."""
+    def from_snapshot(cls, data: dict[str, Any], topics: dict[str, Any] | None = None,
+                      auth: dict[str, Any] | None = None) -> ControllerState:
+        """Inverse of ``to_snapshot`` (and of ``topics_to_snapshot`` / ``auth_to_snapshot`` when
+        ``topics`` / ``auth`` is given; a snapshot without a section has no topics, or no users).
+        Raises ``ValueError`` on a malformed snapshot."""
         if not isinstance(data, dict) or data.get("version") != SNAPSHOT_VERSION:
             raise ValueError("unsupported controller snapshot")
         state = cls()
         if topics is not None:
             state.topics = cls._topics_from_snapshot(topics)
+        if auth is not None:
+            state.auth = AuthTable.from_plain(auth)
         try:
             for name, cluster, next_id, ids in data["replica_info"]:
                 info = BrokerReplicaInfo(str(cluster), str(name), int(next_id))

@@ -40,6 +40,7 @@ SECTION_CONTROLLER_STATE = 1   # ControllerState.to_snapshot()
 SECTION_RAFT_META = 2          # what pysyncobj needs back: last/prev applied entry, cluster members
 SECTION_SNAPSHOT_META = 3      # {"index": n, "term": t}: the log position the snapshot covers
 SECTION_TOPICS = 4             # ControllerState.topics_to_snapshot(): {"version": 1, "topics": [[name, [group...]]]}
+SECTION_AUTH = 5               # ControllerState.auth_to_snapshot(): users (SCRAM records) and ACL rules, versioned
 
 
 class SnapshotCorrupt(ValueError):

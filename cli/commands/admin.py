@@ -14,59 +14,29 @@ stdout) and exits 1; an unreachable cluster or controller exits 1 too.
 
 Topics (mqadmin's updateTopic, deleteTopic, topicRoute, topicList) are controller state here (there
 is no nameserver), so ``update-topic``, ``delete-topic``, ``topic-route`` and ``topic-list`` send
-their requests to the controller leader like the controller commands.
+their requests to the controller leader like the controller commands. So do ``user ...`` and
+``acl ...`` (``cli/commands/admin_auth.py``); ``consumer-progress`` is ``cli/commands/admin_groups.py``.
+What every command shares (flags, connection, errors, ``--json``) is ``rocketray.cli.admin_common``.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import logging
 import sys
 import time
-from typing import Any, Callable
+from typing import Any
 
 from rocketray.cli import admin_format as fmt
-from rocketray.cli.options import add_cluster_flags
+from rocketray.cli.admin_common import (EXIT_USAGE, AdminError, ResponseError, add_common_flags, add_repeat_flags,
+                                        call, response_json, run, run_request)
+from rocketray.cli.commands.admin_auth import add_auth_parsers
+from rocketray.cli.commands.admin_groups import add_group_parsers
 from rocketray.controller.headers import header_fields
 
-EXIT_OK = 0
-EXIT_ERROR = 1
-EXIT_USAGE = 2
 DEFAULT_TOPIC_QUEUES = 8  # mqadmin updateTopic's default read/write queue numbers
 
 
-class AdminError(RuntimeError):
-    """A command could not run (no cluster, no controller answered, bad arguments)."""
-
-
-class ResponseError(RuntimeError):
-    """A controller answered with a non-SUCCESS code."""
-
-    def __init__(self, code: int, remark: str):
-        super().__init__(fmt.format_error(code, remark))
-        self.code = int(code)
-        self.remark = remark
-
-    def to_json(self) -> dict:
-        return {"code": self.code, "code_name": _code_name(self.code), "remark": self.remark}
-
-
-def _code_name(code: int) -> str:
-    from rocketray.controller.codes import ResponseCode
-
-    try:
-        return ResponseCode(code).name
-    except ValueError:
-        return "UNKNOWN"
-
-
 # --- argument parsing ------------------------------------------------------------------------------
-
-def _common(p: argparse.ArgumentParser) -> None:
-    add_cluster_flags(p)
-    p.add_argument("--json", action="store_true", help="print machine-readable JSON instead of mqadmin lines")
-
 
 def _target(p: argparse.ArgumentParser) -> None:
     g = p.add_mutually_exclusive_group(required=True)
@@ -75,35 +45,29 @@ def _target(p: argparse.ArgumentParser) -> None:
                    help="every group of this RocketMQ cluster name")
 
 
-def _repeat(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-i", "--interval", type=float, default=None, metavar="SECONDS",
-                   help="repeat every SECONDS until Ctrl-C")
-    p.add_argument("--count", type=int, default=None, help="with -i: stop after this many rounds")
-
-
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     admin = subparsers.add_parser("admin", help="mqadmin-style controller commands against a running cluster")
     sub = admin.add_subparsers(dest="admin_command", metavar="ADMIN_COMMAND")
     admin.set_defaults(func=lambda args: (admin.print_help(), EXIT_USAGE)[1])
 
     p = sub.add_parser("get-controller-metadata", help="controller group, leader and peers")
-    _common(p)
+    add_common_flags(p)
     p.set_defaults(func=run_get_controller_metadata)
 
     p = sub.add_parser("get-sync-state-set", help="master, epochs and in-sync replicas of broker groups")
-    _common(p)
+    add_common_flags(p)
     _target(p)
-    _repeat(p)
+    add_repeat_flags(p)
     p.set_defaults(func=run_get_sync_state_set)
 
     p = sub.add_parser("get-broker-epoch", help="each replica's epoch entries")
-    _common(p)
+    add_common_flags(p)
     _target(p)
-    _repeat(p)
+    add_repeat_flags(p)
     p.set_defaults(func=run_get_broker_epoch)
 
     p = sub.add_parser("elect-master", help="elect a designated replica as master (admin trigger)")
-    _common(p)
+    add_common_flags(p)
     p.add_argument("-b", "--broker-name", dest="broker_name", metavar="GROUP", required=True)
     p.add_argument("--broker-id", type=int, required=True, help="controller broker id to make master")
     p.add_argument("-c", "--cluster-name", dest="cluster_name", default=None,
@@ -111,7 +75,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run_elect_master)
 
     p = sub.add_parser("clean-broker-metadata", help="forget dead replicas (or, with --clean-living, the group)")
-    _common(p)
+    add_common_flags(p)
     p.add_argument("-b", "--broker-name", dest="broker_name", metavar="GROUP", required=True)
     p.add_argument("--broker-ids", default=None, metavar="'1;2'", help="controller broker ids to clean")
     p.add_argument("--clean-living", action="store_true", help="clean even living brokers (whole group)")
@@ -120,7 +84,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("get-controller-events",
                        help="the controllers' event log: elections, SyncStateSet changes, registrations")
-    _common(p)
+    add_common_flags(p)
     p.add_argument("-b", "--broker-name", dest="broker_name", metavar="GROUP", default=None,
                    help="only this broker group's events")
     p.add_argument("--since", type=int, default=0, metavar="INDEX", help="only events after this Raft index")
@@ -128,115 +92,41 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run_get_controller_events)
 
     p = sub.add_parser("get-controller-config", help="every controller's configuration")
-    _common(p)
+    add_common_flags(p)
     p.set_defaults(func=run_get_controller_config)
 
     p = sub.add_parser("update-controller-config", help="set one controller config key on every controller")
-    _common(p)
+    add_common_flags(p)
     p.add_argument("-k", "--key", required=True)
     p.add_argument("-v", "--value", required=True)
     p.set_defaults(func=run_update_controller_config)
 
     _add_topic_parsers(sub)
-    from rocketray.cli.commands.admin_groups import add_group_parsers
-
     add_group_parsers(sub)
+    add_auth_parsers(sub)
 
 
 def _add_topic_parsers(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("update-topic", help="create a topic, or extend it to more queues (never shrinks)")
-    _common(p)
+    add_common_flags(p)
     p.add_argument("-t", "--topic", required=True)
     p.add_argument("-q", "--queues", type=int, default=DEFAULT_TOPIC_QUEUES, metavar="N",
                    help=f"number of queues, spread round robin over the broker groups (default {DEFAULT_TOPIC_QUEUES})")
     p.set_defaults(func=run_update_topic)
 
     p = sub.add_parser("delete-topic", help="delete a topic from the controller")
-    _common(p)
+    add_common_flags(p)
     p.add_argument("-t", "--topic", required=True)
     p.set_defaults(func=run_delete_topic)
 
     p = sub.add_parser("topic-route", help="the broker group of each queue of a topic")
-    _common(p)
+    add_common_flags(p)
     p.add_argument("-t", "--topic", required=True)
     p.set_defaults(func=run_topic_route)
 
     p = sub.add_parser("topic-list", help="every topic and its queue count")
-    _common(p)
+    add_common_flags(p)
     p.set_defaults(func=run_topic_list)
-
-
-# --- plumbing --------------------------------------------------------------------------------------
-
-def connect_cluster(address: str, name: str):
-    """The running cluster ``name``; joins Ray at ``address`` unless this process already has."""
-    import ray
-
-    from rocketray.actors.cluster import ClusterError, connect
-
-    if not ray.is_initialized():
-        try:
-            ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False)
-        except (ConnectionError, RuntimeError, ValueError) as exc:
-            raise AdminError(f"cannot connect to Ray at {address!r}: {exc}") from exc
-    try:
-        return connect(name)
-    except ClusterError as exc:
-        raise AdminError(str(exc)) from exc
-
-
-def _dumps(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True, default=lambda o: sorted(o) if isinstance(o, (set, frozenset)) else str(o))
-
-
-def _call(cluster, request):
-    """The leader's SUCCESS response to ``request``; ResponseError / AdminError otherwise."""
-    from rocketray.actors.controller_client import ControllerUnavailable
-
-    try:
-        response = cluster.call_controller(request)
-    except ControllerUnavailable as exc:
-        raise AdminError(str(exc)) from exc
-    if not response.ok:
-        raise ResponseError(int(response.code), response.remark)
-    return response
-
-
-def _response_json(response) -> dict:
-    return {"code": int(response.code), "code_name": response.code.name, "remark": response.remark,
-            "header": header_fields(response.header), "body": response.body}
-
-
-def _run(args: argparse.Namespace, once: Callable[[Any], tuple[str, Any]]) -> int:
-    """Connect, run ``once(cluster) -> (text, json_obj)`` (repeatedly with -i), print, map errors."""
-    try:
-        cluster = connect_cluster(args.address, args.name)
-        interval = getattr(args, "interval", None)
-        count = getattr(args, "count", None)
-        rounds = 0
-        while True:
-            text, obj = once(cluster)
-            print(_dumps(obj) if args.json else text, flush=True)
-            rounds += 1
-            if interval is None or (count is not None and rounds >= count):
-                return EXIT_OK
-            if not args.json:
-                print(flush=True)
-            time.sleep(max(0.0, interval))
-    except KeyboardInterrupt:
-        return EXIT_OK
-    except ResponseError as exc:
-        if args.json:
-            print(_dumps(exc.to_json()), flush=True)
-        else:
-            print(f"error: {exc}", file=sys.stderr, flush=True)
-        return EXIT_ERROR
-    except AdminError as exc:
-        if args.json:
-            print(_dumps({"code": None, "code_name": "UNAVAILABLE", "remark": str(exc)}), flush=True)
-        else:
-            print(f"error: {exc}", file=sys.stderr, flush=True)
-        return EXIT_ERROR
 
 
 def _groups(cluster, args: argparse.Namespace) -> list[str]:
@@ -270,17 +160,17 @@ def run_get_controller_metadata(args: argparse.Namespace) -> int:
         meta = controller_metadata(cluster)
         return fmt.format_controller_metadata(meta), meta
 
-    return _run(args, once)
+    return run(args, once)
 
 
 def run_get_sync_state_set(args: argparse.Namespace) -> int:
     from rocketray.controller.api import GetSyncStateDataRequest
 
     def once(cluster):
-        response = _call(cluster, GetSyncStateDataRequest(broker_names=tuple(_groups(cluster, args))))
-        return fmt.format_sync_state_set(response.body or {}), _response_json(response)
+        response = call(cluster, GetSyncStateDataRequest(broker_names=tuple(_groups(cluster, args))))
+        return fmt.format_sync_state_set(response.body or {}), response_json(response)
 
-    return _run(args, once)
+    return run(args, once)
 
 
 def broker_epochs(cluster, groups: list[str]) -> tuple[list[tuple[str, dict]], list[str]]:
@@ -312,7 +202,7 @@ def run_get_broker_epoch(args: argparse.Namespace) -> int:
             raise AdminError("no broker answered")
         return fmt.format_broker_epochs(caches), {"brokers": [c for _, c in caches], "unreachable": missing}
 
-    return _run(args, once)
+    return run(args, once)
 
 
 def run_elect_master(args: argparse.Namespace) -> int:
@@ -320,12 +210,12 @@ def run_elect_master(args: argparse.Namespace) -> int:
 
     def once(cluster):
         cluster_name = args.cluster_name or cluster.spec.cluster_name
-        response = _call(cluster, ElectMasterRequest.of_admin_trigger(cluster_name, args.broker_name,
+        response = call(cluster, ElectMasterRequest.of_admin_trigger(cluster_name, args.broker_name,
                                                                       args.broker_id))
         text = fmt.format_elect_master(cluster_name, args.broker_name, header_fields(response.header), response.body)
-        return text, _response_json(response)
+        return text, response_json(response)
 
-    return _run(args, once)
+    return run(args, once)
 
 
 def run_clean_broker_metadata(args: argparse.Namespace) -> int:
@@ -333,12 +223,12 @@ def run_clean_broker_metadata(args: argparse.Namespace) -> int:
 
     def once(cluster):
         cluster_name = args.cluster_name or cluster.spec.cluster_name
-        response = _call(cluster, CleanBrokerDataRequest(cluster_name, args.broker_name, args.broker_ids,
+        response = call(cluster, CleanBrokerDataRequest(cluster_name, args.broker_name, args.broker_ids,
                                                          clean_living_broker=args.clean_living,
                                                          invoke_time_ms=int(time.time() * 1000)))
-        return fmt.format_clean_broker_metadata(args.broker_name), _response_json(response)
+        return fmt.format_clean_broker_metadata(args.broker_name), response_json(response)
 
-    return _run(args, once)
+    return run(args, once)
 
 
 def run_get_controller_events(args: argparse.Namespace) -> int:
@@ -358,7 +248,7 @@ def run_get_controller_events(args: argparse.Namespace) -> int:
             events = events[-args.last:]
         return fmt.format_controller_events(events, uncovered), {"events": events, "uncovered": uncovered}
 
-    return _run(args, once)
+    return run(args, once)
 
 
 def _each_controller(cluster, method: str, *call_args) -> list[tuple[str, Any]]:
@@ -391,7 +281,7 @@ def run_get_controller_config(args: argparse.Namespace) -> int:
             configs[address] = response.body["config"]
         return fmt.format_controller_config(configs), {"controllers": configs}
 
-    return _run(args, once)
+    return run(args, once)
 
 
 def run_update_controller_config(args: argparse.Namespace) -> int:
@@ -409,7 +299,7 @@ def run_update_controller_config(args: argparse.Namespace) -> int:
         text = fmt.format_update_controller_config(updated, result["key"], result["value"])
         return text, {"code": 0, "code_name": "SUCCESS", "controllers": updated, **result}
 
-    return _run(args, once)
+    return run(args, once)
 
 
 # --- topics ----------------------------------------------------------------------------------------
@@ -417,38 +307,24 @@ def run_update_controller_config(args: argparse.Namespace) -> int:
 def run_update_topic(args: argparse.Namespace) -> int:
     from rocketray.controller.api import CreateTopicRequest
 
-    def once(cluster):
-        response = _call(cluster, CreateTopicRequest(args.topic, args.queues))
-        return fmt.format_update_topic(header_fields(response.header)), _response_json(response)
-
-    return _run(args, once)
+    return run_request(args, CreateTopicRequest(args.topic, args.queues),
+                       lambda response: fmt.format_update_topic(header_fields(response.header)))
 
 
 def run_delete_topic(args: argparse.Namespace) -> int:
     from rocketray.controller.api import DeleteTopicRequest
 
-    def once(cluster):
-        response = _call(cluster, DeleteTopicRequest(args.topic))
-        return fmt.format_delete_topic(args.topic), _response_json(response)
-
-    return _run(args, once)
+    return run_request(args, DeleteTopicRequest(args.topic), lambda response: fmt.format_delete_topic(args.topic))
 
 
 def run_topic_route(args: argparse.Namespace) -> int:
     from rocketray.controller.api import GetTopicRouteRequest
 
-    def once(cluster):
-        response = _call(cluster, GetTopicRouteRequest(args.topic))
-        return fmt.format_topic_route(header_fields(response.header)), _response_json(response)
-
-    return _run(args, once)
+    return run_request(args, GetTopicRouteRequest(args.topic),
+                       lambda response: fmt.format_topic_route(header_fields(response.header)))
 
 
 def run_topic_list(args: argparse.Namespace) -> int:
     from rocketray.controller.api import ListTopicsRequest
 
-    def once(cluster):
-        response = _call(cluster, ListTopicsRequest())
-        return fmt.format_topic_list(response.header.counts()), _response_json(response)
-
-    return _run(args, once)
+    return run_request(args, ListTopicsRequest(), lambda response: fmt.format_topic_list(response.header.counts()))

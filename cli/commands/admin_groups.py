@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import argparse
 
-from rocketray.cli.commands import admin
+from rocketray.cli.admin_common import AdminError, add_common_flags, add_repeat_flags, run
 
 
 def add_group_parsers(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("consumer-progress", help="a consumer group's committed offset, max offset and lag per queue")
-    admin._common(p)
+    add_common_flags(p)
     p.add_argument("-g", "--group", required=True, metavar="GROUP[,GROUP...]", help="consumer group(s)")
-    admin._repeat(p)
+    add_repeat_flags(p)
     p.set_defaults(func=run_consumer_progress)
 
 
@@ -49,7 +49,7 @@ def run_consumer_progress(args: argparse.Namespace) -> int:
                                   "committed_offset": p.committed_offset, "max_offset": p.max_offset, "lag": p.lag}
                                  for p in client_admin.consumer_progress(group)]
         except ClientError as exc:
-            raise admin.AdminError(str(exc)) from exc
+            raise AdminError(str(exc)) from exc
         return format_progress(result), result
 
-    return admin._run(args, once)
+    return run(args, once)

@@ -12,33 +12,13 @@ import pytest
 
 from rocketray.cli import admin_format as fmt
 from rocketray.cli.commands import admin
-from rocketray.controller.api import Response
-from rocketray.controller.decide import DecideContext, decide
-from rocketray.controller.events import ApplyBrokerIdEvent
-from rocketray.controller.state import ControllerState
 
-
-class CoreCluster:
-    """The part of ``rocketray.actors.cluster.Cluster`` the topic commands use, over the pure core."""
-
-    def __init__(self, groups=("broker-a", "broker-b")) -> None:
-        self.state = ControllerState()
-        for name in groups:
-            self.state.apply(ApplyBrokerIdEvent("c", name, f"{name}:1", f"{name}:1;1", 1))
-        self.requests: list[object] = []
-
-    def call_controller(self, request) -> Response:
-        self.requests.append(request)
-        response, events = decide(self.state, request, DecideContext(lambda name, broker_id: True))
-        self.state.apply_all(events)
-        return response
+from core_cluster import CoreCluster, install
 
 
 @pytest.fixture
 def core(monkeypatch):
-    cluster = CoreCluster()
-    monkeypatch.setattr(admin, "connect_cluster", lambda address, name: cluster)
-    return cluster
+    return install(monkeypatch, CoreCluster(groups=("broker-a", "broker-b")))
 
 
 def cli(capsys, *argv):
@@ -112,8 +92,7 @@ def test_shrinking_is_refused_and_json_errors_are_objects(core, capsys):
 
 
 def test_no_broker_group_yet(monkeypatch, capsys):
-    cluster = CoreCluster(groups=())
-    monkeypatch.setattr(admin, "connect_cluster", lambda address, name: cluster)
+    install(monkeypatch, CoreCluster(groups=()))
     code, _, err = cli(capsys, "update-topic", "-t", "orders", "-q", "1")
     assert code == 1 and "CONTROLLER_INVALID_REQUEST (2005): no broker group registered yet" in err
 

@@ -51,6 +51,11 @@ EXAMPLES = [
     h.ControllerConfigResponseHeader("h:9"),
     h.NotLeaderResponseHeader("h:9", "n1"),
     h.NotLeaderResponseHeader(),
+    h.UserResponseHeader("app", False, True),
+    h.ListUsersResponseHeader((("admin", True), ("app", False))),
+    h.ListUsersResponseHeader(()),
+    h.AclRulesResponseHeader((("app", "Topic:orders-*", ("Pub", "Sub"), "Allow"), ("app", "Group:g", (), "Deny"))),
+    h.AuthTableResponseHeader(4, False),
 ]
 
 
