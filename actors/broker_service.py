@@ -28,8 +28,9 @@ from rocketray.config import load_config
 from rocketray.actors.controller_client import AsyncControllerClient
 from rocketray.actors.controller_session import ControllerSession
 from rocketray.actors.client_control import ClientControl
-from rocketray.actors.client_port import ClientPort, shared_secret_authenticator
+from rocketray.actors.client_port import ClientPort
 from rocketray.actors.remote import get_actor
+from rocketray.actors.user_directory import UserDirectory, fake_key_of, user_authenticator
 from rocketray.actors.priority import set_process_niceness
 from rocketray.actors.promotion_hold import PromotionHold
 from rocketray.actors.consumer_path import ConsumerPath
@@ -130,12 +131,12 @@ class BrokerService:
     async def _serve_clients(self) -> None:
         """Serve producers and consumers on the client port (``actors/client_port.py``). A port that
         cannot be bound is logged and retried: clients fall back to Ray calls meanwhile."""
-        access = await get_actor(self._spec, "registry").access.remote()
         context = self._credentials.open_server_context() if self._config.tls.enabled else None
         control = ClientControl(self._spec, self._controller_handles, self.manager.call_controller,
                                 self._config.to_dict()["client"])
-        port = ClientPort(self, shared_secret_authenticator(access.secret, self._config.limits.preauth_timeout_ms),
-                          context, self._config.limits, control)
+        self.users = UserDirectory(self._auth_tables).start()
+        port = ClientPort(self, user_authenticator(self.users, fake_key_of(self._credentials.secret)), context,
+                          self._config.limits, control, authorize=self.users.authorize)
         while True:
             try:
                 await port.start(self._me.host, self._me.client_port)
@@ -146,6 +147,16 @@ class BrokerService:
                 log.error("client port not bound group=%s replica=%d port=%s: %r (retrying)", self._group,
                           self._replica, self._me.client_port, exc)
                 await asyncio.sleep(1.0)
+
+    async def _auth_tables(self, since_version: int) -> list:
+        """Every controller's applied users and ACL table newer than ``since_version`` (None where
+        a controller did not answer)."""
+        async def ask(handle) -> object:
+            try:
+                return await handle.applied_auth_table.remote(since_version)
+            except Exception:  # noqa: BLE001 - a dead or restarting controller answers nothing
+                return None
+        return list(await asyncio.gather(*(ask(h) for h in self._controller_handles())))
 
     def _controller_handles(self) -> list:
         """The controller actors that exist now (one killed for good is skipped)."""

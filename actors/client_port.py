@@ -25,6 +25,7 @@ else is touched.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import socket
 import ssl
@@ -32,20 +33,24 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
+from rocketray.acl import AccessDecision, Action, ResourceType
 from rocketray.border import Border, Flow, LimitsConfig, flow_decision, install_accept_error_filter
-from rocketray.broker.batch import EncodedBatch
+from rocketray.broker.batch import EncodedBatch, TopicRefused
+from rocketray.broker.client_access import Need, first_denied, group_needs, needs, pull_needs, route_visible
 from rocketray.broker.client_control import (Metadata, decode_control, decode_watch, encode_control_answer,
                                              encode_metadata, encode_watch_answer)
 from rocketray.broker.client_wire import (Frame, FrameDecoder, FrameType, WireError, answer_type, encode_frame,
                                           decode_put_request, encode_offsets_answer, encode_pull_answer,
                                           encode_put_answer, pack, unpack)
-from rocketray.broker.pull import OffsetsResult, PullResult
-from rocketray.controller.api import Response
+from rocketray.broker.pull import OffsetsResult, OffsetsStatus, PullResult, PullStatus
+from rocketray.controller.api import GetTopicRouteRequest, ListTopicsRequest, Response
+from rocketray.controller.codes import ResponseCode
+from rocketray.controller.headers import ListTopicsResponseHeader
 from rocketray.direct_reads import DirectReads
 from rocketray.listener import start_listener
-from rocketray.ha.ack import PutResult
+from rocketray.ha.ack import PutResult, PutStatus, refused
 
-__all__ = ["ClientPort", "ClientEndpoints", "ClientAuthenticator", "Principal", "shared_secret_authenticator"]
+__all__ = ["ClientPort", "ClientEndpoints", "ClientAuthenticator", "ControlEndpoints", "Principal"]
 
 log = logging.getLogger("rocketray.broker")
 
@@ -83,6 +88,9 @@ class Principal:
 
     user: str
     superuser: bool = False
+
+
+Authorizer = Callable[[Principal, ResourceType, str, Action], AccessDecision]
 
 
 class ClientAuthenticator(Protocol):
@@ -154,11 +162,14 @@ class ClientPort:
 
     def __init__(self, endpoints: ClientEndpoints, authenticate: ClientAuthenticator,
                  server_context: ssl.SSLContext | None, limits: LimitsConfig = LimitsConfig(),
-                 control: ControlEndpoints | None = None) -> None:
+                 control: ControlEndpoints | None = None, authorize: Authorizer | None = None) -> None:
         """``server_context``: the broker's TLS context for clients (None: plain TCP, development);
-        ``control``: who answers METADATA, WATCH and CONTROL (None: those frames are refused)."""
+        ``control``: who answers METADATA, WATCH and CONTROL (None: those frames are refused);
+        ``authorize(principal, resource type, name, action)``: the user's ACL (None: everything
+        allowed, for tests of the transport alone)."""
         self._endpoints = endpoints
         self._control = control
+        self._authorize = authorize
         self._authenticate = authenticate
         self._context = server_context
         self._limits = limits
@@ -202,6 +213,7 @@ class ClientPort:
             return
         decoder = FrameDecoder()
         loop = asyncio.get_running_loop()
+        access = _Access(principal, self._authorize)
 
         def slow(reason: str) -> None:
             self.slow_consumers += 1
@@ -218,12 +230,12 @@ class ClientPort:
                 for frame in decoder.feed(data):
                     request_id = frame.request_id
                     if frame.type is FrameType.PUT:
-                        self._put(frame, writer, flow)
+                        self._put(frame, writer, flow, access)
                     elif frame.type is FrameType.PULL:
-                        self._pull(frame, writer, flow)
+                        self._pull(frame, writer, flow, access)
                     else:
                         flow.started()
-                        task = loop.create_task(self._serve(frame, writer, flow))
+                        task = loop.create_task(self._serve(frame, writer, flow, access))
                         self._tasks.add(task)
                         task.add_done_callback(self._tasks.discard)
                     request_id = 0      # a frame that does not decode has no id of its own
@@ -253,9 +265,10 @@ class ClientPort:
             writer.writelines(buffers)
         flow.finished()
 
-    def _put(self, frame: Frame, writer: asyncio.StreamWriter, flow: _Flow) -> None:
+    def _put(self, frame: Frame, writer: asyncio.StreamWriter, flow: _Flow, access: "_Access") -> None:
         """A put in the read loop's own step, no task: appended (and sent to the slaves) before the
-        next frame is read, answered from the event that decides it. Raises WireError."""
+        next frame is read, answered from the event that decides it; the seal asks the user's ACL
+        for Pub on each topic it finds (nothing is written if one is refused). Raises WireError."""
         request_id = frame.request_id
         count, data = decode_put_request(frame.body)
         flow.started()
@@ -263,11 +276,11 @@ class ClientPort:
         def answer(result: PutResult) -> None:
             self._write(writer, flow, encode_frame(FrameType.PUT_ANSWER, request_id, encode_put_answer(result)))
 
-        refusal = self._endpoints.put_start(EncodedBatch(data, count), answer)
+        refusal = self._endpoints.put_start(EncodedBatch(data, count, access.topic_check()), answer)
         if refusal is not None:
             answer(refusal)
 
-    def _pull(self, frame: Frame, writer: asyncio.StreamWriter, flow: _Flow) -> None:
+    def _pull(self, frame: Frame, writer: asyncio.StreamWriter, flow: _Flow, access: "_Access") -> None:
         """A pull in the read loop's own step, no task: answered now, or held and answered from the
         step that confirms a message for it (``ConsumerPath.pull_start``). Raises WireError."""
         request_id = frame.request_id
@@ -281,60 +294,123 @@ class ClientPort:
         def answer(result: PullResult) -> None:
             self._write(writer, flow, encode_frame(FrameType.PULL_ANSWER, request_id, *encode_pull_answer(result)))
 
+        denied = access.first_denied(pull_needs(args[0], args[6]))
+        if denied is not None:
+            answer(PullResult(PullStatus.ACCESS_DENIED, b"", 0, args[2], args[2], -1, str(denied)))
+            return
         now = self._endpoints.pull_start(*args, answer)
         if now is not None:
             answer(now)
 
-    async def _serve(self, frame: Frame, writer: asyncio.StreamWriter, flow: _Flow) -> None:
+    async def _serve(self, frame: Frame, writer: asyncio.StreamWriter, flow: _Flow, access: "_Access") -> None:
         try:
-            body = await self._answer(frame)
+            body = await self._answer(frame, access)
         except WireError as exc:
             flow.finished()
             self._refuse(writer, frame.request_id, exc, writer.get_extra_info("peername"))
             return
         self._write(writer, flow, encode_frame(answer_type(frame.type), frame.request_id, *body))
 
-    async def _answer(self, frame: Frame) -> list[bytes]:
+    async def _answer(self, frame: Frame, access: "_Access") -> list[bytes]:
         e = self._endpoints
         if frame.type is FrameType.COMMIT:
             group, entries = _pair(unpack(frame.body, "commit"), "commit")
-            if not isinstance(group, str) or not isinstance(entries, list):
+            if not isinstance(group, str) or not isinstance(entries, list) or \
+                    not all(isinstance(x, list) and len(x) == 3 and isinstance(x[0], str) for x in entries):
                 raise WireError("commit: expected [group, [[topic, queue_id, offset], ...]]")
-            return [encode_put_answer(await e.commit_offsets(group, [tuple(x) for x in entries if isinstance(x, list)]))]
+            denied = access.first_denied(group_needs(group, (x[0] for x in entries)))
+            if denied is not None:
+                log.info("client port: %s", denied)
+                return [encode_put_answer(refused(PutStatus.ACCESS_DENIED))]
+            return [encode_put_answer(await e.commit_offsets(group, [tuple(x) for x in entries]))]
         if frame.type is FrameType.COMMITTED:
             group, topics = _pair(unpack(frame.body, "committed"), "committed")
             if not isinstance(group, str) or not (topics is None or isinstance(topics, list)):
                 raise WireError("committed: expected [group, [topic, ...] or nil]")
+            denied = access.first_denied(group_needs(group, (str(t) for t in topics or ())))
+            if denied is not None:
+                return [encode_offsets_answer(OffsetsResult(OffsetsStatus.ACCESS_DENIED, (), (), str(denied)))]
             return [encode_offsets_answer(await e.committed_offsets(group, topics))]
         if frame.type is FrameType.QUEUE_MAX:
             queues = unpack(frame.body, "queue max")
             if not isinstance(queues, list) or not all(isinstance(q, list) and len(q) == 2 for q in queues):
                 raise WireError("queue max: expected [[topic, queue_id], ...]")
-            return [pack([list(r) for r in await e.queue_max_offsets([(str(t), int(q)) for t, q in queues])])]
+            readable = [(str(t), int(q)) for t, q in queues if access.allows(ResourceType.TOPIC, str(t), Action.SUB)]
+            return [pack([list(r) for r in await e.queue_max_offsets(readable)])]
         control = self._control
         if control is not None and frame.type is FrameType.METADATA:
             return [encode_metadata(await control.metadata())]
         if control is not None and frame.type is FrameType.WATCH:
             return [encode_watch_answer(*await control.watch(*decode_watch(frame.body)))]
         if control is not None and frame.type is FrameType.CONTROL:
-            return [encode_control_answer(await control.control(decode_control(frame.body)))]
+            return [encode_control_answer(await self._controller_request(control, decode_control(frame.body), access))]
         raise WireError(f"{frame.type.name} is not a request")
+
+    @staticmethod
+    async def _controller_request(control: ControlEndpoints, request: object, access: "_Access") -> Response:
+        """A client's controller request, checked against the user's ACL (``broker.client_access``):
+        refused with NO_PERMISSION naming the resource and action; a listing keeps only the topics
+        the user may see."""
+        if isinstance(request, GetTopicRouteRequest):
+            decision = access.route(request.topic)
+            denied = None if decision is None or decision.allowed else decision
+        else:
+            denied = access.first_denied(needs(request))
+        if denied is not None:
+            log.info("client port: %s", denied)
+            return Response.error(ResponseCode.NO_PERMISSION, str(denied))
+        response = await control.control(request)
+        if isinstance(request, ListTopicsRequest) and isinstance(response.header, ListTopicsResponseHeader):
+            visible = tuple((t, n) for t, n in response.header.topics if access.sees_route(t))
+            response = dataclasses.replace(response, header=ListTopicsResponseHeader(visible))
+        return response
+
+
+class _Access:
+    """One connection's user and ACL (``authorize`` None: everything allowed)."""
+
+    __slots__ = ("principal", "_authorize")
+
+    def __init__(self, principal: Principal, authorize: Authorizer | None) -> None:
+        self.principal = principal
+        self._authorize = authorize
+
+    def decide(self, resource_type: ResourceType, name: str, action: Action) -> AccessDecision | None:
+        return None if self._authorize is None else self._authorize(self.principal, resource_type, name, action)
+
+    def allows(self, resource_type: ResourceType, name: str, action: Action) -> bool:
+        decision = self.decide(resource_type, name, action)
+        return decision is None or decision.allowed
+
+    def first_denied(self, pairs: list[Need]) -> AccessDecision | None:
+        if self._authorize is None:
+            return None
+        return first_denied(lambda t, n, a: self._authorize(self.principal, t, n, a), pairs)
+
+    def route(self, topic: str) -> AccessDecision | None:
+        if self._authorize is None:
+            return None
+        return route_visible(lambda t, n, a: self._authorize(self.principal, t, n, a), topic)
+
+    def sees_route(self, topic: str) -> bool:
+        decision = self.route(topic)
+        return decision is None or decision.allowed
+
+    def topic_check(self) -> Callable[[str], None] | None:
+        """The put's check of each topic its batch holds (Pub), for ``EncodedBatch.topic_check``."""
+        if self._authorize is None:
+            return None
+
+        def check(topic: str) -> None:
+            decision = self.decide(ResourceType.TOPIC, topic, Action.PUB)
+            if decision is not None and not decision.allowed:
+                log.info("client port: %s", decision)
+                raise TopicRefused(str(decision))
+
+        return check
 
 
 def _pair(value: object, what: str) -> tuple:
     if not (isinstance(value, list) and len(value) == 2):
         raise WireError(f"{what}: expected a pair")
     return value[0], value[1]
-
-
-def shared_secret_authenticator(secret: str, timeout_ms: int) -> ClientAuthenticator:
-    """Every client proves the one client secret (``rocketray.auth`` under ``CLIENT_LABEL``)."""
-    from rocketray.auth import CLIENT_LABEL, authenticate
-
-    async def run(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> tuple[Principal, bytes]:
-        leftover = await authenticate(reader, writer, "server", secret, timeout_ms, CLIENT_LABEL)
-        return Principal("client", superuser=True), leftover
-
-    return run
-
-

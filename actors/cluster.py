@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import secrets
 import signal
 from pathlib import Path
 from typing import Any, Callable
@@ -399,14 +400,14 @@ def start_cluster(name: str = DEFAULT_NAME, *, controllers: int = 3, groups: int
     for b in spec.brokers:
         Path(b.store_dir).mkdir(parents=True, exist_ok=True)
     credentials = ClusterCredentials.create(spec.name, tls, Path(spec.data_dir) / "tls")
-    access = DriverAccess(credentials.client_trust if tls.enabled else None, user="client",
-                          secret=credentials.client_secret)
+    access = DriverAccess(credentials.client_trust if tls.enabled else None, user=OPERATOR_USER,
+                          secret=secrets.token_hex(32))
     remote.start_registry(spec, access)
     cluster = Cluster(spec, access, credentials)
     for c in spec.controllers:
         cluster.start_controller(c.index)
-    if wait:
-        cluster.wait_for_leader(timeout_s)
+    cluster.wait_for_leader(timeout_s)
+    _create_operator_user(cluster, access, timeout_s)
     if before_brokers is not None:
         before_brokers(spec)
     for b in spec.brokers:
@@ -414,6 +415,26 @@ def start_cluster(name: str = DEFAULT_NAME, *, controllers: int = 3, groups: int
     if wait:
         cluster.wait_for_masters(timeout_s)
     return cluster
+
+
+#: The user Ray drivers (operators) authenticate as on the client ports: a superuser whose secret only
+#: the cluster's registry holds (``remote.DriverAccess``), made when the cluster starts.
+OPERATOR_USER = "operator"
+
+
+def _create_operator_user(cluster: Cluster, access: DriverAccess, timeout_s: float) -> None:
+    from rocketray.controller.api import CreateUserRequest
+    from rocketray.scram import DEFAULT_SALT_BYTES, ScramCredential
+
+    assert access.user is not None and access.secret is not None
+    credential = ScramCredential.from_secret(access.secret, os.urandom(DEFAULT_SALT_BYTES))
+    request = CreateUserRequest(access.user, credential, superuser=True)
+
+    def created() -> bool:
+        response = cluster.call_controller(request, timeout_s=5.0)
+        return response.ok    # a retry of the same record succeeds without a second event
+
+    wait_for(created, timeout_s, f"the {access.user} user created")
 
 
 def connect(name: str = DEFAULT_NAME) -> Cluster:

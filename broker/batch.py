@@ -25,8 +25,8 @@ the extension was not built. ``RECORDS_IMPLEMENTATION`` says which runs.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
-from typing import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Mapping
 
 from rocketray.broker.message import (CRC32_IMPLEMENTATION, HEADER_SIZE, MAGIC, MAX_RECORD_SIZE, MAX_TOPIC_BYTES,
                                       Message, MessageCodecError, tag_hash, valid_topic)
@@ -47,6 +47,7 @@ __all__ = [
     "IndexedRecords",
     "QueueRun",
     "RECORDS_IMPLEMENTATION",
+    "TopicRefused",
     "encode_batch",
     "encode_new_record",
     "index_records",
@@ -100,13 +101,20 @@ _topics_cache: dict[bytes, str] = {}  # valid topics (bounded, cleared when full
 _I64 = 2**63
 
 
+class TopicRefused(MessageCodecError):
+    """A record of a topic its sender may not write (``EncodedBatch.topic_check``): nothing written."""
+
+
 @dataclass(frozen=True, slots=True)
 class EncodedBatch:
     """Records encoded once by the producer, back to back (``encode_batch``); the master checks them
-    and fills in their positions without decoding them (``seal_batch``)."""
+    and fills in their positions without decoding them (``seal_batch``). ``topic_check(topic)``, if
+    given, is asked once per distinct topic the seal finds and raises :class:`TopicRefused` for one
+    the sender may not write (the client port's ACL check of a put)."""
 
     data: bytes
     count: int
+    topic_check: Callable[[str], None] | None = field(default=None, compare=False)
 
 
 def encode_batch(messages: Iterable[Message]) -> EncodedBatch:
@@ -220,8 +228,22 @@ def seal_batch(batch: EncodedBatch, physical_offset: int, next_queue_offsets: Ma
         return seal_batch_py(batch, physical_offset, next_queue_offsets, now_ms, max_size)
     data = _writable_copy(batch, physical_offset, now_ms)
     _end, count, runs, _error = _records.scan(data, physical_offset, 0, max_size, now_ms, next_queue_offsets,
-                                               _topic_of, properties_tag_hash, MessageCodecError)
+                                               _topic_reader(batch), properties_tag_hash, MessageCodecError)
     return _sealed(batch, data, physical_offset, count, [QueueRun(*run) for run in runs])
+
+
+def _topic_reader(batch: EncodedBatch) -> Callable[[bytes, int], str]:
+    """The seal's topic reader: ``_topic_of``, then the batch's ``topic_check`` if it has one."""
+    check = batch.topic_check
+    if check is None:
+        return _topic_of
+
+    def checked(raw: bytes, where: int) -> str:
+        topic = _topic_of(raw, where)
+        check(topic)
+        return topic
+
+    return checked
 
 
 def _writable_copy(batch: EncodedBatch, physical_offset: int, now_ms: int) -> bytearray:
@@ -254,6 +276,7 @@ def seal_batch_py(batch: EncodedBatch, physical_offset: int, next_queue_offsets:
     id and an in-place comparison of the topic bytes, properties equal to the previous record's are
     compared in place, and the CRC of the header's first 8 bytes is cached by record size.
     """
+    topic_of = _topic_reader(batch)
     data = _writable_copy(batch, physical_offset, now_ms)
     src = batch.data
     mv = memoryview(data)
@@ -291,7 +314,7 @@ def seal_batch_py(batch: EncodedBatch, physical_offset: int, next_queue_offsets:
                 run = known[2]
             else:
                 topic_bytes = src[topic_start:props_start]
-                run = _run_for(runs, ordered, topic_bytes, queue_id, next_queue_offsets, pos)
+                run = _run_for(runs, ordered, topic_bytes, queue_id, next_queue_offsets, pos, topic_of)
                 by_queue_id[queue_id] = (topic_bytes, topic_len, run)
             if props_len:
                 if props_len != last_props_len or not src.startswith(last_props, props_start):
@@ -318,12 +341,13 @@ def seal_batch_py(batch: EncodedBatch, physical_offset: int, next_queue_offsets:
 
 
 def _run_for(runs: dict[tuple[bytes, int], QueueRun], ordered: list[QueueRun], topic_bytes: bytes,
-             queue_id: int, next_queue_offsets: Mapping[tuple[str, int], int], pos: int) -> QueueRun:
+             queue_id: int, next_queue_offsets: Mapping[tuple[str, int], int], pos: int,
+             topic_of: Callable[[bytes, int], str] = _topic_of) -> QueueRun:
     """The batch's run of (topic, queue id); created (topic checked, appended to ``ordered``) at
     its first record."""
     run = runs.get((topic_bytes, queue_id))
     if run is None:
-        topic = _topic_of(topic_bytes, pos)
+        topic = topic_of(topic_bytes, pos)
         run = QueueRun(topic, queue_id, next_queue_offsets.get((topic, queue_id), 0), bytearray())
         runs[(topic_bytes, queue_id)] = run
         ordered.append(run)

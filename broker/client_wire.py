@@ -1,7 +1,7 @@
 """The client port's wire format: frames between a client and a broker actor, pure (no IO).
 
-Theory of operation. After the mutual challenge/response with the cluster secret
-(``rocketray.auth``, label ``CLIENT_LABEL``), a connection carries frames in both directions::
+Theory of operation. After TLS and the user's SCRAM-SHA-256 login (``actors/client_port.py``,
+``rocketray.scram``), a connection carries frames in both directions::
 
     header (18 bytes, big-endian)
         magic       4s   b"RRCL"

@@ -25,10 +25,11 @@ class PullStatus(enum.IntEnum):
     NO_NEW_MSG = 1     # nothing confirmed at ``offset`` before the hold ran out
     NOT_MASTER = 2     # ask the group's current master (retriable after a route refresh)
     ILLEGAL = 3        # the request is invalid (count, bytes or hold out of range): not retriable
+    ACCESS_DENIED = 4  # the user may not read the topic or the group (its ACL): not retriable
 
     @property
     def retriable(self) -> bool:
-        return self is not PullStatus.ILLEGAL
+        return self not in (PullStatus.ILLEGAL, PullStatus.ACCESS_DENIED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,10 +52,11 @@ class OffsetsStatus(enum.IntEnum):
     NOT_MASTER = 1     # committed offsets are answered by the master only
     NOT_READY = 2      # a new master has not confirmed its whole log yet: ask again shortly
     ILLEGAL = 3
+    ACCESS_DENIED = 4  # the user may not read the group (its ACL)
 
     @property
     def retriable(self) -> bool:
-        return self is not OffsetsStatus.ILLEGAL
+        return self not in (OffsetsStatus.ILLEGAL, OffsetsStatus.ACCESS_DENIED)
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,7 @@ it sends one request and reads its answer itself (a synchronous send wakes no ot
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import itertools
 import logging
 import os
@@ -20,12 +21,14 @@ import threading
 from dataclasses import dataclass
 from typing import Callable
 
-from rocketray.auth import CLIENT_LABEL, NONCE_SIZE, Authenticator
 from rocketray.broker.client_wire import Frame, FrameDecoder, FrameType, WireError, encode_frame, unpack
 from rocketray.client.tls_stream import PlainStream, TlsStream
+from rocketray.scram import NONCE_SIZE as SCRAM_NONCE_SIZE
+from rocketray.scram import ClientState, ScramAuthError, ScramClient, ScramError, derive_keys
 from rocketray.tls import ClientTrust
 
-__all__ = ["CONNECT_TIMEOUT_S", "Connection", "ConnectionLost", "Dialer", "DirectConnection", "shared_secret"]
+__all__ = ["AuthenticationFailed", "CONNECT_TIMEOUT_S", "Connection", "ConnectionLost", "Dialer", "DirectConnection",
+           "user_login"]
 
 log = logging.getLogger("rocketray.client")
 
@@ -66,20 +69,36 @@ class Dialer:
             raise
 
 
-def shared_secret(secret: str) -> Callable[[PlainStream], bytes]:
-    """The client side of ``actors.client_port.shared_secret_authenticator``."""
+class AuthenticationFailed(ConnectionError):
+    """The broker refused the user's credential (or could not prove it is a broker that knows the
+    user): not retriable with the same credential."""
+
+
+def user_login(user: str, secret: str) -> Callable[[PlainStream], bytes]:
+    """The client side of the client port's SCRAM-SHA-256 login (``rocketray.scram``) as ``user``;
+    the keys are derived once per salt and iteration count (PBKDF2 costs about 20 ms), not per
+    connection. Raises :class:`AuthenticationFailed` when refused."""
+    derive = functools.lru_cache(maxsize=8)(derive_keys)
+
     def run(stream: PlainStream) -> bytes:
-        auth = Authenticator("client", secret, os.urandom(NONCE_SIZE), CLIENT_LABEL)
-        while True:
-            out = auth.data_to_send()
-            if out:
-                stream.sendall(out)
-            if auth.done:
-                return auth.leftover
-            data = stream.recv(4096)
-            if not data:    # the broker went away (a dying process): a lost connection, retried like one
-                raise ConnectionResetError("the broker closed the connection during authentication")
-            auth.receive_data(data)
+        client = ScramClient(user, secret, os.urandom(SCRAM_NONCE_SIZE), derive=derive)
+        try:
+            while client.state not in (ClientState.DONE, ClientState.FAILED):
+                out = client.data_to_send()
+                if out:
+                    stream.sendall(out)
+                data = stream.recv(4096)
+                if not data:    # the broker went away (a dying process): a lost connection, retried like one
+                    raise ConnectionResetError("the broker closed the connection during authentication")
+                client.receive_data(data)
+        except ScramAuthError as exc:
+            raise AuthenticationFailed(f"user {user!r}: {exc}") from None
+        except ScramError as exc:
+            raise ConnectionResetError(f"authentication failed: {exc}") from None
+        out = client.data_to_send()
+        if out:
+            stream.sendall(out)
+        return client.trailing_data
 
     return run
 

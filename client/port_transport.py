@@ -22,7 +22,7 @@ from rocketray.broker.client_control import (Metadata, decode_control_answer, de
                                              encode_control, encode_watch)
 from rocketray.broker.client_wire import Frame, FrameType, WireError, pack
 from rocketray.client.bootstrap import Bootstrap
-from rocketray.client.connections import Connection, ConnectionLost, Dialer, shared_secret
+from rocketray.client.connections import Connection, ConnectionLost, Dialer, user_login
 from rocketray.client.errors import ClusterNotFound
 from rocketray.client.port_data import PortData
 from rocketray.controller.api import Response
@@ -41,7 +41,7 @@ class PortTransport(PortData):
     def __init__(self, bootstrap: Bootstrap, timeout_s: float = 10.0) -> None:
         self.bootstrap = bootstrap
         self._timeout_s = timeout_s
-        self._init_ports(Dialer(bootstrap.trust, shared_secret(bootstrap.secret)))
+        self._init_ports(Dialer(bootstrap.trust, user_login(bootstrap.user, bootstrap.secret)))
         self._lock = threading.Condition()
         self._control: Connection | None = None
         self._next_server = 0

@@ -16,7 +16,7 @@ from typing import Any
 
 import ray
 
-from rocketray.client.connections import Dialer, shared_secret
+from rocketray.client.connections import Dialer, user_login
 from rocketray.client.errors import ClusterNotFound
 from rocketray.client.port_data import PortData
 from rocketray.client.ray_transport import RayTransport
@@ -30,7 +30,7 @@ class SocketTransport(PortData, RayTransport):
     def __init__(self, cluster: Any) -> None:
         RayTransport.__init__(self, cluster)
         access = cluster.access
-        self._init_ports(Dialer(access.trust, shared_secret(access.secret)))
+        self._init_ports(Dialer(access.trust, user_login(access.user, access.secret)))
 
     def _client_address(self, group: str, replica: int) -> tuple[str, int] | None:
         b = next((x for x in self.cluster.spec.brokers_of(group) if x.replica == replica), None)

@@ -48,6 +48,7 @@ class PutStatus(enum.IntEnum):
     MASTER_CHANGED = 6      # written locally, then the role changed before the acks came
     MESSAGE_ILLEGAL = 7     # a malformed batch (bad record, oversized): nothing written; sending it
                             # again cannot duplicate it, but it will be refused again
+    ACCESS_DENIED = 8       # the user may not write a topic of the batch (its ACL): nothing written
 
 
 class Written(str, enum.Enum):
@@ -87,7 +88,8 @@ class PutResult:
 def refused(status: PutStatus) -> PutResult:
     """A put refused before anything was written."""
     assert status in (PutStatus.NOT_MASTER, PutStatus.FENCED, PutStatus.SLAVE_NOT_AVAILABLE,
-                      PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH, PutStatus.MESSAGE_ILLEGAL), status
+                      PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH, PutStatus.MESSAGE_ILLEGAL,
+                      PutStatus.ACCESS_DENIED), status
     return PutResult(status, Written.NO)
 
 

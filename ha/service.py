@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 from rocketray.border import Border, LimitsConfig, install_accept_error_filter
 from rocketray.broker.message import Message, MessageCodecError
-from rocketray.broker.batch import EncodedBatch, encode_batch
+from rocketray.broker.batch import EncodedBatch, TopicRefused, encode_batch
 from rocketray.broker.role import Role, RoleMachine, StoreFacts
 from rocketray.ha.ack import AckPolicy, PutResult, PutStatus, after_write, refused
 from rocketray.ha.config import HAConfig
@@ -333,6 +333,9 @@ class HAService(SlaveServing, StandaloneSwitches):
         try:
             batch = msgs if isinstance(msgs, EncodedBatch) else encode_batch(msgs)
             appended = self.store.put_batch(batch, now_ms)
+        except TopicRefused as exc:     # the sender's ACL: nothing was written
+            log.info("ha %s: refused a batch: %s", self.broker_id, exc)
+            return refused(PutStatus.ACCESS_DENIED)
         except MessageCodecError as exc:  # MalformedBatch included: nothing was written
             log.warning("ha %s: refused a malformed batch: %s", self.broker_id, exc)
             return refused(PutStatus.MESSAGE_ILLEGAL)

@@ -1,8 +1,8 @@
-"""Mutual challenge/response authentication with the cluster secret (sans-IO core + asyncio helper).
+"""Mutual challenge/response authentication with the members' secret (sans-IO core + asyncio helper).
 
 Theory of operation. The HA port streams a replica's whole commit log and accepts data that will be
 written into a store, and the controller's broker-session port can trigger elections, so on both
-both ends prove they know the cluster secret before any protocol byte flows. Each side sends a hello with a fresh 32-byte nonce; the client (slave) then proves itself
+both ends prove they know the members' secret before any protocol byte flows. Each side sends a hello with a fresh 32-byte nonce; the client (slave) then proves itself
 with ``HMAC-SHA256(secret, label | "C" | client_nonce | server_nonce)``; only after checking it does
 the server (master) answer with its own proof over ``"S" | server_nonce | client_nonce``, which the
 client checks. The role letter stops a peer from reflecting one side's proof back at it, the fresh
@@ -13,8 +13,9 @@ nonces stop replays, and the server reveals nothing keyed before the client has 
     client -> server  proof   HMAC(client)                                  32 bytes
     server -> client  proof   HMAC(server)                                  32 bytes
 
-Each protocol proves over its own ``label`` (``HA_LABEL``, ``SESSION_LABEL``, ``CLIENT_LABEL``), so a proof made
-for one port is worthless on the other. After the exchange the HA connection carries exactly the
+Each protocol proves over its own ``label`` (``HA_LABEL``, ``SESSION_LABEL``), so a proof made for one port is
+worthless on the other. This is the members' exchange (inside TLS: ``rocketray.links``); applications
+authenticate as users with ``rocketray.scram`` instead. After the exchange the HA connection carries exactly the
 layouts of reference section 11, the session connection ``rocketray.controller.session`` frames.
 Nonces are injected (``authenticate`` passes ``os.urandom(32)``); comparisons are constant-time.
 """
@@ -27,7 +28,7 @@ import hmac
 import os
 import socket
 
-__all__ = ["AuthError", "Authenticator", "CLIENT_LABEL", "HA_LABEL", "NONCE_SIZE", "HELLO_SIZE", "PROOF_SIZE", "SESSION_LABEL",
+__all__ = ["AuthError", "Authenticator", "HA_LABEL", "NONCE_SIZE", "HELLO_SIZE", "PROOF_SIZE", "SESSION_LABEL",
            "authenticate", "authenticate_blocking"]
 
 MAGIC = b"RRHA"
@@ -37,7 +38,6 @@ HELLO_SIZE = len(MAGIC) + 2 + NONCE_SIZE
 PROOF_SIZE = 32
 HA_LABEL = b"rocketray-ha-auth-v1|"
 SESSION_LABEL = b"rocketray-controller-session-v1|"
-CLIENT_LABEL = b"rocketray-client-port-v1|"
 
 
 class AuthError(Exception):
@@ -54,7 +54,7 @@ class Authenticator:
 
     def __init__(self, role: str, secret: bytes | str, nonce: bytes, label: bytes = HA_LABEL) -> None:
         assert role in ("client", "server")
-        assert label in (HA_LABEL, SESSION_LABEL, CLIENT_LABEL)
+        assert label in (HA_LABEL, SESSION_LABEL)
         if isinstance(secret, str):
             secret = secret.encode()
         if not secret:
@@ -115,7 +115,7 @@ class Authenticator:
         del self._buf[:PROOF_SIZE]
         expected = _proof(self._secret, self._label, self._peer_role, self._peer_nonce, self._nonce)
         if not hmac.compare_digest(proof, expected):
-            raise AuthError("peer's proof does not match the cluster secret")
+            raise AuthError("peer's proof does not match the members' secret")
         self._peer_proved = True
         if not self._is_client:
             self._send_proof()

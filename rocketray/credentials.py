@@ -34,7 +34,6 @@ class ClusterCredentials:
     secret: str = field(repr=False)
     ca: CertificateAuthority | None
     trusted_ca_pem: bytes = field(repr=False)
-    client_secret: str = field(default_factory=lambda: secrets.token_hex(32), repr=False)
 
     @classmethod
     def create(cls, cluster: str, tls: TlsConfig, tls_dir: str | os.PathLike[str] | None = None) -> "ClusterCredentials":

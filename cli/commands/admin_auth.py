@@ -66,6 +66,10 @@ def _secret_flags(p: argparse.ArgumentParser) -> None:
                    help="read the secret from PATH ('-': stdin) instead of generating one")
     p.add_argument("--iterations", type=_iterations, default=DEFAULT_ITERATIONS, metavar="N",
                    help=f"PBKDF2 rounds of the stored record (default {DEFAULT_ITERATIONS})")
+    p.add_argument("--client-config", metavar="FILE", default=None,
+                   help="write what an application needs (brokers' client addresses, the cluster's CA, the user and "
+                        "its secret) to FILE, mode 0600, instead of printing the secret "
+                        "(rocketray.client.Bootstrap.from_file reads it)")
 
 
 def _rule_flags(p: argparse.ArgumentParser, *, required: bool = True) -> None:
@@ -132,21 +136,37 @@ def add_auth_parsers(sub: argparse._SubParsersAction) -> None:
 
 # -- users ----------------------------------------------------------------------------------------
 
-def _credential(args: argparse.Namespace, generate: bool) -> tuple[ScramCredential | None, str | None]:
-    """The record to send and the secret to print (None when read from a file), or (None, None)."""
+def _credential(args: argparse.Namespace, generate: bool) -> tuple[ScramCredential | None, str | None, str | None]:
+    """The record to send, the secret, and the secret to print (None when read from a file or
+    written to the client configuration file), or (None, None, None)."""
     if args.secret_file is not None:
         secret, shown = read_secret(args.secret_file), None
     elif generate:
         secret = shown = secrets.token_urlsafe(GENERATED_SECRET_BYTES)
     else:
-        return None, None
-    return ScramCredential.from_secret(secret, os.urandom(DEFAULT_SALT_BYTES), args.iterations), shown
+        return None, None, None
+    if args.client_config is not None:
+        shown = None
+    return ScramCredential.from_secret(secret, os.urandom(DEFAULT_SALT_BYTES), args.iterations), secret, shown
+
+
+def write_client_config(path: str, cluster: Any, user: str, secret: str) -> None:
+    """The application's client configuration (``rocketray.client.Bootstrap``), mode 0600: every
+    broker's client address, the cluster's CA (none when TLS is off), the user and its secret."""
+    from rocketray.client.bootstrap import Bootstrap
+
+    servers = tuple(f"{b.host}:{b.client_port}" for b in cluster.spec.brokers if b.client_port is not None)
+    trust = cluster.access.trust
+    text = Bootstrap(cluster.spec.name, servers, user, secret, None if trust is None else trust.trusted_ca_pem).to_toml()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
 
 
 def _user_command(args: argparse.Namespace, generate: bool, build: Callable[[ScramCredential | None], Any],
                   verb: str) -> int:
     try:
-        credential, shown = _credential(args, generate)
+        credential, secret, shown = _credential(args, generate)
     except SecretError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -158,6 +178,9 @@ def _user_command(args: argparse.Namespace, generate: bool, build: Callable[[Scr
         obj = response_json(response)
         if shown is not None:
             obj["secret"] = shown
+        if args.client_config is not None and secret is not None:
+            write_client_config(args.client_config, cluster, header.name, secret)
+            obj["client_config"] = args.client_config
         return fmt.format_user_change(verb, header.name, header.superuser, header.changed, shown), obj
 
     code = run(args, once)

@@ -14,23 +14,25 @@ import threading
 
 import pytest
 
-from rocketray.actors.client_port import ClientPort, shared_secret_authenticator
+from rocketray.actors.client_port import ClientPort
 from rocketray.auth import AuthError
 from rocketray.broker.client_wire import (HEADER, PUT_COUNT, FrameType, decode_pull_answer, decode_put_answer,
                                           pack)
 from rocketray.broker.pull import OffsetsResult, OffsetsStatus, PullResult, PullStatus
-from rocketray.client.connections import Connection, ConnectionLost, Dialer, DirectConnection, shared_secret
+from rocketray.client.connections import Connection, ConnectionLost, Dialer, DirectConnection
 from rocketray.ha.ack import PutResult, PutStatus, Written
 from rocketray.tls import ClientTrust
 from rocketray.waiting import wait_for
+from rr_users import authenticator, directory_of, login, table_of
 from rr_members import CLUSTER, broker, member, ca_for
 
 SECRET = "s3cret"
+USER = "app"
 
 
 def dialer(secret: str = SECRET) -> Dialer:
     """A client that trusts the test CA and proves ``secret``."""
-    return Dialer(ClientTrust(CLUSTER, ca_for().cert_pem), shared_secret(secret))
+    return Dialer(ClientTrust(CLUSTER, ca_for().cert_pem), login(USER, secret))
 
 
 class Endpoints:
@@ -70,7 +72,7 @@ def port():
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
     endpoints = Endpoints()
-    server = ClientPort(endpoints, shared_secret_authenticator(SECRET, 2000), member(broker(0)).open_server_context())
+    server = ClientPort(endpoints, authenticator(directory_of(table_of({USER: SECRET}))), member(broker(0)).open_server_context())
     number = asyncio.run_coroutine_threadsafe(server.start("127.0.0.1", 0), loop).result(5)
     yield ("127.0.0.1", number), endpoints, server, loop
     asyncio.run_coroutine_threadsafe(server.close(), loop).result(5)

@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from rocketray.actors.client_port import ClientPort, shared_secret_authenticator
+from rocketray.actors.client_port import ClientPort
 from rocketray.broker.batch import encode_batch
 from rocketray.broker.client_control import GroupView, Metadata
 from rocketray.broker.message import Message
@@ -19,10 +19,12 @@ from rocketray.controller.api import ConsumerHeartbeatRequest, GetTopicRouteRequ
 from rocketray.controller.codes import ResponseCode
 from rocketray.controller.headers import ConsumerHeartbeatResponseHeader, TopicRouteResponseHeader
 from rocketray.ha.ack import PutResult, PutStatus, Written
+from rr_users import authenticator, directory_of, login, table_of
 from rr_members import CLUSTER, broker, ca_for, member
 from rr_testing import wait_until
 
 SECRET = "client-secret"
+USER = "app"
 
 
 class Broker:
@@ -69,7 +71,7 @@ def broker_port():
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
     b = Broker()
-    port = ClientPort(b, shared_secret_authenticator(SECRET, 2000), member(broker(0)).open_server_context(),
+    port = ClientPort(b, authenticator(directory_of(table_of({USER: SECRET}))), member(broker(0)).open_server_context(),
                       control=b)
     b.port = asyncio.run_coroutine_threadsafe(port.start("127.0.0.1", 0), loop).result(5)
 

@@ -15,17 +15,19 @@ import time
 
 import pytest
 
-from rocketray.actors.client_port import ClientPort, shared_secret_authenticator
+from rocketray.actors.client_port import ClientPort
 from rocketray.border import LimitsConfig
 from rocketray.broker.client_wire import PUT_COUNT, FrameType, encode_frame, pack
 from rocketray.broker.pull import PullResult, PullStatus
-from rocketray.client.connections import Connection, Dialer, shared_secret
+from rocketray.client.connections import Connection, Dialer
 from rocketray.ha.ack import PutResult, PutStatus, Written
 from rocketray.tls import ClientTrust
+from rr_users import authenticator, directory_of, login, table_of
 from rr_members import CLUSTER, broker, ca_for, member
 from rr_testing import wait_until
 
 SECRET = "client-secret"
+USER = "app"
 ANSWER = b"x" * 12_000          # a 12 KB pull answer
 
 
@@ -42,7 +44,7 @@ class Endpoints:
 
 
 def dialer(secret: str = SECRET) -> Dialer:
-    return Dialer(ClientTrust(CLUSTER, ca_for().cert_pem), shared_secret(secret))
+    return Dialer(ClientTrust(CLUSTER, ca_for().cert_pem), login(USER, secret))
 
 
 @pytest.fixture
@@ -55,7 +57,7 @@ def serve():
 
     def start(limits: LimitsConfig = LimitsConfig()):
         endpoints = Endpoints()
-        port = ClientPort(endpoints, shared_secret_authenticator(SECRET, limits.preauth_timeout_ms),
+        port = ClientPort(endpoints, authenticator(directory_of(table_of({USER: SECRET}))),
                           member(broker(0)).open_server_context(), limits)
         number = asyncio.run_coroutine_threadsafe(port.start("127.0.0.1", 0), loop).result(5)
         ports.append(port)
@@ -115,9 +117,10 @@ def test_a_silent_flood_of_connections_is_refused_past_the_limits_and_dropped_at
 EMFILE_SCRIPT = textwrap.dedent("""
     import asyncio, json, logging, resource, socket, sys
     sys.path.insert(0, sys.argv[1])
-    from rocketray.actors.client_port import ClientPort, shared_secret_authenticator
+    from rocketray.actors.client_port import ClientPort
     from rocketray.border import LimitsConfig
     from rr_members import broker, member
+    from rr_users import authenticator, directory_of, table_of
 
     records = []
     class Count(logging.Handler):
@@ -128,7 +131,7 @@ EMFILE_SCRIPT = textwrap.dedent("""
 
     async def main():
         limits = LimitsConfig(preauth_timeout_ms=60_000, log_interval_ms=10_000)
-        port = ClientPort(None, shared_secret_authenticator("s", 60_000), member(broker(0)).open_server_context(), limits)
+        port = ClientPort(None, authenticator(directory_of(table_of({}))), member(broker(0)).open_server_context(), limits)
         number = await port.start("127.0.0.1", 0)
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         resource.setrlimit(resource.RLIMIT_NOFILE, (128, hard))
