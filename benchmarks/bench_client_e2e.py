@@ -36,8 +36,11 @@ Same-run floors:
 Target ratios (issue "Client data path"): ``sync_vs_ray_call`` = sync p50 / Ray call p50 (at most 1),
 ``async_vs_ray_calls`` = async msgs/s / Ray calls/s with the same window (at least 15),
 ``consume_vs_async`` (at least 1), ``e2e_vs_sync`` = e2e p50 / sync p50 (at most 2), ``p99_vs_p50`` =
-sync p99 / sync p50 (at most 4); ``targets_met`` says whether all hold. ``ratio`` is
-``sync_vs_ray_call`` (lower is better).
+sync p99 / sync p50 (at most 4); with ``--tls both`` (the default) two clusters run side by side, one
+with TLS and one with ``tls.enabled=false``, the client figures are the TLS one's, ``plain_*`` the
+other's, and (issue "Security") ``tls_sync_vs_plain`` = TLS sync p50 / plain sync p50 (at most
+1.25), ``tls_async_vs_plain`` = TLS async msgs/s / plain (at least 0.8); ``targets_met`` says
+whether all hold. ``ratio`` is ``sync_vs_ray_call`` (lower is better).
 
 The two sides (the floors; the client) alternate over ``--rounds`` rounds (default 3; the first
 side changes every round) and each figure is the median of its rounds (``*_each`` list every
@@ -73,8 +76,8 @@ from command_process import CommandProcess  # noqa: E402
 ANSWER = "@@client-e2e "        # marks a worker's answer lines: Ray may write to stdout too
 STAMP = struct.Struct(">dI")     # e2e body head: time.time() before the send, sequence number
 COMMAND_TIMEOUT_S = 600
-TARGET_MAX = {"sync_vs_ray_call": 1.0, "e2e_vs_sync": 2.0, "p99_vs_p50": 4.0}
-TARGET_MIN = {"async_vs_ray_calls": 15.0, "consume_vs_async": 1.0}
+TARGET_MAX = {"sync_vs_ray_call": 1.0, "e2e_vs_sync": 2.0, "p99_vs_p50": 4.0, "tls_sync_vs_plain": 1.25}
+TARGET_MIN = {"async_vs_ray_calls": 15.0, "consume_vs_async": 1.0, "tls_async_vs_plain": 0.8}
 RECORD_OVERHEAD = 80             # ha_side's records are message_bytes long: body = message_bytes - 80
 
 #: ``benchmarks/run.py client-e2e --smoke``: a size that finishes in seconds (CI runs it).
@@ -301,34 +304,41 @@ def client_side(round_no: int, admin, producer: CommandProcess, consumer: Comman
             "consumer_transport": consume["transport"]}
 
 
-def measure(args, tmp: Path) -> tuple[list[dict], list[dict]]:
-    """Start the cluster and the two workers; alternate the sides over the rounds."""
+def measure(args, tmp: Path) -> tuple[list[dict], dict[str, list[dict]]]:
+    """Start the cluster(s) and two workers per cluster; alternate the sides over the rounds. With
+    ``--tls both`` two clusters run side by side, one with TLS (the default) and one with
+    ``tls.enabled=false``, and each round measures both, in alternating order."""
     import ray
 
     from rocketray.actors.cluster import start_cluster
     from rocketray.client import Admin
 
-    name = f"bench-client-e2e-{int(time.time())}"
-    cluster = start_cluster(name, controllers=3, groups=1, replicas=3, profile="default", data_dir=str(tmp / "data"))
+    modes = {"both": ("tls", "plain"), "on": ("tls",), "off": ("plain",)}[args.tls]
     env = {**os.environ, "RAY_ADDRESS": ray.get_runtime_context().gcs_address, "PYTHONUNBUFFERED": "1"}
-    workers: list[CommandProcess] = []
+    clusters, workers, sides = [], [], {}
     floors: list[dict] = []
-    clients: list[dict] = []
+    clients: dict[str, list[dict]] = {mode: [] for mode in modes}
     try:
-        producer = worker_process(name, env, tmp / "producer.log")
-        workers.append(producer)
-        consumer = worker_process(name, env, tmp / "consumer.log")
-        workers.append(consumer)
-        admin = Admin(name)
+        for mode in modes:
+            name = f"bench-client-e2e-{mode}-{int(time.time())}"
+            clusters.append(start_cluster(name, controllers=3, groups=1, replicas=3, profile="default",
+                                          data_dir=str(tmp / "data"),
+                                          overrides={"tls.enabled": "true" if mode == "tls" else "false"}))
+            producer = worker_process(name, env, tmp / f"producer-{mode}.log")
+            consumer = worker_process(name, env, tmp / f"consumer-{mode}.log")
+            workers += [producer, consumer]
+            sides[mode] = (Admin(name), producer, consumer)
+        first = sides[modes[0]][1]
         for i in range(args.rounds):
-            sides = [(lambda: floor_side(producer, args, tmp), floors),
-                     (lambda: client_side(i, admin, producer, consumer, args), clients)]
-            for side, results in sides if i % 2 == 0 else sides[::-1]:
-                results.append(side())
+            steps = [(lambda: floor_side(first, args, tmp), floors)]
+            steps += [(lambda mode=mode: client_side(i, *sides[mode], args), clients[mode]) for mode in modes]
+            for step, results in steps if i % 2 == 0 else steps[::-1]:
+                results.append(step())
     finally:
         for w in workers:
             w.close()
-        cluster.stop(delete_data=True)
+        for cluster in clusters:
+            cluster.stop(delete_data=True)
     return floors, clients
 
 
@@ -342,10 +352,15 @@ CLIENT_FIGURES = ("sync_p50_ms", "sync_p99_ms", "async_msgs_per_s", "consume_msg
                   "e2e_send_p50_ms")
 
 
-def summarize(args, floors: list[dict], clients: list[dict], load_1m: list[float]) -> dict:
-    """Each figure's median over its rounds, the target ratios of those medians, every round."""
+def summarize(args, floors: list[dict], by_mode: dict[str, list[dict]], load_1m: list[float]) -> dict:
+    """Each figure's median over its rounds, the target ratios of those medians, every round. The
+    client figures are the TLS cluster's (the default) when it ran, the plain one's as ``plain_*``,
+    and ``tls_*_vs_plain`` compare the two (targets: sync p50 at most 1.25x, async at least 0.8x)."""
+    clients = by_mode.get("tls") or by_mode["plain"]
     per_round = {k: [r[k] for r in floors] for k in FLOOR_FIGURES}
     per_round |= {k: [r[k] for r in clients] for k in CLIENT_FIGURES}
+    if "tls" in by_mode and "plain" in by_mode:
+        per_round |= {f"plain_{k}": [r[k] for r in by_mode["plain"]] for k in CLIENT_FIGURES}
     fig = {k: median(v) for k, v in per_round.items()}
     ratios = {
         "sync_vs_ray_call": fig["sync_p50_ms"] / fig["ray_call_p50_ms"],
@@ -354,7 +369,11 @@ def summarize(args, floors: list[dict], clients: list[dict], load_1m: list[float
         "e2e_vs_sync": fig["e2e_p50_ms"] / fig["sync_p50_ms"],
         "p99_vs_p50": fig["sync_p99_ms"] / fig["sync_p50_ms"],
     }
-    met = all(ratios[k] <= t for k, t in TARGET_MAX.items()) and all(ratios[k] >= t for k, t in TARGET_MIN.items())
+    if "plain_sync_p50_ms" in fig:
+        ratios["tls_sync_vs_plain"] = fig["sync_p50_ms"] / fig["plain_sync_p50_ms"]
+        ratios["tls_async_vs_plain"] = fig["async_msgs_per_s"] / fig["plain_async_msgs_per_s"]
+    met = all(ratios[k] <= t for k, t in TARGET_MAX.items() if k in ratios) and \
+        all(ratios[k] >= t for k, t in TARGET_MIN.items() if k in ratios)
     return {
         **{k: round(v, 3) if k.endswith("_ms") else round(v) for k, v in fig.items()},
         **{k: round(v, 3) for k, v in ratios.items()},
@@ -363,7 +382,7 @@ def summarize(args, floors: list[dict], clients: list[dict], load_1m: list[float
         "ratio": round(ratios["sync_vs_ray_call"], 3),
         "ratio_meaning": "sync send p50 / bare Ray actor call p50 (lower is better, target <= 1)",
         **{f"{k}_each": [round(v, 3) if k.endswith("_ms") else round(v) for v in vs] for k, vs in per_round.items()},
-        "rounds": args.rounds, "backlog": clients[0]["backlog"],
+        "rounds": args.rounds, "backlog": clients[0]["backlog"], "tls": args.tls,
         "transport": clients[0]["transport"], "consumer_transport": clients[0]["consumer_transport"],
         "message_bytes": args.message_bytes, "window": args.window, "queues": args.queues,
         "sync_sends": args.sync, "async_sends": args.async_count, "e2e_sends": args.e2e,
@@ -387,6 +406,8 @@ def run(argv: list[str]) -> dict:
     ap.add_argument("--ray-calls", type=int, default=1000)
     ap.add_argument("--ray-window-calls", type=int, default=10000)
     ap.add_argument("--inprocess-seconds", type=float, default=2)
+    ap.add_argument("--tls", choices=("both", "on", "off"), default="both",
+                    help="measure a TLS cluster, a plain one, or both side by side (default)")
     args = ap.parse_args(argv)
     load_before = os.getloadavg()[0]
     started = not ray.is_initialized()

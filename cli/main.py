@@ -38,14 +38,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: What the ``server`` extra installs: a command that needs one of them says how to get it.
+SERVER_MODULES = frozenset({"ray", "raydp", "pyspark", "pysyncobj", "pandas", "pyarrow", "matplotlib", "yaml", "tqdm"})
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    func = getattr(args, "func", None)
-    if func is None:
-        parser.print_help()
-        return EXIT_USAGE
-    return int(func(args) or 0)
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        func = getattr(args, "func", None)
+        if func is None:
+            parser.print_help()
+            return EXIT_USAGE
+        return int(func(args) or 0)
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] not in SERVER_MODULES:
+            raise
+        print(f"error: this command needs the cluster's packages ({exc.name} is not installed); install them "
+              "with: pip install 'rocketray[server]' (the base install is the client library alone)", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":
