@@ -79,8 +79,8 @@ class ControllerService:
             log.warning("controller ignored persisted config keys=%s file=%s", ";".join(skipped), self._properties)
         self._metrics = ControllerMetrics(self._spec.name, index, on_error=lambda name, exc: log.warning(
             "metrics disabled after error metric=%s error=%r", name, exc))
-        self._node = ControllerNode(me.raft_address, peers, me.store_dir, node_config,
-                                    self._spec.secret, on_role_changed=self._on_role_changed)
+        self._node = ControllerNode({c.index: c.raft_address for c in self._spec.controllers}, me.store_dir, node_config,
+                                    credentials=self._credentials, tls=self._tls, on_role_changed=self._on_role_changed)
         # Brokers' session connections: a broker whose process dies is noticed when the kernel
         # closes its connection, not a heartbeat timeout later (rocketray.controller.session).
         self._sessions: SessionServer | None = None
