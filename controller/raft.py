@@ -203,6 +203,9 @@ class RaftHost(SyncObj):
         self.refused_commands = 0
         self.raft_port_settings = port  # read by GuardedTransport, which pysyncobj builds below
         assert conf.journalFile is None
+        # A snapshot streamed by the leader is read by our deserializer (snapshot/format.py, no
+        # pickle); pysyncobj unpickles it itself only without a dump file or a deserializer.
+        assert conf.fullDumpFile and conf.deserializer is not None
         super().__init__(self_address, other_addresses, conf, transportClass=SyncingTransport)
         journal = DurableJournal(journal_file, disk, fsync=journal_fsync)
         if len(journal) == 0:

@@ -2,9 +2,8 @@
 
 Theory of operation. pysyncobj's ``TCPTransport`` drives connections through a small interface
 (``connect``, ``send``, ``disconnect``, ``state``, three callbacks, and the ``encryptor`` /
-``sendRandKey`` / ``recvRandKey`` attributes of its password mode). This class implements that
-interface over a non-blocking socket registered with pysyncobj's poller, like its
-``TcpConnection``, with three differences:
+``sendRandKey`` / ``recvRandKey`` attributes of its password mode). This class implements it over
+a non-blocking socket on pysyncobj's poller, like its ``TcpConnection``, with three differences:
 
 - **TLS over memory BIOs.** With a context (the member's TLS contexts, ``rocketray.tls``) the bytes
   of the socket go through an ``ssl.SSLObject``: the handshake advances as records arrive, never
@@ -48,7 +47,6 @@ __all__ = ["ConnectionHooks", "GuardedConnection"]
 
 READ_PER_EVENT = 1 << 20          # raw bytes read per poll event; the rest waits for the next poll
 _TLS_READ = 1 << 16
-_SOCKET_ERRORS = (OSError, ssl.SSLError)
 
 
 class ConnectionHooks(Protocol):
@@ -123,9 +121,6 @@ class GuardedConnection:
     @property
     def tls_object(self) -> ssl.SSLObject | None:
         return self._tls if self._tls_ready else None
-
-    def getSendBufferSize(self) -> int:
-        return len(self._wbuf)
 
     def connect(self, host: str | None, port: int) -> bool:
         if host is None:
@@ -273,8 +268,7 @@ class GuardedConnection:
                 return
             total += len(data)
             self._last_read = time.monotonic()
-            admitted = self.admitted
-            if not admitted:
+            if not self.admitted:
                 self._seen += len(data)
             if not self._take(data):
                 return
