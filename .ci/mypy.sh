@@ -17,6 +17,7 @@ MODULES=(
     rocketray.controller.election rocketray.controller.events rocketray.controller.heartbeat
     rocketray.controller.state rocketray.controller.session rocketray.controller.topics rocketray.controller.consumers
     rocketray.controller.headers rocketray.controller.limits rocketray.controller.leadership rocketray.controller.notify
+    rocketray.controller.raft_wire rocketray.controller.raft_pickle rocketray.controller.raft_admission
     rocketray.ha.protocol rocketray.ha.session rocketray.ha.truncation rocketray.ha.sync_state
     rocketray.snapshot.format
     rocketray.scram rocketray.scram_keys rocketray.acl rocketray.controller.auth_table rocketray.controller.users

@@ -154,31 +154,26 @@ class Cluster:
         self._controller_client = None   # created on first use (actors/controller_client.py)
 
     # --- members --------------------------------------------------------------------------
-    def _member_credentials(self, identity) -> MemberCredentials:
+    def member_credentials(self, identity) -> MemberCredentials:
+        """Credentials for member ``identity`` (a fresh certificate from the cluster CA), on the handle
+        that started the cluster only: ClusterError elsewhere."""
         if self._credentials is None:
             raise ClusterError("only the process that started the cluster holds the members' credentials; "
                                "a member killed for good cannot be started from this driver")
         return self._credentials.member(identity, self.spec.member_hosts(identity))
 
-    @property
-    def member_secret(self) -> str:
-        """The members' secret (only on the handle that started the cluster: see ``_member_credentials``)."""
-        if self._credentials is None:
-            raise ClusterError("only the process that started the cluster holds the members' credentials")
-        return self._credentials.secret
-
     def start_controller(self, index: int):
         """Start controller ``index`` (after ``ray.kill(..., no_restart=True)``)."""
         from rocketray.identity import Identity
 
-        return remote.start_controller(self.spec, index, self._member_credentials(
+        return remote.start_controller(self.spec, index, self.member_credentials(
             Identity.controller(self.spec.name, index)))
 
     def start_broker(self, group: str, replica: int, spec: ClusterSpec | None = None):
         """Start replica ``replica`` of ``group`` (after ``ray.kill(..., no_restart=True)``), with
         ``spec`` if given (e.g. the replica moved to another port)."""
         return remote.start_broker(spec or self.spec, group, replica,
-                                   self._member_credentials(self.spec.broker_identity(group, replica)))
+                                   self.member_credentials(self.spec.broker_identity(group, replica)))
 
     # --- actors -------------------------------------------------------------------------
     def controller(self, index: int):

@@ -77,7 +77,6 @@ class ControllerService:
         links = MemberLinks(credentials, tls=self._config.tls.enabled,
                             preauth_timeout_ms=self._config.limits.preauth_timeout_ms)
         me = self._spec.controllers[index]
-        peers = [c.raft_address for c in self._spec.controllers if c.index != index]
         self._properties = os.path.join(me.store_dir, config_update.PROPERTIES_FILE)
         os.makedirs(me.store_dir, exist_ok=True)
         self._updates = config_update.load_properties(self._properties)  # admin updates survive restarts
@@ -86,8 +85,9 @@ class ControllerService:
             log.warning("controller ignored persisted config keys=%s file=%s", ";".join(skipped), self._properties)
         self._metrics = ControllerMetrics(self._spec.name, index, on_error=lambda name, exc: log.warning(
             "metrics disabled after error metric=%s error=%r", name, exc))
-        self._node = ControllerNode(me.raft_address, peers, me.store_dir, node_config,
-                                    credentials.secret, on_role_changed=self._on_role_changed)
+        self._node = ControllerNode({c.index: c.raft_address for c in self._spec.controllers}, me.store_dir,
+                                    node_config, credentials=credentials, tls=self._config.tls.enabled,
+                                    on_role_changed=self._on_role_changed)
         # Brokers' session connections: a broker whose process dies is noticed when the kernel
         # closes its connection, not a heartbeat timeout later (rocketray.controller.session).
         self._sessions: SessionServer | None = None

@@ -22,7 +22,11 @@ first write the looping client gets acknowledged by a controller other than the 
 does not know which died). Reported: both p50 and max, ``client_over_election_p50_ms`` (target:
 at most ``CLIENT_TARGET_MS``, ``client_target_met``).
 
-    python benchmarks/run.py controller-failover [--rounds 10] [--client-rounds 10] [--json]
+TLS (``--tls-baseline``, on by default): the node-process rounds run with TLS on the Raft port (as
+shipped), then again with TLS off (development mode: pysyncobj's password, the members' secret);
+``notls_*`` are the second set and ``tls_failover_ratio`` / ``tls_floor_ratio`` = with TLS / without.
+
+    python benchmarks/run.py controller-failover [--rounds 10] [--client-rounds 10] [--no-tls-baseline] [--json]
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from pathlib import Path
 
 from rocketray import ports
 from rocketray.controller.config import ControllerConfig
-from rocketray.controller.proc import NodeProcess
+from rocketray.controller.proc import NodeProcess, member_credentials
 
 
 FLOOR_WRITES = 20
@@ -134,23 +138,16 @@ def measure_clients(rounds: int, profile: str, data_dir: str) -> dict:
             "election_ms": [round(x, 1) for x in elections], "client_failover_ms": [round(x, 1) for x in clients]}
 
 
-def run(argv: list[str]) -> dict:
-    parser = argparse.ArgumentParser(prog="controller-failover")
-    parser.add_argument("--rounds", type=int, default=10)
-    parser.add_argument("--client-rounds", type=int, default=10)
-    parser.add_argument("--client-profile", default="default", choices=("default", "fast"))
-    args = parser.parse_args(argv)
-    defaults = ControllerConfig()
-    timing = {k: getattr(defaults, k) for k in (
-        "raft_min_timeout_ms", "raft_max_timeout_ms", "append_entries_period_ms", "tick_period_ms",
-        "connection_timeout_ms", "connection_retry_ms", "leader_fallback_timeout_ms", "request_timeout_ms")}
+def measure_processes(rounds: int, timing: dict, tls: bool) -> tuple[list[float], list[float]]:
+    """The node-process rounds of the module docstring: (failover samples, floor samples) in ms."""
     addrs = [f"127.0.0.1:{p}" for p in ports.free_ports(3)]
     samples: list[float] = []
     seq = 0
     with tempfile.TemporaryDirectory(prefix="bench-cf-") as tmp:
         stores = [Path(tmp) / f"n{i}" for i in range(3)]
-        handles = [NodeProcess(i, a, tuple(addrs), s, Path(tmp) / f"n{i}.log", "bench", timing)
-                   for i, (a, s) in enumerate(zip(addrs, stores))]
+        credentials = member_credentials(3)
+        handles = [NodeProcess(i, dict(enumerate(addrs)), s, Path(tmp) / f"n{i}.log", credentials[i], timing, tls=tls)
+                   for i, s in enumerate(stores)]
         procs: list[NodeProcess | None] = list(handles)
         for h in handles:
             h.start()
@@ -176,7 +173,7 @@ def run(argv: list[str]) -> dict:
                 t0 = time.perf_counter()
                 assert apply(procs[li], f"floor{seq}")["code"] == 0
                 floor_samples.append((time.perf_counter() - t0) * 1000)
-            for _ in range(args.rounds):
+            for _ in range(rounds):
                 li = leader(30)
                 seq += 1
                 assert apply(procs[li], f"pre{seq}")["code"] == 0
@@ -206,13 +203,37 @@ def run(argv: list[str]) -> dict:
             for p in procs:
                 if p is not None:
                     p.kill()
+    return samples, floor_samples
+
+
+def run(argv: list[str]) -> dict:
+    parser = argparse.ArgumentParser(prog="controller-failover")
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--client-rounds", type=int, default=10)
+    parser.add_argument("--client-profile", default="default", choices=("default", "fast"))
+    parser.add_argument("--tls-baseline", action=argparse.BooleanOptionalAction, default=True,
+                        help="also run the node-process rounds with TLS off (development mode) in this run")
+    args = parser.parse_args(argv)
+    defaults = ControllerConfig()
+    timing = {k: getattr(defaults, k) for k in (
+        "raft_min_timeout_ms", "raft_max_timeout_ms", "append_entries_period_ms", "tick_period_ms",
+        "connection_timeout_ms", "connection_retry_ms", "leader_fallback_timeout_ms", "request_timeout_ms")}
+    samples, floor_samples = measure_processes(args.rounds, timing, tls=True)
+    notls: dict = {}
+    if args.tls_baseline:
+        off, off_floor = measure_processes(args.rounds, timing, tls=False)
+        notls = {"notls_failover_median_ms": round(statistics.median(off), 1),
+                 "notls_failover_max_ms": round(max(off), 1),
+                 "notls_floor_ms": round(statistics.median(off_floor), 2),
+                 "tls_failover_ratio": round(statistics.median(samples) / statistics.median(off), 3),
+                 "tls_floor_ratio": round(statistics.median(floor_samples) / statistics.median(off_floor), 3)}
     median = statistics.median(samples)
     floor = statistics.median(floor_samples)
     client: dict = {}
     if args.client_rounds > 0:
         with tempfile.TemporaryDirectory(prefix="bench-cf-clients-") as tmp:
             client = {"clients": measure_clients(args.client_rounds, args.client_profile, tmp)}
-    return {**client,
+    return {**client, **notls,
         "rounds": args.rounds,
         "failover_median_ms": round(median, 1),
         "failover_max_ms": round(max(samples), 1),

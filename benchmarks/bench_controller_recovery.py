@@ -24,6 +24,7 @@ from rocketray import ports
 from rocketray.controller.config import ControllerConfig
 from rocketray.controller.events import AlterSyncStateSetEvent, ApplyBrokerIdEvent, encode_events
 from rocketray.controller.node import ControllerNode
+from rocketray.controller.proc import member_credentials
 from rocketray.controller.raft import encode_payload
 
 SETS = 500
@@ -66,7 +67,8 @@ def _measure(store: Path, n: int, threshold: int) -> dict:
     address = f"127.0.0.1:{ports.free_port()}"
     config = ControllerConfig(snapshot_threshold=threshold, raft_min_timeout_ms=100, raft_max_timeout_ms=200,
                               connection_timeout_ms=1000)
-    node = ControllerNode(address, [address], store, config, "bench")
+    credentials = member_credentials(1)[0]
+    node = ControllerNode({0: address}, store, config, credentials=credentials)
     _wait(node.is_leader, 30, "single node leader")
     _fill(node, n)
     last = node._raft.raftLastApplied
@@ -76,7 +78,7 @@ def _measure(store: Path, n: int, threshold: int) -> dict:
     max_snapshot_tick_ms = node.metadata()["max_snapshot_tick_ms"]
     node.close()
     started = time.perf_counter()
-    node = ControllerNode(address, [address], store, config, "bench")
+    node = ControllerNode({0: address}, store, config, credentials=credentials)
     _wait(lambda: node._raft.raftLastApplied >= last and node.applied_index >= last - 1, 600, "replay")
     elapsed_ms = (time.perf_counter() - started) * 1000
     assert node.snapshot_state() == expected, "state after restart differs"

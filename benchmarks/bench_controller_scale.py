@@ -234,6 +234,7 @@ def _restart(cluster, leader: int) -> dict:
 
     from rocketray.config import load_config
     from rocketray.controller.node import ControllerNode
+    from rocketray.identity import Identity
 
     spec = cluster.spec
     follower = next(c for c in spec.controllers if c.index != leader)
@@ -242,10 +243,11 @@ def _restart(cluster, leader: int) -> dict:
     psutil.Process(pid).wait(30) if psutil.pid_exists(pid) else None
     target = ray.get(cluster.controller(leader).metadata.remote(), timeout=10).commit_index
     expected = ray.get(cluster.controller(leader).state_snapshot.remote(), timeout=10)
-    config = load_config(spec.profile, dict(spec.config_overrides)).controller_node_config()
-    peers = [c.raft_address for c in spec.controllers if c.index != follower.index]
+    settings = load_config(spec.profile, dict(spec.config_overrides))
+    credentials = cluster.member_credentials(Identity.controller(spec.name, follower.index))
     started = time.perf_counter()
-    node = ControllerNode(follower.raft_address, peers, follower.store_dir, config, cluster.member_secret)
+    node = ControllerNode({c.index: c.raft_address for c in spec.controllers}, follower.store_dir,
+                          settings.controller_node_config(), credentials=credentials, tls=settings.tls.enabled)
     try:
         constructed_ms = (time.perf_counter() - started) * 1000
         deadline = time.monotonic() + 60

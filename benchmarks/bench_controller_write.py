@@ -19,12 +19,16 @@ round starts fresh groups; the figures pool every round's samples):
   elections each) on the fsynced controller, and ``bare_concurrent_*`` the same threads calling
   the bare group: p50/p99 per write, writes per second, and ``concurrent_ratio`` = p50 / bare p50;
   ``concurrent_syncs_per_write`` shows the group commit (3 nodes, below 3 when writes share fsyncs);
-- ``journal_syncs_per_write``: journal fsyncs summed over the 3 nodes per single-writer write.
+- ``journal_syncs_per_write``: journal fsyncs summed over the 3 nodes per single-writer write;
+- ``notls_*`` (``--tls-baseline``, on by default): the shipped controller with TLS off on the Raft
+  port (development mode: pysyncobj's password, the members' secret), single writer and
+  concurrent; ``tls_ratio`` = p50 / notls p50 and ``tls_concurrent_ratio`` likewise is what TLS
+  costs a write.
 
 All three groups run in this one process, so their nodes share one GIL: what a node does in
 Python delays the others, which the bare group (no decide, no apply, no journal) does not pay.
 
-    python benchmarks/run.py controller-write [--n 300] [--rounds 3] [--clients 16] [--json]
+    python benchmarks/run.py controller-write [--n 300] [--rounds 3] [--clients 16] [--no-tls-baseline] [--json]
 """
 
 from __future__ import annotations
@@ -172,10 +176,10 @@ def _elect(leader: Any, name: str) -> float:
 
 
 def _controller_round(config: ControllerConfig, n: int, directory: str, journal_fsync: bool,
-                      clients: int, per_client: int) -> dict[str, Any]:
+                      clients: int, per_client: int, tls: bool = True) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="bench-cw-", dir=directory) as tmp:
-        cluster = InProcessControllers(tmp, ports.free_ports(3), config, "bench-secret", alive=lambda name, bid: True,
-                               journal_fsync=journal_fsync)
+        cluster = InProcessControllers(tmp, ports.free_ports(3), config, tls=tls, alive=lambda name, bid: True,
+                                       journal_fsync=journal_fsync)
         try:
             leader = cluster.wait_leader(20)
             conc_names = [[f"c{k}-{i}" for i in range(per_client)] for k in range(clients)]
@@ -210,6 +214,23 @@ def _median_of(rounds: list[dict[str, Any]], key: str) -> list[float]:
     return [x for r in rounds for x in r[key]]
 
 
+def _tls_figures(runs: dict[str, list[dict[str, Any]]], ctrl: list[float], clients: int) -> dict[str, Any]:
+    """The TLS-off group's figures and the ratios of the shipped (TLS) group to it."""
+    off = _median_of(runs["notls"], "single")
+    out: dict[str, Any] = {"notls_p50_ms": round(statistics.median(off), 3), "notls_p99_ms": round(_pct(off, 0.99), 3),
+                           "tls_ratio": round(statistics.median(ctrl) / statistics.median(off), 3),
+                           "tls_p99_ratio": round(_pct(ctrl, 0.99) / _pct(off, 0.99), 3)}
+    if clients:
+        conc, off_conc = _median_of(runs["ctrl"], "concurrent"), _median_of(runs["notls"], "concurrent")
+        rate = statistics.median(r["rate"] for r in runs["ctrl"])
+        off_rate = statistics.median(r["rate"] for r in runs["notls"])
+        out.update({"notls_concurrent_p50_ms": round(statistics.median(off_conc), 3),
+                    "notls_concurrent_writes_per_s": round(off_rate, 1),
+                    "tls_concurrent_ratio": round(statistics.median(conc) / statistics.median(off_conc), 3),
+                    "tls_concurrent_rate_ratio": round(rate / off_rate, 3)})
+    return out
+
+
 def run(argv: list[str]) -> dict:
     parser = argparse.ArgumentParser(prog="controller-write")
     parser.add_argument("--n", type=int, default=300, help="single-writer writes per round")
@@ -217,6 +238,8 @@ def run(argv: list[str]) -> dict:
     parser.add_argument("--clients", type=int, default=16, help="concurrent writers (0: skip)")
     parser.add_argument("--per-client", type=int, default=40, help="writes per concurrent writer per round")
     parser.add_argument("--dir", default=None, help="where the journals live (default: the temp dir)")
+    parser.add_argument("--tls-baseline", action=argparse.BooleanOptionalAction, default=True,
+                        help="also run the controller with TLS off on the Raft port (notls_*) in this run")
     args = parser.parse_args(argv)
     # Election timing loose enough that a tick starved on a loaded machine costs no leadership
     # (a leader change mid-run fails the run); it does not enter a write's latency. Both groups.
@@ -231,9 +254,14 @@ def run(argv: list[str]) -> dict:
         "nofsync": lambda: _controller_round(config, args.n, directory, False, 0, 0),
         "bare": lambda: _bare_round(config, args.n, args.clients, args.per_client),
     }
+    if args.tls_baseline:
+        runs["notls"] = []
+        makers["notls"] = lambda: _controller_round(config, args.n, directory, True, args.clients, args.per_client,
+                                                    tls=False)
     order = list(makers)
     for r in range(args.rounds):
-        for name in order[r % 3:] + order[:r % 3]:
+        turn = r % len(order)
+        for name in order[turn:] + order[:turn]:
             runs[name].append(makers[name]())
     ctrl, nofsync, bare = (_median_of(runs[k], "single") for k in ("ctrl", "nofsync", "bare"))
     p50, bare_p50 = statistics.median(ctrl), statistics.median(bare)
@@ -269,6 +297,8 @@ def run(argv: list[str]) -> dict:
         "max_snapshot_tick_ms": max(r["max_snapshot_tick_ms"] for r in runs["ctrl"]),
         "snapshots_saved": sum(r["snapshots_saved"] for r in runs["ctrl"]),
     }
+    if args.tls_baseline:
+        out.update(_tls_figures(runs, ctrl, args.clients))
     if args.clients:
         conc, bare_conc = _median_of(runs["ctrl"], "concurrent"), _median_of(runs["bare"], "concurrent")
         conc_p50, bare_conc_p50 = statistics.median(conc), statistics.median(bare_conc)

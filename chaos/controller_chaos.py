@@ -39,7 +39,7 @@ from typing import Any
 
 from rocketray.chaos.controller_workload import (BROKER_IDS, HISTORY_FILE, INITIAL_STATE_FILE, Client, Recorder,
                                                  final_reads, jsonable, to_operations)
-from rocketray.controller.proc import NodeProcess
+from rocketray.controller.proc import NodeProcess, member_credentials
 from rocketray.controller.proc_wire import NOT_LEADER, Lost, NodeClient, NotSent
 from rocketray.verify.controller_model import CoreGroupModel, group_states
 from rocketray.verify.linearizability import check_history
@@ -79,9 +79,16 @@ class ProxiedControllers:
         self.secret = secrets.token_hex(32)
         self.recorder = recorder
         config = {"snapshot_threshold": cfg.snapshot_threshold, **cfg.controller}
-        self.nodes = [NodeProcess(i, self.topology.self_addresses[i], self.topology.peer_addresses[i],
-                                  workdir / "nodes" / str(i), workdir / f"node-{i}.log", self.secret, config)
-                      for i in range(n)]
+        controllers = dict(enumerate(self.topology.self_addresses))
+        credentials = member_credentials(n, secret=self.secret)
+        self.nodes = [NodeProcess(i, controllers, workdir / "nodes" / str(i), workdir / f"node-{i}.log",
+                                  credentials[i], config, dial=self._dial(i)) for i in range(n)]
+
+    def _dial(self, i: int) -> dict[int, str]:
+        """Where node ``i`` reaches each peer (a proxy, or its Raft address): the topology's peer list
+        holds one entry per other node, in index order."""
+        others = [j for j in range(self.topology.size) if j != i]
+        return dict(zip(others, self.topology.peer_addresses[i]))
 
     def client(self, i: int) -> NodeClient:
         return NodeClient("127.0.0.1", self.nodes[i].client_port, self.secret.encode())

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from rocketray.controller.raft_wire import WORST_MESSAGE_BYTES
 from rocketray.schema import MIB, key, niceness_key, niceness_problem
 
 
@@ -56,6 +57,13 @@ class ControllerConfig:
     connection_retry_ms: int = key(500, "reconnect period to a down Raft peer", 100)
     leader_fallback_timeout_ms: int = key(3000, "a leader without a majority this long steps down", 1500)
     commands_queue_size: int = key(100_000, "Raft commands queue bound")
+    # -- the Raft port (controller/raft_port.py, docs/security.md) ---------------------------------
+    raft_max_frame_bytes: int = key(2 * MIB, "largest Raft message a peer may send, checked at its length prefix "
+                                             f"(at least {WORST_MESSAGE_BYTES}, the largest pysyncobj sends)")
+    raft_handshake_timeout_ms: int = key(5000, "a Raft connection's TLS handshake and address claim complete "
+                                               "within this (and connection_timeout_ms), or it is closed")
+    raft_max_connections: int = key(64, "open connections on the Raft listener")
+    raft_max_connections_per_address: int = key(8, "open Raft listener connections from one peer host")
     # -- the process (actors/priority.py) ------------------------------------------------------------
     process_niceness: int | None = niceness_key("controller")
 
@@ -85,6 +93,12 @@ class ControllerConfig:
             problems.append("consumer_heartbeat_timeout_ms must be positive")
         if self.elect_master_max_retry_count < 1:
             problems.append("elect_master_max_retry_count must be >= 1")
+        if self.raft_max_frame_bytes < WORST_MESSAGE_BYTES:
+            problems.append(f"raft_max_frame_bytes must be >= {WORST_MESSAGE_BYTES} (the largest Raft message)")
+        if self.raft_handshake_timeout_ms <= 0:
+            problems.append("raft_handshake_timeout_ms must be positive")
+        if not 1 <= self.raft_max_connections_per_address <= self.raft_max_connections:
+            problems.append("raft_max_connections_per_address must be within 1..raft_max_connections")
         if (problem := niceness_problem(self.process_niceness)) is not None:
             problems.append(problem)
         if problems:

@@ -33,10 +33,10 @@ block on Raft.
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Callable
 
@@ -55,11 +55,14 @@ from rocketray.controller.triggers import ElectionTriggers
 from rocketray.controller.users import decide_get_auth_table
 from rocketray.fs import OS_DISK, Disk, ensure_dir
 from rocketray.controller.raft import PayloadError, RaftHost, decode_payload, sync_obj_conf
+from rocketray.controller.raft_admission import PortLimits
+from rocketray.controller.raft_members import InsecureRaftBindError, port_settings
 from rocketray.controller.raft_snapshots import (RecoveryRefused, SnapshotHooks, import_pysyncobj_journal,
                                                  plan_recovery)
 from rocketray.controller.state import ControllerState
 from rocketray.snapshot.format import SECTION_AUTH, SECTION_CONTROLLER_STATE, SECTION_TOPICS
 from rocketray.snapshot.store import SnapshotStore
+from rocketray.tls import MemberCredentials
 
 log = logging.getLogger(__name__)
 
@@ -69,23 +72,6 @@ LEGACY_JOURNAL_FILE = "raft.journal"  # pysyncobj's FileJournal, imported once i
 _ROLE_NAMES = {0: "follower", 1: "candidate", 2: "leader"}
 
 __all__ = ["ControllerNode", "InsecureRaftBindError", "RecoveryRefused"]
-
-
-class InsecureRaftBindError(ValueError):
-    """Refusing to open an unauthenticated Raft port on a non-loopback address."""
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-def _host_of(address: str) -> str:
-    return address.rsplit(":", 1)[0]
 
 
 def _now_ms() -> int:
@@ -103,24 +89,29 @@ class ControllerNode(LeaderPipeline, ElectionTriggers):
     path is ``LeaderPipeline`` (``controller/leader_pipeline.py``), the controller's own elections
     ``ElectionTriggers`` (``controller/triggers.py``)."""
 
-    def __init__(self, self_address: str, peer_addresses: list[str] | tuple[str, ...],
-                 store_dir: str | Path, config: ControllerConfig | None = None,
-                 secret: str | None = None, *, clock_ms: Callable[[], int] = _now_ms,
+    def __init__(self, controllers: Mapping[int, str], store_dir: str | Path, config: ControllerConfig | None = None,
+                 *, credentials: MemberCredentials, tls: bool = True, dial: Mapping[int, str] | None = None,
+                 clock_ms: Callable[[], int] = _now_ms,
                  on_role_changed: Callable[[RoleChangeNotice], None] | None = None,
                  alive: Callable[[str, int], bool] | None = None, disk: Disk = OS_DISK,
                  journal_fsync: bool = True) -> None:
-        """``disk`` carries the Raft journal, its term/vote meta and the snapshots (the real disk by
-        default; the power-loss tests pass the simulated one). ``journal_fsync=False`` only for
-        the benchmark's same-run baseline: it gives up durability on power loss."""
+        """Controller ``credentials.identity.index`` of the group ``controllers`` (index -> Raft address,
+        from the cluster spec). Its Raft port binds that address only and admits only the other
+        controllers: mutual TLS with the members' certificates, or with ``tls=False`` (development)
+        the members' secret; missing credentials raise ``InsecureRaftBindError`` before anything
+        binds (``controller/raft_members.py``). ``dial`` maps an index to where this node reaches that
+        controller when not at its Raft address (the chaos runner's proxies). ``disk`` carries the
+        Raft journal, its term/vote meta and the snapshots (the real disk by default; the power-loss
+        tests pass the simulated one). ``journal_fsync=False`` only for the benchmark's same-run
+        baseline: it gives up durability on power loss."""
         self.config = config or ControllerConfig()
         self.config.validate()
-        if not secret and not _is_loopback(_host_of(self_address)):
-            raise InsecureRaftBindError(
-                f"refusing to bind the controller Raft port on {self_address} without a cluster secret: "
-                "pysyncobj unpickles whatever arrives on that port, so an unauthenticated non-loopback "
-                "port is remote code execution. Pass secret=... (the same on every controller).")
+        port = port_settings(credentials, tls, controllers, dial, PortLimits.from_config(self.config))
+        self_address = port.bind_address
+        others = list(port.peer_index)
         self.self_address = self_address
-        self.members = sorted(set(peer_addresses) | {self_address})
+        self.tls = tls
+        self.members = sorted(set(others) | {self_address})
         self.store_dir = Path(store_dir)
         self.store_dir.mkdir(parents=True, exist_ok=True)
         ensure_dir(disk, self.store_dir)
@@ -162,10 +153,9 @@ class ControllerNode(LeaderPipeline, ElectionTriggers):
         self._hooks = SnapshotHooks(self.snapshots, dump_file, self._capture, self._install,
                                     plan.startup_entries)
         self._hooks.last_snapshot_index = self.loaded_snapshot_index
-        conf = sync_obj_conf(self.config, secret, str(journal_file), str(dump_file), self._hooks,
-                             self._on_raft_state_changed)
-        others = [a for a in self.members if a != self_address]
-        self._raft = RaftHost(self_address, others, conf, self._apply, journal_file, disk, journal_fsync)
+        conf = sync_obj_conf(self.config, None if tls else credentials.secret, str(journal_file), str(dump_file),
+                             self._hooks, self._on_raft_state_changed, self_address)
+        self._raft = RaftHost(self_address, others, conf, self._apply, journal_file, port, disk, journal_fsync)
         self._hooks.host = self._raft
         self.max_tick_ms = 0.0
         self.max_snapshot_tick_ms = 0.0
@@ -173,8 +163,11 @@ class ControllerNode(LeaderPipeline, ElectionTriggers):
         self._tick_thread = threading.Thread(target=self._tick_loop, name=f"raft-tick-{self_address}",
                                              daemon=True)
         self._tick_thread.start()
-        log.info("controller node started self=%s members=%s snapshot_index=%d journal=%s",
-                 self_address, self.members, self.loaded_snapshot_index, plan.journal)
+        log.info("controller node started self=%s members=%s tls=%s snapshot_index=%d journal=%s",
+                 self_address, self.members, tls, self.loaded_snapshot_index, plan.journal)
+        if not tls:
+            log.warning("controller %s: TLS is OFF on the Raft port (development mode): frames are authenticated "
+                        "with the members' secret, not encrypted with certificates", self_address)
 
     # -- tick thread ------------------------------------------------------------------------------
     def _tick_loop(self) -> None:
@@ -434,6 +427,7 @@ class ControllerNode(LeaderPipeline, ElectionTriggers):
             "max_tick_ms": round(self.max_tick_ms, 3),
             "max_snapshot_ms": round(self._hooks.max_snapshot_ms, 3),
             "max_snapshot_tick_ms": round(self.max_snapshot_tick_ms, 3),
+            "raft_port": self._raft.port_stats(),
         }
         return status
 

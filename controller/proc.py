@@ -2,9 +2,10 @@
 
 Theory of operation. The chaos runner needs nodes it can SIGKILL, SIGSTOP and restart, so each
 ``ControllerNode`` runs in a child process started with ``python -m rocketray.controller.proc``.
-The child reads the cluster secret from its stdin (never argv: argv is world-readable), starts the
-node (Raft on its own address, peers as the proxy plan says), listens for clients on an ephemeral
-loopback port, prints one JSON line ``{"ready": true, "client_port": ...}`` and serves until killed.
+The child reads its member credentials (the cluster CA, its certificate and key, the members'
+secret) as one JSON line from its stdin (never argv: argv is world-readable), starts the node (Raft
+on its own address, peers as the proxy plan says), listens for clients on an ephemeral loopback
+port, prints one JSON line ``{"ready": true, "client_port": ...}`` and serves until killed.
 
 The wire (authenticated msgpack frames) and the blocking client are ``rocketray.controller.proc_wire``.
 Request bodies are maps ``{"id", "op", "args"}``; ops: ``status`` (``node.metadata()``), ``state``
@@ -26,6 +27,7 @@ import argparse
 import json
 import logging
 import os
+import secrets
 import selectors
 import signal
 import socket
@@ -35,11 +37,13 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from rocketray.controller.headers import NotLeaderResponseHeader, header_fields
 from rocketray.controller.proc_wire import MAX_CONNECTIONS, NOT_LEADER, Lost, NodeClient, NotSent, serve_connection
+from rocketray.tls import CertificateAuthority, Identity, MemberCredentials
 
 CLUSTER = "chaos"
 
@@ -157,14 +161,21 @@ class _Server(socketserver.ThreadingTCPServer):
 
 class InProcessControllers:
     """N controller nodes in this process on loopback (tests and benchmarks); not the Ray actors of
-    ``actors.cluster.Cluster`` nor the chaos run's ``chaos.controller_chaos.ProxiedControllers``."""
+    ``actors.cluster.Cluster`` nor the chaos run's ``chaos.controller_chaos.ProxiedControllers``.
 
-    def __init__(self, base_dir: str | Path, ports: list[int], config: ControllerConfig,
-                 secret: str | None = "test-secret", **node_kwargs: Any) -> None:
+    The nodes are controllers ``0..N-1`` of cluster ``cluster`` with certificates of ``ca`` (a new
+    CA when None) and one members' secret; a restarted node keeps its credentials."""
+
+    def __init__(self, base_dir: str | Path, ports: list[int], config: ControllerConfig, *,
+                 ca: CertificateAuthority | None = None, tls: bool = True, cluster: str = CLUSTER,
+                 **node_kwargs: Any) -> None:
         self.base_dir = Path(base_dir)
         self.addresses = [f"127.0.0.1:{p}" for p in ports]
+        self.controllers = dict(enumerate(self.addresses))
         self.config = config
-        self.secret = secret
+        self.tls = tls
+        self.ca = ca or CertificateAuthority.create(cluster)
+        self.credentials = member_credentials(len(ports), cluster, self.ca)
         self.node_kwargs = node_kwargs
         self.nodes: list[ControllerNode | None] = [None] * len(ports)
         for i in range(len(ports)):
@@ -177,8 +188,8 @@ class InProcessControllers:
         assert self.nodes[i] is None, f"node {i} is running"
         from rocketray.controller.node import ControllerNode  # noqa: F811 - the child imports it lazily too
 
-        node = ControllerNode(self.addresses[i], self.addresses, self.store(i), self.config, self.secret,
-                              **self.node_kwargs)
+        node = ControllerNode(self.controllers, self.store(i), self.config, credentials=self.credentials[i],
+                              tls=self.tls, **self.node_kwargs)
         self.nodes[i] = node
         return node
 
@@ -212,6 +223,24 @@ class InProcessControllers:
             self.stop(i)
 
 
+def member_credentials(count: int, cluster: str = CLUSTER, ca: CertificateAuthority | None = None,
+                       secret: str | None = None) -> list[MemberCredentials]:
+    """Credentials of controllers ``0..count-1`` of ``cluster``: certificates of ``ca`` (a new CA when
+    None) and one members' secret (a new one when None). Tests, benchmarks and the chaos runner."""
+    ca = ca or CertificateAuthority.create(cluster)
+    secret = secret or secrets.token_hex(16)
+    return [ca.member(Identity.controller(cluster, i), secret, hosts=["127.0.0.1"]) for i in range(count)]
+
+
+def _credentials_json(credentials: MemberCredentials, tls: bool) -> bytes:
+    return json.dumps({"credentials": credentials.to_json(), "tls": tls}).encode() + b"\n"
+
+
+def _credentials_from_json(line: str | bytes) -> tuple[MemberCredentials, bool]:
+    d = json.loads(line)
+    return MemberCredentials.from_json(d["credentials"]), bool(d["tls"])
+
+
 def wait_for(predicate: Callable[[], Any], timeout_s: float, what: str) -> Any:
     deadline = time.monotonic() + timeout_s
     last: Any = None
@@ -236,12 +265,22 @@ def _die_with_parent() -> None:
 
 
 class NodeProcess:
-    """One controller node process; the same store dir and Raft address across restarts."""
+    """One controller node process; the same store dir, Raft address and credentials across restarts.
 
-    def __init__(self, index: int, self_address: str, peers: tuple[str, ...], store_dir: Path, log_path: Path,
-                 secret: str, config: dict[str, Any]) -> None:
-        self.index, self.self_address, self.peers = index, self_address, peers
-        self.store_dir, self.log_path, self.secret, self.config = store_dir, log_path, secret, config
+    ``controllers`` are the group's Raft addresses by index, ``credentials`` controller ``index``'s
+    (passed on the child's stdin); ``dial`` where this node reaches a peer when not at its Raft
+    address (the chaos runner's proxies). The runner's node port authenticates with the members'
+    secret."""
+
+    def __init__(self, index: int, controllers: Mapping[int, str], store_dir: Path, log_path: Path,
+                 credentials: MemberCredentials, config: dict[str, Any], *, dial: Mapping[int, str] | None = None,
+                 tls: bool = True) -> None:
+        assert credentials.identity.index == index, (credentials.identity, index)
+        self.index, self.controllers, self.dial = index, dict(controllers), dict(dial or {})
+        self.self_address = self.controllers[index]
+        self.store_dir, self.log_path, self.config = store_dir, log_path, config
+        self.credentials, self.tls = credentials, tls
+        self.secret = credentials.secret
         self.proc: subprocess.Popen | None = None
         self.client_port = 0
         self.incarnation = 0
@@ -257,13 +296,13 @@ class NodeProcess:
         env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "rocketray.controller.proc", "--index", str(self.index),
-             "--self-address", self.self_address, "--peers", ",".join(self.peers),
+             "--controllers", json.dumps(self.controllers), "--dial", json.dumps(self.dial),
              "--store-dir", str(self.store_dir), "--config", json.dumps(self.config)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=env, cwd=root,
             preexec_fn=_die_with_parent)
         log.close()
         assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(self.secret.encode() + b"\n")
+        self.proc.stdin.write(_credentials_json(self.credentials, self.tls))
         self.proc.stdin.flush()
         with selectors.DefaultSelector() as sel:
             sel.register(self.proc.stdout, selectors.EVENT_READ)
@@ -326,27 +365,30 @@ class NodeProcess:
 def serve(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="rocketray.controller.proc")
     parser.add_argument("--index", type=int, required=True)
-    parser.add_argument("--self-address", required=True)
-    parser.add_argument("--peers", required=True, help="comma-separated peer addresses (proxies or real)")
+    parser.add_argument("--controllers", required=True, help="JSON map: controller index -> Raft address")
+    parser.add_argument("--dial", default="{}", help="JSON map: index -> where to reach it (proxies), if not there")
     parser.add_argument("--store-dir", required=True)
     parser.add_argument("--config", default="{}", help="JSON map of ControllerConfig overrides")
     parser.add_argument("--client-host", default="127.0.0.1")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format=f"%(asctime)s node{args.index} %(levelname)s %(name)s: %(message)s")
-    secret = sys.stdin.readline().strip()
-    if not secret:
-        print(json.dumps({"ready": False, "error": "no secret on stdin"}), flush=True)
+    try:
+        credentials, tls = _credentials_from_json(sys.stdin.readline())
+    except (ValueError, KeyError, TypeError) as exc:
+        print(json.dumps({"ready": False, "error": f"no member credentials on stdin: {type(exc).__name__}"}),
+              flush=True)
         return 2
 
     from rocketray.controller.config import ControllerConfig
     from rocketray.controller.node import ControllerNode
 
     config = ControllerConfig.for_tests(**json.loads(args.config))
-    peers = [p for p in args.peers.split(",") if p]
-    node = ControllerNode(args.self_address, peers, args.store_dir, config, secret,
+    controllers = {int(i): str(a) for i, a in json.loads(args.controllers).items()}
+    dial = {int(i): str(a) for i, a in json.loads(args.dial).items()}
+    node = ControllerNode(controllers, args.store_dir, config, credentials=credentials, tls=tls, dial=dial,
                           alive=lambda name, broker_id: True)
-    server = _Server((args.client_host, 0), node, secret.encode())
+    server = _Server((args.client_host, 0), node, credentials.secret.encode())
     thread = threading.Thread(target=server.serve_forever, name="chaos-client-server", daemon=True)
     thread.start()
     print(json.dumps({"ready": True, "client_port": server.server_address[1], "pid": os.getpid()}), flush=True)

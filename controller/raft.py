@@ -13,6 +13,14 @@ every node alike): pysyncobj forwards commands queued on a node that just lost l
 the new leader, and a decision taken on the old leader's state must not be applied under the
 new one.
 
+*Nothing unpickled from the network.* pysyncobj would unpickle every message and every command
+with the unrestricted unpickler. Messages travel as msgpack through ``GuardedTransport``
+(``controller/raft_port.py``: TLS between controllers, admission, limits); the command of each
+entry is decoded at apply time by ``raft_pickle.decode_command`` (``RaftHost._SyncObj__doApplyCommand``),
+which admits only ``(method id, (payload bytes,))``; a command it refuses is logged and skipped on
+every replica alike (the same bytes fail the same way everywhere). pysyncobj's membership and
+version commands are never written by this cluster and never decoded.
+
 Snapshots, log compaction and what the node loads at start (pysyncobj's serializer hooks, the
 recovery plan, the journal peek) are ``controller/raft_snapshots.py``.
 """
@@ -26,11 +34,13 @@ import time
 from typing import Any, Callable
 
 from pysyncobj import SyncObj, SyncObjConf, replicated
-from pysyncobj.transport import TCPTransport
 
 from rocketray.fs import OS_DISK, Disk
 from rocketray.controller.journal import DurableJournal
 from rocketray.controller.config import ControllerConfig
+from rocketray.controller.raft_pickle import UnsafePickle, decode_command
+from rocketray.controller.raft_port import GuardedTransport, RaftPortSettings
+from rocketray.controller.raft_wire import RAFT_CHUNK_BYTES
 # Re-exported: the recovery side lived here before it moved to controller/raft_snapshots.py.
 from rocketray.controller.raft_snapshots import (Entry, JournalHead, RecoveryPlan, RecoveryRefused,  # noqa: F401
                                                  SnapshotHooks, import_pysyncobj_journal, peek_journal,
@@ -41,6 +51,7 @@ log = logging.getLogger(__name__)
 PAYLOAD_VERSION = 2
 PAYLOAD_HEADER_V1 = struct.Struct(">BQ")    # version 1, term
 PAYLOAD_HEADER = struct.Struct(">BQQ")      # version 2, term, decided_ms (leader clock)
+_REGULAR, _NO_OP = b"\x00", b"\x01"         # pysyncobj's _COMMAND_TYPE of an entry's first byte
 
 
 class PayloadError(ValueError):
@@ -73,11 +84,15 @@ def decode_payload(payload: bytes) -> tuple[int, int | None, bytes]:
     return term, decided_ms, bytes(payload[header.size:])
 
 
-def sync_obj_conf(config: ControllerConfig, secret: str | None, journal_file: str,
-                  dump_file: str, hooks: SnapshotHooks, on_state_changed: Callable[[int, int], None]) -> SyncObjConf:
-    """pysyncobj settings from a ControllerConfig (all durations converted to seconds)."""
+def sync_obj_conf(config: ControllerConfig, password: str | None, journal_file: str, dump_file: str,
+                  hooks: SnapshotHooks, on_state_changed: Callable[[int, int], None], bind_address: str) -> SyncObjConf:
+    """pysyncobj settings from a ControllerConfig (all durations converted to seconds). ``password``
+    is the members' secret in development mode (TLS off), None with TLS."""
     return SyncObjConf(
-        password=secret,
+        password=password,
+        bindAddress=bind_address,
+        appendEntriesBatchSizeBytes=RAFT_CHUNK_BYTES,  # raft_wire.WORST_MESSAGE_BYTES is derived from these
+        logCompactionBatchSize=RAFT_CHUNK_BYTES,
         autoTick=False,
         autoTickPeriod=config.tick_period_ms / 1000,
         raftMinTimeout=config.raft_min_timeout_ms / 1000,
@@ -115,7 +130,7 @@ DEFERRED_SENDS = frozenset({"next_node_idx"})
 KEEPALIVES_PER_TIMEOUT = 4
 
 
-class SyncingTransport(TCPTransport):
+class SyncingTransport(GuardedTransport):
     """pysyncobj's TCP transport that syncs the host's journal before a message leaves, unless
     the message is in ``UNSYNCED_SENDS``. Acknowledgements (``DEFERRED_SENDS``) wait in an outbox
     that ``flush`` sends after one sync; any other synced message flushes the outbox first, so
@@ -182,10 +197,15 @@ class RaftHost(SyncObj):
 
     def __init__(self, self_address: str, other_addresses: list[str], conf: SyncObjConf,
                  apply_fn: Callable[[int, int, bytes], Any], journal_file: str | os.PathLike[str],
-                 disk: Disk = OS_DISK, journal_fsync: bool = True) -> None:
+                 port: RaftPortSettings, disk: Disk = OS_DISK, journal_fsync: bool = True) -> None:
         self._rr_apply = apply_fn
         self.journal: DurableJournal | None = None
+        self.refused_commands = 0
+        self.raft_port_settings = port  # read by GuardedTransport, which pysyncobj builds below
         assert conf.journalFile is None
+        # A snapshot streamed by the leader is read by our deserializer (snapshot/format.py, no
+        # pickle); pysyncobj unpickles it itself only without a dump file or a deserializer.
+        assert conf.fullDumpFile and conf.deserializer is not None
         super().__init__(self_address, other_addresses, conf, transportClass=SyncingTransport)
         journal = DurableJournal(journal_file, disk, fsync=journal_fsync)
         if len(journal) == 0:
@@ -255,6 +275,34 @@ class RaftHost(SyncObj):
         journal = self.journal
         if journal is not None:
             journal.sync()
+
+    def _SyncObj__doApplyCommand(self, command: bytes) -> Any:
+        """pysyncobj's apply of one entry's command, with the restricted decoder (module docstring)."""
+        kind = command[:1]
+        if kind == _NO_OP:
+            return None
+        try:
+            if kind != _REGULAR:
+                raise UnsafePickle(f"command type {command[:1]!r}: only regular commands are written here")
+            func_id, args = decode_command(command[1:])
+            method = self._idToMethod.get(func_id)
+            if method is None or len(args) != 1 or type(args[0]) is not bytes:
+                raise UnsafePickle(f"method {func_id} with {len(args)} arguments is not apply_batch(payload)")
+        except UnsafePickle as exc:
+            self.refused_commands += 1
+            log.error("log entry command refused, skipped on every replica: %s", exc)
+            return None
+        return method(args[0], _doApply=True)
+
+    def _SyncObj__parseChangeClusterRequest(self, command: bytes) -> None:
+        """Membership changes are off (``dynamicMembershipChange=False``): no command is one, and
+        none is unpickled to find out."""
+        return None
+
+    def port_stats(self) -> dict[str, Any]:
+        stats: dict[str, Any] = self._SyncObj__transport.stats()  # type: ignore[attr-defined]
+        stats["refused_commands"] = self.refused_commands
+        return stats
 
     @replicated
     def apply_batch(self, payload: bytes) -> Any:

@@ -210,7 +210,7 @@ def raft_cluster():
     net.start(proxy_sockets)
     nodes = []
     for i in range(n):
-        # No bindAddress: pysyncobj binds the wildcard address, as ControllerNode does.
+        # No bindAddress: this bare pysyncobj group binds the wildcard address (ControllerNode binds its own).
         conf = SyncObjConf(password="chaos-test", connectionTimeout=1.0, raftMinTimeout=0.3, raftMaxTimeout=0.6,
                            appendEntriesPeriod=0.05, connectionRetryTime=0.3, dynamicMembershipChange=False)
         nodes.append(Counter(topo.self_addresses[i], list(topo.peer_addresses[i]), conf))

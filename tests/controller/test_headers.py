@@ -186,7 +186,7 @@ def test_an_election_batch_answers_each_group_with_its_elect_header():
 def test_the_chaos_wire_carries_a_typed_header_end_to_end(tmp_path, port_factory):
     """A real node behind the chaos runner's authenticated socket answers a read; the runner rebuilds
     the typed header from the wire and the checker reads it (controller/proc.py, proc_wire.py)."""
-    cluster = InProcessControllers(tmp_path / "n", [port_factory()], ControllerConfig.for_tests(), "s",
+    cluster = InProcessControllers(tmp_path / "n", [port_factory()], ControllerConfig.for_tests(),
                                    alive=lambda name, broker_id: True)
     server = _Server(("127.0.0.1", 0), cluster.wait_leader(), b"wire-secret")
     thread = threading.Thread(target=server.serve_forever, daemon=True)

@@ -32,7 +32,7 @@ def everyone_alive(name, broker_id):
 @pytest.fixture
 def cluster(tmp_path, port_factory):
     group = InProcessControllers(tmp_path / "g", [port_factory() for _ in range(3)], ControllerConfig.for_tests(),
-                         "s3cret", alive=everyone_alive)
+                         alive=everyone_alive)
     yield group
     group.close()
 

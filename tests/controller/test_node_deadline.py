@@ -21,7 +21,7 @@ TIMEOUT_MS = 600
 @pytest.mark.slow
 def test_a_request_queued_behind_a_stuck_one_answers_within_its_own_deadline(tmp_path, port_factory):
     cluster = InProcessControllers(tmp_path / "g", [port_factory() for _ in range(3)],
-                           ControllerConfig.for_tests(leader_fallback_timeout_ms=5000), "s",
+                           ControllerConfig.for_tests(leader_fallback_timeout_ms=5000),
                            alive=lambda name, broker_id: True)
     try:
         leader = cluster.wait_leader()

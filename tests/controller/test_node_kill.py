@@ -12,7 +12,7 @@ import time
 import pytest
 
 from rocketray.controller.event_log import merge_logs, read_whole_log
-from rocketray.controller.proc import NodeProcess
+from rocketray.controller.proc import NodeProcess, member_credentials
 
 CONFIG = {"snapshot_threshold": 25}
 
@@ -21,8 +21,9 @@ class Group:
     def __init__(self, tmp_path, ports):
         self.addresses = [f"127.0.0.1:{p}" for p in ports]
         self.stores = [tmp_path / f"n{i}" for i in range(len(ports))]
-        self.handles = [NodeProcess(i, self.addresses[i], tuple(self.addresses), self.stores[i],
-                                    tmp_path / f"n{i}.log", "kill-secret", CONFIG) for i in range(len(ports))]
+        credentials = member_credentials(len(ports))
+        self.handles = [NodeProcess(i, dict(enumerate(self.addresses)), self.stores[i], tmp_path / f"n{i}.log",
+                                    credentials[i], CONFIG) for i in range(len(ports))]
         self.procs = [None] * len(ports)
         for i in range(len(ports)):
             self.start(i)

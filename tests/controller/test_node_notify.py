@@ -20,7 +20,7 @@ CLUSTER, NAME = "c", "g"
 def one_node(tmp_path, port_factory):
     alive = {1, 2, 3}
     notices = []
-    cluster = InProcessControllers(tmp_path / "n", [port_factory()], ControllerConfig.for_tests(), "s",
+    cluster = InProcessControllers(tmp_path / "n", [port_factory()], ControllerConfig.for_tests(),
                            alive=lambda name, broker_id: broker_id in alive, on_role_changed=notices.append)
     yield cluster.wait_leader(), alive, notices
     cluster.close()

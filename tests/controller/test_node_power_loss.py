@@ -22,6 +22,7 @@ from rocketray.fs import Disk, DiskFile
 from rocketray.controller.api import ApplyBrokerIdRequest, GetReplicaInfoRequest
 from rocketray.controller.config import ControllerConfig
 from rocketray.controller.node import ControllerNode
+from rocketray.controller.proc import member_credentials
 from rocketray.sim.disk import CrashMode, SimCrash, SimDisk
 
 CLUSTER = "c"
@@ -131,9 +132,12 @@ def wait(predicate, timeout_s, what):
     raise AssertionError(f"timed out waiting for {what}")
 
 
+CREDENTIALS = member_credentials(3)
+
+
 def start(addresses, i, tmp_path, disks, config):
-    node = ControllerNode(addresses[i], addresses, tmp_path / f"n{i}", config, "s3cret", alive=everyone_alive,
-                          disk=disks[i])
+    node = ControllerNode(dict(enumerate(addresses)), tmp_path / f"n{i}", config, credentials=CREDENTIALS[i],
+                          alive=everyone_alive, disk=disks[i])
     assert isinstance(disks[i], Disk)
     return node
 

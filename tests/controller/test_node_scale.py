@@ -21,7 +21,7 @@ def node_with_groups(tmp_path, port_factory):
     """One node serving ``GROUPS`` groups of 3, replica 1 master of each, every replica in sync."""
     dead: set[tuple[str, int]] = set()
     notices = []
-    cluster = InProcessControllers(tmp_path / "n", [port_factory()], ControllerConfig.for_tests(), "s",
+    cluster = InProcessControllers(tmp_path / "n", [port_factory()], ControllerConfig.for_tests(),
                                    alive=lambda name, broker_id: (name, broker_id) not in dead,
                                    on_role_changed=notices.append)
     node = cluster.wait_leader()

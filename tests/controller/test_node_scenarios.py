@@ -1,15 +1,10 @@
 """ControllerNode on 3 real pysyncobj nodes (loopback): reference 16.2 scenarios, pipeline, security.
 
 Each test starts its own group with tight raft timing (ControllerConfig.for_tests) and waits on
-predicates with deadlines.
+predicates with deadlines. Who may reach the Raft port is tests/security/test_raft_port.py.
 """
 
 from __future__ import annotations
-
-import pickle
-import socket
-import struct
-import zlib
 
 import pytest
 
@@ -19,7 +14,6 @@ from rocketray.controller.codes import ResponseCode
 from rocketray.controller.config import ControllerConfig
 from rocketray.controller.events import ApplyBrokerIdEvent, encode_events
 from rocketray.controller.proc import InProcessControllers
-from rocketray.controller.node import ControllerNode, InsecureRaftBindError
 from rocketray.controller.raft import encode_payload
 
 GROUP = "broker-a"
@@ -39,10 +33,10 @@ def one_dead(name, broker_id):
 def make_cluster(tmp_path, port_factory):
     made = []
 
-    def make(config=None, secret="test-secret", n=3):
+    def make(config=None, n=3):
         liveness = {"alive": everyone_alive}   # what set_alive changes, read by every node
         cluster = InProcessControllers(tmp_path / f"c{len(made)}", [port_factory() for _ in range(n)],
-                               config or ControllerConfig.for_tests(), secret,
+                               config or ControllerConfig.for_tests(),
                                alive=lambda name, broker_id: liveness["alive"](name, broker_id))
         cluster.liveness = liveness
         made.append(cluster)
@@ -206,56 +200,6 @@ def test_relaxed_reads_append_nothing(make_cluster):
     for _ in range(5):
         assert leader.handle(GetNextBrokerIdRequest(CLUSTER, GROUP)).ok
     assert leader.metadata()["commit_index"] == before
-
-
-def test_insecure_non_loopback_bind_is_refused(tmp_path):
-    """No secret + non-loopback address: a ValueError subclass that says why, before binding."""
-    for address in ("0.0.0.0:19999", "10.1.2.3:19999"):
-        with pytest.raises(InsecureRaftBindError, match="without a cluster secret") as info:
-            ControllerNode(address, [address], tmp_path / "x", ControllerConfig.for_tests(), None)
-        assert isinstance(info.value, ValueError)
-
-
-def _frame(message) -> bytes:
-    data = zlib.compress(pickle.dumps(message), 3)
-    return struct.pack("i", len(data)) + data
-
-
-def test_peer_without_secret_cannot_join_or_inject(make_cluster, port_factory, tmp_path, wait):
-    """A node with a wrong or no secret never joins; raw unauthenticated commands are dropped."""
-    cluster = make_cluster()
-    leader = cluster.wait_leader()
-    term = leader.metadata()["term"]
-    evil_payload = encode_payload(term, encode_events([ApplyBrokerIdEvent("c", "evil", "x", "x;1", 1)]))
-    # 1. Raw injection on the leader's Raft port: identify as a member, then apply_command.
-    host, port = leader.self_address.rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=2) as sock:
-        sock.sendall(_frame(cluster.addresses[0]) + _frame(
-            {"type": "apply_command", "command": b"\x00" + pickle.dumps((0, (evil_payload,)))}))
-        sock.settimeout(2)
-        try:
-            closed = sock.recv(1) == b""
-        except ConnectionResetError:
-            closed = True
-    assert closed, "the leader kept an unauthenticated connection open"
-    # 2. Whole rogue nodes, without a secret and with a wrong one, listing the members as peers.
-    rogues = []
-    for secret in (None, "wrong-secret"):
-        address = f"127.0.0.1:{port_factory()}"
-        rogues.append(ControllerNode(address, cluster.addresses + [address], tmp_path / f"rogue-{secret}",
-                                     ControllerConfig.for_tests(), secret))
-    try:
-        assert leader.handle(ApplyBrokerIdRequest(CLUSTER, "good", 1, "g;1")).ok
-        for rogue in rogues:
-            assert rogue.metadata()["leader_address"] in (None, rogue.self_address)
-            assert rogue.handle(GetNextBrokerIdRequest(CLUSTER, GROUP)).code == ResponseCode.CONTROLLER_NOT_LEADER
-        assert cluster.leader() is leader and leader.metadata()["term"] == term
-        names = {row[0] for row in leader.snapshot_state()["replica_info"]}
-        assert names == {"good"}
-        assert all(rogue.metadata()["peers"] and "evil" not in str(rogue.snapshot_state()) for rogue in rogues)
-    finally:
-        for rogue in rogues:
-            rogue.close()
 
 
 def test_batch_decided_in_another_term_is_fenced_on_every_node(make_cluster, wait):

@@ -11,6 +11,7 @@ from rocketray.controller.api import (AlterSyncStateSetRequest, ApplyBrokerIdReq
 from rocketray.controller.config import ControllerConfig
 from rocketray.controller.event_log import merge_logs, read_whole_log
 from rocketray.controller.node import ControllerNode
+from rocketray.controller.proc import member_credentials
 from rocketray.controller.raft import RecoveryRefused
 
 CLUSTER = "c"
@@ -175,7 +176,8 @@ def test_single_node_keeps_leadership_and_serves_while_snapshotting(tmp_path, po
     pass/fail: `benchmarks/run.py controller-write` reports max_snapshot_tick_ms.)"""
     address = f"127.0.0.1:{port_factory()}"
     config = ControllerConfig.for_tests(snapshot_threshold=50)
-    node = ControllerNode(address, [address], tmp_path / "n", config, "s", alive=everyone_alive)
+    node = ControllerNode({0: address}, tmp_path / "n", config, credentials=member_credentials(1)[0],
+                          alive=everyone_alive)
     try:
         end = time.monotonic() + 5
         while not node.is_leader() and time.monotonic() < end:

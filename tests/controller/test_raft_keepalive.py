@@ -9,8 +9,7 @@ import time
 
 from rocketray.controller.config import ControllerConfig
 from rocketray.controller.node import ControllerNode
-
-SECRET = "s3cret"
+from rocketray.controller.proc import member_credentials
 
 
 def everyone_alive(name, broker_id):
@@ -30,11 +29,16 @@ def test_after_an_idle_spell_the_first_candidate_wins_in_one_round(tmp_path, por
     leader_first = ControllerConfig.for_tests(raft_min_timeout_ms=50, raft_max_timeout_ms=100,
                                               append_entries_period_ms=10, connection_timeout_ms=1000)
     nodes: dict[str, ControllerNode] = {}
+    controllers, credentials = dict(enumerate(addresses)), member_credentials(3)
+
+    def start(i, config):
+        return ControllerNode(controllers, tmp_path / str(i), config, credentials=credentials[i], alive=everyone_alive)
+
     try:
-        nodes[c] = ControllerNode(c, addresses, tmp_path / "c", leader_first, SECRET, alive=everyone_alive)
-        nodes[b] = ControllerNode(b, addresses, tmp_path / "b", never, SECRET, alive=everyone_alive)
+        nodes[c] = start(2, leader_first)
+        nodes[b] = start(1, never)
         wait(lambda: nodes[c].is_leader(), 20, what="C to lead (with B's vote)")
-        nodes[a] = ControllerNode(a, addresses, tmp_path / "a", fast, SECRET, alive=everyone_alive)
+        nodes[a] = start(0, fast)
         wait(lambda: nodes[a].metadata()["leader_address"] == c, 10, what="A to follow C")
         term = nodes[c].metadata()["term"]
         time.sleep(2 * fast.connection_timeout_ms / 1000)  # the idle spell is the scenario, not a wait for a state

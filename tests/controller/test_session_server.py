@@ -62,7 +62,7 @@ CLIENT = textwrap.dedent("""
 def group(tmp_path, port_factory):
     """One real controller node with a session listener; brokers 1-3 registered and heartbeating,
     1 master, SyncStateSet {1,2,3}."""
-    cluster = InProcessControllers(tmp_path / "n", [port_factory()], ControllerConfig.for_tests(), SECRET)
+    cluster = InProcessControllers(tmp_path / "n", [port_factory()], ControllerConfig.for_tests())
     node = cluster.wait_leader()
     server = SessionServer("127.0.0.1", 0, links(controller(0)), node.on_broker_session_closed,
                            on_heartbeat=node.heartbeat, on_moved=node.forget_broker,
