@@ -64,7 +64,8 @@ def test_installs_the_project_and_starts_ray_from_its_venv(raw):
     """The working tree is mounted and pip-installed; Ray starts from that environment."""
     assert raw["file_mounts"]["~/rocketray-src"] == "."  # not ~/rocketray: it would shadow the package in ~
     assert (REPO / "pyproject.toml").exists()  # `ray up` runs from the repository root
-    assert any("pip install" in c and "~/rocketray-src" in c for c in raw["setup_commands"])
+    # the server extra: cluster nodes need Ray, Spark and pysyncobj (the base install is the client only)
+    assert any("pip install" in c and "$HOME/rocketray-src[server]" in c for c in raw["setup_commands"])
     # a job's entrypoint and `ray exec` commands get the virtualenv first on PATH (through ~/.bashrc,
     # which Ray's bash sources), so `python driver.py` in a job imports ray and rocketray
     assert any("source ~/rocketray-venv/bin/activate" in c and ".bashrc" in c for c in raw["setup_commands"])
