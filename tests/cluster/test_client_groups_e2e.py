@@ -21,23 +21,15 @@ import sys
 from pathlib import Path
 
 import pytest
+from rr_cluster import BIN, REPO, run
 
-from rocketray import ports
 from rocketray.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[2]
-BIN = Path(sys.executable).parent
 NAME = "demo"
 GROUPS = ("billing", "audit")
 TOPIC = "payments"
-
-
-def run(args: list[str], env: dict, timeout: float = 300) -> subprocess.CompletedProcess:
-    proc = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
-    assert proc.returncode == 0, f"{' '.join(args)} exited {proc.returncode}\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
-    return proc
 
 
 def lines(path: Path) -> list[dict]:
@@ -50,25 +42,6 @@ def lines(path: Path) -> list[dict]:
         except json.JSONDecodeError:   # a line cut by the SIGKILL
             pass
     return out
-
-
-@pytest.fixture
-def ray_head(tmp_path):
-    from ray.util import get_node_ip_address
-
-    host = get_node_ip_address()          # what `ray start` binds and `ray.init` canonicalizes to
-    port = ports.free_ports(1, host)[0]
-    address = f"{host}:{port}"
-    # `ray start --head` turns on Ray 2.60's token auth (token in ~/.ray/auth_token): clients say so.
-    env = {**os.environ, "RAY_ADDRESS": address, "RAY_AUTH_MODE": "token", "PYTHONUNBUFFERED": "1"}
-    run([str(BIN / "ray"), "start", "--head", f"--port={port}", "--num-cpus=16", "--include-dashboard=false",
-         "--disable-usage-stats"], env)
-    try:
-        yield address, env
-    finally:
-        subprocess.run([str(BIN / "rocketray"), "stop", "--name", NAME, "--address", address, "--delete-data"],
-                       cwd=REPO, env=env, capture_output=True, timeout=120)
-        subprocess.run([str(BIN / "ray"), "stop", "--force"], cwd=REPO, env=env, capture_output=True, timeout=120)
 
 
 def test_two_groups_survive_master_kills_and_a_consumer_kill(ray_head, tmp_path):

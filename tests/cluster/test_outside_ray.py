@@ -17,13 +17,11 @@ import venv
 from pathlib import Path
 
 import pytest
+from rr_cluster import BIN, REPO, run
 
-from rocketray import ports
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[2]
-BIN = Path(sys.executable).parent
 NAME = "outside"
 #: Where the members listen (an operator knows; the application does not, but an attacker might).
 SPEC_PORTS = """
@@ -34,31 +32,6 @@ spec = connect(sys.argv[1]).spec
 c, b = spec.controllers[0], spec.brokers[0]
 print(json.dumps({"raft": [c.host, c.raft_port], "session": [c.host, c.session_port], "ha": [b.host, b.ha_port]}))
 """
-
-
-def run(args: list[str], env: dict, timeout: float = 600, cwd: Path = REPO) -> subprocess.CompletedProcess:
-    proc = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-    assert proc.returncode == 0, f"{' '.join(map(str, args))} exited {proc.returncode}\n{proc.stdout[-4000:]}\n" \
-                                 f"{proc.stderr[-4000:]}"
-    return proc
-
-
-@pytest.fixture
-def ray_head(tmp_path):
-    from ray.util import get_node_ip_address
-
-    host = get_node_ip_address()
-    port = ports.free_ports(1, host)[0]
-    address = f"{host}:{port}"
-    env = {**os.environ, "RAY_ADDRESS": address, "RAY_AUTH_MODE": "token", "PYTHONUNBUFFERED": "1"}
-    run([str(BIN / "ray"), "start", "--head", f"--port={port}", "--num-cpus=16", "--include-dashboard=false",
-         "--disable-usage-stats"], env)
-    try:
-        yield address, env
-    finally:
-        subprocess.run([str(BIN / "rocketray"), "stop", "--name", NAME, "--address", address, "--delete-data"],
-                       cwd=REPO, env=env, capture_output=True, timeout=120)
-        subprocess.run([str(BIN / "ray"), "stop", "--force"], cwd=REPO, env=env, capture_output=True, timeout=120)
 
 
 @pytest.fixture(scope="module")
