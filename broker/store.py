@@ -63,6 +63,7 @@ from rocketray.broker.queue_check import QueueChecker
 from rocketray.broker.segments import recovery_scan_start
 from rocketray.broker.epoch_file import EPOCH_FILE_NAME, EpochFileCache
 from rocketray.fs import OS_DISK, Disk, ensure_dir
+from rocketray.fs_undo import UndoDisk
 from rocketray.broker.message import Message, MessageCodecError
 from rocketray.broker.batch import EncodedBatch, encode_batch, index_records, record_offsets, seal_batch
 from rocketray.broker.store_flush import FLUSH_LEAST_BYTES, FLUSH_TICK_MS, StoreFlushing  # noqa: F401
@@ -105,8 +106,9 @@ class MessageStore(StoreReading, StoreFlushing):
                  disk: Disk = OS_DISK) -> None:
         self.root = Path(root_dir)
         self.config = config or StoreConfig()
-        self.disk = disk
         ensure_dir(disk, self.root / "commitlog")
+        self._undo = UndoDisk(self.root, disk) if self.config.track_unsynced and disk is OS_DISK else None
+        disk = self.disk = self._undo if self._undo is not None else disk
         self._lock = threading.RLock()
         self._checkpoint_lock = threading.Lock()  # orders checkpoint saves; taken after the store lock
         self._closed = False
@@ -380,6 +382,8 @@ class MessageStore(StoreReading, StoreFlushing):
             self._closed = True
             self.cqs.close()
             self.commitlog.close()
+            if self._undo is not None:
+                self._undo.stop()
 
     def __enter__(self) -> "MessageStore":
         return self
