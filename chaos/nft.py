@@ -128,10 +128,9 @@ def _majors_in_use(root: Path) -> set[int]:
 class KernelNet:
     """The kernel network faults of one run (see the module docstring)."""
 
-    def __init__(self, members: Sequence[tuple[str, Iterable[int]]], rng: random.Random | None = None) -> None:
+    def __init__(self, rng: random.Random | None = None) -> None:
         self.table = table_name(os.getpid(), secrets.token_hex(4))
-        self._names = [name for name, _ in members]
-        self._ports = {name: tuple(sorted(set(ports))) for name, ports in members}
+        self._ports: dict[str, tuple[int, ...]] = {}
         self._rng = rng or random.Random()
         self.members: list[Member] = []
         self.cgroup = NET_CLS / self.table
@@ -142,15 +141,28 @@ class KernelNet:
         self._dropped_before = 0   # drops counted by fault rules already flushed
 
     # -- lifecycle -------------------------------------------------------------------------------
-    def start(self) -> "KernelNet":
-        root = ensure_net_cls()
+    def prepare(self) -> "KernelNet":
+        """Sweep, create the run's table with a conntrack rule and its cgroup directory. Run it before
+        the members open their connections: conntrack must see each connection from its first packet
+        to know which end dialed (one it meets mid-stream may take the acceptor for the dialer)."""
+        if self._open:
+            return self
+        ensure_net_cls()
         sweep()
-        used = _majors_in_use(root)
-        major = next(m for m in (self._rng.randrange(0x1000, 0xFFFE) for _ in range(1000)) if m not in used)
-        self.members = [Member(n, classid(major, i + 1), self._ports[n]) for i, n in enumerate(self._names)]
         self.cgroup.mkdir()
         self._open = True
         self._handlers()
+        _nft(f"table inet {self.table} {{\n  chain out {{\n    type filter hook output priority 0; policy accept;\n"
+             f'    oifname "lo" ct state new counter\n  }}\n}}\n')
+        return self
+
+    def start(self, members: Sequence[tuple[str, Iterable[int]]]) -> "KernelNet":
+        """The members (name, listening ports) and their cgroups; the rules that mark dialers."""
+        self.prepare()
+        self._ports = {name: tuple(sorted(set(ports))) for name, ports in members}
+        used = _majors_in_use(NET_CLS)
+        major = next(m for m in (self._rng.randrange(0x1000, 0xFFFE) for _ in range(1000)) if m not in used)
+        self.members = [Member(n, classid(major, i + 1), self._ports[n]) for i, (n, _) in enumerate(members)]
         for m in self.members:
             (self.cgroup / m.name.replace("/", "_")).mkdir()
             (self.cgroup / m.name.replace("/", "_") / "net_cls.classid").write_text(str(m.classid))

@@ -24,7 +24,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the nemesis schedule and the workload")
     p.add_argument("--nemesis", default="all",
                    help="comma list, all or none (default all). brokers: kill-master, kill-broker, "
-                        "kill-controller-leader, kill-controller, pause-broker, pause-controller, partition-ha; "
+                        "kill-controller-leader, kill-controller, pause-broker, pause-controller, partition-ha, "
+                        "net-partition, net-oneway, net-loss, corrupt-file, truncate-file, delete-queue, "
+                        "lose-unsynced; process (the kills, pauses and partition-ha) or os (the others) draw "
+                        "from a subset; "
                         "controller: partition-random-node, partition-random-halves, partition-majorities-ring, "
                         "bridge, kill, pause")
     p.add_argument("--json", action="store_true", help="print one JSON summary as the last stdout line")

@@ -89,7 +89,7 @@ def tables() -> str:
 def test_partitions_and_loss_drop_only_the_runs_blocked_directions() -> None:
     server = Proc(SERVER)
     port = int(server.line())
-    net = KernelNet([("a", ()), ("b", (port,))]).start()
+    net = KernelNet().start([("a", ()), ("b", (port,))])
     a = c = None
     try:
         assert net.place("b", server.p.pid)
@@ -132,7 +132,7 @@ def test_partitions_and_loss_drop_only_the_runs_blocked_directions() -> None:
 RUNNER = textwrap.dedent("""
     import sys, time
     from rocketray.chaos.nft import KernelNet
-    net = KernelNet([("x", (1,))]).start()
+    net = KernelNet().start([("x", (1,))])
     print(net.table, flush=True)
     time.sleep(60)
 """)
