@@ -40,7 +40,9 @@ from rocketray.chaos.broker_workload import (
     ConsumerLoop, ProducerLoop, RunLog, Sampler, create_topic, final_reads, poll_statuses, replica_snapshots)
 from rocketray.chaos.group_workload import GroupWorkload
 from rocketray.client.socket_transport import SocketTransport
-from rocketray.verify.checker import check_run_dir, format_verdict
+from rocketray.verify.checker import check_run_dir, format_verdict, heal_time_ms, lost_and_unseen
+from rocketray.verify.run_dir import read_run_dir
+from rocketray.verify.soak import SoakRow, format_table, soak_table
 from rocketray.chaos.broker_nemesis import Nemesis, run_schedule
 from rocketray.chaos.ha_proxy import HaProxies
 from rocketray.chaos.nft import KernelNet
@@ -186,15 +188,25 @@ def execute(cluster: Cluster, args: argparse.Namespace, out: Path, proxies: HaPr
     final_reads(cluster, layout, runlog)
     write_run(out, runlog, replica_snapshots(cluster), cluster)
     verdict = check_run_dir(out)
+    table = nemesis_table(out)
     summary = {**verdict.to_json(), "settled": settled, "nemesis_steps": len(steps), "nemesis_acted": nemesis.acted,
                "churn_steps": len(churn), "churn_acted": members.acted if members is not None else 0,
                "groups_drained": drained, "producer_outcomes": _sum_outcomes(producers),
                "elapsed_s": round(time.monotonic() - started, 1), "seed": args.seed, "profile": cluster.spec.profile,
-               "out_dir": str(out)}
+               "nemesis_table": [row.to_json() for row in table], "out_dir": str(out)}
     summary["valid"] = bool(verdict.valid and settled)
     (out / VERDICT_FILE).write_text(json.dumps(summary, indent=1, default=str))
     say(format_verdict(verdict))
+    if table:
+        say("per nemesis kind (docs/chaos.md, 'The soak'):\n" + format_table(table))
     return summary
+
+
+def nemesis_table(out: Path) -> list[SoakRow]:
+    """The per-kind table of a saved run (``verify/soak.py``)."""
+    run = read_run_dir(out)
+    lost, _unseen = lost_and_unseen(run.ops, heal_time_ms(run.nemesis))
+    return soak_table(run.nemesis, run.ops, [op.payload_id for op in lost if op.payload_id is not None])
 
 
 def _acked_queues(producers: Sequence[ProducerLoop]) -> set[tuple[str, int]]:

@@ -21,6 +21,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--target", choices=("brokers", "controller"), default="brokers",
                    help="what to torture (default: brokers)")
     p.add_argument("--duration", type=float, default=60.0, help="seconds of workload under faults (default 60)")
+    p.add_argument("--minutes", type=float, default=None,
+                   help="minutes of workload under faults (overrides --duration; the soak: --nemesis all --minutes 30)")
     p.add_argument("--seed", type=int, default=0, help="seed of the nemesis schedule and the workload")
     p.add_argument("--nemesis", default="all",
                    help="comma list, all or none (default all). brokers: kill-master, kill-broker, "
@@ -66,6 +68,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.minutes is not None:
+        args.duration = args.minutes * 60.0
     if args.target == "brokers":
         from rocketray.chaos.broker_chaos import run as run_brokers
 
