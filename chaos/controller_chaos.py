@@ -43,7 +43,10 @@ from rocketray.controller.proc import NodeProcess
 from rocketray.controller.proc_wire import NOT_LEADER, Lost, NodeClient, NotSent
 from rocketray.verify.controller_model import CoreGroupModel, group_states
 from rocketray.verify.linearizability import check_history
-from rocketray.verify.nemesis import LEADER, PROCESS_FAULTS, ControllerStep, make_controller_schedule, swap_nodes
+from rocketray import ports
+from rocketray.verify.nemesis import (CONTROLLER_OS, LEADER, PROCESS_FAULTS, ControllerStep, make_controller_schedule,
+                                      swap_nodes)
+from rocketray.chaos.controller_faults import KernelRaftNet, NodeFaults, direct_topology, faketime_env
 from rocketray.chaos.proxy import ProxyNetwork, allocate_addresses, plan_topology
 
 
@@ -63,6 +66,11 @@ class RunConfig:
     converge_timeout_s: float = 40.0
     think_s: float = 0.01
     controller: dict[str, Any] = field(default_factory=lambda: {"request_timeout_ms": 2000})
+    #: ``kernel``: Raft links direct, partitions and loss by nftables (chaos/controller_faults.py);
+    #: ``proxy``: through the pair proxies of chaos/proxy.py
+    network: str = "kernel"
+    #: run every node under libfaketime (the ``clock`` nemesis needs it)
+    faketime: bool = False
 
 
 class ProxiedControllers:
@@ -72,16 +80,25 @@ class ProxiedControllers:
 
     def __init__(self, cfg: RunConfig, workdir: Path, recorder: Recorder) -> None:
         n = cfg.nodes
-        node_addresses, proxy_sockets = allocate_addresses(n, random.Random())
-        self.topology = plan_topology(node_addresses, sorted(proxy_sockets))
-        self.net = ProxyNetwork(self.topology)
-        self.net.start(proxy_sockets)
+        if cfg.network == "kernel":
+            node_addresses = sorted(f"127.0.0.2:{p}" for p in ports.free_ports(n, "0.0.0.0", rng=random.Random()))
+            self.topology = direct_topology(node_addresses)
+            self.net: ProxyNetwork | KernelRaftNet = KernelRaftNet(self.topology, lambda: self.nodes)
+            self.net.start()
+        else:
+            node_addresses, proxy_sockets = allocate_addresses(n, random.Random())
+            self.topology = plan_topology(node_addresses, sorted(proxy_sockets))
+            self.net = ProxyNetwork(self.topology)
+            self.net.start(proxy_sockets)
         self.secret = secrets.token_hex(32)
         self.recorder = recorder
         config = {"snapshot_threshold": cfg.snapshot_threshold, **cfg.controller}
+        self.clock_files = [workdir / f"clock-{i}" for i in range(n)] if cfg.faketime else None
         self.nodes = [NodeProcess(i, self.topology.self_addresses[i], self.topology.peer_addresses[i],
-                                  workdir / "nodes" / str(i), workdir / f"node-{i}.log", self.secret, config)
+                                  workdir / "nodes" / str(i), workdir / f"node-{i}.log", self.secret, config,
+                                  extra_env=faketime_env(self.clock_files[i]) if self.clock_files else None)
                       for i in range(n)]
+        self.faults = NodeFaults(self.nodes, self.net, self.clock_files)
 
     def client(self, i: int) -> NodeClient:
         return NodeClient("127.0.0.1", self.nodes[i].client_port, self.secret.encode())
@@ -135,6 +152,8 @@ class ProxiedControllers:
 
     def heal(self) -> None:
         self.net.heal()
+        for clock in self.clock_files or ():
+            clock.write_text("+0\n")
         for node in self.nodes:
             if node.paused:
                 node.resume()
@@ -168,7 +187,7 @@ def play(cluster: ProxiedControllers, steps: list[ControllerStep], t0: float, st
         if stop.wait(max(0.0, t0 + step.at_s - time.monotonic())):
             return
         targets, grudge = resolved.get(step.fault_id, (step.targets, step.grudge))
-        if step.phase == "start" and step.kind in PROCESS_FAULTS and LEADER in targets:
+        if step.phase == "start" and (step.kind in PROCESS_FAULTS or step.kind in CONTROLLER_OS) and LEADER in targets:
             leader = cluster.leader()
             targets = (leader if leader is not None else rng.randrange(cluster.topology.size),)
         if step.phase == "start" and step.leader_swap:
@@ -177,7 +196,12 @@ def play(cluster: ProxiedControllers, steps: list[ControllerStep], t0: float, st
                 grudge, targets = swap_nodes(grudge, targets, targets[0], leader)
         resolved[step.fault_id] = (targets, grudge)
         extra: dict[str, Any] = {"fault_id": step.fault_id, "planned_at_s": round(step.at_s, 3)}
-        if step.kind == "kill":
+        if step.kind in CONTROLLER_OS:
+            node = targets[0]
+            info = cluster.faults.start(step.kind, node, step.param) if step.phase == "start" else \
+                cluster.faults.end(step.kind, node)
+            cluster.recorder.event(step.kind, step.phase, target=node, **info, **extra)
+        elif step.kind == "kill":
             node = cluster.nodes[targets[0]]
             node.kill() if step.phase == "start" else node.start()
             cluster.recorder.event("kill-controller", step.phase, target=targets[0], **extra)

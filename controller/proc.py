@@ -242,9 +242,10 @@ class NodeProcess:
     """One controller node process; the same store dir and Raft address across restarts."""
 
     def __init__(self, index: int, self_address: str, peers: tuple[str, ...], store_dir: Path, log_path: Path,
-                 secret: str, config: dict[str, Any]) -> None:
+                 secret: str, config: dict[str, Any], extra_env: dict[str, str] | None = None) -> None:
         self.index, self.self_address, self.peers = index, self_address, peers
         self.store_dir, self.log_path, self.secret, self.config = store_dir, log_path, secret, config
+        self.extra_env = dict(extra_env or {})   # e.g. libfaketime's, for the chaos run's clock faults
         self.proc: subprocess.Popen | None = None
         self.client_port = 0
         self.incarnation = 0
@@ -257,7 +258,7 @@ class NodeProcess:
         self.incarnation += 1
         log = open(self.log_path, "ab")
         root = str(Path(__file__).resolve().parents[2])
-        env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""), **self.extra_env)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "rocketray.controller.proc", "--index", str(self.index),
              "--self-address", self.self_address, "--peers", ",".join(self.peers),

@@ -246,7 +246,15 @@ Grudge = frozenset[tuple[int, int]]
 
 PARTITIONS = ("partition-random-node", "partition-random-halves", "partition-majorities-ring", "bridge")
 PROCESS_FAULTS = ("kill", "pause")
+#: The controller run's OS-level faults (``os``): random loss on one node's links (the kernel), one
+#: node's wall clock jumped (libfaketime), one node's newest snapshot or journal damaged before it
+#: restarts. ``all`` stays the partitions and process faults.
+NODE_FILE_FAULTS = ("corrupt-snapshot", "truncate-snapshot", "corrupt-journal", "truncate-journal")
+CONTROLLER_OS = ("loss", "clock") + NODE_FILE_FAULTS
 CONTROLLER_NEMESES = PARTITIONS + PROCESS_FAULTS
+CONTROLLER_KINDS_ALL = CONTROLLER_NEMESES + CONTROLLER_OS
+#: Wall-clock offsets (seconds) the clock fault jumps one node by.
+CLOCK_JUMPS_S = (-600, -30, 30, 600, 3600)
 LEADER = -1  # a kill/pause target resolved to the current Raft leader when the step runs
 LEADER_SWAPPABLE = ("partition-random-node", "partition-random-halves")
 
@@ -260,10 +268,11 @@ def parse_nemeses(spec: str | Sequence[str]) -> tuple[str, ...]:
     names = [s.strip() for s in (spec.split(",") if isinstance(spec, str) else spec) if s.strip()]
     out: list[str] = []
     for name in names:
-        expanded = CONTROLLER_NEMESES if name == "all" else () if name == "none" else (name,)
+        expanded = {"all": CONTROLLER_NEMESES, "os": CONTROLLER_OS, "none": ()}.get(name, (name,))
         for kind in expanded:
-            if kind not in CONTROLLER_NEMESES:
-                raise NemesisSpecError(f"unknown nemesis {kind!r}; choose from {', '.join(CONTROLLER_NEMESES + ('all',))}")
+            if kind not in CONTROLLER_KINDS_ALL:
+                raise NemesisSpecError(f"unknown nemesis {kind!r}; choose from "
+                                       f"{', '.join(CONTROLLER_KINDS_ALL + ('all', 'os'))}")
             if kind not in out:
                 out.append(kind)
     return tuple(out)
@@ -342,11 +351,14 @@ class ControllerStep:
     #: partitions: at run time, swap node ``targets[0]`` with the current leader (so the leader is
     #: the isolated node, or in the minority half)
     leader_swap: bool = False
+    #: ``loss``: the percentage dropped; ``clock``: the jump in seconds; file faults: the seed of
+    #: the damage (``verify/filefaults.py``)
+    param: int = 0
 
     def to_json(self) -> dict:
         return {"at_s": round(self.at_s, 3), "kind": self.kind, "phase": self.phase,
                 "targets": list(self.targets), "grudge": [list(p) for p in self.grudge], "fault_id": self.fault_id,
-                "leader_swap": self.leader_swap}
+                "leader_swap": self.leader_swap, "param": self.param}
 
 
 def swap_nodes(grudge: Iterable[tuple[int, int]], targets: Sequence[int], a: int, b: int
@@ -362,9 +374,21 @@ def plan_fault(kind: str, n: int, rng: random.Random) -> tuple[tuple[int, ...], 
     if kind in TOPOLOGIES:
         grudge, targets = TOPOLOGIES[kind](n, rng)
         return targets, grudge
-    if kind in PROCESS_FAULTS:
+    if kind in PROCESS_FAULTS or kind in CONTROLLER_OS:
+        # a loss fault hits every link of its node, both ways: resolved with the target at run time
         return ((LEADER,) if rng.random() < 0.5 else (rng.randrange(n),)), frozenset()
     raise NemesisSpecError(kind)
+
+
+def draw_param(kind: str, rng: random.Random) -> int:
+    """The step's ``param`` (see ``ControllerStep``)."""
+    if kind == "loss":
+        return rng.randint(1, 30)
+    if kind == "clock":
+        return rng.choice(CLOCK_JUMPS_S)
+    if kind in NODE_FILE_FAULTS:
+        return rng.randrange(1 << 30)
+    return 0
 
 
 def make_controller_schedule(kinds: Sequence[str], n: int, duration_s: float, rng: random.Random,
@@ -387,9 +411,10 @@ def make_controller_schedule(kinds: Sequence[str], n: int, duration_s: float, rn
         kind = rng.choice(list(kinds))
         targets, grudge = plan_fault(kind, n, rng)
         leader_swap = kind in LEADER_SWAPPABLE and rng.random() < 0.5
+        param = draw_param(kind, rng) if kind in CONTROLLER_OS else 0
         fault_id += 1
         ordered = tuple(sorted(grudge))
-        steps.append(ControllerStep(t, kind, "start", targets, ordered, fault_id, leader_swap))
-        steps.append(ControllerStep(t + length, kind, "end", targets, ordered, fault_id, leader_swap))
+        steps.append(ControllerStep(t, kind, "start", targets, ordered, fault_id, leader_swap, param))
+        steps.append(ControllerStep(t + length, kind, "end", targets, ordered, fault_id, leader_swap, param))
         t += length + rng.uniform(*quiet_s)
     return steps
