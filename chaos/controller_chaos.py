@@ -211,6 +211,8 @@ def play(cluster: ProxiedControllers, steps: list[ControllerStep], t0: float, st
             cluster.recorder.event("pause-controller", step.phase, target=targets[0], **extra)
         else:
             cluster.net.block(grudge if step.phase == "start" else ())
+            if step.phase == "end" and isinstance(cluster.net, KernelRaftNet):
+                extra["dropped_packets_so_far"] = cluster.net.dropped()   # the kernel's counters, whole run
             cluster.recorder.event("partition-controller", step.phase, target=list(targets), topology=step.kind,
                                    grudge=[list(p) for p in grudge], leader_swap=step.leader_swap, **extra)
 

@@ -138,7 +138,7 @@ class NodeFaults:
                  for p in sorted(root.rglob("*")) if p.is_file() and classify(p.relative_to(root).as_posix())]
         file_class = "snapshot" if "snapshot" in kind else "journal"
         if file_class == "snapshot":   # the newest snapshot: the one the node would load
-            snaps = sorted(f for f in files if classify(f.path) == "snapshot")
+            snaps = sorted((f for f in files if classify(f.path) == "snapshot"), key=lambda f: f.path)
             files = snaps[-1:]
         action = "flip-bit" if kind.startswith("corrupt") else "truncate"
         fault = plan_file_fault(random.Random(seed), action, file_class, files)

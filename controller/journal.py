@@ -39,7 +39,11 @@ stops at the first short, CRC-failing, non-contiguous or term-decreasing one (a 
 pieces of a truncated older suffix a power loss left behind) and cuts the file there: those
 bytes were never synced, so nothing acknowledged is lost. The commit index is a hint (a lower
 bound of what is committed), saved with the term/vote at most once a second, and never read back
-above the last entry.
+above the last entry. So is ``synced_index``, the highest entry index the file held at a sync:
+a file whose valid frames end below it lost durable entries (a damaged frame, a cut tail) and the
+node refuses to start (``journal_verdict``, ``JournalDamaged``). It is lowered durably before the
+file drops entries on purpose (a conflict, a clear, a compaction) and raised lazily, so entries
+synced in the last second before a crash are not covered: their loss reads as a torn tail.
 
 All IO goes through the disk port (``rocketray.fs.Disk``), so the power-loss tests run the
 journal over the simulated disk (``rocketray.sim.disk.SimDisk``).
@@ -175,6 +179,7 @@ class DurableJournal(Journal):
         self._dirty = False
         self._rewrite = False
         self._meta_saved = True
+        self._lowered = False
 
     # -- pysyncobj's Journal ----------------------------------------------------------------------
     def add(self, command: Any, idx: int, term: int) -> None:
@@ -203,8 +208,7 @@ class DurableJournal(Journal):
 
     def _truncate(self, offset: int) -> None:
         """Cut the journal at ``offset``: in the buffer if it was not written yet, else the file."""
-        kept = [e[1] for e, o in zip(self._entries, self._offsets) if 0 <= o < offset]
-        self._lower_synced_index(kept[-1] if kept else 0)
+        self._lower_synced_index(self._entries[-1][1] if self._entries else 0)   # the shadow is what goes
         if offset >= self._written:
             del self._buf[offset - self._written:]
         else:
@@ -311,6 +315,9 @@ class DurableJournal(Journal):
         if index > int(self._meta.get("synced_index", 0)):
             self._meta["synced_index"] = index
             self._meta_saved = False
+            if self._lowered:   # raise it durably at once after it was lowered: the check stays tight
+                self._save_meta()
+                self._lowered = False
 
     def _lower_synced_index(self, index: int) -> None:
         """Entries above ``index`` leave the file on purpose (a conflict, a clear): the meta says so
@@ -318,6 +325,7 @@ class DurableJournal(Journal):
         if int(self._meta.get("synced_index", 0)) > index:
             self._meta["synced_index"] = index
             self._save_meta()
+            self._lowered = True
 
     def _fsync_file(self) -> None:
         if self.fsync_enabled:

@@ -39,7 +39,9 @@ def test_controller_os_nemeses_are_survived(tmp_path):
             assert e["damage"] and "->" in e["on_disk"], e
         if e["kind"].startswith("truncate-"):
             assert e["damage"] and "(was" in e["on_disk"], e
-    journal = [e for e in starts if e["kind"].endswith("-journal")]
-    assert any("refused" in e["restart"] and "JournalDamaged" in e["restart"] for e in journal), journal
+    for e in (e for e in starts if e["kind"].endswith("-journal")):
+        # damage below the last synced index the meta recorded refuses (and is wiped); within the
+        # last second before the kill it reads as a torn tail and is cut (docs/chaos.md)
+        assert e["restart"] == "started" or ("refused" in e["restart"] and "Journal" in e["restart"]), e
     loss_ends = [e for e in events if e["kind"] == "loss" and e["phase"] == "end"]
     assert loss_ends and all(e["dropped_packets"] > 0 for e in loss_ends), loss_ends
