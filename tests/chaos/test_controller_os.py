@@ -8,26 +8,16 @@ each fault applied (the damaged byte read back, a refused journal repaired, the 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.chaos.test_controller_chaos import run_controller_cli
 
 
 @pytest.mark.slow
 def test_controller_os_nemeses_are_survived(tmp_path):
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "rocketray.cli", "chaos", "--target", "controller", "--duration", "40",
-           "--seed", "34", "--nemesis", "os", "--json", "--out", str(out)]
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=400, cwd=str(ROOT), env=env)
-    lines = done.stdout.strip().splitlines()
-    assert lines, f"no stdout; stderr tail:\n{done.stderr[-3000:]}"
-    summary = json.loads(lines[-1])
+    summary, done = run_controller_cli(out, "--duration", "40", "--seed", "34", "--nemesis", "os")
     assert summary["valid"] and done.returncode == 0, summary
     assert summary["linearizable"] is True and summary["converged"] is True and summary["restart_ok"] is True
     events = [json.loads(line) for line in (out / "controller_nemesis.jsonl").read_text().splitlines()]
