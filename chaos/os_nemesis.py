@@ -24,7 +24,7 @@ import random
 import signal
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import ray
 
@@ -142,7 +142,7 @@ class OsNemesis:
         self.net_target = None
 
     # -- files -----------------------------------------------------------------------------------
-    def _victim(self, step: sched.NemesisStep) -> tuple[int, Path, object] | None:
+    def _victim(self, step: sched.NemesisStep) -> tuple[int, Path, Any]:
         replica = self.replica_of(step.group, step.broker_id)
         if replica is None:
             replica = (step.broker_id - 1) % len(self.cluster.spec.brokers_of(step.group))
