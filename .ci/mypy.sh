@@ -25,6 +25,7 @@ MODULES=(
     rocketray.client.core rocketray.client.types rocketray.client.errors
     rocketray.ha.ack rocketray.ha.master
     rocketray.sim.world rocketray.sim.net rocketray.sim.disk
+    rocketray.verify.netfaults rocketray.verify.filefaults rocketray.verify.soak rocketray.broker.queue_check
 )
 args=()
 for m in "${MODULES[@]}"; do args+=(-m "$m"); done

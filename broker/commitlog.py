@@ -65,6 +65,16 @@ def _base_offset(segment: Segment) -> int:
     return segment.base_offset
 
 
+def records_valid(view: memoryview, base_offset: int, max_size: int) -> bool:
+    """Whether every record of ``view`` (whole records stored from ``base_offset``) passes both CRCs,
+    holds its own physical offset and fits ``max_size``: the C loop, one pass."""
+    try:
+        index_records(view, base_offset, verify=True, max_size=max_size)
+    except MessageCodecError:
+        return False
+    return True
+
+
 class StoreError(Exception):
     """A refused store operation (bad offset, non-boundary truncation, closed store)."""
 
@@ -353,10 +363,16 @@ class CommitLog:
 
     # ------------------------------------------------------------------ recovery
     def _scan(self, seg: Segment, rel: int) -> int:
-        """Relative end of the last valid record of ``seg`` scanning from ``rel``."""
+        """Relative end of the last valid record of ``seg`` scanning from ``rel``: the records' header
+        and body CRCs and physical offsets, verified by the C loop (``index_records``: a trusted pass
+        finds where the headers end, a verifying pass checks everything before it); only a segment
+        that fails it is walked record by record to find the first bad one."""
         view = memoryview(seg.file.pread(0, seg.file.size()))
         limit = len(view)
         try:
+            end = index_records(view[rel:], seg.base_offset + rel, verify=False).end_offset - seg.base_offset
+            if records_valid(view[rel:end], seg.base_offset + rel, self.segment_size):
+                return end   # the trusted pass stopped at the first record that is not whole or valid
             while rel < limit:
                 try:
                     size, physical = verify_record(view, rel)

@@ -37,6 +37,9 @@ class StoreConfig:
                                    "reference file_reserved_time_ms)")
     retention_max_bytes: int | None = key(None, "commit-log retention by size (none: unlimited)")
     retention_check_interval_ms: int = key(10_000, "retention check period")
+    track_unsynced: bool = key(False, "chaos testing: keep an undo log of writes not fsynced yet, so the "
+                               "lost-unsynced-writes nemesis can drop them before killing the replica "
+                               "(rocketray.fs_undo; costs a read of every overwritten range)")
     background_thread: bool = internal(True, "tests drive flush and retention by hand")
 
     def __post_init__(self) -> None:

@@ -124,6 +124,11 @@ class ConsumeQueue:
         self.count = count
         self.dirty = True
 
+    def cut_to(self, queue_offset: int) -> None:
+        """Keep only the entries before ``queue_offset`` (at least the queue's base)."""
+        assert self.base <= queue_offset <= self.max_offset, (self.base, queue_offset, self.max_offset)
+        self._set_count(queue_offset - self.base)
+
     def append_entries(self, first_queue_offset: int, entries: bytes, count: int) -> None:
         """Append ``count`` packed entries of consecutive queue offsets from ``first_queue_offset``
         (records in commit-log order): one ``pwrite``."""

@@ -125,6 +125,8 @@ class EpochFileCache:
         self._entries: tuple[EpochEntry, ...] = ()
         self._defer_backup = False
         self._backup_due: bytes | None = None   # content the .bak copy still waits for (write_backup)
+        #: why no copy of the file could be read though one exists (None: read, or none written yet)
+        self.unreadable: str | None = None
         if entries is not None:
             self.init_from_entries(entries)
         elif self.path is not None:
@@ -140,7 +142,11 @@ class EpochFileCache:
         assert self.path is not None
         pairs = _read_file(self.disk, self.path)
         if pairs is None:
-            pairs = _read_file(self.disk, self.path.with_name(self.path.name + ".bak")) or []
+            backup = self.path.with_name(self.path.name + ".bak")
+            pairs = _read_file(self.disk, backup)
+            if pairs is None and (read_file(self.disk, self.path) or read_file(self.disk, backup)):
+                self.unreadable = f"{self.path} and its .bak are both damaged (CRC or count mismatch)"
+            pairs = pairs or []
         self._rebuild(EpochEntry(e, s) for e, s in pairs)
 
     def _rebuild(self, entries: Iterable[EpochEntry]) -> None:

@@ -18,7 +18,8 @@ from typing import Sequence
 from rocketray.broker.message import HEADER_SIZE
 from rocketray.fs import DiskFile
 
-__all__ = ["Segment", "first_gap", "first_scanned", "records_within", "segment_name", "unlink_order"]
+__all__ = ["Segment", "first_gap", "first_scanned", "records_within", "recovery_scan_start", "segment_name",
+           "unlink_order"]
 
 _SIZE = struct.Struct(">I")
 
@@ -58,6 +59,14 @@ def first_scanned(bases: Sequence[int], verified_offset: int) -> int:
     ftruncate) after that checkpoint and not synced, so it is scanned and fsynced too (the old
     rule, ``bisect_right(bases, verified_offset) - 1``, trusted it)."""
     return max(0, bisect.bisect_left(bases, verified_offset) - 1)
+
+
+def recovery_scan_start(min_offset: int, verified_offset: int | None) -> int:
+    """Where start-up recovery begins verifying records: the start of the log, whatever the
+    checkpoint's verified offset says. The records before it were verified when written, but a bit
+    can flip in a file at rest; trusting them (the old rule: start at the segment holding the
+    verified offset) served and replicated a damaged record of an old segment."""
+    return min_offset
 
 
 def records_within(view: memoryview, pos: int, room: int) -> int:

@@ -59,14 +59,17 @@ from rocketray.broker.commitlog import CommitLog, StoreError
 from rocketray.broker.config import FlushMode, StoreConfig
 from rocketray.broker.consume_queue import ConsumeQueues
 from rocketray.broker.dispatch import Dispatcher
+from rocketray.broker.queue_check import QueueChecker
+from rocketray.broker.segments import recovery_scan_start
 from rocketray.broker.epoch_file import EPOCH_FILE_NAME, EpochFileCache
 from rocketray.fs import OS_DISK, Disk, ensure_dir
+from rocketray.fs_undo import UndoDisk
 from rocketray.broker.message import Message, MessageCodecError
 from rocketray.broker.batch import EncodedBatch, encode_batch, index_records, record_offsets, seal_batch
 from rocketray.broker.store_flush import FLUSH_LEAST_BYTES, FLUSH_TICK_MS, StoreFlushing  # noqa: F401
 from rocketray.broker.store_read import StoreReading
 
-__all__ = ["AppendResult", "MalformedBatch", "MessageStore", "StoreError"]
+__all__ = ["AppendResult", "MalformedBatch", "MessageStore", "StoreCorrupt", "StoreError"]
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +77,11 @@ log = logging.getLogger(__name__)
 class MalformedBatch(StoreError, MessageCodecError):
     """A batch refused as bad input (a malformed or oversized record); nothing was written.  Both a
     :class:`StoreError` (a refused store operation) and a :class:`MessageCodecError` (bad bytes)."""
+
+
+class StoreCorrupt(StoreError):
+    """The store's files are damaged beyond what start-up can repair safely; it refuses to open
+    (the message names the file and what an operator can do)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,22 +106,30 @@ class MessageStore(StoreReading, StoreFlushing):
                  disk: Disk = OS_DISK) -> None:
         self.root = Path(root_dir)
         self.config = config or StoreConfig()
-        self.disk = disk
         ensure_dir(disk, self.root / "commitlog")
+        self._undo = UndoDisk(self.root, disk) if self.config.track_unsynced and disk is OS_DISK else None
+        disk = self.disk = self._undo if self._undo is not None else disk
         self._lock = threading.RLock()
         self._checkpoint_lock = threading.Lock()  # orders checkpoint saves; taken after the store lock
         self._closed = False
         self._generation = 0
         checkpoint = load_checkpoint(self.root, disk)
         self.commitlog = CommitLog(self.root / "commitlog", self.config.segment_size_bytes, disk=disk)
-        start = checkpoint.verified_offset if checkpoint else self.commitlog.min_offset
-        self.recovered_cut_bytes = self.commitlog.recover(start)
+        self.recovered_cut_bytes = self.commitlog.recover(recovery_scan_start(
+            self.commitlog.min_offset, checkpoint.verified_offset if checkpoint else None))
         if self.recovered_cut_bytes:
             log.warning("store %s: recovery cut %d bytes of torn or invalid tail at offset %d",
                         self.root, self.recovered_cut_bytes, self.commitlog.max_offset)
         self.commitlog.flush()
         self._verified = self.commitlog.max_offset
         self.epoch_file = EpochFileCache(self.root / EPOCH_FILE_NAME, disk=disk)
+        if self.epoch_file.unreadable and self.commitlog.max_offset > self.commitlog.min_offset:
+            self.commitlog.close()
+            raise StoreCorrupt(f"store {self.root}: {self.epoch_file.unreadable}, and the commit log holds "
+                               f"records [{self.commitlog.min_offset}, {self.commitlog.max_offset}): without "
+                               "the epochs this replica cannot tell where its log agrees with the master's. "
+                               "Refusing to start; restore the epoch file, or delete this replica's store "
+                               "directory so it catches up from the master as a new replica.")
         self._clamp_epoch_file(self.max_offset)
         rebuild = checkpoint is None or not disk.is_dir(self.root / "consumequeue")
         self.cqs = ConsumeQueues(self.root / "consumequeue", disk)
@@ -122,6 +138,9 @@ class MessageStore(StoreReading, StoreFlushing):
         lo, hi = self.min_offset, self.max_offset
         self._confirm = min(max(checkpoint.confirm_offset if checkpoint else lo, lo), hi)
         dispatched = lo if rebuild or checkpoint is None else min(max(checkpoint.dispatched_offset, lo), hi)
+        self.repaired_queues: list[str] = []   # queues start-up found damaged and rebuilt from the log
+        if not rebuild:
+            dispatched = self._check_queues(dispatched)
         self.cqs.truncate_physical(dispatched)
         self.dispatcher = Dispatcher(self.commitlog, self.cqs, dispatched)
         self._dispatch()
@@ -134,6 +153,16 @@ class MessageStore(StoreReading, StoreFlushing):
             self._thread = threading.Thread(target=self._background, name=f"store-flush-{self.root.name}",
                                             daemon=True)
             self._thread.start()
+
+    def _check_queues(self, dispatched: int) -> int:
+        """Compare every consume queue with the log (``broker/queue_check.py``), cut damaged ones;
+        returns the offset to dispatch again from."""
+        checker = QueueChecker(self.cqs, dispatched)
+        for seg in list(self.commitlog.segments):
+            for chunk in self.commitlog.index_range(seg.base_offset, seg.end_offset):
+                checker.feed(chunk.runs)
+        self.repaired_queues = sorted(d.name for d in checker.damage.values())
+        return checker.repair()
 
     # ------------------------------------------------------------------ offsets
     @property
@@ -353,6 +382,8 @@ class MessageStore(StoreReading, StoreFlushing):
             self._closed = True
             self.cqs.close()
             self.commitlog.close()
+            if self._undo is not None:
+                self._undo.stop()
 
     def __enter__(self) -> "MessageStore":
         return self

@@ -40,9 +40,13 @@ from rocketray.chaos.broker_workload import (
     ConsumerLoop, ProducerLoop, RunLog, Sampler, create_topic, final_reads, poll_statuses, replica_snapshots)
 from rocketray.chaos.group_workload import GroupWorkload
 from rocketray.client.socket_transport import SocketTransport
-from rocketray.verify.checker import check_run_dir, format_verdict
+from rocketray.verify.checker import check_run_dir, format_verdict, heal_time_ms, lost_and_unseen
+from rocketray.verify.run_dir import read_run_dir
+from rocketray.verify.soak import SoakRow, format_table, soak_table
 from rocketray.chaos.broker_nemesis import Nemesis, run_schedule
 from rocketray.chaos.ha_proxy import HaProxies
+from rocketray.chaos.nft import KernelNet
+from rocketray.chaos.os_nemesis import OsNemesis, members_of
 from rocketray.verify.history import (CONTROLLER_EVENTS_FILE, HISTORY_FILE, NEMESIS_FILE, REPLICAS_FILE,
                                       SAMPLES_FILE, VERDICT_FILE, ControllerEventRecord)
 from rocketray.verify.run_dir import write_jsonl, write_replicas
@@ -73,7 +77,10 @@ def parse_kinds(text: str) -> tuple[str, ...]:
     if unknown:
         raise NemesisListError(f"unknown broker nemesis {', '.join(unknown)}; expected a comma list of "
                                f"{', '.join(sched.SCHEDULE_KINDS)} or none")
-    return ("all",) if "all" in kinds else kinds
+    for alias in ("all", "process", "os"):
+        if alias in kinds:
+            return (alias,) if alias == "all" or len(kinds) == 1 else kinds
+    return kinds
 
 
 def plan_steps(kinds: Sequence[str], seed: int, *, groups: dict[str, list[int]], controllers: int, run_ms: int,
@@ -91,7 +98,9 @@ def plan_steps(kinds: Sequence[str], seed: int, *, groups: dict[str, list[int]],
     t = warmup_ms + rng.randint(0, jitter_ms)
     steps: list[sched.NemesisStep] = []
     for _ in range(sched.MAX_STEPS):
-        step = sched._draw_step(rng, rng.choice(list(kinds)), t, names, groups, controllers, fault_ms)
+        kind = rng.choice(list(kinds))
+        kind = rng.choice(sched.DRAWS[kind]) if kind in sched.DRAWS else kind
+        step = sched._draw_step(rng, kind, t, names, groups, controllers, fault_ms)
         if step.end_ms > run_ms:
             break
         steps.append(step)
@@ -126,7 +135,7 @@ def _plan(cluster: Cluster, args: argparse.Namespace, out: Path, say
 
 
 def execute(cluster: Cluster, args: argparse.Namespace, out: Path, proxies: HaProxies | None,
-            say=print, nodes: NodeControl | None = None) -> dict[str, Any]:
+            say=print, nodes: NodeControl | None = None, kernel: KernelNet | None = None) -> dict[str, Any]:
     """Workload + nemeses + heal + settle + drain + final reads + checker against a running cluster."""
     runlog = RunLog()
     settle(cluster, timeout_s=args.settle_timeout)
@@ -141,6 +150,10 @@ def execute(cluster: Cluster, args: argparse.Namespace, out: Path, proxies: HaPr
     members = (GroupWorkload(cluster.spec.name, SocketTransport(cluster), layout.topic, consumer_groups, args.consumers,
                              runlog) if consumer_groups else None)
     nemesis = Nemesis(cluster, runlog, proxies, args.seed, nodes=nodes)
+    nemesis.os_faults = OsNemesis(cluster, runlog, args.seed, kernel, nemesis.master_of, nemesis.replica_of)
+    if kernel is not None:
+        kernel.start(members_of(cluster.spec))
+        say(f"kernel network faults: table {kernel.table}, {nemesis.os_faults.place_all()} member processes placed")
     for t in (sampler, *producers, *readers):
         t.start()
     started = time.monotonic()
@@ -175,15 +188,25 @@ def execute(cluster: Cluster, args: argparse.Namespace, out: Path, proxies: HaPr
     final_reads(cluster, layout, runlog)
     write_run(out, runlog, replica_snapshots(cluster), cluster)
     verdict = check_run_dir(out)
+    table = nemesis_table(out)
     summary = {**verdict.to_json(), "settled": settled, "nemesis_steps": len(steps), "nemesis_acted": nemesis.acted,
                "churn_steps": len(churn), "churn_acted": members.acted if members is not None else 0,
                "groups_drained": drained, "producer_outcomes": _sum_outcomes(producers),
                "elapsed_s": round(time.monotonic() - started, 1), "seed": args.seed, "profile": cluster.spec.profile,
-               "out_dir": str(out)}
+               "nemesis_table": [row.to_json() for row in table], "out_dir": str(out)}
     summary["valid"] = bool(verdict.valid and settled)
     (out / VERDICT_FILE).write_text(json.dumps(summary, indent=1, default=str))
     say(format_verdict(verdict))
+    if table:
+        say("per nemesis kind (docs/chaos.md, 'The soak'):\n" + format_table(table))
     return summary
+
+
+def nemesis_table(out: Path) -> list[SoakRow]:
+    """The per-kind table of a saved run (``verify/soak.py``)."""
+    run = read_run_dir(out)
+    lost, _unseen = lost_and_unseen(run.ops, heal_time_ms(run.nemesis))
+    return soak_table(run.nemesis, run.ops, [op.payload_id for op in lost if op.payload_id is not None])
 
 
 def _acked_queues(producers: Sequence[ProducerLoop]) -> set[tuple[str, int]]:
@@ -229,8 +252,16 @@ def _write_controller_state(out: Path, cluster: Cluster) -> None:
 
 
 def cluster_overrides(args: argparse.Namespace) -> dict[str, str]:
-    return {"ha.all_ack_in_sync_state_set": "true" if args.all_ack else "false",
-            "controller.enable_elect_unclean_master": "true" if args.unclean else "false"}
+    overrides = {"ha.all_ack_in_sync_state_set": "true" if args.all_ack else "false",
+                 "controller.enable_elect_unclean_master": "true" if args.unclean else "false"}
+    if "lose-unsynced" in drawn_kinds(args.nemesis):
+        overrides["store.track_unsynced"] = "true"   # the replicas' undo disk (rocketray/fs_undo.py)
+    return overrides
+
+
+def drawn_kinds(text: str) -> set[str]:
+    """Every kind a ``--nemesis`` list may draw (aliases expanded)."""
+    return {k for kind in parse_kinds(text) for k in sched.DRAWS.get(kind, (kind,))}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -276,8 +307,11 @@ def run(args: argparse.Namespace) -> int:
                  object_store_memory=300 * 1024 * 1024, namespace="rocketray-chaos-driver")
     cluster: Cluster | None = None
     proxies: HaProxies | None = None
+    kernel = KernelNet() if drawn_kinds(args.nemesis) & sched.NET_KINDS else None
     summary: dict[str, Any]
     try:
+        if kernel is not None:
+            kernel.prepare()   # conntrack sees every connection of the cluster from its first packet
         def start_proxies(spec):
             nonlocal proxies
             proxies = HaProxies(spec).start()
@@ -288,7 +322,7 @@ def run(args: argparse.Namespace) -> int:
         cluster = start_cluster(f"chaos-{os.getpid()}", controllers=args.controllers, groups=args.groups,
                                 replicas=args.replicas, data_dir=data_dir, profile=args.profile,
                                 overrides=cluster_overrides(args), ha_proxy=True, before_brokers=start_proxies)
-        summary = execute(cluster, args, out, proxies, say=say, nodes=nodes)
+        summary = execute(cluster, args, out, proxies, say=say, nodes=nodes, kernel=kernel)
     except Exception as exc:  # noqa: BLE001 - still end with one JSON line saying the run is invalid
         log.exception("broker chaos run failed")
         summary = {"valid": False, "error": f"{type(exc).__name__}: {exc}", "ops": 0, "acked": 0, "lost": None,
@@ -296,6 +330,8 @@ def run(args: argparse.Namespace) -> int:
                    "replicas_converged": False, "failover_ms": {"p50": None, "max": None}, "consumer_groups": {},
                    "out_dir": str(out)}
     finally:
+        if kernel is not None:
+            kernel.close()
         if cluster is not None:
             cluster.stop(delete_data=tmp is not None)
         if proxies is not None:

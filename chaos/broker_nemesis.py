@@ -23,6 +23,7 @@ from rocketray.actors.cluster import Cluster
 from rocketray.actors.pipeline import NodeControl, node_label
 from rocketray.chaos.broker_workload import RunLog
 from rocketray.chaos.ha_proxy import HaProxies
+from rocketray.chaos.os_nemesis import OsNemesis
 from rocketray.chaos.replica_reader import now_ms
 from rocketray.controller.api import GetReplicaInfoRequest
 from rocketray.verify import nemesis as sched
@@ -47,6 +48,8 @@ class Nemesis:
     nodes: NodeControl | None = None
     #: (label, target, group) of the node ``kill-node`` took down and has not restored yet
     down_node: tuple[str, str, str | None] | None = None
+    #: the OS-level kinds (kernel network, files, lost unsynced writes): ``chaos/os_nemesis.py``
+    os_faults: OsNemesis | None = None
 
     # --- resolving targets ------------------------------------------------------------------
     def replica_of(self, group: str, broker_id: int) -> int | None:
@@ -108,9 +111,22 @@ class Nemesis:
         elif kind == "kill-node":
             if not self._kill_node(step):
                 return
+        elif kind in sched.OS_DRAWS:
+            if not self._os(step):
+                return
         else:
             raise AssertionError(kind)
         self.acted += 1
+
+    def _os(self, step: sched.NemesisStep) -> bool:
+        if self.os_faults is None:
+            log.warning("%s needs the OS-level nemeses; skipped", step.kind)
+            return False
+        if step.kind in sched.NET_KINDS:
+            return self.os_faults.start_net(step)
+        if step.kind == "lose-unsynced":
+            return self.os_faults.lose_unsynced(step)
+        return self.os_faults.damage(step)
 
     def _kill_node(self, step: sched.NemesisStep) -> bool:
         """Take down the whole node holding ``step.group``'s master (every actor on it dies and none
@@ -168,6 +184,10 @@ class Nemesis:
         if step.kind == "kill-node":
             self._restore_node()
             return
+        if step.kind in sched.NET_KINDS:
+            if self.os_faults is not None:
+                self.os_faults.end_net(step)
+            return
         if step.kind == "partition-ha":
             if self.paused.pop("partition-ha", None) is not None and self.proxies is not None:
                 self.proxies.heal()
@@ -182,6 +202,8 @@ class Nemesis:
 
     def heal_all(self) -> None:
         self._restore_node()
+        if self.os_faults is not None and self.os_faults.kernel is not None:
+            self.os_faults.kernel.heal()
         for target, pid in list(self.paused.items()):
             if pid > 0:
                 self.cluster.resume_pid(pid)

@@ -43,7 +43,10 @@ from rocketray.controller.proc import NodeProcess, member_credentials
 from rocketray.controller.proc_wire import NOT_LEADER, Lost, NodeClient, NotSent
 from rocketray.verify.controller_model import CoreGroupModel, group_states
 from rocketray.verify.linearizability import check_history
-from rocketray.verify.nemesis import LEADER, PROCESS_FAULTS, ControllerStep, make_controller_schedule, swap_nodes
+from rocketray import ports
+from rocketray.verify.nemesis import (CONTROLLER_OS, LEADER, PROCESS_FAULTS, ControllerStep, make_controller_schedule,
+                                      swap_nodes)
+from rocketray.chaos.controller_faults import KernelRaftNet, NodeFaults, direct_topology, faketime_env
 from rocketray.chaos.proxy import ProxyNetwork, allocate_addresses, plan_topology
 
 
@@ -63,6 +66,11 @@ class RunConfig:
     converge_timeout_s: float = 40.0
     think_s: float = 0.01
     controller: dict[str, Any] = field(default_factory=lambda: {"request_timeout_ms": 2000})
+    #: ``kernel``: Raft links direct, partitions and loss by nftables (chaos/controller_faults.py);
+    #: ``proxy``: through the pair proxies of chaos/proxy.py
+    network: str = "kernel"
+    #: run every node under libfaketime (the ``clock`` nemesis needs it)
+    faketime: bool = False
 
 
 class ProxiedControllers:
@@ -72,17 +80,27 @@ class ProxiedControllers:
 
     def __init__(self, cfg: RunConfig, workdir: Path, recorder: Recorder) -> None:
         n = cfg.nodes
-        node_addresses, proxy_sockets = allocate_addresses(n, random.Random())
-        self.topology = plan_topology(node_addresses, sorted(proxy_sockets))
-        self.net = ProxyNetwork(self.topology)
-        self.net.start(proxy_sockets)
+        if cfg.network == "kernel":
+            node_addresses = sorted(f"127.0.0.2:{p}" for p in ports.free_ports(n, "0.0.0.0", rng=random.Random()))
+            self.topology = direct_topology(node_addresses)
+            self.net: ProxyNetwork | KernelRaftNet = KernelRaftNet(self.topology, lambda: self.nodes)
+            self.net.start()
+        else:
+            node_addresses, proxy_sockets = allocate_addresses(n, random.Random())
+            self.topology = plan_topology(node_addresses, sorted(proxy_sockets))
+            self.net = ProxyNetwork(self.topology)
+            self.net.start(proxy_sockets)
         self.secret = secrets.token_hex(32)
         self.recorder = recorder
         config = {"snapshot_threshold": cfg.snapshot_threshold, **cfg.controller}
         controllers = dict(enumerate(self.topology.self_addresses))
         credentials = member_credentials(n, secret=self.secret)
+        self.clock_files = [workdir / f"clock-{i}" for i in range(n)] if cfg.faketime else None
         self.nodes = [NodeProcess(i, controllers, workdir / "nodes" / str(i), workdir / f"node-{i}.log",
-                                  credentials[i], config, dial=self._dial(i)) for i in range(n)]
+                                  credentials[i], config, dial=self._dial(i),
+                                  extra_env=faketime_env(self.clock_files[i]) if self.clock_files else None)
+                      for i in range(n)]
+        self.faults = NodeFaults(self.nodes, self.net, self.clock_files)
 
     def _dial(self, i: int) -> dict[int, str]:
         """Where node ``i`` reaches each peer (a proxy, or its Raft address): the topology's peer list
@@ -142,6 +160,8 @@ class ProxiedControllers:
 
     def heal(self) -> None:
         self.net.heal()
+        for clock in self.clock_files or ():
+            clock.write_text("+0\n")
         for node in self.nodes:
             if node.paused:
                 node.resume()
@@ -175,7 +195,7 @@ def play(cluster: ProxiedControllers, steps: list[ControllerStep], t0: float, st
         if stop.wait(max(0.0, t0 + step.at_s - time.monotonic())):
             return
         targets, grudge = resolved.get(step.fault_id, (step.targets, step.grudge))
-        if step.phase == "start" and step.kind in PROCESS_FAULTS and LEADER in targets:
+        if step.phase == "start" and (step.kind in PROCESS_FAULTS or step.kind in CONTROLLER_OS) and LEADER in targets:
             leader = cluster.leader()
             targets = (leader if leader is not None else rng.randrange(cluster.topology.size),)
         if step.phase == "start" and step.leader_swap:
@@ -184,7 +204,12 @@ def play(cluster: ProxiedControllers, steps: list[ControllerStep], t0: float, st
                 grudge, targets = swap_nodes(grudge, targets, targets[0], leader)
         resolved[step.fault_id] = (targets, grudge)
         extra: dict[str, Any] = {"fault_id": step.fault_id, "planned_at_s": round(step.at_s, 3)}
-        if step.kind == "kill":
+        if step.kind in CONTROLLER_OS:
+            node = targets[0]
+            info = cluster.faults.start(step.kind, node, step.param) if step.phase == "start" else \
+                cluster.faults.end(step.kind, node)
+            cluster.recorder.event(step.kind, step.phase, target=node, **info, **extra)
+        elif step.kind == "kill":
             node = cluster.nodes[targets[0]]
             node.kill() if step.phase == "start" else node.start()
             cluster.recorder.event("kill-controller", step.phase, target=targets[0], **extra)
@@ -194,6 +219,8 @@ def play(cluster: ProxiedControllers, steps: list[ControllerStep], t0: float, st
             cluster.recorder.event("pause-controller", step.phase, target=targets[0], **extra)
         else:
             cluster.net.block(grudge if step.phase == "start" else ())
+            if step.phase == "end" and isinstance(cluster.net, KernelRaftNet):
+                extra["dropped_packets_so_far"] = cluster.net.dropped()   # the kernel's counters, whole run
             cluster.recorder.event("partition-controller", step.phase, target=list(targets), topology=step.kind,
                                    grudge=[list(p) for p in grudge], leader_swap=step.leader_swap, **extra)
 

@@ -39,7 +39,11 @@ stops at the first short, CRC-failing, non-contiguous or term-decreasing one (a 
 pieces of a truncated older suffix a power loss left behind) and cuts the file there: those
 bytes were never synced, so nothing acknowledged is lost. The commit index is a hint (a lower
 bound of what is committed), saved with the term/vote at most once a second, and never read back
-above the last entry.
+above the last entry. So is ``synced_index``, the highest entry index the file held at a sync:
+a file whose valid frames end below it lost durable entries (a damaged frame, a cut tail) and the
+node refuses to start (``journal_verdict``, ``JournalDamaged``). It is lowered durably before the
+file drops entries on purpose (a conflict, a clear, a compaction) and raised lazily, so entries
+synced in the last second before a crash are not covered: their loss reads as a torn tail.
 
 All IO goes through the disk port (``rocketray.fs.Disk``), so the power-loss tests run the
 journal over the simulated disk (``rocketray.sim.disk.SimDisk``).
@@ -74,6 +78,23 @@ Entry = tuple[bytes, int, int]
 
 class JournalCorrupt(ValueError):
     """A journal or meta file that is not ours at all (wrong magic, undecodable meta)."""
+
+
+class JournalDamaged(JournalCorrupt):
+    """The journal lost entries it had made durable (a damaged frame or a cut tail before the last
+    synced entry the meta file records): a Raft node that lost entries it may have acknowledged
+    must not vote or serve with that log, so it refuses to start."""
+
+
+def journal_verdict(last_index: int, synced_index: int, cut_bytes: int) -> str:
+    """What opening a journal found: ``clean`` (every byte a valid frame), ``torn-tail`` (invalid
+    bytes after the last valid frame, all beyond the last synced entry: a write never acknowledged),
+    or ``damaged`` (the valid frames end before ``synced_index``, the highest entry index the file
+    held when the meta was last saved: durable entries are gone). ``last_index``: the last valid
+    entry's index (0 for none)."""
+    if last_index < synced_index:
+        return "damaged"
+    return "torn-tail" if cut_bytes else "clean"
 
 
 def encode_entry(command: bytes, index: int, term: int) -> bytes:
@@ -125,9 +146,19 @@ class DurableJournal(Journal):
         self.syncs = 0              # fsyncs of the journal file (group commits)
         self.rewrites = 0           # compactions/clears written as a new file
         self.truncated_bytes = 0    # torn or stale tail cut at open
+        self._meta = self._load_meta()
         data = read_file(disk, self.path)
         created = data is None
         self._entries, self._offsets, valid = scan_entries(data or b"")
+        last = self._entries[-1][1] if self._entries else 0
+        synced = int(self._meta.get("synced_index", 0))
+        if journal_verdict(last, synced, len(data or b"") - valid) == "damaged":
+            raise JournalDamaged(
+                f"journal {self.path}: its valid entries end at {last} (byte {valid} of "
+                f"{len(data or b'')}), but entries up to {synced} were durable: a frame is damaged or the "
+                "file was cut. Refusing to start: this node may have acknowledged the lost entries. "
+                "Restore the store from a backup, or wipe it so the node rejoins empty and catches up "
+                "from the leader (docs/chaos.md: what that costs).")
         self._file: DiskFile = disk.open(self.path, create=True)
         if created or valid < len(MAGIC):
             self._file.truncate(0)
@@ -147,8 +178,8 @@ class DurableJournal(Journal):
         self._shadow: list[tuple[Entry, int]] = []   # (entry, offset) in the file, beyond the log
         self._dirty = False
         self._rewrite = False
-        self._meta = self._load_meta()
         self._meta_saved = True
+        self._lowered = False
 
     # -- pysyncobj's Journal ----------------------------------------------------------------------
     def add(self, command: Any, idx: int, term: int) -> None:
@@ -177,6 +208,7 @@ class DurableJournal(Journal):
 
     def _truncate(self, offset: int) -> None:
         """Cut the journal at ``offset``: in the buffer if it was not written yet, else the file."""
+        self._lower_synced_index(self._entries[-1][1] if self._entries else 0)   # the shadow is what goes
         if offset >= self._written:
             del self._buf[offset - self._written:]
         else:
@@ -187,6 +219,7 @@ class DurableJournal(Journal):
 
     def clear(self) -> None:
         with self._lock:
+            self._lower_synced_index(0)
             self._entries, self._offsets, self._shadow = [], [], []
             self._rewrite = self._dirty = True
 
@@ -269,7 +302,30 @@ class DurableJournal(Journal):
                     self._written += len(self._buf)
                     self._buf.clear()
                 self._fsync_file()
+            self._note_synced()
             self._dirty = False
+
+    def _file_max_index(self) -> int:
+        return max([e[1] for e in self._entries[-1:]] + [e[1] for e, _ in self._shadow[-1:]] + [0])
+
+    def _note_synced(self) -> None:
+        """The file's entries are durable: the meta (saved within a second) may say so; the start-up
+        check (``journal_verdict``) then refuses a file that lost any of them."""
+        index = self._file_max_index()
+        if index > int(self._meta.get("synced_index", 0)):
+            self._meta["synced_index"] = index
+            self._meta_saved = False
+            if self._lowered:   # raise it durably at once after it was lowered: the check stays tight
+                self._save_meta()
+                self._lowered = False
+
+    def _lower_synced_index(self, index: int) -> None:
+        """Entries above ``index`` leave the file on purpose (a conflict, a clear): the meta says so
+        durably first, so the start-up check never takes their absence for damage."""
+        if int(self._meta.get("synced_index", 0)) > index:
+            self._meta["synced_index"] = index
+            self._save_meta()
+            self._lowered = True
 
     def _fsync_file(self) -> None:
         if self.fsync_enabled:
@@ -277,6 +333,7 @@ class DurableJournal(Journal):
             self.syncs += 1
 
     def _write_new_file(self) -> None:
+        self._lower_synced_index(self._file_max_index())
         tmp = self.path + ".rewrite"
         out = self.disk.open(tmp, create=True, truncate=True)
         parts, offsets, pos = [MAGIC], [], len(MAGIC)

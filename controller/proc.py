@@ -269,18 +269,20 @@ class NodeProcess:
 
     ``controllers`` are the group's Raft addresses by index, ``credentials`` controller ``index``'s
     (passed on the child's stdin); ``dial`` where this node reaches a peer when not at its Raft
-    address (the chaos runner's proxies). The runner's node port authenticates with the members'
-    secret."""
+    address (the chaos runner's proxies); ``extra_env`` the child's added environment (e.g.
+    libfaketime's, for the chaos run's clock faults). The runner's node port authenticates with the
+    members' secret."""
 
     def __init__(self, index: int, controllers: Mapping[int, str], store_dir: Path, log_path: Path,
                  credentials: MemberCredentials, config: dict[str, Any], *, dial: Mapping[int, str] | None = None,
-                 tls: bool = True) -> None:
+                 tls: bool = True, extra_env: dict[str, str] | None = None) -> None:
         assert credentials.identity.index == index, (credentials.identity, index)
         self.index, self.controllers, self.dial = index, dict(controllers), dict(dial or {})
         self.self_address = self.controllers[index]
         self.store_dir, self.log_path, self.config = store_dir, log_path, config
         self.credentials, self.tls = credentials, tls
         self.secret = credentials.secret
+        self.extra_env = dict(extra_env or {})
         self.proc: subprocess.Popen | None = None
         self.client_port = 0
         self.incarnation = 0
@@ -293,7 +295,7 @@ class NodeProcess:
         self.incarnation += 1
         log = open(self.log_path, "ab")
         root = str(Path(__file__).resolve().parents[2])
-        env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""), **self.extra_env)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "rocketray.controller.proc", "--index", str(self.index),
              "--controllers", json.dumps(self.controllers), "--dial", json.dumps(self.dial),

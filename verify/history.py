@@ -49,6 +49,14 @@ FAULT_KINDS = (
     "pause-controller",
     "partition-ha",
     "kill-node",
+    # OS-level faults (docs/chaos.md): in the kernel, on the replica's files, of its unsynced writes
+    "net-partition",
+    "net-oneway",
+    "net-loss",
+    "corrupt-file",
+    "truncate-file",
+    "delete-queue",
+    "lose-unsynced",
 )
 NEMESIS_KINDS = (*FAULT_KINDS, "heal")
 NEMESIS_PHASES = ("start", "end")

@@ -43,17 +43,27 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rocketray.verify.filefaults import BROKER_FILE_CLASSES, FILE_KINDS as _FILE_KINDS
 from rocketray.verify.history import FAULT_KINDS, NemesisEvent, Number
+from rocketray.verify.netfaults import NET_KINDS as _NET_KINDS, NetShape, draw_shape
 
-SCHEDULE_KINDS = (*FAULT_KINDS, "all")
+#: ``all`` draws every kind below (not kill-node); ``process`` the kills, pauses and HA-proxy
+#: partitions; ``os`` the OS-level kinds (kernel network, files, lost unsynced writes).
+SCHEDULE_KINDS = (*FAULT_KINDS, "all", "process", "os")
 KILL_KINDS = frozenset({"kill-master", "kill-broker", "kill-controller-leader", "kill-controller"})
-BROKER_KINDS = frozenset({"kill-broker", "pause-broker", "partition-ha"})
+NET_KINDS = frozenset(_NET_KINDS)
+#: one replica's files damaged (or its unsynced writes dropped), then it restarts: instantaneous steps
+REPLICA_FILE_KINDS = frozenset({*_FILE_KINDS, "lose-unsynced"})
+BROKER_KINDS = frozenset({"kill-broker", "pause-broker", "partition-ha", *REPLICA_FILE_KINDS})
 CONTROLLER_KINDS = frozenset({"kill-controller", "pause-controller"})
 #: Whole-node faults: the node holding a group's master dies for the step's duration, then comes back.
 #: They need a cluster on several labelled nodes (``rocketray chaos --ray-nodes N``), so ``all`` does
 #: not draw them.
 NODE_KINDS = frozenset({"kill-node"})
-ALL_DRAWS = tuple(k for k in FAULT_KINDS if k not in NODE_KINDS)
+OS_DRAWS = (*_NET_KINDS, *_FILE_KINDS, "lose-unsynced")
+PROCESS_DRAWS = tuple(k for k in FAULT_KINDS if k not in NODE_KINDS and k not in OS_DRAWS)
+ALL_DRAWS = (*PROCESS_DRAWS, *OS_DRAWS)
+DRAWS = {"all": ALL_DRAWS, "process": PROCESS_DRAWS, "os": OS_DRAWS}
 
 #: Bound on the number of steps of one schedule (TigerStyle: every loop bounded).
 MAX_STEPS = 100_000
@@ -69,6 +79,10 @@ class NemesisStep:
     broker_id: int | None = None
     controller: int | None = None
     duration_ms: int = 0
+    #: kernel network faults: the shape to resolve at run time
+    net: NetShape | None = None
+    #: file faults: the class of file damaged (``verify/filefaults.py``)
+    file_class: str | None = None
 
     @property
     def end_ms(self) -> int:
@@ -86,6 +100,9 @@ class NemesisStep:
             return "controller-leader"
         if self.kind in NODE_KINDS:
             return f"node-of-master:{self.group}"
+        if self.kind in NET_KINDS:
+            assert self.net is not None
+            return f"net:{self.net.shape}:{self.group}"
         return f"controller:{self.controller}"
 
     def event(self, phase: str, time_ms: Number, target: str | None = None) -> NemesisEvent:
@@ -96,7 +113,9 @@ class NemesisStep:
 
     def to_json(self) -> dict[str, Any]:
         return {"at_ms": self.at_ms, "kind": self.kind, "group": self.group, "broker_id": self.broker_id,
-                "controller": self.controller, "duration_ms": self.duration_ms, "target": self.target}
+                "controller": self.controller, "duration_ms": self.duration_ms, "target": self.target,
+                **({"net": self.net.to_json()} if self.net else {}),
+                **({"file_class": self.file_class} if self.file_class else {})}
 
 
 def make_schedule(kind: str, seed: int, *, groups: Mapping[str, Sequence[int]], controllers: int, run_ms: int,
@@ -123,7 +142,7 @@ def make_schedule(kind: str, seed: int, *, groups: Mapping[str, Sequence[int]], 
     t = (interval_ms if warmup_ms is None else warmup_ms) + rng.randint(0, jitter_ms)
     steps: list[NemesisStep] = []
     for _ in range(MAX_STEPS):
-        step_kind = rng.choice(ALL_DRAWS) if kind == "all" else kind
+        step_kind = rng.choice(DRAWS[kind]) if kind in DRAWS else kind
         step = _draw_step(rng, step_kind, t, group_names, replicas, controllers, fault_ms)
         if step.end_ms > run_ms:
             break
@@ -135,7 +154,15 @@ def make_schedule(kind: str, seed: int, *, groups: Mapping[str, Sequence[int]], 
 
 def _draw_step(rng: random.Random, kind: str, at_ms: int, group_names: Sequence[str],
                replicas: Mapping[str, Sequence[int]], controllers: int, fault_ms: int) -> NemesisStep:
-    duration_ms = 0 if kind in KILL_KINDS else rng.randint(fault_ms // 2, fault_ms)
+    duration_ms = 0 if kind in KILL_KINDS or kind in REPLICA_FILE_KINDS else rng.randint(fault_ms // 2, fault_ms)
+    if kind in REPLICA_FILE_KINDS:
+        group = rng.choice(group_names)
+        file_class = None if kind == "lose-unsynced" else \
+            "consume-queue" if kind == "delete-queue" else rng.choice(BROKER_FILE_CLASSES)
+        return NemesisStep(at_ms, kind, group=group, broker_id=rng.choice(replicas[group]), file_class=file_class)
+    if kind in NET_KINDS:
+        return NemesisStep(at_ms, kind, group=rng.choice(group_names), duration_ms=duration_ms,
+                           net=draw_shape(rng, kind))
     if kind == "kill-master":
         return NemesisStep(at_ms, kind, group=rng.choice(group_names))
     if kind in BROKER_KINDS:
@@ -219,7 +246,15 @@ Grudge = frozenset[tuple[int, int]]
 
 PARTITIONS = ("partition-random-node", "partition-random-halves", "partition-majorities-ring", "bridge")
 PROCESS_FAULTS = ("kill", "pause")
+#: The controller run's OS-level faults (``os``): random loss on one node's links (the kernel), one
+#: node's wall clock jumped (libfaketime), one node's newest snapshot or journal damaged before it
+#: restarts. ``all`` stays the partitions and process faults.
+NODE_FILE_FAULTS = ("corrupt-snapshot", "truncate-snapshot", "corrupt-journal", "truncate-journal")
+CONTROLLER_OS = ("loss", "clock") + NODE_FILE_FAULTS
 CONTROLLER_NEMESES = PARTITIONS + PROCESS_FAULTS
+CONTROLLER_KINDS_ALL = CONTROLLER_NEMESES + CONTROLLER_OS
+#: Wall-clock offsets (seconds) the clock fault jumps one node by.
+CLOCK_JUMPS_S = (-600, -30, 30, 600, 3600)
 LEADER = -1  # a kill/pause target resolved to the current Raft leader when the step runs
 LEADER_SWAPPABLE = ("partition-random-node", "partition-random-halves")
 
@@ -233,10 +268,11 @@ def parse_nemeses(spec: str | Sequence[str]) -> tuple[str, ...]:
     names = [s.strip() for s in (spec.split(",") if isinstance(spec, str) else spec) if s.strip()]
     out: list[str] = []
     for name in names:
-        expanded = CONTROLLER_NEMESES if name == "all" else () if name == "none" else (name,)
+        expanded = {"all": CONTROLLER_NEMESES, "os": CONTROLLER_OS, "none": ()}.get(name, (name,))
         for kind in expanded:
-            if kind not in CONTROLLER_NEMESES:
-                raise NemesisSpecError(f"unknown nemesis {kind!r}; choose from {', '.join(CONTROLLER_NEMESES + ('all',))}")
+            if kind not in CONTROLLER_KINDS_ALL:
+                raise NemesisSpecError(f"unknown nemesis {kind!r}; choose from "
+                                       f"{', '.join(CONTROLLER_KINDS_ALL + ('all', 'os'))}")
             if kind not in out:
                 out.append(kind)
     return tuple(out)
@@ -315,11 +351,14 @@ class ControllerStep:
     #: partitions: at run time, swap node ``targets[0]`` with the current leader (so the leader is
     #: the isolated node, or in the minority half)
     leader_swap: bool = False
+    #: ``loss``: the percentage dropped; ``clock``: the jump in seconds; file faults: the seed of
+    #: the damage (``verify/filefaults.py``)
+    param: int = 0
 
     def to_json(self) -> dict:
         return {"at_s": round(self.at_s, 3), "kind": self.kind, "phase": self.phase,
                 "targets": list(self.targets), "grudge": [list(p) for p in self.grudge], "fault_id": self.fault_id,
-                "leader_swap": self.leader_swap}
+                "leader_swap": self.leader_swap, "param": self.param}
 
 
 def swap_nodes(grudge: Iterable[tuple[int, int]], targets: Sequence[int], a: int, b: int
@@ -335,9 +374,21 @@ def plan_fault(kind: str, n: int, rng: random.Random) -> tuple[tuple[int, ...], 
     if kind in TOPOLOGIES:
         grudge, targets = TOPOLOGIES[kind](n, rng)
         return targets, grudge
-    if kind in PROCESS_FAULTS:
+    if kind in PROCESS_FAULTS or kind in CONTROLLER_OS:
+        # a loss fault hits every link of its node, both ways: resolved with the target at run time
         return ((LEADER,) if rng.random() < 0.5 else (rng.randrange(n),)), frozenset()
     raise NemesisSpecError(kind)
+
+
+def draw_param(kind: str, rng: random.Random) -> int:
+    """The step's ``param`` (see ``ControllerStep``)."""
+    if kind == "loss":
+        return rng.randint(1, 30)
+    if kind == "clock":
+        return rng.choice(CLOCK_JUMPS_S)
+    if kind in NODE_FILE_FAULTS:
+        return rng.randrange(1 << 30)
+    return 0
 
 
 def make_controller_schedule(kinds: Sequence[str], n: int, duration_s: float, rng: random.Random,
@@ -360,9 +411,10 @@ def make_controller_schedule(kinds: Sequence[str], n: int, duration_s: float, rn
         kind = rng.choice(list(kinds))
         targets, grudge = plan_fault(kind, n, rng)
         leader_swap = kind in LEADER_SWAPPABLE and rng.random() < 0.5
+        param = draw_param(kind, rng) if kind in CONTROLLER_OS else 0
         fault_id += 1
         ordered = tuple(sorted(grudge))
-        steps.append(ControllerStep(t, kind, "start", targets, ordered, fault_id, leader_swap))
-        steps.append(ControllerStep(t + length, kind, "end", targets, ordered, fault_id, leader_swap))
+        steps.append(ControllerStep(t, kind, "start", targets, ordered, fault_id, leader_swap, param))
+        steps.append(ControllerStep(t + length, kind, "end", targets, ordered, fault_id, leader_swap, param))
         t += length + rng.uniform(*quiet_s)
     return steps

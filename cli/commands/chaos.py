@@ -21,12 +21,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--target", choices=("brokers", "controller"), default="brokers",
                    help="what to torture (default: brokers)")
     p.add_argument("--duration", type=float, default=60.0, help="seconds of workload under faults (default 60)")
+    p.add_argument("--minutes", type=float, default=None,
+                   help="minutes of workload under faults (overrides --duration; the soak: --nemesis all --minutes 30)")
     p.add_argument("--seed", type=int, default=0, help="seed of the nemesis schedule and the workload")
     p.add_argument("--nemesis", default="all",
                    help="comma list, all or none (default all). brokers: kill-master, kill-broker, "
-                        "kill-controller-leader, kill-controller, pause-broker, pause-controller, partition-ha; "
+                        "kill-controller-leader, kill-controller, pause-broker, pause-controller, partition-ha, "
+                        "net-partition, net-oneway, net-loss, corrupt-file, truncate-file, delete-queue, "
+                        "lose-unsynced; process (the kills, pauses and partition-ha) or os (the others) draw "
+                        "from a subset; "
                         "controller: partition-random-node, partition-random-halves, partition-majorities-ring, "
-                        "bridge, kill, pause")
+                        "bridge, kill, pause (all), loss, clock, corrupt-snapshot, truncate-snapshot, "
+                        "corrupt-journal, truncate-journal (os)")
     p.add_argument("--json", action="store_true", help="print one JSON summary as the last stdout line")
     p.add_argument("--out", default=None, help="directory for the history, nemesis log and verdict")
     p.add_argument("--groups", type=int, default=None,
@@ -55,6 +61,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                          help="seconds the groups get after the settle to read everything (default 90)")
     ctl = p.add_argument_group("controller target")
     ctl.add_argument("--nodes", type=int, default=5, help="controller nodes (default 5)")
+    ctl.add_argument("--network", choices=("kernel", "proxy"), default="kernel",
+                     help="how partitions are applied: nftables rules (default) or the pair proxies")
     ctl.add_argument("--clients", type=int, default=5, help="concurrent client threads (default 5)")
     ctl.add_argument("--snapshot-threshold", type=int, default=10, help="entries between snapshots (default 10)")
     ctl.add_argument("--check-budget", type=float, default=60.0,
@@ -63,6 +71,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.minutes is not None:
+        args.duration = args.minutes * 60.0
     if args.target == "brokers":
         from rocketray.chaos.broker_chaos import run as run_brokers
 
@@ -85,7 +95,11 @@ def _run_controller(args: argparse.Namespace) -> int:
         return 2
     cfg = RunConfig(duration_s=args.duration, seed=args.seed, nemeses=nemeses, nodes=args.nodes,
                     groups=args.groups, clients=args.clients, snapshot_threshold=args.snapshot_threshold,
-                    out_dir=args.out, check_budget_s=args.check_budget)
+                    out_dir=args.out, check_budget_s=args.check_budget, network=args.network,
+                    faketime="clock" in nemeses)
+    if "loss" in nemeses and args.network != "kernel":
+        print("rocketray chaos: the loss nemesis needs --network kernel", file=sys.stderr)
+        return 2
     print(f"controller chaos: {cfg.nodes} nodes, {cfg.duration_s:g}s, seed {cfg.seed}, "
           f"nemeses {','.join(nemeses) or 'none'}", file=sys.stderr)
     try:

@@ -100,18 +100,23 @@ def stale_read_mutation(ops: list[Operation]) -> list[Operation] | None:
     return None
 
 
+def run_controller_cli(out: Path, *args: str) -> tuple[dict, subprocess.CompletedProcess]:
+    """``rocketray chaos --target controller ... --json --out OUT`` in a subprocess; (the last
+    stdout line, the process)."""
+    cmd = [sys.executable, "-m", "rocketray.cli", "chaos", "--target", "controller", *args, "--json", "--out", str(out)]
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=400, cwd=str(ROOT), env=env)
+    lines = done.stdout.strip().splitlines()
+    assert lines, f"no stdout; stderr tail:\n{done.stderr[-3000:]}"
+    return json.loads(lines[-1]), done
+
+
 @pytest.mark.slow
 def test_short_controller_chaos_run_is_linearizable_and_converges(tmp_path):
     # 40 s of every nemesis against 5 real controller processes with snapshots every 10 entries:
     # the history is linearizable, one leader per term, everything converges and survives a restart.
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "rocketray.cli", "chaos", "--target", "controller", "--duration", "40",
-           "--seed", "7", "--nemesis", "all", "--json", "--out", str(out)]
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=400, cwd=str(ROOT), env=env)
-    lines = done.stdout.strip().splitlines()
-    assert lines, f"no stdout; stderr tail:\n{done.stderr[-3000:]}"
-    summary = json.loads(lines[-1])
+    summary, done = run_controller_cli(out, "--duration", "40", "--seed", "7", "--nemesis", "all")
     print(json.dumps(summary, indent=1))
     assert summary["linearizable"] is True, summary.get("groups")
     assert summary["converged"] is True, summary.get("convergence")
@@ -123,6 +128,8 @@ def test_short_controller_chaos_run_is_linearizable_and_converges(tmp_path):
     assert done.returncode == 0
     nemesis = [json.loads(line) for line in (out / "controller_nemesis.jsonl").read_text().splitlines()]
     assert {e["phase"] for e in nemesis} == {"start", "end"}
+    # the partitions were the kernel's (--network kernel, the default): its rules dropped packets
+    assert max(e.get("dropped_packets_so_far", 0) for e in nemesis) > 0
 
     # The saved run re-checks the same, and the checker is not blind on it: one stale read fails it.
     ops, base = load_run(out)

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from rocketray.verify.history import NEMESIS_KINDS
 from rocketray.verify.nemesis import FAULT_KINDS, KILL_KINDS, SCHEDULE_KINDS, NemesisStep, make_schedule
+from rocketray.verify.nemesis import NET_KINDS, REPLICA_FILE_KINDS
 
 GROUPS = {"broker-b": [1, 2, 3], "broker-a": [1, 2, 3]}
 
@@ -50,6 +51,13 @@ def test_single_kind_schedules(kind):
             assert s.group in GROUPS and s.broker_id is None and s.target == f"master:{s.group}"
         elif kind in ("kill-broker", "pause-broker", "partition-ha"):
             assert s.broker_id in GROUPS[s.group] and s.target == f"broker:{s.group}/{s.broker_id}"
+        elif kind in REPLICA_FILE_KINDS:   # one replica's files, then its restart: instantaneous
+            assert s.broker_id in GROUPS[s.group] and s.target == f"broker:{s.group}/{s.broker_id}"
+            assert (s.file_class is None) == (kind == "lose-unsynced") and s.duration_ms == 0
+            continue
+        elif kind in NET_KINDS:
+            assert s.group in GROUPS and s.net is not None and s.net.kind == kind
+            assert s.target == f"net:{s.net.shape}:{s.group}"
         elif kind == "kill-controller-leader":
             assert (s.group, s.controller, s.target) == (None, None, "controller-leader")
         elif kind == "kill-node":
@@ -115,7 +123,7 @@ def test_fault_kinds_are_declared_once():
 
     assert FAULT_KINDS is history.FAULT_KINDS
     assert set(NEMESIS_KINDS) == set(FAULT_KINDS) | {"heal"}
-    assert set(SCHEDULE_KINDS) == set(FAULT_KINDS) | {"all"}
+    assert set(SCHEDULE_KINDS) == set(FAULT_KINDS) | {"all", "process", "os"}
 
 
 # --- consumer churn ---------------------------------------------------------------------------------

@@ -1,0 +1,239 @@
+"""The broker chaos run's OS-level faults: kernel network faults, damaged files, lost unsynced writes.
+
+Theory of operation (docs/chaos.md has the design). ``Nemesis`` (``chaos/broker_nemesis.py``) hands
+the OS-level kinds here. Members are the run's processes: every controller and broker actor, named
+``controller-<i>`` and ``<group>/r<replica>`` and owning the listening ports its spec gives it (a
+broker's advertised HA port, which the HA proxy holds for it, and its client port; a controller's
+Raft and session ports), and ``client``: the runner itself, whose threads are the producers and
+consumers. A network fault resolves its shape against the roles of the moment (the group's master,
+the controller leader), places every member's current process in its cgroup (a restarted actor is a
+new process), and loads the drop or loss rules; its end heals. A file fault SIGSTOPs one replica,
+damages one of its store's files (``verify/filefaults.py`` plans where), reads the damage back from
+disk, and SIGKILLs it: Ray restarts it on the damaged files. ``lose-unsynced`` drops the replica's
+trigger file (``rocketray.fs_undo``) and waits for the process to undo what it never fsynced and die.
+Each action is bounded in time; a step that cannot act now (no master, no file of the class, an
+actor restarting) is logged and skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import signal
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import ray
+
+from rocketray.actors.cluster import Cluster
+from rocketray.broker.checkpoint import nonzero_end
+from rocketray.chaos.broker_workload import RunLog
+from rocketray.chaos.nft import KernelNet
+from rocketray.fs_undo import LOST_REPORT, TRIGGER
+from rocketray.spec import ClusterSpec
+from rocketray.verify import nemesis as sched
+from rocketray.verify.filefaults import FILE_ACTIONS, StoredFile, apply_fault, classify, plan_file_fault
+from rocketray.verify.netfaults import NetFault, broker_grudge
+
+log = logging.getLogger("rocketray.chaos.brokers")
+
+CLIENT = "client"
+PID_TIMEOUT_S = 3.0
+LOSE_TIMEOUT_S = 15.0
+
+__all__ = ["CLIENT", "OsNemesis", "broker_name", "controller_name", "members_of"]
+
+
+def broker_name(group: str, replica: int) -> str:
+    return f"{group}/r{replica}"
+
+
+def controller_name(index: int) -> str:
+    return f"controller-{index}"
+
+
+def members_of(spec: ClusterSpec) -> list[tuple[str, tuple[int, ...]]]:
+    """The run's members and the ports each listens on (see the module docstring)."""
+    out = [(controller_name(c.index), tuple(p for p in (c.raft_port, c.session_port) if p)) for c in spec.controllers]
+    out += [(broker_name(b.group, b.replica), tuple(p for p in (b.ha_port, b.client_port) if p)) for b in spec.brokers]
+    return out + [(CLIENT, ())]
+
+
+def store_files(root: Path) -> list[StoredFile]:
+    """The store's files a fault may target, with where their data ends."""
+    files = []
+    for dirpath, _dirs, names in os.walk(root):
+        for name in names:
+            path = Path(dirpath) / name
+            rel = path.relative_to(root).as_posix()
+            cls = classify(rel)
+            if cls is None:
+                continue
+            data = path.read_bytes()
+            end = nonzero_end(data, 0, len(data)) if cls == "segment" else len(data)
+            files.append(StoredFile(rel, len(data), end))
+    return files
+
+
+class OsNemesis:
+    """Runs the OS-level steps of a broker chaos run (see the module docstring)."""
+
+    def __init__(self, cluster: Cluster, runlog: RunLog, seed: int, kernel: KernelNet | None,
+                 master_of: Callable[[str], int | None], replica_of: Callable[[str, int], int | None]) -> None:
+        self.cluster, self.runlog, self.seed, self.kernel = cluster, runlog, seed, kernel
+        self.master_of, self.replica_of = master_of, replica_of
+        self.net_target: str | None = None
+        self._dropped = 0
+
+    # -- processes ---------------------------------------------------------------------------------
+    def _pid(self, actor) -> int | None:
+        try:
+            return int(ray.get(actor.pid.remote(), timeout=PID_TIMEOUT_S))
+        except Exception:  # noqa: BLE001 - restarting, or gone: not a member right now
+            return None
+
+    def place_all(self) -> int:
+        """Put every member's current process in its cgroup; returns how many were placed."""
+        assert self.kernel is not None
+        placed = int(self.kernel.place(CLIENT, os.getpid()))
+        spec = self.cluster.spec
+        for c in spec.controllers:
+            pid = self._pid(self.cluster.controller(c.index))
+            placed += pid is not None and self.kernel.place(controller_name(c.index), pid)
+        for b in spec.brokers:
+            pid = self._pid(self.cluster.broker(b.group, b.replica))
+            placed += pid is not None and self.kernel.place(broker_name(b.group, b.replica), pid)
+        return placed
+
+    # -- network ---------------------------------------------------------------------------------
+    def start_net(self, step: sched.NemesisStep) -> bool:
+        if self.kernel is None or step.net is None:
+            log.warning("%s needs the kernel network faults (root, nftables); skipped", step.kind)
+            return False
+        spec = self.cluster.spec
+        master = self.master_of(step.group)
+        leader = self.cluster.leader_index()
+        grudge = broker_grudge(
+            step.net, group=step.group, master=None if master is None else broker_name(step.group, master),
+            replicas={g: [broker_name(g, b.replica) for b in spec.brokers_of(g)] for g in spec.groups},
+            controllers=[controller_name(c.index) for c in spec.controllers],
+            leader=None if leader is None else controller_name(leader), client=CLIENT)
+        if not grudge:
+            log.warning("%s %s: no such roles right now; skipped", step.kind, step.net.shape)
+            return False
+        self.place_all()
+        self._dropped = self.kernel.dropped()
+        self.kernel.fault(NetFault(grudge, step.net.loss_percent))
+        deaf = sorted({d for _s, d in grudge})
+        self.net_target = (f"{step.net.shape} {len(grudge)} blocked directions, deaf: {','.join(deaf)}"
+                           + (f", loss {step.net.loss_percent}%" if step.net.loss_percent else ""))
+        self.runlog.event(step.kind, "start", self.net_target, step.group)
+        return True
+
+    def end_net(self, step: sched.NemesisStep) -> None:
+        if self.kernel is not None and self.net_target is not None:
+            self.kernel.heal()
+            dropped = self.kernel.dropped() - self._dropped
+            self.runlog.event(step.kind, "end", f"{self.net_target}; the kernel dropped {dropped} packets",
+                              step.group)
+        self.net_target = None
+
+    # -- files -----------------------------------------------------------------------------------
+    def _victim(self, step: sched.NemesisStep) -> tuple[int, Path, Any]:
+        replica = self.replica_of(step.group, step.broker_id)
+        if replica is None:
+            replica = (step.broker_id - 1) % len(self.cluster.spec.brokers_of(step.group))
+        spec = self.cluster.spec.brokers_of(step.group)[replica]
+        return replica, Path(spec.store_dir), self.cluster.broker(step.group, replica)
+
+    def damage(self, step: sched.NemesisStep) -> bool:
+        """SIGSTOP the replica, damage one file, read it back, SIGKILL the replica (Ray restarts it)."""
+        replica, root, actor = self._victim(step)
+        pid = self._pid(actor)
+        if pid is None:
+            log.warning("%s: %s/r%d is restarting; skipped", step.kind, step.group, replica)
+            return False
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            fault = plan_file_fault(random.Random(self.seed * 1_000_003 + step.at_ms), FILE_ACTIONS[step.kind],
+                                    step.file_class, store_files(root))
+            if fault is None:
+                log.warning("%s: no %s with data in %s; skipped", step.kind, step.file_class, root)
+                os.kill(pid, signal.SIGCONT)
+                return False
+            target = f"broker:{step.group}/r{replica} {fault.describe()}"
+            self.runlog.event(step.kind, "start", target, step.group)
+            on_disk = _apply(root / fault.path, fault)
+            os.kill(pid, signal.SIGKILL)
+        except BaseException:
+            _signal(pid, signal.SIGCONT)
+            raise
+        self.runlog.event(step.kind, "end", f"{target}; on disk: {on_disk}; restarted", step.group)
+        return True
+
+    def lose_unsynced(self, step: sched.NemesisStep) -> bool:
+        replica, root, actor = self._victim(step)
+        pid = self._pid(actor)
+        if pid is None:
+            log.warning("lose-unsynced: %s/r%d is restarting; skipped", step.group, replica)
+            return False
+        target = f"broker:{step.group}/r{replica}"
+        (root / LOST_REPORT).unlink(missing_ok=True)
+        self.runlog.event(step.kind, "start", target, step.group)
+        (root / TRIGGER).touch()
+        deadline = time.monotonic() + LOSE_TIMEOUT_S
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if _alive(pid):
+            (root / TRIGGER).unlink(missing_ok=True)
+            self.runlog.event(step.kind, "end", f"{target}: no undo disk answered (store.track_unsynced off?)",
+                              step.group)
+            return False
+        report = json.loads((root / LOST_REPORT).read_text()) if (root / LOST_REPORT).exists() else {}
+        self.runlog.event(step.kind, "end", f"{target}: dropped {report.get('records', '?')} unsynced changes, "
+                          f"{report.get('bytes', '?')} bytes; restarted", step.group)
+        return True
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return _state(pid) != "Z"
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "X"
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _apply(path: Path, fault) -> str:
+    """Write the damage durably and read it back: what is on disk now (proof the fault happened)."""
+    before = path.read_bytes()
+    after = apply_fault(fault, before)
+    if after is None:
+        path.unlink()
+        return "deleted" if not path.exists() else "STILL PRESENT"
+    with open(path, "r+b") as fh:
+        fh.truncate(len(after))
+        fh.seek(0)
+        fh.write(after)
+        fh.flush()
+        os.fsync(fh.fileno())
+    now = path.read_bytes()
+    if fault.action == "flip-bit":
+        return f"byte {fault.offset} {before[fault.offset]:#04x} -> {now[fault.offset]:#04x}"
+    return f"{len(now)} bytes (was {len(before)})"
