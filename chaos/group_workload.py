@@ -166,9 +166,8 @@ class Slot(threading.Thread):
 
 def _abandon(consumer: Consumer) -> None:
     """A crash: the member stops heartbeating and is dropped without leaving its group (its pulls in
-    flight are never read). The client has no public way to do this; its heartbeat thread stops on
-    the consumer's private stop event."""
-    consumer._stop.set()
+    flight are never read). The client has no public way to do this: its membership's ``abandon``."""
+    consumer._membership.abandon()
 
 
 class ProgressSampler(threading.Thread):

@@ -55,10 +55,13 @@ def _views(refs: list[Any]) -> list[Any]:
 
 @dataclass(frozen=True, slots=True)
 class Unanswered:
-    """A call that never answered (timeout, actor death, master moved): it may or may not have run."""
+    """A call that never answered (timeout, actor death, master moved): it may or may not have run.
+    ``unsent``: nothing left the client (no master known, no connection could be made), so it
+    certainly did not run."""
 
     error: str
     master_moved: bool = False
+    unsent: bool = False
 
 
 class Transport(Protocol):
@@ -265,7 +268,7 @@ class RayTransport:
         actor dies, or a watch names another master first."""
         replica = self.master(group)
         if replica is None:
-            return Unanswered("NO_MASTER")
+            return Unanswered("NO_MASTER", unsent=True)
         deadline = time.monotonic() + timeout_s
         try:
             ref = getattr(self.cluster.broker(group, replica), method).remote(*args)
@@ -306,7 +309,7 @@ class RayTransport:
         out: concurrent.futures.Future = concurrent.futures.Future()
         replica = self.master(group)
         if replica is None:
-            out.set_result(Unanswered("NO_MASTER"))
+            out.set_result(Unanswered("NO_MASTER", unsent=True))
             return out
         try:
             ref = self.cluster.broker(group, replica).pull.remote(topic, queue_id, offset, max_count, max_bytes,
