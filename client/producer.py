@@ -48,7 +48,7 @@ from rocketray.client.metrics import ProducerMetrics, Tally
 from rocketray.client.routes import Routes
 from rocketray.client.sending import send_with_retries
 from rocketray.client.transport import Transport, connect_transport
-from rocketray.client.types import SendResult, send_ok
+from rocketray.client.types import SendResult, TopicRoute, send_ok
 
 __all__ = ["Producer", "RESERVED_PROPERTIES", "client_config"]
 
@@ -121,7 +121,7 @@ class Producer:
              properties: Mapping[str, str] | None = None) -> SendResult:
         """Send one message and wait until it is acknowledged; raises a :class:`ClientError`.
         When its broker group is idle the calling thread sends it itself (no hand-off to the sender)."""
-        queue, pending, size = self._prepare(topic, body, key, tags, properties)
+        queue, pending, size = self._prepare(self._routes.get(topic), topic, body, key, tags, properties)
         with self._lock:
             self._reserve(size)
             claimed = self._acc.try_claim(queue)
@@ -140,8 +140,25 @@ class Producer:
         """Queue one message for a batched send; the future gives its :class:`SendResult` or raises.
         Invalid input and unknown topics raise here, at once; a full buffer makes this wait up to
         ``max_block_ms`` (then :class:`BufferFull`)."""
-        queue, pending, size = self._prepare(topic, body, key, tags, properties)
+        queue, pending, size = self._prepare(self._routes.get(topic), topic, body, key, tags, properties)
         with self._lock:
+            self._reserve(size)
+            if self._acc.add(queue, pending, size, _now_ms(), False):
+                self._lock.notify_all()
+        return pending.future
+
+    def send_nowait(self, topic: str, body: bytes, *, key: str | None = None, tags: str | None = None,
+                    properties: Mapping[str, str] | None = None) -> concurrent.futures.Future | None:
+        """``send_async`` if it can queue without waiting, else None (the topic's route must be asked
+        of the controller first, or the buffer is full): an event loop's way to send without blocking
+        (``rocketray.client.aio``). Invalid input raises as in ``send_async``."""
+        route = self._routes.cached(topic)
+        if route is None:
+            return None
+        queue, pending, size = self._prepare(route, topic, body, key, tags, properties)
+        with self._lock:
+            if not self._closed and self._buffered_bytes + size > self.config.buffer_bytes:
+                return None
             self._reserve(size)
             if self._acc.add(queue, pending, size, _now_ms(), False):
                 self._lock.notify_all()
@@ -236,13 +253,12 @@ class Producer:
         self._buffered_bytes += size
         self._pending_messages += 1
 
-    def _prepare(self, topic: str, body: bytes, key: str | None, tags: str | None,
+    def _prepare(self, route: TopicRoute, topic: str, body: bytes, key: str | None, tags: str | None,
                  properties: Mapping[str, str] | None) -> tuple[str, _Pending, int]:
         """The broker group of the message's queue (what batches are keyed by), its pending entry and
         its accounted size (raises on bad input)."""
         if self._closed:
             raise ClientClosed("producer is closed")
-        route = self._routes.get(topic)
         if not isinstance(body, bytes):
             if not isinstance(body, (bytearray, memoryview)):
                 raise InvalidMessage(f"a message body must be bytes, not {type(body).__name__}")
