@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any
+from typing import Any, Iterable
 
 from rocketray.broker.pull import OffsetsResult, OffsetsStatus
 from rocketray.client.committer import commit_offsets
@@ -83,11 +83,11 @@ class Admin:
         header = self._call(ConsumerHeartbeatRequest(group, probe, (), leaving=True), f"members of {group!r}")
         return sorted(header.members)
 
-    def consumer_progress(self, group: str) -> list[QueueProgress]:
+    def consumer_progress(self, group: str, broker_groups: Iterable[str] | None = None) -> list[QueueProgress]:
         """Per queue ``group`` has committed: committed offset, max offset and lag, asked of each
-        broker group's master (AdminError if one does not answer)."""
+        broker group's master (of ``broker_groups`` only, if given; AdminError if one does not answer)."""
         rows: list[QueueProgress] = []
-        for broker_group in self._transport.groups():
+        for broker_group in (self._transport.groups() if broker_groups is None else broker_groups):
             reply = self._committed(broker_group, group, None)
             maxes = reply.max_map()
             for topic, queue_id, offset in reply.committed:
