@@ -68,6 +68,12 @@ def _bridge(source: concurrent.futures.Future, loop: asyncio.AbstractEventLoop) 
     return target
 
 
+def _started(client: T | None, what: str) -> T:
+    if client is None:
+        raise ClientError(f"the {what} is not started: await start() or use `async with`", code="NOT_STARTED")
+    return client
+
+
 class _Worker:
     """One thread that runs a client's blocking calls for the event loop, in call order."""
 
@@ -104,9 +110,7 @@ class AsyncProducer:
     @property
     def producer(self) -> Producer:
         """The synchronous producer underneath (for ``metrics``, ``config``)."""
-        if self._producer is None:
-            raise ClientError("the producer is not started: await start() or use `async with`", code="NOT_STARTED")
-        return self._producer
+        return _started(self._producer, "producer")
 
     async def send(self, topic: str, body: bytes, *, key: str | None = None, tags: str | None = None,
                    properties: Mapping[str, str] | None = None) -> SendResult:
@@ -176,9 +180,7 @@ class AsyncConsumer:
     @property
     def consumer(self) -> Consumer:
         """The synchronous consumer underneath (its ``assignment``, ``metrics``, ``config``)."""
-        if self._consumer is None:
-            raise ClientError("the consumer is not started: await start() or use `async with`", code="NOT_STARTED")
-        return self._consumer
+        return _started(self._consumer, "consumer")
 
     # --- reading --------------------------------------------------------------------------------
     async def poll(self, timeout_s: float | None = None) -> list[ReceivedMessage]:

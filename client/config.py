@@ -9,12 +9,14 @@ when the section is built (``ValueError`` naming the key; the producer and consu
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
+from typing import Any
 
 from rocketray.broker.pull import MAX_PULL_BYTES, MAX_PULL_COUNT
+from rocketray.client.errors import InvalidRequest
 from rocketray.schema import KIB, MIB, key
 
-__all__ = ["ClientConfig"]
+__all__ = ["ClientConfig", "client_config", "settings_problem"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,3 +78,19 @@ def settings_problem(config: ClientConfig) -> str | None:
     if config.max_poll_interval_ms < config.consumer_heartbeat_interval_ms:
         return "client setting max_poll_interval_ms must be at least consumer_heartbeat_interval_ms"
     return None
+
+
+def client_config(transport: Any, settings: dict[str, Any]) -> ClientConfig:
+    """The cluster's ``client`` section with ``settings`` applied; InvalidRequest naming an unknown
+    or out-of-range setting."""
+    try:
+        base = transport.config().client
+    except Exception:  # noqa: BLE001 - a transport without the cluster's config: the defaults
+        base = ClientConfig()
+    unknown = set(settings) - set(ClientConfig.__dataclass_fields__)
+    if unknown:
+        raise InvalidRequest(f"unknown client setting(s): {', '.join(sorted(unknown))}")
+    try:
+        return replace(base, **settings)
+    except ValueError as exc:
+        raise InvalidRequest(str(exc)) from None

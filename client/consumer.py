@@ -41,13 +41,12 @@ import uuid
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from rocketray.client.committer import commit_offsets
-from rocketray.client.config import ClientConfig
+from rocketray.client.config import ClientConfig, client_config
 from rocketray.client.core import Positions, allocate_averagely
 from rocketray.client.errors import ClientClosed, ClientError, CommitFailed, InvalidRequest, TopicNotFound
 from rocketray.client.fetcher import RETRY_AFTER_S, Fetcher
 from rocketray.client.membership import Membership
 from rocketray.client.metrics import ConsumerMetrics, Tally
-from rocketray.client.producer import client_config
 from rocketray.client.routes import Routes
 from rocketray.client.transport import Transport, connect_transport
 from rocketray.client.types import RebalanceListener, ReceivedMessage, TopicQueue

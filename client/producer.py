@@ -39,10 +39,10 @@ from typing import Any, Callable, Mapping
 
 from rocketray.broker.batch import EncodedBatch, encode_new_record
 from rocketray.broker.message import MessageCodecError, topic_bytes
-from rocketray.client.config import ClientConfig
+from rocketray.client.config import ClientConfig, client_config
 from rocketray.client.core import Accumulator, Batch, select_queue
 from rocketray.client.errors import BufferFull, ClientClosed, FlushTimeout, InvalidMessage, InvalidRequest, SendUnknown
-from rocketray.client.futures import SendFuture
+from rocketray.client.futures import CallbackThread, SendFuture
 from rocketray.client.messages import RESERVED_PROPERTIES, message_properties, new_msg_id_prefix
 from rocketray.client.metrics import ProducerMetrics, Tally
 from rocketray.client.routes import Routes
@@ -50,7 +50,7 @@ from rocketray.client.sending import send_with_retries
 from rocketray.client.transport import Transport, connect_transport
 from rocketray.client.types import SendResult, TopicRoute, send_ok
 
-__all__ = ["Producer", "RESERVED_PROPERTIES", "client_config"]
+__all__ = ["Producer", "RESERVED_PROPERTIES"]
 
 log = logging.getLogger("rocketray.client")
 
@@ -98,10 +98,7 @@ class Producer:
         self._topics: dict[str, bytes] = {}
         self._pool = concurrent.futures.ThreadPoolExecutor(self.config.sender_threads,
                                                            thread_name_prefix="rocketray-send")
-        self._callback_thread: int | None = None
-        self._callbacks = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rocketray-callbacks",
-                                                                initializer=self._note_callback_thread)
-        self._dispatch = self._callbacks.submit    # one bound method shared by every future
+        self._callbacks = CallbackThread()
         self._closed = False        # no new sends; the sender thread stops
         self._closing = False       # close() began (it runs once)
         self._abort = threading.Event()     # close() timed out: sends in flight stop retrying
@@ -165,15 +162,22 @@ class Producer:
         return pending.future
 
     def flush(self, timeout_s: float | None = None) -> None:
-        """Send every queued message now and wait until each send finished (acknowledged or failed);
-        :class:`FlushTimeout` if ``timeout_s`` passed first (the sends go on)."""
+        """Send every queued message now and wait until each send finished (acknowledged or failed)
+        and the done callbacks of those sends ran (not waited for from a callback itself: it would
+        wait for itself); :class:`FlushTimeout` if ``timeout_s`` passed first (the sends go on)."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        self._wait_sends(deadline, timeout_s)
+        if not self._callbacks.current() and not self._closing and not self._callbacks.wait_idle(deadline):
+            raise FlushTimeout(f"flush: callbacks still running after {timeout_s} s")
+
+    def _wait_sends(self, deadline: float | None, timeout_s: float | None) -> None:
+        """Wait until nothing is queued or in flight (FlushTimeout at ``deadline``)."""
         with self._lock:
             self._acc.flush_all()
             self._lock.notify_all()
             self._flush_waiters += 1
             try:
-                while self._acc.pending():
+                while self._pending_messages:      # counted down once a batch's futures are resolved
                     left = None if deadline is None else deadline - time.monotonic()
                     if left is not None and left <= 0:
                         raise FlushTimeout(f"flush: {self._pending_messages} sends still pending after {timeout_s} s")
@@ -210,8 +214,7 @@ class Producer:
             self._finish(batch, SendUnknown("producer closed before the answer came", "") if id(batch) in started
                          else ClientClosed("producer closed before this message was sent"))
         self._pool.shutdown(wait=not timed_out, cancel_futures=True)
-        on_callback_thread = threading.get_ident() == self._callback_thread
-        self._join_callbacks(deadline, wait=not on_callback_thread)
+        self._callbacks.close(deadline)
         if self._owns_transport:
             self._transport.close()
 
@@ -274,7 +277,7 @@ class Producer:
         except MessageCodecError as exc:
             raise InvalidMessage(str(exc)) from None
         deadline = time.monotonic() + self.config.send_timeout_ms / 1000
-        pending = _Pending(topic, queue_id, msg_id, SendFuture(self._dispatch), record, deadline)
+        pending = _Pending(topic, queue_id, msg_id, SendFuture(self._callbacks.dispatch), record, deadline)
         return route.group_of(queue_id), pending, len(record)
 
     def _topic_bytes(self, topic: str) -> bytes:
@@ -373,18 +376,6 @@ class Producer:
             if self._acc.pending() or self._flush_waiters or self._space_waiters:
                 self._lock.notify_all()
 
-    def _note_callback_thread(self) -> None:
-        self._callback_thread = threading.get_ident()
-
-    def _join_callbacks(self, deadline: float | None, wait: bool) -> None:
-        """Stop the callback thread once the callbacks queued so far ran (waiting until ``deadline``
-        with ``wait``); a future resolved later runs its callbacks on the resolving thread."""
-        marker = threading.Event()
-        self._callbacks.submit(marker.set)
-        self._callbacks.shutdown(wait=False)
-        if wait:
-            marker.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
-
 
 def _settle(future: concurrent.futures.Future, result: SendResult | None, exc: BaseException | None) -> int:
     """Set the future's outcome unless it has one (1 if this call set it)."""
@@ -406,19 +397,3 @@ def _per_message(exc: BaseException, msg_id: str) -> BaseException:
 
 def _now_ms() -> int:
     return int(time.monotonic() * 1000)
-
-
-def client_config(transport: Transport, settings: dict[str, Any]) -> ClientConfig:
-    """The cluster's ``client`` section with ``settings`` applied; InvalidRequest naming an unknown
-    or out-of-range setting."""
-    try:
-        base = transport.config().client
-    except Exception:  # noqa: BLE001 - a transport without the cluster's config: the defaults
-        base = ClientConfig()
-    unknown = set(settings) - set(ClientConfig.__dataclass_fields__)
-    if unknown:
-        raise InvalidRequest(f"unknown client setting(s): {', '.join(sorted(unknown))}")
-    try:
-        return replace(base, **settings)
-    except ValueError as exc:
-        raise InvalidRequest(str(exc)) from None

@@ -60,6 +60,20 @@ def _span(obj: dict[str, Any], start_key: str, end_key: str) -> tuple[Number, Nu
     return start, end
 
 
+class _Outcomed:
+    """A row with an ``outcome``: a bad spelling raises ValueError at construction; ``ok`` says OK."""
+
+    __slots__ = ()
+    outcome: Outcome
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "outcome", Outcome(self.outcome))
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome is Outcome.OK
+
+
 @dataclass(frozen=True, slots=True)
 class Delivery:
     """One message a consumer's poll returned."""
@@ -95,7 +109,7 @@ class Delivery:
 
 
 @dataclass(frozen=True, slots=True)
-class CommitRecord:
+class CommitRecord(_Outcomed):
     """One queue entry of one commit call and whether it was acknowledged."""
 
     process: Ident
@@ -106,13 +120,6 @@ class CommitRecord:
     outcome: Outcome
     start_ms: Number
     end_ms: Number
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "outcome", Outcome(self.outcome))  # a bad spelling raises ValueError
-
-    @property
-    def ok(self) -> bool:
-        return self.outcome is Outcome.OK
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> "CommitRecord":
@@ -162,7 +169,7 @@ class ProgressRow:
 
 
 @dataclass(frozen=True, slots=True)
-class SampleRecord:
+class SampleRecord(_Outcomed):
     """One progress sample of one broker group was asked for, and whether its master answered."""
 
     consumer_group: str
@@ -170,13 +177,6 @@ class SampleRecord:
     outcome: Outcome
     start_ms: Number
     end_ms: Number
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "outcome", Outcome(self.outcome))
-
-    @property
-    def ok(self) -> bool:
-        return self.outcome is Outcome.OK
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> "SampleRecord":
@@ -261,20 +261,13 @@ class GroupDeclared:
 
 
 @dataclass(frozen=True, slots=True)
-class DrainRecord:
+class DrainRecord(_Outcomed):
     """How the end of the run's drain went for one group."""
 
     consumer_group: str
     outcome: Outcome
     lag: int | None
     time_ms: Number
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "outcome", Outcome(self.outcome))
-
-    @property
-    def ok(self) -> bool:
-        return self.outcome is Outcome.OK
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> "DrainRecord":
