@@ -211,3 +211,15 @@ def test_metrics_count_what_happened():
         m = p.metrics()
     assert (m.sent, m.failed, m.unknown, m.puts, m.retries, m.pending_messages, m.buffered_bytes) == \
         (2, 1, 0, 4, 1, 0, 0)
+
+
+def test_flush_returns_after_the_sends_callbacks_ran():
+    """flush(): every send so far finished and its done callback ran (a callback still queued on the
+    callback thread when flush returned would see a caller's state change under it)."""
+    c, t = cluster(1)
+    ran: list[int] = []
+    with Producer(transport=t) as p:
+        for i in range(20):
+            p.send_async("t", b"x").add_done_callback(lambda _f, i=i: (time.sleep(0.005), ran.append(i)))
+        p.flush(timeout_s=30)
+        assert sorted(ran) == list(range(20))
