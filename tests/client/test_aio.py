@@ -16,11 +16,11 @@ from tests.support.fake_client_cluster import FakeCluster, FakeTransport
 
 
 class SlowRoutes(FakeTransport):
-    """Route answers take 0.3 s (a controller far away): a send that must ask blocks its thread."""
+    """Route answers take 1 s (a controller far away): a send that must ask blocks its thread."""
 
     def call_controller(self, request, timeout_s=10.0):
         if isinstance(request, GetTopicRouteRequest):
-            time.sleep(0.3)
+            time.sleep(1.0)
         return super().call_controller(request, timeout_s)
 
 
@@ -52,17 +52,17 @@ def aio_threads() -> list[str]:
     return [t.name for t in threading.enumerate() if t.name.startswith("rocketray-aio")]
 
 
-def cluster(queues: int = 2) -> tuple[FakeCluster, FakeTransport]:
+def cluster(queues: int = 2, slow_routes: bool = False) -> tuple[FakeCluster, FakeTransport]:
     c = FakeCluster()
     c.create_topic("t", queues)
-    return c, SlowRoutes(c)
+    return c, (SlowRoutes(c) if slow_routes else FakeTransport(c))
 
 
 def test_await_send_never_blocks_the_loop_and_keeps_key_order():
-    """The first send must ask for the route (0.3 s): it waits on the producer's thread while the
+    """The first send must ask for the route (1 s): it waits on the producer's thread while the
     loop keeps ticking; 200 concurrent sends of one key are stored in the order they were made;
     with a full buffer the sends still never block the loop."""
-    c, t = cluster()
+    c, t = cluster(slow_routes=True)
     gate = threading.Event()
 
     async def main():
@@ -84,7 +84,7 @@ def test_await_send_never_blocks_the_loop_and_keeps_key_order():
         return ticker.worst_s
 
     worst = asyncio.run(main())
-    assert worst < 0.1, f"the loop stalled {worst:.3f} s"
+    assert worst < 0.5, f"the loop stalled {worst:.3f} s"     # a lookup on the loop stalls it 1 s
     wait_for(lambda: not aio_threads(), 10, "the aio threads to end")
 
 

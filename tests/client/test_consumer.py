@@ -86,7 +86,7 @@ def test_a_new_queue_is_owned_within_a_route_refresh_and_a_heartbeat():
         extended = time.monotonic()
         Admin(transport=t).create_topic("t", queues=3)
         wait_for(lambda: con.poll(0.01) is not None and len(con.assignment()) == 3, 10, "the new queue")
-        assert time.monotonic() - extended <= (400 + 50) / 1000 + 1.0
+        assert time.monotonic() - extended <= (400 + 50) / 1000 + 2.0
     for cfg in (ClientConfig(), profile_config("fast").client):
         assert cfg.route_refresh_ms + cfg.consumer_heartbeat_interval_ms <= 6_000
 
@@ -139,7 +139,7 @@ def test_commit_commits_broker_groups_concurrently():
         started = time.monotonic()
         with pytest.raises(CommitFailed) as exc:
             con.commit(timeout_s=1.0)
-        assert time.monotonic() - started < 2.0
+        assert time.monotonic() - started < 4.0
         c.commit_hook = None
     assert exc.value.retriable and exc.value.committed == {TopicQueue("t", 1): 1}
     assert exc.value.failed == {TopicQueue("t", 0): 1}
