@@ -7,7 +7,7 @@ node a failover is a chain of a dozen hand-offs between these processes (session
 commit, notification, role switch, epoch file, first write), and at nice 15 each hand-off waits
 behind every nice-0 process that wants the CPU. On the 2-vCPU test machine the failover benchmark
 measured p50s of 80-116 ms at nice 15 against 70-81 ms at nice 0 (three alternated runs each,
-2026-11-27, docs/client.md).
+2026-11-27, docs/client-design.md).
 
 So each broker and controller actor asks at start for ``broker.process_niceness`` /
 ``controller.process_niceness`` (default 0; ``none`` keeps Ray's) on every thread of its process

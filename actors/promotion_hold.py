@@ -4,7 +4,7 @@ A client learns of a new master from the controller's watch at about the moment 
 learns it from its notification. The replica then switches: it stops following and starts its epoch
 durably, 8-60 ms on 2 cores (``role switch done ... stop_ms epoch_ms`` in its log). A put that
 arrived meanwhile was refused NOT_MASTER, and the client asked again after a backoff that doubled
-(2, 4, 8, 16 ms): it found the master ready 10-50 ms after it was (docs/client.md, "Where a
+(2, 4, 8, 16 ms): it found the master ready 10-50 ms after it was (docs/client-design.md, "Where a
 failover's time goes"). Now the replica holds such a put and answers it the moment the switch ends:
 written as master if the switch succeeded, refused NOT_MASTER if it did not.
 

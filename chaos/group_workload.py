@@ -1,19 +1,23 @@
 """The broker chaos run's consumer groups: members that poll, commit, crash, leave and join, recorded.
 
-Theory of operation. ``G`` consumer groups each run ``C`` slots; a slot is a thread that runs one
+Theory of operation. ``G`` consumer groups each run ``C`` slots (a ``group`` row declares each, so
+a group whose members recorded nothing still gets a verdict); a slot is a thread that runs one
 ``rocketray.client.Consumer`` at a time (process name ``<group>-c<slot>-<generation>``): it polls
-(``POLL_TIMEOUT_MS``), records a ``deliver`` row per message, and every ``COMMIT_EVERY_POLLS`` polls
-commits, recording a ``commit`` row per queue entry (taken from the consumer's pending positions
-before the call: ``ok`` if ``commit`` returned, ``failed`` if it raised). The churn schedule
+(``POLL_TIMEOUT_MS``), records a ``deliver`` row per message with the poll's number, and every
+``COMMIT_EVERY_POLLS`` polls commits, recording a ``commit`` row per queue entry (taken from the
+consumer's pending positions before the call: ``ok`` if ``commit`` returned, ``failed`` if it
+raised). Its rebalance listener records an ``assign`` row per queue assigned or revoked, with the
+number of the poll it happened in (a close revokes in the poll after the last). The churn schedule
 (``rocketray.verify.nemesis.make_churn_schedule``) asks a slot to crash its consumer (stop its
 heartbeats without leaving the group, drop it: the controller expires it after
 ``controller.consumer_heartbeat_timeout_ms``) or to close it (leave at once); either way the slot
-starts a new consumer after the step's delay. A sampler records ``Admin.consumer_progress`` of
-every group every ``PROGRESS_PERIOD_S`` as ``progress`` rows. At the end, :meth:`GroupWorkload.drain`
-makes every slot commit after each poll and waits until every group's progress shows lag 0 on
-every queue that acknowledged a send (or a deadline), then the slots close their consumers. Row
-formats: ``rocketray.verify.group_history``; the rules they are checked against:
-``rocketray.verify.groups``.
+starts a new consumer after the step's delay. A sampler asks every broker group's master for every
+group's committed offsets every ``PROGRESS_PERIOD_S``, one broker group at a time, so one that does
+not answer costs only its own sample: a ``sample`` row per broker group and a ``progress`` row per
+queue it answered. At the end, :meth:`GroupWorkload.finish` makes every slot commit after each poll
+and waits until every group's progress shows lag 0 on every queue that acknowledged a send (or a
+deadline), records a ``drain`` row per group, then the slots close their consumers. Row formats:
+``rocketray.verify.group_history``; the rules they are checked against: ``rocketray.verify.groups``.
 
 Every member, and the progress sampler, share one client transport: one master cache and one set
 of master watches (a watch holds a controller thread per broker group) instead of one per member.
@@ -30,7 +34,7 @@ from typing import Sequence
 
 from rocketray.chaos.broker_workload import RunLog
 from rocketray.chaos.replica_reader import checked_payload_id, now_ms
-from rocketray.client import Admin, CommitFailed, Consumer, QueueProgress
+from rocketray.client import Admin, CommitFailed, Consumer, QueueProgress, TopicQueue
 from rocketray.verify.outcome import Outcome
 from rocketray.client.transport import Transport
 from rocketray.verify.groups import POLL_TIMEOUT_MS
@@ -72,6 +76,8 @@ class Slot(threading.Thread):
         self.draining = draining
         self.requests: queue.Queue[StopRequest] = queue.Queue(maxsize=16)
         self.generation = 0
+        self.polls = 0          # polls started by the current consumer (numbers its rows)
+        self.closing = False    # its consumer is closing (a revocation then is not inside a poll)
 
     def request(self, kind: str, restart_after_s: float) -> None:
         assert kind in ("crash", "leave"), kind
@@ -94,7 +100,11 @@ class Slot(threading.Thread):
                 self._event(process, "crash")
             else:
                 self._commit(consumer, process)
-                consumer.close()
+                self.closing = True
+                try:
+                    consumer.close()
+                finally:
+                    self.closing = False
                 self._event(process, "close")
             if request is None:
                 return
@@ -103,10 +113,11 @@ class Slot(threading.Thread):
     def _start(self, process: str) -> Consumer | None:
         """A new member of the group, retried while the cluster cannot take it (None once stopped)."""
         while not self.stop.is_set():
+            self.polls = 0
             try:
                 consumer = Consumer(self.cluster, group=self.consumer_group, topics=[self.topic],
                                     transport=self.transport, client_id=process,
-                                    request_timeout_ms=REQUEST_TIMEOUT_MS)
+                                    request_timeout_ms=REQUEST_TIMEOUT_MS, listener=AssignmentLog(self, process))
             except Exception as exc:  # noqa: BLE001 - no controller right now: try again
                 log.info("consumer %s not started: %s", process, exc)
                 self.stop.wait(CREATE_RETRY_S)
@@ -124,6 +135,7 @@ class Slot(threading.Thread):
             except queue.Empty:
                 pass
             poll_start = now_ms()
+            self.polls += 1
             try:
                 messages = consumer.poll(timeout_s=POLL_TIMEOUT_MS / 1000)
             except Exception as exc:  # noqa: BLE001 - a workload thread never dies mid-run
@@ -136,7 +148,7 @@ class Slot(threading.Thread):
                     "f": "deliver", "process": process, "consumer_group": self.consumer_group, "topic": m.topic,
                     "queue_id": m.queue_id, "queue_offset": m.queue_offset,
                     "payload_id": checked_payload_id(m.properties.get("pid"), m.body), "msg_id": m.msg_id,
-                    "poll_start_ms": poll_start, "time_ms": t})
+                    "poll_start_ms": poll_start, "time_ms": t, "poll": self.polls})
             polls += 1
             if polls % COMMIT_EVERY_POLLS == 0 or self.draining.is_set():
                 self._commit(consumer, process)
@@ -158,45 +170,76 @@ class Slot(threading.Thread):
             log.info("consumer %s: commit failed: %s", process, exc)
         end = now_ms()
         for (topic, queue_id), offset in sorted(entries.items()):
-            outcome = Outcome.OK if acked.get((topic, queue_id)) == offset else Outcome.FAILED
+            outcome = Outcome.OK if acked.get(TopicQueue(topic, queue_id)) == offset else Outcome.FAILED
             self.runlog.record({"f": "commit", "process": process, "consumer_group": self.consumer_group,
                                 "topic": topic, "queue_id": queue_id, "offset": offset, "outcome": outcome,
                                 "start_ms": start, "end_ms": end})
 
 
+class AssignmentLog:
+    """A slot's rebalance listener: one ``assign`` row per queue, numbered with the slot's poll (a
+    revocation outside a poll, at close, belongs to the next one)."""
+
+    def __init__(self, slot: Slot, process: str) -> None:
+        self.slot = slot
+        self.process = process
+
+    def _record(self, event: str, queues: Sequence[TopicQueue]) -> None:
+        closing = event == "revoked" and self.slot.closing
+        for q in queues:
+            self.slot.runlog.record({"f": "assign", "process": self.process, "consumer_group": self.slot.consumer_group,
+                                     "topic": q.topic, "queue_id": q.queue_id, "event": event,
+                                     "poll": self.slot.polls + (1 if closing else 0), "time_ms": now_ms()})
+
+    def on_revoked(self, queues: Sequence[TopicQueue]) -> None:
+        self._record("revoked", queues)
+
+    def on_assigned(self, queues: Sequence[TopicQueue]) -> None:
+        self._record("assigned", queues)
+
+
 def _abandon(consumer: Consumer) -> None:
     """A crash: the member stops heartbeating and is dropped without leaving its group (its pulls in
-    flight are never read). The client has no public way to do this; its heartbeat thread stops on
-    the consumer's private stop event."""
-    consumer._stop.set()
+    flight are never read). The client has no public way to do this: its membership's ``abandon``."""
+    consumer._membership.abandon()
 
 
 class ProgressSampler(threading.Thread):
-    """Records ``Admin.consumer_progress`` of every group every ``period_s`` as ``progress`` rows."""
+    """Records every group's committed offsets every ``period_s``, one broker group at a time (a
+    ``sample`` row each, and a ``progress`` row per queue it answered)."""
 
-    def __init__(self, admin: Admin, consumer_groups: Sequence[str], runlog: RunLog, stop: threading.Event,
-                 period_s: float = PROGRESS_PERIOD_S) -> None:
+    def __init__(self, admin: Admin, broker_groups: Sequence[str], consumer_groups: Sequence[str], runlog: RunLog,
+                 stop: threading.Event, period_s: float = PROGRESS_PERIOD_S) -> None:
         super().__init__(name="progress-sampler", daemon=True)
         self.admin = admin
+        self.broker_groups = list(broker_groups)
         self.consumer_groups = list(consumer_groups)
         self.runlog = runlog
         self.stop = stop
         self.period_s = period_s
 
     def sample(self, consumer_group: str) -> list[QueueProgress] | None:
-        """One recorded sample of ``consumer_group`` (None if a broker group did not answer)."""
-        start = now_ms()
-        try:
-            rows = self.admin.consumer_progress(consumer_group)
-        except Exception as exc:  # noqa: BLE001 - a master down: no sample this round
-            log.info("progress of %s not sampled: %s", consumer_group, exc)
-            return None
-        end = now_ms()
-        for p in rows:
-            self.runlog.record({"f": "progress", "consumer_group": consumer_group, "topic": p.topic,
-                                "queue_id": p.queue_id, "committed": p.committed_offset, "max_offset": p.max_offset,
+        """One recorded sample of ``consumer_group`` from every broker group; the rows if every one
+        answered, else None (the answers that came are recorded all the same)."""
+        rows: list[QueueProgress] = []
+        complete = True
+        for broker_group in self.broker_groups:
+            start = now_ms()
+            try:
+                answer = self.admin.consumer_progress(consumer_group, [broker_group])
+            except Exception as exc:  # noqa: BLE001 - that master is down: its sample failed, the others count
+                log.info("progress of %s on %s not sampled: %s", consumer_group, broker_group, exc)
+                answer, complete = None, False
+            end = now_ms()
+            self.runlog.record({"f": "sample", "consumer_group": consumer_group, "broker_group": broker_group,
+                                "outcome": Outcome.OK if answer is not None else Outcome.FAILED,
                                 "start_ms": start, "end_ms": end})
-        return rows
+            for p in answer or ():
+                self.runlog.record({"f": "progress", "consumer_group": consumer_group, "broker_group": broker_group,
+                                    "topic": p.topic, "queue_id": p.queue_id, "committed": p.committed_offset,
+                                    "max_offset": p.max_offset, "start_ms": start, "end_ms": end})
+            rows += answer or ()
+        return rows if complete else None
 
     def run(self) -> None:
         while not self.stop.is_set():
@@ -216,6 +259,14 @@ def _lag_left(rows: list[QueueProgress] | None, queues: set[tuple[str, int]]) ->
     return NotYet(f"(topic, queue) -> (committed, max) behind: {behind}") if behind else True
 
 
+def _lag(rows: list[QueueProgress] | None, queues: set[tuple[str, int]]) -> int | None:
+    """Messages of ``queues`` not committed (None if unknown: no complete sample, a queue missing)."""
+    if rows is None:
+        return None
+    by_queue = {(p.topic, p.queue_id): p for p in rows}
+    return None if any(q not in by_queue for q in queues) else sum(by_queue[q].lag for q in queues)
+
+
 class GroupWorkload:
     """``G`` consumer groups of ``C`` slots each, the churn schedule, the progress sampler, the drain.
 
@@ -228,15 +279,20 @@ class GroupWorkload:
         self.stop_slots, self.stop_sampler, self.draining = threading.Event(), threading.Event(), threading.Event()
         self.slots = {(g, i): Slot(cluster, transport, topic, g, i, runlog, self.stop_slots, self.draining)
                       for g in consumer_groups for i in range(consumers)}
-        self.sampler = ProgressSampler(Admin(cluster, transport=transport, timeout_s=2.0), consumer_groups, runlog,
-                                       self.stop_sampler)
+        self.sampler = ProgressSampler(Admin(cluster, transport=transport, timeout_s=2.0), transport.groups(),
+                                       consumer_groups, runlog, self.stop_sampler)
         self.consumer_groups = list(consumer_groups)
+        self.topic = topic
+        self.consumers = consumers
         self.churner: threading.Thread | None = None
         self.acted = 0  #: churn steps carried out
 
     def start(self, churn: Sequence[ChurnStep], t0: float, stop_churn: threading.Event) -> None:
         """Start the members, the sampler and the churn (step times relative to monotonic ``t0``,
         until done or ``stop_churn``)."""
+        for group in self.consumer_groups:
+            self.runlog.record({"f": "group", "consumer_group": group, "topic": self.topic, "members": self.consumers,
+                                "time_ms": now_ms()})
         for t in (*self.slots.values(), self.sampler):
             t.start()
         self.churner = threading.Thread(target=self._run_churn, args=(churn, t0, stop_churn), name="churn",
@@ -267,18 +323,28 @@ class GroupWorkload:
         return drained
 
     def _drain(self, queues: set[tuple[str, int]], timeout_s: float) -> bool:
+        """Wait until every group committed ``queues`` to their ends; a ``drain`` row per group."""
         self.draining.set()
+        last: dict[str, list[QueueProgress] | None] = {}
 
         def drained() -> NotYet | bool:
             for group in self.consumer_groups:
-                left = _lag_left(self.sampler.sample(group), queues)
+                if _lag(last.get(group), queues) == 0:
+                    continue
+                last[group] = self.sampler.sample(group)
+                left = _lag_left(last[group], queues)
                 if not left:
                     return NotYet(f"{group}: {left.why}")  # type: ignore[union-attr]
             return True
 
         try:
             wait_for(drained, timeout_s, "every consumer group to commit every acknowledged message", 0.5)
-            return True
+            ok = True
         except WaitTimeout as exc:
             log.warning("drain incomplete: %s", exc)
-            return False
+            ok = False
+        for group in self.consumer_groups:
+            lag = _lag(last.get(group), queues)
+            self.runlog.record({"f": "drain", "consumer_group": group,
+                                "outcome": Outcome.OK if lag == 0 else Outcome.FAILED, "lag": lag, "time_ms": now_ms()})
+        return ok

@@ -15,20 +15,26 @@
             handle(m.body)
         c.commit()
 
-The user guide is docs/client.md: each call, the errors and what to do with them, the guarantees.
+``rocketray.client.aio`` has the same for asyncio (``AsyncProducer``, ``AsyncConsumer``). The user
+guide is docs/client.md: each call, the errors and what to do with them, the guarantees.
 """
 
 from rocketray.client.admin import Admin
 from rocketray.client.bootstrap import Bootstrap
 from rocketray.client.config import ClientConfig
 from rocketray.client.consumer import Consumer
-from rocketray.client.errors import (AdminError, ClientClosed, ClientError, ClusterNotFound, CommitFailed,
-                                     InvalidMessage, InvalidRequest, SendFailed, SendUnknown, TopicNotFound)
+from rocketray.client.errors import (AdminError, BufferFull, ClientClosed, ClientError, ClusterNotFound, CommitFailed,
+                                     FlushTimeout, InvalidMessage, InvalidRequest, SendFailed, SendUnknown,
+                                     TopicNotFound)
+from rocketray.client.metrics import ConsumerMetrics, ProducerMetrics
 from rocketray.client.producer import Producer
-from rocketray.client.types import QueueProgress, QueueRoute, ReceivedMessage, SendResult, SendStatus, TopicRoute
+from rocketray.client.types import (OffsetChange, QueueProgress, QueueRoute, RebalanceListener, ReceivedMessage,
+                                    SendResult, SendStatus, TopicQueue, TopicRoute)
 
 __all__ = [
-    "Admin", "Bootstrap", "Producer", "Consumer", "SendStatus", "SendResult", "ReceivedMessage", "TopicRoute", "QueueRoute",
-    "QueueProgress", "ClientConfig", "ClientError", "ClusterNotFound", "TopicNotFound", "InvalidMessage",
-    "InvalidRequest", "SendFailed", "SendUnknown", "CommitFailed", "ClientClosed", "AdminError",
+    "Admin", "Bootstrap", "Producer", "Consumer", "SendStatus", "SendResult", "ReceivedMessage", "TopicRoute",
+    "QueueRoute", "QueueProgress", "TopicQueue", "RebalanceListener", "OffsetChange", "ProducerMetrics",
+    "ConsumerMetrics", "ClientConfig", "ClientError", "ClusterNotFound", "TopicNotFound", "InvalidMessage",
+    "InvalidRequest", "SendFailed", "SendUnknown", "CommitFailed", "ClientClosed", "AdminError", "BufferFull",
+    "FlushTimeout",
 ]

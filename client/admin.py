@@ -1,4 +1,4 @@
-"""``Admin``: topics and consumer-group progress, as mqadmin offers them.
+"""``Admin``: topics, consumer-group progress and offsets, as mqadmin offers them.
 
     >>> from rocketray.client import Admin
     >>> admin = Admin("demo")                                            # doctest: +SKIP
@@ -13,15 +13,18 @@ that every controller keeps through failovers and restarts, and no broker holds 
 
 from __future__ import annotations
 
-from typing import Any
+import time
+import uuid
+from typing import Any, Iterable
 
 from rocketray.broker.pull import OffsetsResult, OffsetsStatus
-from rocketray.client.errors import AdminError
+from rocketray.client.committer import commit_offsets
+from rocketray.client.errors import AdminError, CommitFailed, InvalidRequest
 from rocketray.client.routes import raise_for, route_from_header
 from rocketray.client.transport import Transport, Unanswered, connect_transport
-from rocketray.client.types import QueueProgress, TopicRoute
-from rocketray.controller.api import (CreateTopicRequest, DeleteTopicRequest, GetTopicRouteRequest,
-                                      ListTopicsRequest)
+from rocketray.client.types import OffsetChange, QueueProgress, TopicQueue, TopicRoute
+from rocketray.controller.api import (ConsumerHeartbeatRequest, CreateTopicRequest, DeleteTopicRequest,
+                                      GetTopicRouteRequest, ListTopicsRequest)
 
 __all__ = ["Admin"]
 
@@ -46,48 +49,101 @@ class Admin:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _call(self, request: Any, what: str) -> Any:
+    def _call(self, request: Any, what: str, topic: str | None = None) -> Any:
         """The answer's typed header (``rocketray.controller.headers``), or the matching error."""
         try:
             response = self._transport.call_controller(request, timeout_s=self._timeout_s)
         except Exception as exc:  # noqa: BLE001 - no controller answered in time
             raise AdminError(f"{what}: no controller leader answered ({exc})", retriable=True,
                              code="CONTROLLER_UNAVAILABLE") from None
-        return raise_for(response, what).header
+        return raise_for(response, what, topic).header
 
     def create_topic(self, topic: str, queues: int = 8) -> TopicRoute:
         """Create ``topic`` with ``queues`` queues spread over the broker groups, or extend it to that
-        many (idempotent; a topic never shrinks: asking for fewer queues is an error)."""
-        return route_from_header(self._call(CreateTopicRequest(topic, queues), f"create topic {topic!r}"))
+        many (idempotent; a topic never shrinks: asking for fewer queues is an error). Running
+        consumer groups read the new queues within about ``client.route_refresh_ms``."""
+        return route_from_header(self._call(CreateTopicRequest(topic, queues), f"create topic {topic!r}", topic))
 
     def delete_topic(self, topic: str) -> None:
         """Forget ``topic`` (TopicNotFound if it does not exist). Stored messages stay until retention."""
-        self._call(DeleteTopicRequest(topic), f"delete topic {topic!r}")
+        self._call(DeleteTopicRequest(topic), f"delete topic {topic!r}", topic)
 
     def topic_route(self, topic: str) -> TopicRoute:
         """Which broker group holds each queue of ``topic`` (TopicNotFound if it does not exist)."""
-        return route_from_header(self._call(GetTopicRouteRequest(topic), f"route of {topic!r}"))
+        return route_from_header(self._call(GetTopicRouteRequest(topic), f"route of {topic!r}", topic))
 
     def list_topics(self) -> dict[str, int]:
         """Every topic and its number of queues."""
         return dict(sorted(self._call(ListTopicsRequest(), "list topics").counts().items()))
 
-    def consumer_progress(self, group: str) -> list[QueueProgress]:
+    def group_members(self, group: str) -> list[str]:
+        """The client ids of ``group``'s live members, as the controller leader knows them (a leader
+        elected less than one heartbeat interval ago may not know them all yet)."""
+        probe = f"rocketray-admin@{uuid.uuid4().hex[:12]}"     # leaving as a non-member: adds nothing
+        header = self._call(ConsumerHeartbeatRequest(group, probe, (), leaving=True), f"members of {group!r}")
+        return sorted(header.members)
+
+    def consumer_progress(self, group: str, broker_groups: Iterable[str] | None = None) -> list[QueueProgress]:
         """Per queue ``group`` has committed: committed offset, max offset and lag, asked of each
-        broker group's master (AdminError if one does not answer)."""
+        broker group's master (of ``broker_groups`` only, if given; AdminError if one does not answer)."""
         rows: list[QueueProgress] = []
-        timeout_s = self._timeout_s
-        for broker_group in self._transport.groups():
-            reply = self._transport.committed(broker_group, group, None, timeout_s)
-            if isinstance(reply, Unanswered) or not isinstance(reply, OffsetsResult) \
-                    or reply.status is not OffsetsStatus.OK:
-                self._transport.forget_master(broker_group)
-                reply = self._transport.committed(broker_group, group, None, timeout_s)
-            if not isinstance(reply, OffsetsResult) or reply.status is not OffsetsStatus.OK:
-                detail = reply.error if isinstance(reply, Unanswered) else f"{reply.status.name} {reply.remark}"
-                raise AdminError(f"consumer progress of {group!r}: {broker_group} did not answer ({detail})",
-                                 retriable=True, code="BROKER_UNAVAILABLE")
+        for broker_group in (self._transport.groups() if broker_groups is None else broker_groups):
+            reply = self._committed(broker_group, group, None)
             maxes = reply.max_map()
             for topic, queue_id, offset in reply.committed:
                 rows.append(QueueProgress(topic, queue_id, broker_group, offset, maxes.get((topic, queue_id), offset)))
         return sorted(rows, key=lambda r: (r.topic, r.queue_id))
+
+    def _committed(self, broker_group: str, group: str, topics: list[str] | None) -> OffsetsResult:
+        reply = self._transport.committed(broker_group, group, topics, self._timeout_s)
+        if not isinstance(reply, OffsetsResult) or reply.status is not OffsetsStatus.OK:
+            self._transport.forget_master(broker_group)
+            reply = self._transport.committed(broker_group, group, topics, self._timeout_s)
+        if not isinstance(reply, OffsetsResult) or reply.status is not OffsetsStatus.OK:
+            detail = reply.error if isinstance(reply, Unanswered) else f"{reply.status.name} {reply.remark}"
+            raise AdminError(f"committed offsets of {group!r}: {broker_group} did not answer ({detail})",
+                             retriable=True, code="BROKER_UNAVAILABLE")
+        return reply
+
+    def reset_offsets(self, group: str, topic: str, to: str | int) -> list[OffsetChange]:
+        """Move stopped group ``group``'s committed offset of every queue of ``topic`` to ``to``:
+        ``"earliest"`` (0: the first stored message), ``"latest"`` (the queue's end: skip the
+        backlog) or an offset (capped at each queue's end). Returns each queue's change.
+
+        Through the commit path, so the brokers' rule holds: a committed offset never moves back.
+        A queue whose committed offset is already past the target keeps it (``moved`` is False); a
+        group that never committed a queue starts from the target. AdminError (code
+        ``GROUP_ACTIVE``) while the group has live members: they would commit over the reset."""
+        if not (to in ("earliest", "latest") or (isinstance(to, int) and not isinstance(to, bool) and to >= 0)):
+            raise InvalidRequest(f"reset to 'earliest', 'latest' or an offset >= 0, not {to!r}")
+        members = self.group_members(group)
+        if members:
+            raise AdminError(f"consumer group {group!r} has {len(members)} live member(s) ({', '.join(members)}): "
+                             "stop them first", code="GROUP_ACTIVE")
+        route = self.topic_route(topic)
+        before: dict[TopicQueue, int | None] = {}
+        targets: dict[str, dict[TopicQueue, int]] = {}
+        for broker_group in sorted({q.broker_group for q in route.queues}):
+            reply = self._committed(broker_group, group, [topic])
+            committed = {TopicQueue(t, q): o for t, q, o in reply.committed}
+            keys = [TopicQueue(topic, q.queue_id) for q in route.queues if q.broker_group == broker_group]
+            ends = self._ends(broker_group, keys)
+            for key in keys:
+                before[key] = committed.get(key)
+                target = 0 if to == "earliest" else ends[key] if to == "latest" else min(int(to), ends[key])
+                if before[key] is None or target > before[key]:   # type: ignore[operator]
+                    targets.setdefault(broker_group, {})[key] = target
+        outcome = commit_offsets(self._transport, group, targets, time.monotonic() + self._timeout_s,
+                                 self._timeout_s, None)
+        if outcome.failed:
+            failed = ", ".join(outcome.failed_groups + outcome.refused_groups)
+            raise CommitFailed(f"reset of {group!r} not acknowledged by {failed}", committed=outcome.done,
+                               failed=outcome.failed)
+        return [OffsetChange(key, before[key], outcome.done.get(key, before[key])) for key in sorted(before)]
+
+    def _ends(self, broker_group: str, keys: list[TopicQueue]) -> dict[TopicQueue, int]:
+        reply = self._transport.queue_max_offsets(broker_group, [(k.topic, k.queue_id) for k in keys], self._timeout_s)
+        if isinstance(reply, Unanswered):
+            raise AdminError(f"{broker_group} did not answer the queues' ends ({reply.error})", retriable=True,
+                             code="BROKER_UNAVAILABLE")
+        return {TopicQueue(t, q): o for t, q, o in reply}

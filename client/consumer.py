@@ -6,25 +6,27 @@
     ...         handle(m.body)
     ...     c.commit()
 
-Group membership. Every consumer heartbeats its group to the controller leader
-(``consumer_heartbeat_interval_ms``), which answers with the group's live members; each member
-computes the same split of every topic's queues (RocketMQ's allocate-averagely,
-``rocketray.client.core.allocate_averagely``), so each queue is read by one live member. A member
-that closes leaves at once; one that dies leaves when the controller stops hearing from it
-(``controller.consumer_heartbeat_timeout_ms``). Different groups read independently.
+Group membership (``rocketray.client.membership``). Every consumer heartbeats its group to the
+controller leader, whose answer is the group's live members; each member computes the same split of
+every topic's queues (RocketMQ's allocate-averagely), so each queue is read by one live member. The
+split is computed again when the members change or a topic gains queues (routes are refreshed every
+``route_refresh_ms``). A member that closes leaves at once; one that dies leaves when the controller
+stops hearing from it; one that stops calling ``poll`` for ``max_poll_interval_ms`` leaves until it
+polls again. A :class:`~rocketray.client.types.RebalanceListener` hears ``on_revoked`` before queues
+leave (so it can commit) and ``on_assigned`` after new ones arrive, inside ``poll``.
 
-Reading. A newly owned queue starts at the group's committed offset, asked of the queue's master
-(or ``auto_offset_reset``: ``earliest`` or ``latest`` when the group never committed it). ``poll``
-keeps one pull in flight per owned queue; a broker holds a pull until a message is confirmed or the
-hold ends (RocketMQ's pull hold), so ``poll`` returns as soon as any queue has messages, and never a
-message beyond the confirm offset (one that a failover could take back).
+Reading (``rocketray.client.fetcher``). A newly owned queue starts at the group's committed offset
+(or ``auto_offset_reset``: ``earliest`` or ``latest`` when the group never committed it), unless the
+application seeks it. ``poll`` keeps one held pull in flight per owned, unpaused queue and
+returns as soon as any has messages; never a message beyond the confirm offset. What ``poll`` took
+it returns: an error met on the way is raised by the next ``poll`` when messages came with it.
 
-Committing. ``commit`` stores, for every queue ``poll`` returned messages of, one past the last one
-returned, as a record replicated like a message: acknowledged only when every in-sync replica has
-it, so it survives any failover. A group's offset never moves backwards (the brokers keep the
-maximum), so a late commit after a rebalance is harmless and a failed commit can simply be retried.
-Delivery is at-least-once: what was polled but not committed is delivered again after a crash or a
-rebalance.
+Committing (``rocketray.client.committer``). ``commit()`` stores, for every queue ``poll`` returned
+messages of, one past the last one returned (``commit(offsets=...)``: exactly the given offsets), as
+a record replicated like a message, every broker group concurrently. A group's offset never moves
+backwards (the brokers keep the maximum), so a late commit after a rebalance is harmless and a
+failed commit can simply be retried. Delivery is at-least-once: what was polled but not committed
+is delivered again after a crash or a rebalance.
 """
 
 from __future__ import annotations
@@ -36,46 +38,42 @@ import socket
 import threading
 import time
 import uuid
-from dataclasses import dataclass, replace
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from rocketray.broker.message import decode_record
-from rocketray.broker.pull import OffsetsResult, OffsetsStatus, PullResult, PullStatus
-from rocketray.client.config import ClientConfig
+from rocketray.client.committer import commit_offsets
+from rocketray.client.config import ClientConfig, client_config
 from rocketray.client.core import Positions, allocate_averagely
-from rocketray.client.errors import ClientClosed, CommitFailed, InvalidRequest
-from rocketray.client.producer import RESERVED_PROPERTIES, _client_config
+from rocketray.client.errors import ClientClosed, ClientError, CommitFailed, InvalidRequest, TopicNotFound
+from rocketray.client.fetcher import RETRY_AFTER_S, Fetcher
+from rocketray.client.membership import Membership
+from rocketray.client.metrics import ConsumerMetrics, Tally
 from rocketray.client.routes import Routes
-from rocketray.client.transport import Transport, Unanswered, connect_transport
-from rocketray.client.types import ReceivedMessage
-from rocketray.controller.api import ConsumerHeartbeatRequest
-from rocketray.ha.ack import PutResult, PutStatus
+from rocketray.client.transport import Transport, connect_transport
+from rocketray.client.types import RebalanceListener, ReceivedMessage, TopicQueue
 
-__all__ = ["Consumer"]
+__all__ = ["Consumer", "CommitCallback"]
 
 log = logging.getLogger("rocketray.client")
 
-RETRY_AFTER_S = 0.05
-MAX_HOLD_MS = 30_000
-
-QueueKey = tuple[str, int]
-
-
-@dataclass(slots=True)
-class _Queue:
-    group: str                       # the broker group holding it
-    next_offset: int | None = None   # None until the committed offset is known
-    pull: concurrent.futures.Future | None = None
-    pull_offset: int = -1
-    retry_at: float = 0.0
+#: ``commit_async``'s callback: the offsets it tried, and None or the :class:`CommitFailed` it raised.
+CommitCallback = Callable[[dict[TopicQueue, int], "CommitFailed | None"], Any]
+COMMIT_THREADS = 8
 
 
 class Consumer:
-    """One member of consumer group ``group`` reading ``topics`` (see the module docstring)."""
+    """One member of consumer group ``group`` reading ``topics`` (see the module docstring).
+
+    Keyword arguments override the cluster's ``client`` configuration (``poll_max_messages``,
+    ``poll_max_bytes``, ``request_timeout_ms``, ``send_timeout_ms`` (a commit's deadline),
+    ``consumer_heartbeat_interval_ms``, ``route_refresh_ms``, ``max_poll_interval_ms``); an unknown
+    or out-of-range one raises :class:`InvalidRequest` here, as does a topic that does not exist
+    (:class:`TopicNotFound`). Not thread-safe: one thread polls (``commit_async`` and ``close`` may
+    come from others)."""
 
     def __init__(self, cluster: str = "default", *, group: str, topics: Iterable[str],
                  transport: Transport | None = None, client_id: str | None = None,
-                 auto_offset_reset: str = "earliest", **settings: Any) -> None:
+                 auto_offset_reset: str = "earliest", listener: RebalanceListener | None = None,
+                 **settings: Any) -> None:
         topics = [topics] if isinstance(topics, str) else list(topics)
         if not isinstance(group, str) or not group or not topics:
             raise InvalidRequest("a consumer needs a group name and at least one topic")
@@ -85,116 +83,285 @@ class Consumer:
         self.topics = sorted(set(topics))
         self.auto_offset_reset = auto_offset_reset
         self.client_id = client_id or f"{socket.gethostname()}@{os.getpid()}@{uuid.uuid4().hex[:8]}"
+        self._listener = listener
         self._owns_transport = transport is None
         self._transport = transport if transport is not None else connect_transport(cluster)
-        self.config: ClientConfig = _client_config(self._transport, settings)
-        self._routes = Routes(self._transport)
-        for topic in self.topics:
-            self._routes.get(topic)                      # TopicNotFound now, not in the first poll
-        self._lock = threading.Lock()
-        self._members: tuple[str, ...] = ()
-        self._membership_changed = threading.Event()
-        self._queues: dict[QueueKey, _Queue] = {}
-        self._positions = Positions()
+        try:
+            self.config: ClientConfig = client_config(self._transport, settings)
+            refresh_s = self.config.route_refresh_ms / 1000
+            # the membership thread refreshes the routes every route_refresh_ms: a poll rarely asks itself
+            self._routes = Routes(self._transport, 2 * refresh_s)
+            for topic in self.topics:
+                self._routes.get(topic)                      # TopicNotFound now, not in the first poll
+        except ClientError:
+            if self._owns_transport:
+                self._transport.close()
+            raise
+        self._fetcher = Fetcher(self._transport, group, self.config, auto_offset_reset)
+        self._positions: Positions[TopicQueue] = Positions()
+        self._positions_lock = threading.Lock()
+        self._paused: set[TopicQueue] = set()
+        self._error: ClientError | None = None       # met by a poll that returned messages: raised next
         self._closed = False
-        self._stop = threading.Event()
-        self._heartbeat_once()
-        self._heartbeats = threading.Thread(target=self._heartbeat_loop, name="rocketray-consumer-heartbeat",
-                                            daemon=True)
-        self._heartbeats.start()
+        self._tally = Tally("received", "polls", "committed", "commit_failures", "rebalances")
+        self._commit_pool = concurrent.futures.ThreadPoolExecutor(COMMIT_THREADS, thread_name_prefix="rocketray-commit")
+        self._async_commits = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rocketray-commit-async")
+        self._membership = Membership(self._transport, self._routes, group, self.client_id, self.topics,
+                                      self.config.consumer_heartbeat_interval_ms / 1000, refresh_s,
+                                      self.config.max_poll_interval_ms / 1000)
+        self._membership.start()
 
-    # --- public API -------------------------------------------------------------------------------
+    # --- reading ----------------------------------------------------------------------------------
     def poll(self, timeout_s: float = 1.0) -> list[ReceivedMessage]:
         """Messages of the queues this member owns, waiting up to ``timeout_s`` for the first."""
-        if self._closed:
-            raise ClientClosed("consumer is closed")
+        self._check_open()
+        if self._error is not None:
+            stashed, self._error = self._error, None
+            raise stashed
         deadline = time.monotonic() + max(0.0, timeout_s)
-        if self._membership_changed.is_set():
+        self._membership.polled()
+        if self._membership.stale():
             self._rebalance()
         out: list[ReceivedMessage] = []
-        while True:
-            self._start_positions()
-            self._issue_pulls(deadline)
-            pending = {q.pull: key for key, q in self._queues.items() if q.pull is not None}
+        error: ClientError | None = None
+        while not (out or error):
+            found = self._fetcher.start_positions()
+            with self._positions_lock:
+                for key, offset in found.items():
+                    self._positions.acknowledged(key, offset)
+            self._fetcher.issue_pulls(deadline, self._paused)
+            pending = self._fetcher.in_flight()
             left = deadline - time.monotonic()
             if pending:
                 done, _ = concurrent.futures.wait(list(pending), timeout=max(0.0, left),
                                                   return_when=concurrent.futures.FIRST_COMPLETED)
                 for fut in done:
-                    out.extend(self._take(pending[fut], fut))
+                    messages, problem = self._fetcher.take(pending[fut], fut, self._paused)
+                    out.extend(messages)
+                    error = error or problem
             elif left > 0:
-                time.sleep(min(left, RETRY_AFTER_S))
-            if out or time.monotonic() >= deadline:
-                return out
+                time.sleep(min(left, RETRY_AFTER_S))    # nothing to read yet (positions unknown, all paused)
+            if time.monotonic() >= deadline:
+                break
+        self._hand_over(out)
+        if error is not None:
+            if not out:
+                raise error
+            self._error = error
+        return out
 
-    def commit(self, timeout_s: float | None = None) -> dict[QueueKey, int]:
-        """Commit, for every queue ``poll`` returned messages of, the offset after the last one
-        returned; returns ``{(topic, queue_id): offset}`` of what this call committed once each is
-        acknowledged, else raises :class:`CommitFailed` (retriable: committing again is always safe;
-        the queues that were acknowledged stay committed)."""
-        todo = self._positions.to_commit()
+    def _hand_over(self, messages: list[ReceivedMessage]) -> None:
+        """``messages`` go to the application: their queues' positions move past them."""
+        ends: dict[TopicQueue, int] = {}
+        for m in messages:
+            key = TopicQueue(m.topic, m.queue_id)
+            ends[key] = max(ends.get(key, 0), m.queue_offset + 1)
+        with self._positions_lock:
+            for key, end in ends.items():
+                self._positions.returned(key, end)
+        self._tally.add("received", len(messages))
+        self._tally.add("polls")
+
+    # --- committing -------------------------------------------------------------------------------
+    def commit(self, offsets: Mapping[TopicQueue, int] | None = None,
+               timeout_s: float | None = None) -> dict[TopicQueue, int]:
+        """Commit ``offsets`` (``{TopicQueue: next offset to read}``), or by default, for every queue
+        ``poll`` returned messages of, the offset after the last one returned. Returns what this
+        call committed once each is acknowledged, else raises :class:`CommitFailed` (retriable
+        unless the broker refused an offset as invalid; the queues that were acknowledged stay
+        committed and are in its ``committed``)."""
+        self._check_open()
+        return self._commit(self._commit_todo(offsets), timeout_s)
+
+    def commit_async(self, offsets: Mapping[TopicQueue, int] | None = None,
+                     callback: CommitCallback | None = None) -> concurrent.futures.Future:
+        """``commit`` in the background: what to commit is taken now, the commit runs on the
+        consumer's commit thread (commits in call order), then ``callback(offsets, error)`` runs on
+        that thread. The future gives the committed offsets or raises :class:`CommitFailed`."""
+        self._check_open()
+        todo = self._commit_todo(offsets)
+
+        def run() -> dict[TopicQueue, int]:
+            error: CommitFailed | None = None
+            try:
+                return self._commit(todo, None)
+            except CommitFailed as exc:
+                error = exc
+                raise
+            finally:
+                if callback is not None:
+                    try:
+                        callback(dict(todo), error)
+                    except Exception:  # noqa: BLE001 - an application's callback never stops the thread
+                        log.exception("consumer %s: commit callback raised", self.client_id)
+
+        return self._async_commits.submit(run)
+
+    def pending_commits(self) -> dict[TopicQueue, int]:
+        """What ``commit()`` would commit now: per queue ``poll`` returned messages of (or ``seek``
+        moved forward) whose position is past what was acknowledged."""
+        with self._positions_lock:
+            return dict(self._positions.to_commit())
+
+    def _commit_todo(self, offsets: Mapping[TopicQueue, int] | None) -> dict[TopicQueue, int]:
+        if offsets is None:
+            return self.pending_commits()
+        todo: dict[TopicQueue, int] = {}
+        for key, offset in offsets.items():
+            tq = _queue_key(key)
+            if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+                raise InvalidRequest(f"the offset to commit for {tq} must be an int >= 0, not {offset!r}")
+            if not 0 <= tq.queue_id < len(self._routes.get(tq.topic).queues):
+                raise InvalidRequest(f"topic {tq.topic!r} has no queue {tq.queue_id}")
+            todo[tq] = offset
+        return todo
+
+    def _commit(self, todo: dict[TopicQueue, int], timeout_s: float | None) -> dict[TopicQueue, int]:
         if not todo:
             return {}
         deadline = time.monotonic() + (timeout_s if timeout_s is not None else self.config.send_timeout_ms / 1000)
-        by_group: dict[str, list[tuple[str, int, int]]] = {}
-        for (topic, queue_id), offset in sorted(todo.items()):
-            by_group.setdefault(self._routes.get(topic).group_of(queue_id), []).append((topic, queue_id, offset))
-        failed, done = [], {}
-        for broker_group, entries in by_group.items():
-            if self._commit_group(broker_group, entries, deadline):
-                for topic, queue_id, offset in entries:
-                    self._positions.acknowledged((topic, queue_id), offset)
-                    done[(topic, queue_id)] = offset
-            else:
-                failed.append(broker_group)
-        if failed:
-            raise CommitFailed(f"offsets of group {self.group!r} on {', '.join(failed)} not acknowledged "
-                               f"before the timeout; commit again", committed=done)
-        return todo
+        by_group: dict[str, dict[TopicQueue, int]] = {}
+        for key, offset in sorted(todo.items()):
+            by_group.setdefault(self._routes.get(key.topic).group_of(key.queue_id), {})[key] = offset
+        outcome = commit_offsets(self._transport, self.group, by_group, deadline,
+                                 self.config.request_timeout_ms / 1000, self._commit_pool)
+        with self._positions_lock:
+            for key, offset in outcome.done.items():
+                self._positions.acknowledged(key, offset)
+        self._tally.add("committed", len(outcome.done))
+        if outcome.failed:
+            self._tally.add("commit_failures")
+            if outcome.refused_groups:
+                raise CommitFailed(f"{', '.join(outcome.refused_groups)} refused the commit of group {self.group!r} "
+                                   f"as invalid (an offset past its queue's end?)", retriable=False,
+                                   committed=outcome.done, failed=outcome.failed)
+            raise CommitFailed(f"offsets of group {self.group!r} on {', '.join(outcome.failed_groups)} not "
+                               f"acknowledged before the timeout; commit again", committed=outcome.done,
+                               failed=outcome.failed)
+        return dict(todo)
 
-    def pending_commits(self) -> dict[QueueKey, int]:
-        """What ``commit()`` would commit now: per queue ``poll`` returned messages of and whose
-        position is past what was acknowledged, one past the last message returned."""
-        return self._positions.to_commit()
+    # --- assignment, pause, seek --------------------------------------------------------------------
+    def assignment(self) -> list[TopicQueue]:
+        """The queues this member owns now."""
+        return sorted(self._fetcher.queues)
 
-    def _commit_group(self, broker_group: str, entries: list[tuple[str, int, int]], deadline: float) -> bool:
-        """Commit ``entries`` on ``broker_group`` until acknowledged or ``deadline`` (True if acked)."""
-        backoff_s = 0.02
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return False
-            reply = self._transport.commit(broker_group, self.group, entries,
-                                           min(left, self.config.request_timeout_ms / 1000))
-            outcome = _commit_outcome(reply)
-            if outcome == "ok":
-                return True
-            if outcome == "illegal":
-                raise CommitFailed(f"the broker refused the commit {entries} of group {self.group!r} as invalid",
-                                   retriable=False)
-            if not (isinstance(reply, Unanswered) and reply.master_moved):
-                self._transport.forget_master(broker_group)
-                if not self._transport.await_new_master(broker_group,
-                                                        min(backoff_s, max(0.0, deadline - time.monotonic()))):
-                    backoff_s = min(backoff_s * 2, 1.0)
+    def pause(self, *queues: TopicQueue) -> None:
+        """Stop reading these owned queues (``poll`` returns none of their messages) until ``resume``;
+        the member keeps them. A paused queue leaves with a rebalance like any other."""
+        self._paused |= self._owned(queues)
 
-    def assignment(self) -> list[QueueKey]:
-        """The ``(topic, queue_id)`` queues this member owns now."""
-        return sorted(self._queues)
+    def resume(self, *queues: TopicQueue) -> None:
+        """Read these queues again, from where reading stopped."""
+        self._paused -= {_queue_key(q) for q in queues}
+
+    def paused(self) -> list[TopicQueue]:
+        return sorted(self._paused)
+
+    def seek(self, topic: str, queue_id: int, offset: int) -> None:
+        """Read queue ``queue_id`` of ``topic`` (owned by this member) from ``offset`` on, below the
+        group's committed offset too (a replay). ``commit`` then commits the new position if it is
+        ahead of the committed one; the group's committed offset never moves back, so a member that
+        joins later starts at the highest offset ever committed."""
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise InvalidRequest(f"a seek offset must be an int >= 0, not {offset!r}")
+        (key,) = self._owned([TopicQueue(topic, queue_id)])
+        self._seek(key, offset)
+
+    def seek_to_beginning(self, *queues: TopicQueue) -> None:
+        """Read these owned queues (none given: every owned queue) from their first stored message."""
+        for key in self._owned(queues or self.assignment()):
+            self._seek(key, 0)
+
+    def seek_to_end(self, *queues: TopicQueue) -> None:
+        """Skip to the end of these owned queues (none given: every owned queue): only messages
+        stored from now on are read."""
+        keys = self._owned(queues or self.assignment())
+        for key, end in self._fetcher.end_offsets(keys, self.config.request_timeout_ms / 1000).items():
+            self._seek(key, end)
+
+    def position(self, topic: str, queue_id: int) -> int | None:
+        """The next offset this member reads of an owned queue (None until it is known)."""
+        (key,) = self._owned([TopicQueue(topic, queue_id)])
+        return self._fetcher.queues[key].next_offset
+
+    def _seek(self, key: TopicQueue, offset: int) -> None:
+        self._fetcher.seek(key, offset)
+        with self._positions_lock:
+            self._positions.sought(key, offset)
+
+    def _owned(self, queues: Iterable[Any]) -> set[TopicQueue]:
+        keys = {_queue_key(q) for q in queues}
+        missing = sorted(keys - set(self._fetcher.queues))
+        if missing:
+            raise InvalidRequest(f"{', '.join(map(str, missing))} not assigned to this member (assignment: "
+                                 f"{', '.join(map(str, self.assignment())) or 'none yet: poll first'})")
+        return keys
+
+    # --- membership -------------------------------------------------------------------------------
+    def _rebalance(self) -> None:
+        """Own the queues the members and routes give this member now; the listener hears both sides."""
+        members = self._membership.members
+        wanted: dict[TopicQueue, str] = {}
+        for topic in self.topics:
+            try:
+                route = self._routes.get(topic)
+            except TopicNotFound:
+                log.warning("consumer %s: topic %r no longer exists; its queues are not read", self.client_id, topic)
+                continue
+            for queue_id in allocate_averagely([q.queue_id for q in route.queues], members, self.client_id):
+                wanted[TopicQueue(topic, queue_id)] = route.group_of(queue_id)
+        revoked = sorted(set(self._fetcher.queues) - set(wanted))
+        assigned = sorted(set(wanted) - set(self._fetcher.queues))
+        if not (revoked or assigned):
+            return
+        self._tally.add("rebalances")
+        errors = [e for e in [self._call_listener("on_revoked", revoked)] if e is not None]
+        for key in revoked:
+            self._fetcher.drop(key)
+            self._paused.discard(key)
+        for key in assigned:
+            self._fetcher.add(key, wanted[key])
+        errors += [e for e in [self._call_listener("on_assigned", assigned)] if e is not None]
+        log.info("consumer %s group=%s members=%d owns=%s", self.client_id, self.group, len(members),
+                 [str(k) for k in self.assignment()])
+        if errors:
+            raise errors[0]
+
+    def _call_listener(self, method: str, queues: Sequence[TopicQueue]) -> Exception | None:
+        if self._listener is None or not queues:
+            return None
+        try:
+            getattr(self._listener, method)(list(queues))
+        except Exception as exc:  # noqa: BLE001 - the rebalance completes, then poll raises it
+            log.warning("consumer %s: rebalance listener %s raised: %r", self.client_id, method, exc)
+            return exc
+        return None
+
+    def metrics(self) -> ConsumerMetrics:
+        """The consumer's counters now (``rocketray.client.metrics``)."""
+        counts = self._tally.snapshot()
+        lag = self._fetcher.lag()
+        return ConsumerMetrics(counts["received"], counts["polls"], counts["committed"], counts["commit_failures"],
+                               counts["rebalances"], len(self._fetcher.queues), sum(lag.values()), lag)
 
     def close(self) -> None:
-        """Leave the group (its queues go to the other members at once). Does not commit."""
+        """Leave the group (its queues go to the other members at once), after the listener's
+        ``on_revoked`` of every owned queue and every ``commit_async`` already made. Does not commit."""
         if self._closed:
             return
         self._closed = True
-        self._stop.set()
-        try:
-            self._transport.call_controller(ConsumerHeartbeatRequest(self.group, self.client_id, tuple(self.topics),
-                                                                     leaving=True), timeout_s=3.0)
-        except Exception as exc:  # noqa: BLE001 - the controller expires it later
-            log.info("consumer %s: leave not confirmed (%s); it expires by timeout", self.client_id, exc)
+        error = self._call_listener("on_revoked", self.assignment())
+        if error is not None:
+            log.warning("consumer %s: on_revoked raised while closing: %r", self.client_id, error)
+        self._membership.close()
+        self._async_commits.shutdown(wait=True)
+        self._commit_pool.shutdown(wait=True)
         if self._owns_transport:
             self._transport.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClientClosed("consumer is closed")
 
     def __enter__(self) -> "Consumer":
         return self
@@ -202,126 +369,12 @@ class Consumer:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # --- membership -------------------------------------------------------------------------------
-    def _heartbeat_once(self) -> None:
-        try:
-            resp = self._transport.call_controller(
-                ConsumerHeartbeatRequest(self.group, self.client_id, tuple(self.topics)), timeout_s=5.0)
-        except Exception as exc:  # noqa: BLE001 - keep the last membership; try again next beat
-            log.info("consumer %s: heartbeat failed: %s", self.client_id, exc)
-            return
-        if not resp.ok:
-            log.info("consumer %s: heartbeat refused: %s %s", self.client_id, resp.code.name, resp.remark)
-            return
-        members = tuple(sorted(resp.header.members))
-        with self._lock:
-            if members != self._members:
-                self._members = members
-                self._membership_changed.set()
 
-    def _heartbeat_loop(self) -> None:
-        while not self._stop.wait(self.config.consumer_heartbeat_interval_ms / 1000):
-            self._heartbeat_once()
-
-    def _rebalance(self) -> None:
-        self._membership_changed.clear()
-        with self._lock:
-            members = self._members
-        wanted: dict[QueueKey, str] = {}
-        for topic in self.topics:
-            route = self._routes.get(topic)
-            for queue_id in allocate_averagely([q.queue_id for q in route.queues], members, self.client_id):
-                wanted[(topic, queue_id)] = route.group_of(queue_id)
-        for key in list(self._queues):
-            if key not in wanted:
-                del self._queues[key]          # an in-flight pull's answer is dropped
-        for key, broker_group in wanted.items():
-            if key not in self._queues:
-                self._queues[key] = _Queue(broker_group)
-        log.info("consumer %s group=%s members=%d owns=%s", self.client_id, self.group, len(members),
-                 sorted(self._queues))
-
-    # --- positions and pulls ------------------------------------------------------------------------
-    def _start_positions(self) -> None:
-        """Ask the masters for the committed offsets of owned queues whose position is unknown."""
-        unknown: dict[str, list[QueueKey]] = {}
-        now = time.monotonic()
-        for key, q in self._queues.items():
-            if q.next_offset is None and q.retry_at <= now:
-                unknown.setdefault(q.group, []).append(key)
-        for broker_group, keys in unknown.items():
-            reply = self._transport.committed(broker_group, self.group, sorted({t for t, _ in keys}),
-                                              self.config.request_timeout_ms / 1000)
-            if not (isinstance(reply, OffsetsResult) and reply.status is OffsetsStatus.OK):
-                self._transport.forget_master(broker_group)
-                for key in keys:
-                    self._queues[key].retry_at = now + RETRY_AFTER_S
-                continue
-            committed = reply.committed_map()
-            latest = None
-            if self.auto_offset_reset == "latest" and any(k not in committed for k in keys):
-                maxes = self._transport.queue_max_offsets(broker_group, keys, self.config.request_timeout_ms / 1000)
-                latest = {(t, q): o for t, q, o in maxes} if not isinstance(maxes, Unanswered) else None
-                if latest is None:
-                    continue
-            for key in keys:
-                start = committed.get(key)
-                if start is None:
-                    start = latest.get(key, 0) if latest is not None else 0
-                self._queues[key].next_offset = start
-                if key in committed:
-                    self._positions.acknowledged(key, start)
-
-    def _issue_pulls(self, deadline: float) -> None:
-        hold_ms = int(min(MAX_HOLD_MS, max(0.0, deadline - time.monotonic()) * 1000))
-        now = time.monotonic()
-        for (topic, queue_id), q in self._queues.items():
-            if q.pull is None and q.next_offset is not None and q.retry_at <= now:
-                q.pull_offset = q.next_offset
-                q.pull = self._transport.pull(q.group, topic, queue_id, q.next_offset, self.config.poll_max_messages,
-                                              self.config.poll_max_bytes, hold_ms, self.group)
-
-    def _take(self, key: QueueKey, fut: concurrent.futures.Future) -> list[ReceivedMessage]:
-        q = self._queues.get(key)
-        if q is None or q.pull is not fut:
-            return []                          # the queue moved to another member meanwhile
-        q.pull = None
-        result = fut.result()
-        if not isinstance(result, PullResult) or result.status is PullStatus.NOT_MASTER:
-            self._transport.forget_master(q.group)
-            q.retry_at = time.monotonic() + RETRY_AFTER_S
-            return []
-        if result.status is PullStatus.ILLEGAL:
-            raise InvalidRequest(f"pull of {key} refused: {result.remark}")
-        if q.pull_offset != q.next_offset:
-            return []
-        q.next_offset = result.next_offset     # past the group's committed offset if the broker moved it up
-        if result.status is not PullStatus.FOUND:
-            return []
-        messages = _decode(key[0], result.records, result.count)
-        self._positions.returned(key[0], key[1], result.next_offset)
-        return messages
-
-
-def _decode(topic: str, records: bytes, count: int) -> list[ReceivedMessage]:
-    out, pos = [], 0
-    for _ in range(count):
-        msg, size = decode_record(records, pos)
-        pos += size
-        props = msg.properties
-        out.append(ReceivedMessage(
-            topic=topic, queue_id=msg.queue_id, queue_offset=msg.queue_offset, msg_id=props.get("UNIQ_KEY", ""),
-            key=props.get("KEYS"), tags=props.get("TAGS"),
-            properties={k: v for k, v in props.items() if k not in RESERVED_PROPERTIES},
-            body=bytes(msg.body), born_timestamp_ms=msg.born_timestamp_ms, store_timestamp_ms=msg.store_timestamp_ms))
-    return out
-
-
-def _commit_outcome(reply: PutResult | Unanswered) -> str:
-    """'ok', 'illegal', or 'retry' (commits are idempotent: anything else is simply sent again)."""
-    if isinstance(reply, PutResult) and reply.ok:
-        return "ok"
-    if isinstance(reply, PutResult) and reply.status is PutStatus.MESSAGE_ILLEGAL:
-        return "illegal"
-    return "retry"
-
+def _queue_key(value: Any) -> TopicQueue:
+    """A :class:`TopicQueue` from one or a ``(topic, queue_id)`` pair; InvalidRequest otherwise."""
+    if isinstance(value, TopicQueue):
+        return value
+    if isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], str) and isinstance(value[1], int) \
+            and not isinstance(value[1], bool):
+        return TopicQueue(*value)
+    raise InvalidRequest(f"a queue is a TopicQueue(topic, queue_id), not {value!r}")

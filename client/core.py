@@ -14,7 +14,8 @@ Theory of operation. Nothing here does IO or reads a clock: the producer and con
   waited ``linger_ms``, or when someone waits for it (``flush``, a synchronous ``send``). At most one
   batch per key is in flight, so the messages of every queue behind a key are stored in send order.
 - **Positions** (:class:`Positions`): what ``commit`` commits is, per queue, one past the last
-  message ``poll`` returned; a queue's commit is pending until acknowledged.
+  message ``poll`` returned (or where a ``seek`` moved it since); a queue's commit is pending until
+  acknowledged.
 """
 
 from __future__ import annotations
@@ -169,27 +170,31 @@ class Accumulator(Generic[Q, T]):
         return out
 
 
-class Positions:
-    """Per queue: the offset ``commit`` would commit (one past the last polled message) and the
-    offset last acknowledged as committed."""
+class Positions(Generic[Q]):
+    """Per queue: the offset ``commit`` would commit (one past the last message ``poll`` returned,
+    or where a ``seek`` moved the queue since) and the offset last acknowledged as committed."""
 
     def __init__(self) -> None:
-        self.polled: dict[tuple[str, int], int] = {}
-        self.committed: dict[tuple[str, int], int] = {}
+        self.polled: dict[Q, int] = {}
+        self.committed: dict[Q, int] = {}
 
-    def returned(self, topic: str, queue_id: int, next_offset: int) -> None:
-        key = (topic, queue_id)
+    def returned(self, key: Q, next_offset: int) -> None:
+        """``poll`` returned the queue's messages up to ``next_offset`` (exclusive)."""
         if next_offset > self.polled.get(key, -1):
             self.polled[key] = next_offset
 
-    def to_commit(self) -> dict[tuple[str, int], int]:
+    def sought(self, key: Q, offset: int) -> None:
+        """The application moved the queue to ``offset`` (either way)."""
+        self.polled[key] = offset
+
+    def to_commit(self) -> dict[Q, int]:
         """Queues whose polled position is past what was acknowledged."""
         return {k: o for k, o in self.polled.items() if o > self.committed.get(k, -1)}
 
-    def acknowledged(self, key: tuple[str, int], offset: int) -> None:
+    def acknowledged(self, key: Q, offset: int) -> None:
         if offset > self.committed.get(key, -1):
             self.committed[key] = offset
 
-    def forget(self, key: tuple[str, int]) -> None:
+    def forget(self, key: Q) -> None:
         self.polled.pop(key, None)
         self.committed.pop(key, None)

@@ -9,8 +9,12 @@ for logs and dashboards.
 
 from __future__ import annotations
 
+from typing import Mapping
+
+from rocketray.client.types import TopicQueue
+
 __all__ = ["ClientError", "ClusterNotFound", "TopicNotFound", "InvalidMessage", "InvalidRequest", "SendFailed",
-           "SendUnknown", "CommitFailed", "ClientClosed", "AdminError"]
+           "SendUnknown", "CommitFailed", "ClientClosed", "AdminError", "BufferFull", "FlushTimeout"]
 
 
 class ClientError(Exception):
@@ -87,16 +91,36 @@ class CommitFailed(ClientError):
     retriable = True
 
     def __init__(self, message: str, *, retriable: bool | None = None,
-                 committed: dict[tuple[str, int], int] | None = None) -> None:
+                 committed: Mapping[TopicQueue, int] | None = None,
+                 failed: Mapping[TopicQueue, int] | None = None) -> None:
         super().__init__(message, retriable=retriable)
-        #: ``{(topic, queue_id): offset}`` this call did get acknowledged (other broker groups).
+        #: ``{TopicQueue: offset}`` this call did get acknowledged (other broker groups).
         self.committed = dict(committed or {})
+        #: ``{TopicQueue: offset}`` it did not (commit them again).
+        self.failed = dict(failed or {})
 
 
 class ClientClosed(ClientError):
     """The producer or consumer was closed."""
 
     code = "CLIENT_CLOSED"
+
+
+class BufferFull(ClientError):
+    """``send_async`` waited ``max_block_ms`` for room in the producer's buffer (``buffer_bytes`` of
+    messages queued or in flight) and found none: the cluster is not keeping up, or is unreachable.
+    Nothing was queued; sending again later is safe (Kafka's ``max.block.ms``)."""
+
+    code = "BUFFER_FULL"
+    retriable = True
+
+
+class FlushTimeout(ClientError, TimeoutError):
+    """``flush(timeout_s)`` (or ``close``) returned before every queued send finished. The sends go
+    on; their futures say how each ended. Also a ``TimeoutError``."""
+
+    code = "FLUSH_TIMEOUT"
+    retriable = True
 
 
 class AdminError(ClientError):

@@ -113,12 +113,12 @@ class PortData:
         failed: like a dead actor)."""
         replica = self.master(group)
         if replica is None:
-            return Unanswered("NO_MASTER")
+            return Unanswered("NO_MASTER", unsent=True)
         try:
             return replica, self._connection(group, replica)
         except OSError as exc:
             self.forget_master(group)
-            return Unanswered(f"CONNECT_FAILED {exc!r}")
+            return Unanswered(f"CONNECT_FAILED {exc!r}", unsent=True)
 
     def _request(self, group: str, frame_type: FrameType, body: tuple, decode: Callable[[Frame], Any],
                  timeout_s: float, ray_method: str, ray_args: tuple) -> Any:
@@ -165,7 +165,7 @@ class PortData:
         frame). A connection left with its request unanswered is closed, never reused."""
         replica = self.master(group)
         if replica is None:
-            return lambda: Unanswered("NO_MASTER")
+            return lambda: Unanswered("NO_MASTER", unsent=True)
         try:
             conn = self._take_direct(group, replica)
             if conn is None:
@@ -173,7 +173,7 @@ class PortData:
             conn.send(frame_type, *body)
         except (OSError, ConnectionLost) as exc:
             self.forget_master(group)
-            lost = Unanswered(f"CONNECT_FAILED {exc!r}")
+            lost = Unanswered(f"CONNECT_FAILED {exc!r}", unsent=True)
             return lambda: lost
         deadline = time.monotonic() + timeout_s
 

@@ -15,12 +15,16 @@ of every queue a broker group holds travel in one put (``batch_bytes``, ``max_ba
 ``linger_ms``), and one put per broker group is in flight, so every queue's messages are stored in
 the order they were sent.
 
-Failures (typed, with ``retriable``): a refused attempt (no master during a failover, not enough
-in-sync replicas) is retried with backoff until ``send_timeout_ms``, then :class:`SendFailed`
-(nothing was written). An answer saying the batch was written but not acknowledged raises
-:class:`SendUnknown` at once and is never resent by the producer, so a message is stored at most
-once per send, except when a call was never answered (the master died mid call): that call is
-resent, the only case where a message may be stored twice (consumers de-duplicate by ``msg_id``).
+Bounds. Messages queued or in flight hold at most ``buffer_bytes``; ``send_async`` waits up to
+``max_block_ms`` for room, then raises :class:`BufferFull` (Kafka's ``buffer.memory`` and
+``max.block.ms``). Each send ends within ``send_timeout_ms`` of its call, however long it queued.
+
+Threads. Batches go out from the producer's sender threads; the futures' done callbacks run on one
+callback thread of the producer, in the order the sends finished (``rocketray.client.futures``), so
+a callback may call ``send`` itself.
+
+Failures (typed, with ``retriable``): ``rocketray.client.sending`` says what each broker answer
+means; a message is stored at most once per send except when a call was never answered.
 """
 
 from __future__ import annotations
@@ -30,83 +34,41 @@ import itertools
 import logging
 import threading
 import time
-import uuid
 from dataclasses import replace
 from typing import Any, Callable, Mapping
 
 from rocketray.broker.batch import EncodedBatch, encode_new_record
-from rocketray.broker.message import MessageCodecError, encode_properties, topic_bytes
-from rocketray.client.config import ClientConfig
+from rocketray.broker.message import MessageCodecError, topic_bytes
+from rocketray.client.config import ClientConfig, client_config
 from rocketray.client.core import Accumulator, Batch, select_queue
-from rocketray.client.errors import ClientClosed, InvalidMessage, InvalidRequest, SendFailed, SendUnknown
-from rocketray.client.futures import SendFuture
+from rocketray.client.errors import BufferFull, ClientClosed, FlushTimeout, InvalidMessage, InvalidRequest, SendUnknown
+from rocketray.client.futures import CallbackThread, SendFuture
+from rocketray.client.messages import RESERVED_PROPERTIES, message_properties, new_msg_id_prefix
+from rocketray.client.metrics import ProducerMetrics, Tally
 from rocketray.client.routes import Routes
-from rocketray.client.transport import Transport, Unanswered, connect_transport
-from rocketray.client.types import SendResult, SendStatus, send_ok
-from rocketray.ha.ack import PutResult, PutStatus
+from rocketray.client.sending import send_with_retries
+from rocketray.client.transport import Transport, connect_transport
+from rocketray.client.types import SendResult, TopicRoute, send_ok
 
 __all__ = ["Producer", "RESERVED_PROPERTIES"]
 
 log = logging.getLogger("rocketray.client")
-
-#: Properties the client sets itself (RocketMQ's names): a user property may not use them.
-RESERVED_PROPERTIES = frozenset({"KEYS", "TAGS", "UNIQ_KEY"})
-BACKOFF_MIN_S = 0.02
-BACKOFF_MAX_S = 1.0
-#: The first wait after a watch named a new master: that master refuses (NOT_MASTER) only for the
-#: moment it takes its role (its notification trails the watch: a role switch of 8-35 ms measured
-#: on 2 cores), so it is asked again soon, then at doubling waits up to the usual backoff.
-BACKOFF_AFTER_ELECTION_S = 0.002
-#: For this long after a watch (or a lookup) named a new master, its NOT_MASTER refusals mean it is
-#: still taking its role (or its notification has not reached it yet): it is asked again after
-#: BACKOFF_AFTER_ELECTION_S each time, without doubling and without looking the master up again.
-#: The replica holds a put that arrives during its switch and answers it when the switch ends
-#: (``actors/promotion_hold.py``), so that second attempt is usually the one answered.
-PROMOTION_WINDOW_S = 0.2
 
 
 class _Pending:
     """One queued message (made per ``send_async``: a plain slots class, about a third of a frozen
     dataclass's construction time; never changed after construction)."""
 
-    __slots__ = ("topic", "queue_id", "msg_id", "future", "record")
+    __slots__ = ("topic", "queue_id", "msg_id", "future", "record", "deadline")
 
     def __init__(self, topic: str, queue_id: int, msg_id: str, future: concurrent.futures.Future,
-                 record: bytes) -> None:
+                 record: bytes, deadline: float) -> None:
         self.topic = topic
         self.queue_id = queue_id
         self.msg_id = msg_id
         self.future = future
-        self.record = record    # the message encoded once, in the commit-log layout, by the sending thread
-
-
-def new_msg_id_prefix() -> str:
-    return uuid.uuid4().hex[:20].upper()
-
-
-def message_properties(key: str | None, tags: str | None, properties: Mapping[str, str] | None,
-                       msg_id: str) -> bytes:
-    """The stored properties (RocketMQ's KEYS, TAGS and UNIQ_KEY, then the user's), encoded;
-    InvalidMessage if a property is reserved, not a string or holds a separator."""
-    if key is None and tags is None and not properties:
-        return b"UNIQ_KEY\x01" + msg_id.encode("ascii") + b"\x02"     # msg_id is hex: nothing to check
-    props: dict[str, str] = {}
-    for name, value in (properties or {}).items():
-        if not isinstance(name, str) or not isinstance(value, str):
-            raise InvalidMessage(f"properties must map str to str: {name!r}: {value!r}")
-        if name in RESERVED_PROPERTIES:
-            raise InvalidMessage(f"property {name!r} is reserved (use key=, tags=; msg_id is assigned)")
-        props[name] = value
-    for reserved, given in (("KEYS", key), ("TAGS", tags)):
-        if given is not None:
-            if not isinstance(given, str) or not given:
-                raise InvalidMessage(f"{reserved.lower()} must be a non-empty str: {given!r}")
-            props[reserved] = given
-    props["UNIQ_KEY"] = msg_id
-    try:
-        return encode_properties(props)
-    except MessageCodecError as exc:
-        raise InvalidMessage(str(exc)) from None
+        self.record = record        # the message encoded once, in the commit-log layout, by the sending thread
+        self.deadline = deadline    # monotonic s: the send ends by then (send_timeout_ms after its call)
 
 
 class Producer:
@@ -114,13 +76,19 @@ class Producer:
 
     Keyword arguments override the cluster's ``client`` configuration (``linger_ms``,
     ``batch_bytes``, ``max_batch_messages``, ``max_message_bytes``, ``send_timeout_ms``,
-    ``request_timeout_ms``, ``sender_threads``)."""
+    ``request_timeout_ms``, ``sender_threads``, ``buffer_bytes``, ``max_block_ms``,
+    ``route_refresh_ms``); an unknown or out-of-range one raises :class:`InvalidRequest` here."""
 
     def __init__(self, cluster: str = "default", *, transport: Transport | None = None, **settings: Any) -> None:
         self._owns_transport = transport is None
         self._transport = transport if transport is not None else connect_transport(cluster)
-        self.config: ClientConfig = _client_config(self._transport, settings)
-        self._routes = Routes(self._transport)
+        try:
+            self.config: ClientConfig = client_config(self._transport, settings)
+        except InvalidRequest:
+            if self._owns_transport:
+                self._transport.close()
+            raise
+        self._routes = Routes(self._transport, self.config.route_refresh_ms / 1000)
         self._lock = threading.Condition()
         self._acc: Accumulator[str, _Pending] = Accumulator(
             self.config.linger_ms, self.config.batch_bytes, self.config.max_batch_messages)
@@ -130,8 +98,17 @@ class Producer:
         self._topics: dict[str, bytes] = {}
         self._pool = concurrent.futures.ThreadPoolExecutor(self.config.sender_threads,
                                                            thread_name_prefix="rocketray-send")
-        self._closed = False
+        self._callbacks = CallbackThread()
+        self._closed = False        # no new sends; the sender thread stops
+        self._closing = False       # close() began (it runs once)
+        self._abort = threading.Event()     # close() timed out: sends in flight stop retrying
         self._flush_waiters = 0     # threads in flush(), woken when the last send finishes
+        self._space_waiters = 0     # threads in send_async waiting for room in the buffer
+        self._buffered_bytes = 0    # bytes of messages queued or in flight
+        self._pending_messages = 0
+        self._in_flight: dict[int, Batch[str, _Pending]] = {}   # id -> batch taken for sending
+        self._started: set[int] = set()                          # ids of those whose first put went out
+        self._tally = Tally("sent", "failed", "unknown", "puts", "retries")
         self.sender_passes = 0      # the sender thread's passes (woken or timed out)
         self._sender = threading.Thread(target=self._sender_loop, name="rocketray-producer", daemon=True)
         self._sender.start()
@@ -141,56 +118,113 @@ class Producer:
              properties: Mapping[str, str] | None = None) -> SendResult:
         """Send one message and wait until it is acknowledged; raises a :class:`ClientError`.
         When its broker group is idle the calling thread sends it itself (no hand-off to the sender)."""
-        queue, pending, size = self._prepare(topic, body, key, tags, properties)
+        queue, pending, size = self._prepare(self._routes.get(topic), topic, body, key, tags, properties)
         with self._lock:
-            if self._closed:
-                raise ClientClosed("producer is closed")
+            self._reserve(size)
             claimed = self._acc.try_claim(queue)
-            if not claimed:
+            if claimed:
+                batch: Batch[str, _Pending] = Batch(queue, [pending], [size], size, _now_ms(), True)
+                self._in_flight[id(batch)] = batch
+            else:
                 self._acc.add(queue, pending, size, _now_ms(), urgent=True)
                 self._lock.notify_all()
         if claimed:
-            self._send_batch(Batch(queue, [pending], [size], size, _now_ms(), True), chain=False)
+            self._send_batch(batch, chain=False)
         return pending.future.result()
 
     def send_async(self, topic: str, body: bytes, *, key: str | None = None, tags: str | None = None,
                    properties: Mapping[str, str] | None = None) -> concurrent.futures.Future:
         """Queue one message for a batched send; the future gives its :class:`SendResult` or raises.
-        Invalid input and unknown topics raise here, at once."""
-        return self._enqueue(topic, body, key, tags, properties, urgent=False)
+        Invalid input and unknown topics raise here, at once; a full buffer makes this wait up to
+        ``max_block_ms`` (then :class:`BufferFull`)."""
+        queue, pending, size = self._prepare(self._routes.get(topic), topic, body, key, tags, properties)
+        with self._lock:
+            self._reserve(size)
+            if self._acc.add(queue, pending, size, _now_ms(), False):
+                self._lock.notify_all()
+        return pending.future
+
+    def send_nowait(self, topic: str, body: bytes, *, key: str | None = None, tags: str | None = None,
+                    properties: Mapping[str, str] | None = None) -> concurrent.futures.Future | None:
+        """``send_async`` if it can queue without waiting, else None (the topic's route must be asked
+        of the controller first, or the buffer is full): an event loop's way to send without blocking
+        (``rocketray.client.aio``). Invalid input raises as in ``send_async``."""
+        route = self._routes.cached(topic)
+        if route is None:
+            return None
+        queue, pending, size = self._prepare(route, topic, body, key, tags, properties)
+        with self._lock:
+            if not self._closed and self._buffered_bytes + size > self.config.buffer_bytes:
+                return None
+            self._reserve(size)
+            if self._acc.add(queue, pending, size, _now_ms(), False):
+                self._lock.notify_all()
+        return pending.future
 
     def flush(self, timeout_s: float | None = None) -> None:
-        """Send every queued message now and wait until each send finished (acknowledged or failed)."""
+        """Send every queued message now and wait until each send finished (acknowledged or failed)
+        and the done callbacks of those sends ran (not waited for from a callback itself: it would
+        wait for itself); :class:`FlushTimeout` if ``timeout_s`` passed first (the sends go on)."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        self._wait_sends(deadline, timeout_s)
+        if not self._callbacks.current() and not self._closing and not self._callbacks.wait_idle(deadline):
+            raise FlushTimeout(f"flush: callbacks still running after {timeout_s} s")
+
+    def _wait_sends(self, deadline: float | None, timeout_s: float | None) -> None:
+        """Wait until nothing is queued or in flight (FlushTimeout at ``deadline``)."""
         with self._lock:
             self._acc.flush_all()
             self._lock.notify_all()
             self._flush_waiters += 1
             try:
-                while self._acc.pending():
+                while self._pending_messages:      # counted down once a batch's futures are resolved
                     left = None if deadline is None else deadline - time.monotonic()
                     if left is not None and left <= 0:
-                        raise TimeoutError(f"flush: {self._acc.pending()} sends still pending after {timeout_s} s")
+                        raise FlushTimeout(f"flush: {self._pending_messages} sends still pending after {timeout_s} s")
                     self._lock.wait(left)
             finally:
                 self._flush_waiters -= 1
 
     def close(self, timeout_s: float | None = None) -> None:
-        """Flush, then stop the background threads. Idempotent."""
-        if self._closed:
-            return
+        """Flush, then stop the background threads; returns within ``timeout_s`` (None: when every
+        send finished). Sends still unfinished then end at once: those queued with
+        :class:`ClientClosed` (not written), those in flight with :class:`SendUnknown`. Idempotent."""
+        with self._lock:
+            if self._closing:
+                return
+            self._closing = True
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
         try:
             self.flush(timeout_s)
-        finally:
-            with self._lock:
-                self._closed = True
-                for batch in self._acc.drain():
-                    for p in batch.items:
-                        p.future.set_exception(ClientClosed("producer closed before this message was sent"))
-                self._lock.notify_all()
-            self._pool.shutdown(wait=True)
-            if self._owns_transport:
-                self._transport.close()
+            timed_out = False
+        except FlushTimeout:
+            timed_out = True
+            log.warning("producer closed with sends unfinished after %s s: they end as unknown", timeout_s)
+        if timed_out:
+            self._abort.set()
+        with self._lock:
+            self._closed = True
+            unsent = self._acc.drain()
+            cut = list(self._in_flight.values()) if timed_out else []
+            started = set(self._started)
+            self._lock.notify_all()
+        for batch in unsent:
+            self._finish(batch, ClientClosed("producer closed before this message was sent"))
+        for batch in cut:
+            self._finish(batch, SendUnknown("producer closed before the answer came", "") if id(batch) in started
+                         else ClientClosed("producer closed before this message was sent"))
+        self._pool.shutdown(wait=not timed_out, cancel_futures=True)
+        self._callbacks.close(deadline)
+        if self._owns_transport:
+            self._transport.close()
+
+    def metrics(self) -> ProducerMetrics:
+        """The producer's counters now (``rocketray.client.metrics``)."""
+        counts = self._tally.snapshot()
+        with self._lock:
+            pending, buffered = self._pending_messages, self._buffered_bytes
+        return ProducerMetrics(counts["sent"], counts["failed"], counts["unknown"], counts["puts"], counts["retries"],
+                               pending, buffered)
 
     def __enter__(self) -> "Producer":
         return self
@@ -199,23 +233,35 @@ class Producer:
         self.close()
 
     # --- queueing ---------------------------------------------------------------------------------
-    def _enqueue(self, topic: str, body: bytes, key: str | None, tags: str | None,
-                 properties: Mapping[str, str] | None, urgent: bool) -> concurrent.futures.Future:
-        queue, pending, size = self._prepare(topic, body, key, tags, properties)
-        with self._lock:
-            if self._closed:
-                raise ClientClosed("producer is closed")
-            if self._acc.add(queue, pending, size, _now_ms(), urgent):
-                self._lock.notify_all()
-        return pending.future
+    def _reserve(self, size: int) -> None:
+        """Count ``size`` bytes into the buffer, waiting up to ``max_block_ms`` for room (the lock
+        held). Raises ClientClosed or BufferFull."""
+        if self._closed:
+            raise ClientClosed("producer is closed")
+        if self._buffered_bytes + size > self.config.buffer_bytes:
+            deadline = time.monotonic() + self.config.max_block_ms / 1000
+            self._space_waiters += 1
+            try:
+                while self._buffered_bytes + size > self.config.buffer_bytes:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise BufferFull(f"no room for {size} bytes in the producer's buffer ({self._buffered_bytes} "
+                                         f"of {self.config.buffer_bytes} bytes queued or in flight) after "
+                                         f"{self.config.max_block_ms} ms")
+                    self._lock.wait(left)
+                    if self._closed:
+                        raise ClientClosed("producer is closed")
+            finally:
+                self._space_waiters -= 1
+        self._buffered_bytes += size
+        self._pending_messages += 1
 
-    def _prepare(self, topic: str, body: bytes, key: str | None, tags: str | None,
+    def _prepare(self, route: TopicRoute, topic: str, body: bytes, key: str | None, tags: str | None,
                  properties: Mapping[str, str] | None) -> tuple[str, _Pending, int]:
         """The broker group of the message's queue (what batches are keyed by), its pending entry and
         its accounted size (raises on bad input)."""
         if self._closed:
             raise ClientClosed("producer is closed")
-        route = self._routes.get(topic)
         if not isinstance(body, bytes):
             if not isinstance(body, (bytearray, memoryview)):
                 raise InvalidMessage(f"a message body must be bytes, not {type(body).__name__}")
@@ -230,8 +276,9 @@ class Producer:
             record = encode_new_record(self._topic_bytes(topic), props, body, queue_id, int(time.time() * 1000))
         except MessageCodecError as exc:
             raise InvalidMessage(str(exc)) from None
-        future: concurrent.futures.Future = SendFuture()
-        return route.group_of(queue_id), _Pending(topic, queue_id, msg_id, future, record), len(record)
+        deadline = time.monotonic() + self.config.send_timeout_ms / 1000
+        pending = _Pending(topic, queue_id, msg_id, SendFuture(self._callbacks.dispatch), record, deadline)
+        return route.group_of(queue_id), pending, len(record)
 
     def _topic_bytes(self, topic: str) -> bytes:
         encoded = self._topics.get(topic)
@@ -239,6 +286,7 @@ class Producer:
             encoded = self._topics[topic] = topic_bytes(topic)
         return encoded
 
+    # --- sending ----------------------------------------------------------------------------------
     def _sender_loop(self) -> None:
         while True:
             with self._lock:
@@ -250,8 +298,13 @@ class Producer:
                     due = self._acc.next_due_ms()
                     self._lock.wait(None if due is None else max(0.0, (due - _now_ms()) / 1000))
                     continue
+                for batch in ready:
+                    self._in_flight[id(batch)] = batch
             for batch in ready:
-                self._pool.submit(self._send_batch, batch)
+                try:
+                    self._pool.submit(self._send_batch, batch)
+                except RuntimeError:        # closed meanwhile: close() ended the batch
+                    return
 
     def _send_batch(self, batch: Batch[str, _Pending], chain: bool = True) -> None:
         """Send ``batch`` and then, with ``chain``, each next ready batch of its broker group from this
@@ -262,101 +315,78 @@ class Producer:
         while current is not None:
             outcome: tuple[tuple[int, int], ...] | BaseException
             try:
-                outcome = self._send_with_retries(current.queue, *started)
+                outcome = send_with_retries(self._transport, current.queue, *started,
+                                            self.config.request_timeout_ms / 1000, current.items[0].deadline,
+                                            self._tally, self._abort)
             except Exception as exc:  # noqa: BLE001 - every outcome reaches the futures
                 outcome = exc
             with self._lock:
-                if chain:
+                if chain and not self._closed:
                     nxt = self._acc.take_next(current.queue, _now_ms())
+                    if nxt is not None:
+                        self._in_flight[id(nxt)] = nxt
                 else:
                     self._acc.done(current.queue)
                     nxt = None
-                # the sender thread has work only if a batch is open or in flight, and flush()
-                # waits for the last one: a synchronous send of an idle producer wakes nobody
-                if self._acc.pending() or self._flush_waiters:
-                    self._lock.notify_all()
             if nxt is not None:
                 started = self._start(nxt)
-            _resolve(current, outcome)
+            self._finish(current, outcome)
             current = nxt
 
     def _start(self, batch: Batch[str, _Pending],
                caller_waits: bool = False) -> tuple[EncodedBatch, Callable[[], Any] | BaseException | None]:
         """The batch's bytes and its first attempt, sent now when the transport can send without
-        waiting (``put_start``); None: the first attempt is a plain ``put``. ``caller_waits``: this
-        thread waits for the answer (a synchronous send; the transport may let it read it itself)."""
+        waiting (``put_start``); None: the first attempt is a plain ``put`` (or none: the batch's
+        deadline passed while it queued). ``caller_waits``: this thread waits for the answer (a
+        synchronous send; the transport may let it read it itself)."""
         encoded = EncodedBatch(b"".join(p.record for p in batch.items), len(batch.items))
-        put_start = getattr(self._transport, "put_start", None)
-        if put_start is None:
+        with self._lock:
+            self._started.add(id(batch))
+        put_start = self._transport.put_start
+        left = batch.items[0].deadline - time.monotonic()
+        if left <= 0:
             return encoded, None
         try:
-            timeout_s = self.config.request_timeout_ms / 1000
+            timeout_s = min(self.config.request_timeout_ms / 1000, left)
             if caller_waits:
                 return encoded, put_start(batch.queue, encoded, timeout_s, caller_waits=True)
             return encoded, put_start(batch.queue, encoded, timeout_s)
         except Exception as exc:  # noqa: BLE001 - raised again by the send loop
             return encoded, exc
 
-    def _send_with_retries(self, group: str, encoded: EncodedBatch,
-                           first: Callable[[], Any] | BaseException | None = None) -> tuple[tuple[int, int], ...]:
-        """Put one batch (messages of ``group``'s queues) until acknowledged; returns its
-        (queue_offset, physical_offset) pairs in batch order. ``first``: the first attempt, already
-        sent (``_start``)."""
-        if isinstance(first, BaseException):
-            raise first
-        timeout_s = self.config.request_timeout_ms / 1000
-        deadline = time.monotonic() + self.config.send_timeout_ms / 1000
-        backoff_s, maybe_written, last = BACKOFF_MIN_S, False, "no attempt"
-        elected_at = -PROMOTION_WINDOW_S     # when a watch last named a new master (monotonic s)
-        # ... or a lookup did (a transport that knows: the master an attempt found may be one the
-        # controller just elected, whose notification has not reached it yet)
-        named_at: Callable[[str], float] = getattr(self._transport, "named_at", lambda g: float("-inf"))
-        while time.monotonic() < deadline:
-            reply = first() if first is not None else self._transport.put(group, encoded, timeout_s)
-            first = None
-            promoting = False
-            if isinstance(reply, PutResult):
-                if reply.ok:
-                    if len(reply.offsets) != encoded.count:   # a broker answer that does not match the batch
-                        raise SendUnknown(f"{group} acknowledged {len(reply.offsets)} offsets for "
-                                          f"{encoded.count} messages", "")
-                    return reply.offsets
-                last = reply.status.name
-                if reply.status is PutStatus.MESSAGE_ILLEGAL:
-                    raise InvalidMessage(f"the broker refused the batch as malformed or oversized ({last})")
-                if not reply.retriable:
-                    status = SendStatus.FLUSH_SLAVE_TIMEOUT if reply.status is PutStatus.FLUSH_SLAVE_TIMEOUT else None
-                    raise SendUnknown(f"written to {group} but not acknowledged ({last}); not resent", "", status)
-                promoting = (reply.status is PutStatus.NOT_MASTER
-                             and time.monotonic() - max(elected_at, named_at(group)) < PROMOTION_WINDOW_S)
-            else:
-                maybe_written, last = True, reply.error
-                if reply.master_moved:
-                    continue  # the watch named the new master: send there at once
-            if promoting:
-                backoff_s = BACKOFF_AFTER_ELECTION_S
-            else:
-                self._transport.forget_master(group)
-            if self._transport.await_new_master(group, backoff_s):   # an election ends the wait
-                # and the backoff: the new master may refuse for the moment it takes its role (its
-                # notification trails the watch), so the next wait is the shortest, not the doubled
-                # wait of the outage before (issue 29: 320 ms lost after a leader-lost node loss),
-                # nor a whole BACKOFF_MIN_S when the switch takes a few ms (issue 27)
-                backoff_s, elected_at = BACKOFF_AFTER_ELECTION_S, time.monotonic()
-            elif not promoting:
-                backoff_s = min(backoff_s * 2, BACKOFF_MAX_S)
-        if maybe_written:
-            raise SendUnknown(f"no answer from {group}'s master before the send timeout ({last})", "")
-        raise SendFailed(f"every attempt to send to {group} was refused before writing ({last})")
+    def _finish(self, batch: Batch[str, _Pending], outcome: tuple[tuple[int, int], ...] | BaseException) -> None:
+        """Resolve the batch's futures (each once: a close that timed out may have ended them) and
+        give its bytes back to the buffer."""
+        settled = 0
+        if isinstance(outcome, BaseException):
+            for p in batch.items:
+                settled += _settle(p.future, None, _per_message(outcome, p.msg_id))
+            self._tally.add("unknown" if isinstance(outcome, SendUnknown) else "failed", settled)
+        else:
+            for p, (queue_offset, _physical) in zip(batch.items, outcome):
+                settled += _settle(p.future, send_ok(p.msg_id, p.topic, p.queue_id, queue_offset), None)
+            self._tally.add("sent", settled)
+        with self._lock:
+            if self._in_flight.pop(id(batch), None) is not None or settled:
+                self._buffered_bytes -= batch.size_bytes
+                self._pending_messages -= len(batch.items)
+            self._started.discard(id(batch))
+            # the sender thread has work only if a batch is open or in flight, flush() waits for the
+            # last one, and a full buffer has waiters: a synchronous send of an idle producer wakes nobody
+            if self._acc.pending() or self._flush_waiters or self._space_waiters:
+                self._lock.notify_all()
 
 
-def _resolve(batch: Batch[str, _Pending], outcome: tuple[tuple[int, int], ...] | BaseException) -> None:
-    if isinstance(outcome, BaseException):
-        for p in batch.items:
-            p.future.set_exception(_per_message(outcome, p.msg_id))
-        return
-    for p, (queue_offset, _physical) in zip(batch.items, outcome):
-        p.future.set_result(send_ok(p.msg_id, p.topic, p.queue_id, queue_offset))
+def _settle(future: concurrent.futures.Future, result: SendResult | None, exc: BaseException | None) -> int:
+    """Set the future's outcome unless it has one (1 if this call set it)."""
+    try:
+        if exc is not None:
+            future.set_exception(exc)
+        else:
+            future.set_result(result)
+        return 1
+    except concurrent.futures.InvalidStateError:
+        return 0
 
 
 def _per_message(exc: BaseException, msg_id: str) -> BaseException:
@@ -367,14 +397,3 @@ def _per_message(exc: BaseException, msg_id: str) -> BaseException:
 
 def _now_ms() -> int:
     return int(time.monotonic() * 1000)
-
-
-def _client_config(transport: Transport, settings: dict[str, Any]) -> ClientConfig:
-    try:
-        base = transport.config().client
-    except Exception:  # noqa: BLE001 - a transport without the cluster's config: the defaults
-        base = ClientConfig()
-    unknown = set(settings) - set(ClientConfig.__dataclass_fields__)
-    if unknown:
-        raise InvalidRequest(f"unknown client setting(s): {', '.join(sorted(unknown))}")
-    return replace(base, **settings)

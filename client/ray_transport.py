@@ -24,7 +24,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 import ray
 
@@ -220,7 +220,7 @@ class RayTransport:
         actor dies, or a watch names another master first."""
         replica = self.master(group)
         if replica is None:
-            return Unanswered("NO_MASTER")
+            return Unanswered("NO_MASTER", unsent=True)
         deadline = time.monotonic() + timeout_s
         try:
             ref = getattr(self.cluster.broker(group, replica), method).remote(*args)
@@ -242,6 +242,11 @@ class RayTransport:
     def put(self, group: str, batch: EncodedBatch, timeout_s: float) -> PutResult | Unanswered:
         return self._call_master(group, "put", (batch,), timeout_s)
 
+    def put_start(self, group: str, batch: EncodedBatch, timeout_s: float,
+                  caller_waits: bool = False) -> Callable[[], PutResult | Unanswered]:
+        """``put``, sent when its answer is waited for (a Ray call is one round trip either way)."""
+        return lambda: self.put(group, batch, timeout_s)
+
     def commit(self, group: str, consumer_group: str, entries: list[tuple[str, int, int]],
                timeout_s: float) -> PutResult | Unanswered:
         return self._call_master(group, "commit_offsets", (consumer_group, entries), timeout_s)
@@ -261,7 +266,7 @@ class RayTransport:
         out: concurrent.futures.Future = concurrent.futures.Future()
         replica = self.master(group)
         if replica is None:
-            out.set_result(Unanswered("NO_MASTER"))
+            out.set_result(Unanswered("NO_MASTER", unsent=True))
             return out
         try:
             ref = self.cluster.broker(group, replica).pull.remote(topic, queue_id, offset, max_count, max_bytes,

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import concurrent.futures
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from rocketray.broker.batch import EncodedBatch
 from rocketray.broker.pull import OffsetsResult
@@ -39,10 +39,13 @@ __all__ = ["Transport", "Unanswered", "connect_transport"]
 
 @dataclass(frozen=True, slots=True)
 class Unanswered:
-    """A call that never answered (timeout, actor death, master moved): it may or may not have run."""
+    """A call that never answered (timeout, actor death, master moved): it may or may not have run.
+    ``unsent``: nothing left the client (no master known, no connection could be made), so it
+    certainly did not run."""
 
     error: str
     master_moved: bool = False
+    unsent: bool = False
 
 
 class Transport(Protocol):
@@ -55,6 +58,8 @@ class Transport(Protocol):
     def await_new_master(self, group: str, timeout_s: float) -> bool: ...
     def named_at(self, group: str) -> float: ...
     def put(self, group: str, batch: EncodedBatch, timeout_s: float) -> PutResult | Unanswered: ...
+    def put_start(self, group: str, batch: EncodedBatch, timeout_s: float,
+                  caller_waits: bool = False) -> Callable[[], PutResult | Unanswered]: ...
     def commit(self, group: str, consumer_group: str, entries: list[tuple[str, int, int]],
                timeout_s: float) -> PutResult | Unanswered: ...
     def committed(self, group: str, consumer_group: str, topics: list[str] | None,

@@ -4,9 +4,36 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Mapping, NamedTuple, Protocol, Sequence
 
-__all__ = ["SendStatus", "SendResult", "ReceivedMessage", "QueueRoute", "TopicRoute", "QueueProgress"]
+__all__ = ["SendStatus", "SendResult", "ReceivedMessage", "QueueRoute", "TopicRoute", "QueueProgress", "TopicQueue",
+           "RebalanceListener", "OffsetChange"]
+
+
+class TopicQueue(NamedTuple):
+    """One queue of a topic: the key of assignments, positions and commits (Kafka's
+    ``TopicPartition``, RocketMQ's ``MessageQueue`` without the broker). Immutable and hashable;
+    ``topic, queue_id = tq`` unpacks it."""
+
+    topic: str
+    queue_id: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}/{self.queue_id}"
+
+
+class RebalanceListener(Protocol):
+    """What a consumer calls when its queues change (Kafka's ``ConsumerRebalanceListener``). Both run
+    inside ``Consumer.poll``, on the thread that called it, so they may call the consumer
+    (``commit``, ``seek``, ``pause``)."""
+
+    def on_revoked(self, queues: Sequence[TopicQueue]) -> None:
+        """These queues are about to leave this member: commit what was handled of them now (a
+        commit after this call is still accepted, but another member may already read them)."""
+
+    def on_assigned(self, queues: Sequence[TopicQueue]) -> None:
+        """These queues are now this member's; reading starts at the group's committed offset
+        unless the listener seeks them."""
 
 
 class SendStatus(enum.Enum):
@@ -65,6 +92,10 @@ class ReceivedMessage:
     born_timestamp_ms: int
     store_timestamp_ms: int = 0
 
+    @property
+    def queue(self) -> TopicQueue:
+        return TopicQueue(self.topic, self.queue_id)
+
 
 @dataclass(frozen=True, slots=True)
 class QueueRoute:
@@ -96,3 +127,22 @@ class QueueProgress:
     @property
     def lag(self) -> int:
         return max(0, self.max_offset - self.committed_offset)
+
+    @property
+    def queue(self) -> TopicQueue:
+        return TopicQueue(self.topic, self.queue_id)
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetChange:
+    """One queue of an offset reset (``Admin.reset_offsets``): the group's committed offset before
+    and after (None: never committed). ``after`` equals ``before`` where a committed offset was
+    already past the target (committed offsets never move back)."""
+
+    queue: TopicQueue
+    before: int | None
+    after: int | None
+
+    @property
+    def moved(self) -> bool:
+        return self.after != self.before

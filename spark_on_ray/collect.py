@@ -27,6 +27,7 @@ from typing import Any, Callable, Iterable, Mapping
 import pyarrow as pa
 
 from rocketray.verify import history as run_format
+from rocketray.verify.group_history import GROUP_FUNCTIONS
 from rocketray.verify.run_dir import read_run_dir
 
 HISTORY = "history"
@@ -47,7 +48,7 @@ FILES = {
 }
 
 #: history rows of the consumer-group workload (``f``) -> the record kind they become (None: left out)
-GROUP_ROWS = {"deliver": DELIVERIES, "progress": CONSUMER_PROGRESS, "commit": None, "consumer": None}
+GROUP_ROWS = {**dict.fromkeys(GROUP_FUNCTIONS), "deliver": DELIVERIES, "progress": CONSUMER_PROGRESS}
 
 EPOCH_ENTRY_TYPE = pa.struct([("epoch", pa.int64()), ("start_offset", pa.int64()), ("end_offset", pa.int64())])
 QUEUE_TYPE = pa.struct([("topic", pa.string()), ("queue_id", pa.int64()), ("min_offset", pa.int64()),
@@ -257,7 +258,7 @@ NORMALIZERS: dict[str, Callable[[Mapping[str, Any]], dict[str, Any]]] = {
 
 def split_history(records: Mapping[str, list[Mapping[str, Any]]]) -> dict[str, list[Mapping[str, Any]]]:
     """``records`` with the consumer-group rows of ``history`` (``GROUP_ROWS``) moved to their own
-    kinds (after any rows of those kinds given directly); ``commit`` and ``consumer`` rows dropped."""
+    kinds (after any rows of those kinds given directly); the workload's other rows dropped."""
     out: dict[str, list[Mapping[str, Any]]] = {kind: list(rows or []) for kind, rows in records.items()}
     history = []
     for row in out.get(HISTORY, []):

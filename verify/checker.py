@@ -365,7 +365,7 @@ def check(run: RunData) -> Verdict:
         heal_at_ms=heal_ms,
         start_ms=min([*(op.start_ms for op in ops), *(e.time_ms for e in run.nemesis)], default=None),
         examples={k: v for k, v in examples.items() if v},
-        groups=check_groups([op.payload_id for op in ops if op.is_send and op.ok], run.groups),  # type: ignore[misc]
+        groups=check_groups([op for op in ops if op.is_send], run.groups),
     )
 
 

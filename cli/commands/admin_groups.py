@@ -1,14 +1,21 @@
-"""``rocketray admin consumer-progress``: mqadmin's consumerProgress for rocketray's consumer groups.
+"""``rocketray admin consumer-progress`` and ``reset-offset``: mqadmin's consumerProgress and
+resetOffset for rocketray's consumer groups.
 
-Per queue a group has committed: the broker group holding it, the queue's max offset, the group's
-committed offset and the difference (lag), asked of each broker group's master through
-``rocketray.client.Admin.consumer_progress``. ``-g a,b`` reports several groups; ``--json`` prints
-``{group: [{"topic", "queue_id", "broker_group", "committed_offset", "max_offset", "lag"}, ...]}``.
+consumer-progress: per queue a group has committed, the broker group holding it, the queue's max
+offset, the group's committed offset and the difference (lag), asked of each broker group's master
+through ``rocketray.client.Admin.consumer_progress``. ``-g a,b`` reports several groups; ``--json``
+prints ``{group: [{"topic", "queue_id", "broker_group", "committed_offset", "max_offset", "lag"}, ...]}``.
+
+reset-offset: moves a stopped group's committed offsets of one topic to ``earliest``, ``latest`` or an
+offset (``Admin.reset_offsets``: through the commit path, so an offset never moves back; the
+queues where it could not are listed as kept). Refused while the group has live members.
+``--json`` prints ``[{"topic", "queue_id", "before", "after", "moved"}, ...]``.
 """
 
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from rocketray.cli.admin_common import AdminError, add_common_flags, add_repeat_flags, run
 
@@ -19,6 +26,34 @@ def add_group_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-g", "--group", required=True, metavar="GROUP[,GROUP...]", help="consumer group(s)")
     add_repeat_flags(p)
     p.set_defaults(func=run_consumer_progress)
+
+    p = sub.add_parser("reset-offset", help="move a stopped consumer group's offsets of a topic (forward only)")
+    add_common_flags(p)
+    p.add_argument("-g", "--group", required=True, help="consumer group (no live members)")
+    p.add_argument("-t", "--topic", required=True, help="topic")
+    p.add_argument("--to", required=True, type=reset_target, metavar="earliest|latest|OFFSET",
+                   help="earliest (0), latest (each queue's end: skip the backlog) or an offset (capped at the end)")
+    p.set_defaults(func=run_reset_offset)
+
+
+def reset_target(text: str) -> str | int:
+    """``--to``'s value: earliest, latest, or an offset >= 0."""
+    if text in ("earliest", "latest"):
+        return text
+    try:
+        offset = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected earliest, latest or an offset, not {text!r}") from None
+    if offset < 0:
+        raise argparse.ArgumentTypeError(f"an offset is >= 0, not {offset}")
+    return offset
+
+
+def client_transport(cluster: Any) -> Any:
+    """The transport the commands' ``Admin`` uses (Ray calls: the CLI is a Ray driver)."""
+    from rocketray.client.ray_transport import RayTransport
+
+    return RayTransport(cluster)
 
 
 def format_progress(rows_by_group: dict[str, list[dict]]) -> str:
@@ -34,14 +69,25 @@ def format_progress(rows_by_group: dict[str, list[dict]]) -> str:
     return "\n".join(out)
 
 
+def format_reset(group: str, topic: str, to: str | int, rows: list[dict]) -> str:
+    """One line per queue: the committed offset before and after; a queue kept says why."""
+    out = [f"#Group  {group}  #Topic  {topic}  reset to {to}",
+           f"{'#QID':<6}{'#Old Offset':<14}#New Offset"]
+    for r in rows:
+        old = "-" if r["before"] is None else r["before"]
+        note = "" if r["moved"] else "kept: committed offsets never move back"
+        out.append(f"{r['queue_id']:<6}{old!s:<14}{r['after']!s:<14}{note}".rstrip())
+    out.append(f"moved {sum(r['moved'] for r in rows)} of {len(rows)} queues")
+    return "\n".join(out)
+
+
 def run_consumer_progress(args: argparse.Namespace) -> int:
     from rocketray.client import Admin, ClientError
-    from rocketray.client.ray_transport import RayTransport
 
     groups = [g for g in args.group.split(",") if g]
 
     def once(cluster):
-        client_admin = Admin(transport=RayTransport(cluster))
+        client_admin = Admin(transport=client_transport(cluster))
         result: dict[str, list[dict]] = {}
         try:
             for group in groups:
@@ -51,5 +97,20 @@ def run_consumer_progress(args: argparse.Namespace) -> int:
         except ClientError as exc:
             raise AdminError(str(exc)) from exc
         return format_progress(result), result
+
+    return run(args, once)
+
+
+def run_reset_offset(args: argparse.Namespace) -> int:
+    from rocketray.client import Admin, ClientError
+
+    def once(cluster):
+        try:
+            changes = Admin(transport=client_transport(cluster)).reset_offsets(args.group, args.topic, args.to)
+        except ClientError as exc:
+            raise AdminError(f"{exc.code}: {exc}") from exc
+        rows = [{"topic": c.queue.topic, "queue_id": c.queue.queue_id, "before": c.before, "after": c.after,
+                 "moved": c.moved} for c in changes]
+        return format_reset(args.group, args.topic, args.to, rows), rows
 
     return run(args, once)

@@ -1,5 +1,11 @@
 """The consumer-group checker: each rule on a hand-made history that passes and one that fails, and the
-group rows' run-directory format (round trip, strict lines)."""
+group rows' run-directory format (round trip, strict lines).
+
+The cases under "seeded bugs" are histories of a plausible client or broker bug that the checker
+before these rules judged valid (checked by running the checker of 43e40ea on them): two members
+reading one queue for good, a delivery at the wrong position, offsets going back within a member,
+a failed send delivered, a declared group that recorded nothing, a drain that did not finish, and a
+regression in a sample where another broker group did not answer."""
 
 from __future__ import annotations
 
@@ -10,7 +16,8 @@ from typing import Callable
 import pytest
 
 from rocketray.verify.checker import check, check_run_dir, format_verdict
-from rocketray.verify.group_history import CommitRecord, ConsumerEvent, Delivery, GroupHistory, ProgressRow
+from rocketray.verify.group_history import (Assignment, CommitRecord, ConsumerEvent, Delivery, DrainRecord,
+                                            GroupDeclared, GroupHistory, ProgressRow, SampleRecord)
 from rocketray.verify.groups import POLL_TIMEOUT_MS, REREAD_SLACK_MS
 from rocketray.verify.history import OpRecord, RunDirError
 from rocketray.verify.run_dir import RunData, read_run_dir, write_run_dir
@@ -32,9 +39,28 @@ class Run:
         return self
 
     def deliver(self, pid: str, offset: int, *, group: str = "cg-0", queue_id: int = 0, poll_start: float = 100,
-                process: str = "cg-0-c0-1") -> "Run":
+                process: str = "cg-0-c0-1", poll: int | None = None) -> "Run":
         self.rows.append(Delivery(process, group, TOPIC, queue_id, offset, pid, f"MSG{offset}", poll_start,
-                                  poll_start + 10))
+                                  poll_start + 10, poll))
+        return self
+
+    def assign(self, event: str, *, poll: int, at: float, group: str = "cg-0", queue_id: int = 0,
+               process: str = "cg-0-c0-1") -> "Run":
+        self.rows.append(Assignment(process, group, TOPIC, queue_id, event, poll, at))
+        return self
+
+    def declare(self, group: str = "cg-0", drained: bool | None = True) -> "Run":
+        self.rows.append(GroupDeclared(group, TOPIC, 2, 0))
+        if drained is not None:
+            self.rows.append(DrainRecord(group, "ok" if drained else "failed", 0 if drained else 3, 9999))
+        return self
+
+    def sample(self, broker_group: str, committed: dict[int, int] | None, *, start: float,
+               group: str = "cg-0") -> "Run":
+        """One broker group's progress sample: None means its master did not answer."""
+        self.rows.append(SampleRecord(group, broker_group, "failed" if committed is None else "ok", start, start + 30))
+        for queue_id, offset in (committed or {}).items():
+            self.rows.append(ProgressRow(group, TOPIC, queue_id, offset, 10, start, start + 30, broker_group))
         return self
 
     def commit(self, offset: int, *, end: float, group: str = "cg-0", queue_id: int = 0, outcome: str = "ok",
@@ -67,6 +93,38 @@ def delivered_everywhere(groups=("cg-0", "cg-1")) -> Run:
         r.consumer("start", group=g, process=f"{g}-c0-1")
         for i in range(3):
             r.deliver(f"p{i}", i, group=g, process=f"{g}-c0-1")
+    return r
+
+
+def owned_reading(offsets=(0, 1, 2)) -> Run:
+    """Acked p0..p2 in queue 0; member c0-1 assigned queue 0 in poll 1 reads them, one per poll."""
+    r = Run()
+    for i in range(3):
+        r.send(f"p{i}", i, at=10 * i)
+    r.consumer("start", at=0).assign("assigned", poll=1, at=100)
+    for poll, offset in enumerate(offsets, start=1):
+        r.deliver(f"p{offset}", offset, poll=poll, poll_start=100 * poll)
+    return r
+
+
+def two_owners(overlap_end: float) -> Run:
+    """Members c0-1 and c1-1 both own queue 0 from 100 ms; c0-1 gives it up at ``overlap_end``."""
+    r = owned_reading()
+    r.consumer("start", process="cg-0-c1-1", at=50).assign("assigned", poll=1, at=100, process="cg-0-c1-1")
+    for i in range(3):
+        r.deliver(f"p{i}", i, poll=i + 1, poll_start=100 * (i + 1), process="cg-0-c1-1")
+    r.assign("revoked", poll=50, at=overlap_end)
+    r.consumer("close", process="cg-0-c1-1", at=30_000)
+    return r
+
+
+def delivered_at(positions: dict[int, int]) -> Run:
+    """p0..p2 acked at offsets 0..2 of queue 0; payload i delivered at ``positions[i]``."""
+    r = Run()
+    for i in range(3):
+        r.send(f"p{i}", i, at=10 * i)
+    for i, offset in positions.items():
+        r.deliver(f"p{i}", offset)
     return r
 
 
@@ -133,6 +191,48 @@ CASES: list[Case] = [
     ("the highest acked offset counts, not the latest",
      lambda: delivered_everywhere(("cg-0",)).commit(3, end=500).commit(2, end=1000).progress({0: 2}, start=2000),
      "cg-0", "commit_regressions", 1, False),
+    # -- seeded bugs (each passed the checker of 43e40ea) ---------------------------------------------
+    # bounded redeliveries: two members reading one queue for good
+    ("two members own one queue for 20 s and both read every message", lambda: two_owners(overlap_end=20_000),
+     "cg-0", "shared_ownership", 1, False),
+    ("a member hands a queue over within the allowance", lambda: two_owners(overlap_end=3_000),
+     "cg-0", "shared_ownership", 0, True),
+    ("a member reads a queue it was never assigned", lambda: owned_reading().deliver(
+        "p1", 1, process="cg-0-c1-1", poll=1, poll_start=500), "cg-0", "unowned", 1, False),
+    ("a member reads a queue after it was revoked", lambda: owned_reading().assign(
+        "revoked", poll=4, at=400).deliver("p2", 2, poll=4, poll_start=400), "cg-0", "unowned", 1, False),
+    # deliveries matched to the position their send was acknowledged at
+    ("a payload received only at another position than its ack", lambda: delivered_at({0: 0, 1: 1, 2: 5}),
+     "cg-0", "undelivered", 1, False),
+    ("a payload received where another one was acknowledged", lambda: delivered_at({0: 0, 1: 2, 2: 2}),
+     "cg-0", "misplaced", 2, False),
+    ("a second copy at an unacknowledged position is allowed", lambda: delivered_at({0: 0, 1: 1, 2: 2}).deliver(
+        "p1", 7, poll_start=900, process="cg-0-c1-1"), "cg-0", "misplaced", 0, True),
+    # order within a queue
+    ("offsets go back within one member's ownership", lambda: owned_reading([0, 2, 1]),
+     "cg-0", "out_of_order", 1, False),
+    ("offsets go back after the queue was assigned again", lambda: owned_reading().assign(
+        "revoked", poll=4, at=400).assign("assigned", poll=6, at=600).deliver("p1", 1, poll=6, poll_start=600),
+     "cg-0", "out_of_order", 0, True),
+    # deliveries of failed sends
+    ("a send reported failed is delivered", lambda: delivered_everywhere(("cg-0",)).send(
+        "f", None, outcome="failed").deliver("f", 3, poll_start=900), "cg-0", "failed_delivered", 1, False),
+    # a declared group with no rows, and the drain
+    ("a declared group that recorded nothing", lambda: delivered_everywhere(("cg-0",)).declare("cg-1"),
+     "cg-1", "undelivered", 3, False),
+    ("a drain that did not finish fails the group", lambda: delivered_everywhere(("cg-0",)).declare(drained=False),
+     "cg-0", "drained", False, False),
+    ("a drain that was never recorded fails the group", lambda: delivered_everywhere(("cg-0",)).declare(drained=None),
+     "cg-0", "drained", False, False),
+    ("a finished drain", lambda: delivered_everywhere(("cg-0",)).declare(), "cg-0", "drained", True, True),
+    # commit regressions: one broker group's answer is a sample even when another did not answer
+    ("a regression in a sample whose other broker group did not answer",
+     lambda: delivered_everywhere(("cg-0",)).commit(3, end=1000).sample("broker-a", {0: 1}, start=2000)
+     .sample("broker-b", None, start=2000), "cg-0", "commit_regressions", 1, False),
+    ("an unanswered broker group is not a vanished queue",
+     lambda: delivered_everywhere(("cg-0",)).commit(3, end=1000).sample("broker-a", None, start=2000),
+     "cg-0", "commit_regressions", 0, True),
+
 ]
 
 
@@ -182,11 +282,11 @@ def test_group_rows_round_trip_through_the_run_directory(tmp_path):
     rows = [json.loads(line) for line in (tmp_path / "run" / "history.jsonl").read_text().splitlines()]
     by_f = {row["f"]: set(row) for row in rows}
     assert by_f["deliver"] == {"f", "process", "consumer_group", "topic", "queue_id", "queue_offset", "payload_id",
-                               "msg_id", "poll_start_ms", "time_ms"}
+                               "msg_id", "poll_start_ms", "time_ms", "poll"}
     assert by_f["commit"] == {"f", "process", "consumer_group", "topic", "queue_id", "offset", "outcome", "start_ms",
                               "end_ms"}
-    assert by_f["progress"] == {"f", "consumer_group", "topic", "queue_id", "committed", "max_offset", "start_ms",
-                                "end_ms"}
+    assert by_f["progress"] == {"f", "consumer_group", "broker_group", "topic", "queue_id", "committed", "max_offset",
+                                "start_ms", "end_ms"}
     assert by_f["consumer"] == {"f", "process", "consumer_group", "event", "time_ms"}
     assert check_run_dir(tmp_path / "run").valid
 

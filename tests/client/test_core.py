@@ -120,10 +120,24 @@ def test_flush_all_makes_every_batch_ready():
 # --- positions -------------------------------------------------------------------------------------------
 def test_commit_positions_only_move_forward():
     p = Positions()
-    p.returned("t", 0, 10)
-    p.returned("t", 0, 5)              # an older pull's answer never moves the position back
+    p.returned(("t", 0), 10)
+    p.returned(("t", 0), 5)            # an older pull's answer never moves the position back
     assert p.to_commit() == {("t", 0): 10}
     p.acknowledged(("t", 0), 10)
     assert p.to_commit() == {}
-    p.returned("t", 0, 12)
+    p.returned(("t", 0), 12)
     assert p.to_commit() == {("t", 0): 12}
+
+
+def test_a_seek_moves_the_position_either_way_and_only_a_forward_one_is_committed():
+    """A seek past the acknowledged commit is what the next commit stores (skipping ahead); one
+    below it replays without a commit (the brokers keep each queue's highest offset anyway)."""
+    p = Positions()
+    p.returned(("t", 0), 10)
+    p.acknowledged(("t", 0), 10)
+    p.sought(("t", 0), 3)
+    assert p.to_commit() == {}
+    p.returned(("t", 0), 6)
+    assert p.to_commit() == {}          # replayed 3..5: below the acknowledged 10
+    p.sought(("t", 0), 40)
+    assert p.to_commit() == {("t", 0): 40}

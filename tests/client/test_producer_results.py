@@ -252,7 +252,7 @@ def test_a_new_master_resets_the_backoff():
     usual first step, and it is not looked up again (the replica holds a put that arrives during its
     switch, so the next attempt is usually answered). The old rule doubled from the short step and
     forgot the master after every refusal."""
-    from rocketray.client.producer import BACKOFF_AFTER_ELECTION_S, BACKOFF_MIN_S
+    from rocketray.client.sending import BACKOFF_AFTER_ELECTION_S, BACKOFF_MIN_S
 
     lost = [Unanswered("CONNECT_FAILED")] * 5
     switching = [refused(PutStatus.NOT_MASTER)] * 3
@@ -270,7 +270,7 @@ def test_a_new_master_resets_the_backoff():
 def test_refusals_after_the_promotion_window_double_and_forget_again(monkeypatch):
     """A named master that keeps refusing past the window is not promoting: the waits double again
     and the master is looked up again (it may have lost its role meanwhile)."""
-    from rocketray.client import producer
+    from rocketray.client import sending as producer
 
     monkeypatch.setattr(producer, "PROMOTION_WINDOW_S", 0.0)
     transport = ElectionAfterWaits([Unanswered("CONNECT_FAILED")] + [refused(PutStatus.NOT_MASTER)] * 3
@@ -286,7 +286,7 @@ def test_a_master_a_lookup_just_named_is_asked_again_soon_while_it_refuses():
     """A lookup (not a watch) found the new master, before its notification reached it: its
     NOT_MASTER refusals within the window are retried at the short step, the master kept; the old
     rule forgot it and doubled the wait, and no watch would end that wait (the epoch was known)."""
-    from rocketray.client.producer import BACKOFF_AFTER_ELECTION_S
+    from rocketray.client.sending import BACKOFF_AFTER_ELECTION_S
 
     class LookedUp(ScriptedTransport):
         def __init__(self, replies):

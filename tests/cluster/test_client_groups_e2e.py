@@ -5,7 +5,8 @@ delivered to both groups and no acknowledged commit is lost (the committed offse
 reports are at or past every commit a consumer saw acknowledged).
 
 Everything runs as a user would: `ray start`, the `rocketray` CLI (start, admin update-topic, stop),
-examples/quickstart.py and examples/consumer_group.py as separate processes; this test only
+the user guide's examples (quickstart, produce, consume_loop, replay, asyncio_app) and
+examples/consumer_group.py as separate processes; this test only
 produces (through ``rocketray.client.Producer``), kills, and checks. Run it under the shared lock
 (it starts a Ray that a concurrent ``ray.init()`` could join):
 ``flock /tmp/rocketray-heavy.lock python -m pytest -q -p no:cacheprovider tests/cluster/test_client_groups_e2e.py``.
@@ -53,6 +54,16 @@ def test_two_groups_survive_master_kills_and_a_consumer_kill(ray_head, tmp_path)
     # The user guide's example, unchanged, as a user runs it.
     quick = run([sys.executable, "examples/quickstart.py", "--cluster", NAME], env, timeout=180)
     assert "group billing received all 101" in quick.stdout, quick.stdout
+    # The guide's other examples (docs/client.md), each as written.
+    produced = run([sys.executable, "examples/produce.py", "--cluster", NAME, "--count", "300"], env, timeout=180)
+    assert "sent 300, failed 0, unknown 0" in produced.stdout, produced.stdout
+    loop = run([sys.executable, "examples/consume_loop.py", "--cluster", NAME, "--group", "loop",
+                "--idle-exit-s", "3"], env, timeout=180)
+    assert "handled 401 messages" in loop.stdout, loop.stdout
+    replay = run([sys.executable, "examples/replay.py", "--cluster", NAME], env, timeout=180)
+    assert "read every queue from its start" in replay.stdout and " -> " in replay.stdout, replay.stdout
+    aio = run([sys.executable, "examples/asyncio_app.py", "--cluster", NAME], env, timeout=180)
+    assert "async-billing received all 100 sent" in aio.stdout, aio.stdout
 
     run([str(BIN / "rocketray"), "admin", "update-topic", "--name", NAME, "--address", address, "-t", TOPIC,
          "-q", "8"], env)

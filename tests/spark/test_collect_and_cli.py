@@ -53,6 +53,13 @@ def test_consumer_group_rows_of_the_history_become_their_own_kinds(consumer_grou
     assert table.schema == SCHEMAS["deliveries"] and table.column("time_ms").to_pylist()[0] == 1000.0
     assert records_to_arrow("consumer_progress", got["consumer_progress"]).column("committed").to_pylist() == [
         0, 10, 0, 5]
+    # every other row kind of the workload (verify/group_history.GROUP_FUNCTIONS) is dropped too
+    others = [{"f": "assign", "process": "c", "consumer_group": "g", "topic": "T", "queue_id": 0,
+               "event": "assigned", "poll": 1, "time_ms": 5},
+              {"f": "sample", "consumer_group": "g", "broker_group": "b", "outcome": "ok", "start_ms": 1, "end_ms": 2},
+              {"f": "group", "consumer_group": "g", "topic": "T", "members": 2, "time_ms": 0},
+              {"f": "drain", "consumer_group": "g", "outcome": "ok", "lag": 0, "time_ms": 9}]
+    assert split_history({"history": [send, *others]})["history"] == [send]
 
 
 def test_a_record_missing_a_required_key_is_rejected_with_its_kind_and_index():

@@ -1,0 +1,61 @@
+"""Messages as the client writes and reads them: the stored properties a send sets, the ids it
+assigns, and the :class:`ReceivedMessage` objects a pull's records become. Pure: no IO, no clock."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Mapping
+
+from rocketray.broker.message import MessageCodecError, decode_record, encode_properties
+from rocketray.client.errors import InvalidMessage
+from rocketray.client.types import ReceivedMessage
+
+__all__ = ["RESERVED_PROPERTIES", "new_msg_id_prefix", "message_properties", "decode_messages"]
+
+#: Properties the client sets itself (RocketMQ's names): a user property may not use them.
+RESERVED_PROPERTIES = frozenset({"KEYS", "TAGS", "UNIQ_KEY"})
+
+
+def new_msg_id_prefix() -> str:
+    """A producer's random prefix of its message ids (each id: prefix + a 12-digit hex counter)."""
+    return uuid.uuid4().hex[:20].upper()
+
+
+def message_properties(key: str | None, tags: str | None, properties: Mapping[str, str] | None,
+                       msg_id: str) -> bytes:
+    """The stored properties (RocketMQ's KEYS, TAGS and UNIQ_KEY, then the user's), encoded;
+    InvalidMessage if a property is reserved, not a string or holds a separator."""
+    if key is None and tags is None and not properties:
+        return b"UNIQ_KEY\x01" + msg_id.encode("ascii") + b"\x02"     # msg_id is hex: nothing to check
+    props: dict[str, str] = {}
+    for name, value in (properties or {}).items():
+        if not isinstance(name, str) or not isinstance(value, str):
+            raise InvalidMessage(f"properties must map str to str: {name!r}: {value!r}")
+        if name in RESERVED_PROPERTIES:
+            raise InvalidMessage(f"property {name!r} is reserved (use key=, tags=; msg_id is assigned)")
+        props[name] = value
+    for reserved, given in (("KEYS", key), ("TAGS", tags)):
+        if given is not None:
+            if not isinstance(given, str) or not given:
+                raise InvalidMessage(f"{reserved.lower()} must be a non-empty str: {given!r}")
+            props[reserved] = given
+    props["UNIQ_KEY"] = msg_id
+    try:
+        return encode_properties(props)
+    except MessageCodecError as exc:
+        raise InvalidMessage(str(exc)) from None
+
+
+def decode_messages(topic: str, records: bytes, count: int) -> list[ReceivedMessage]:
+    """The ``count`` stored records of a pull answer as the messages ``poll`` returns."""
+    out, pos = [], 0
+    for _ in range(count):
+        msg, size = decode_record(records, pos)
+        pos += size
+        props = msg.properties
+        out.append(ReceivedMessage(
+            topic=topic, queue_id=msg.queue_id, queue_offset=msg.queue_offset, msg_id=props.get("UNIQ_KEY", ""),
+            key=props.get("KEYS"), tags=props.get("TAGS"),
+            properties={k: v for k, v in props.items() if k not in RESERVED_PROPERTIES},
+            body=bytes(msg.body), born_timestamp_ms=msg.born_timestamp_ms, store_timestamp_ms=msg.store_timestamp_ms))
+    return out
