@@ -342,11 +342,11 @@ class Producer:
         encoded = EncodedBatch(b"".join(p.record for p in batch.items), len(batch.items))
         with self._lock:
             self._started.add(id(batch))
-        put_start = self._transport.put_start
         left = batch.items[0].deadline - time.monotonic()
         if left <= 0:
             return encoded, None
         try:
+            put_start = self._transport.put_start
             timeout_s = min(self.config.request_timeout_ms / 1000, left)
             if caller_waits:
                 return encoded, put_start(batch.queue, encoded, timeout_s, caller_waits=True)

@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-from rocketray.cli.commands import admin, admin_groups
+from rocketray.cli import admin_common
+from rocketray.cli.commands import admin_groups
 from rocketray.client import Consumer, Producer
 from tests.support.fake_client_cluster import FakeCluster, FakeTransport
 
@@ -18,7 +19,7 @@ def fake(monkeypatch):
     c = FakeCluster()
     c.create_topic("orders", 2)
     transport = FakeTransport(c)
-    monkeypatch.setattr(admin, "connect_cluster", lambda address, name: c)
+    monkeypatch.setattr(admin_common, "connect_cluster", lambda address, name: c)
     monkeypatch.setattr(admin_groups, "client_transport", lambda cluster: transport)
     with Producer(transport=transport) as p:
         for i in range(6):

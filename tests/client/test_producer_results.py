@@ -45,6 +45,13 @@ class ScriptedTransport:
         self.batches.append(batch)
         return self.replies.pop(0)
 
+    def put_start(self, group, batch, timeout_s, caller_waits=False):
+        reply = self.put(group, batch, timeout_s)
+        return lambda: reply
+
+    def named_at(self, group):
+        return float("-inf")
+
     def forget_master(self, group):
         self.forgotten += 1
 
@@ -326,3 +333,26 @@ def test_synchronous_sends_of_an_idle_producer_do_not_wake_the_sender_thread():
         future = p.send_async("t", b"async")   # queued work still wakes it, flush still returns
         p.flush(timeout_s=5)
         assert future.result(timeout=5).status is SendStatus.SEND_OK
+
+
+def test_a_transport_that_raises_on_start_fails_the_send_and_close_returns():
+    """An exception from the transport's put_start (here: an object without one) reaches the send's
+    caller; the old rule looked put_start up outside the try, so the batch never finished and
+    send() and close() waited forever."""
+
+    class Broken(ScriptedTransport):
+        def __getattribute__(self, name):
+            if name == "put_start":
+                raise AttributeError("put_start")
+            return object.__getattribute__(self, name)
+
+    import threading
+
+    transport = Broken([])
+    p = Producer(transport=transport, send_timeout_ms=2000)
+    with pytest.raises(AttributeError):
+        p.send("t", b"a", key="k")
+    closer = threading.Thread(target=p.close, daemon=True)      # no timeout: waits for every batch
+    closer.start()
+    closer.join(5)
+    assert not closer.is_alive(), "close() still waits for a batch that never finished"
