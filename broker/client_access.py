@@ -61,6 +61,7 @@ def route_visible(authorize: Authorize, topic: str) -> AccessDecision:
         decision = authorize(TOPIC, topic, action)
         if decision.allowed:
             return decision
-        refusal = refusal or decision
+        if action is Action.SUB:
+            refusal = decision
     assert refusal is not None
     return refusal

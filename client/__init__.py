@@ -23,7 +23,7 @@ from rocketray.client.admin import Admin
 from rocketray.client.bootstrap import Bootstrap
 from rocketray.client.config import ClientConfig
 from rocketray.client.consumer import Consumer
-from rocketray.client.errors import (AdminError, BufferFull, ClientClosed, ClientError, ClusterNotFound, CommitFailed,
+from rocketray.client.errors import (AccessDenied, AdminError, AuthenticationFailed, BufferFull, ClientClosed, ClientError, ClusterNotFound, CommitFailed,
                                      FlushTimeout, InvalidMessage, InvalidRequest, SendFailed, SendUnknown,
                                      TopicNotFound)
 from rocketray.client.metrics import ConsumerMetrics, ProducerMetrics
@@ -36,5 +36,5 @@ __all__ = [
     "QueueRoute", "QueueProgress", "TopicQueue", "RebalanceListener", "OffsetChange", "ProducerMetrics",
     "ConsumerMetrics", "ClientConfig", "ClientError", "ClusterNotFound", "TopicNotFound", "InvalidMessage",
     "InvalidRequest", "SendFailed", "SendUnknown", "CommitFailed", "ClientClosed", "AdminError", "BufferFull",
-    "FlushTimeout",
+    "FlushTimeout", "AccessDenied", "AuthenticationFailed",
 ]

@@ -28,12 +28,14 @@ BACKOFF_MAX_S = 1.0
 
 @dataclass(frozen=True, slots=True)
 class CommitOutcome:
-    """What one commit achieved: per queue acknowledged or not, and the broker groups refused as invalid."""
+    """What one commit achieved: per queue acknowledged or not, the broker groups that refused it as
+    invalid, and those whose ACL denied it (the user may not Sub as the consumer group or its topic)."""
 
     done: Mapping[TopicQueue, int] = field(default_factory=dict)
     failed: Mapping[TopicQueue, int] = field(default_factory=dict)
     failed_groups: tuple[str, ...] = ()
     refused_groups: tuple[str, ...] = ()
+    denied_groups: tuple[str, ...] = ()
 
 
 def commit_offsets(transport: Transport, consumer_group: str, by_group: Mapping[str, Mapping[TopicQueue, int]],
@@ -51,19 +53,22 @@ def commit_offsets(transport: Transport, consumer_group: str, by_group: Mapping[
         verdicts = [f.result() for f in futures]
     done: dict[TopicQueue, int] = {}
     failed: dict[TopicQueue, int] = {}
-    failed_groups, refused_groups = [], []
+    failed_groups, refused_groups, denied_groups = [], [], []
     for group, verdict in zip(groups, verdicts):
         (done if verdict == "ok" else failed).update(by_group[group])
         if verdict == "refused":
             refused_groups.append(group)
+        elif verdict == "denied":
+            denied_groups.append(group)
         elif verdict != "ok":
             failed_groups.append(group)
-    return CommitOutcome(done, failed, tuple(failed_groups), tuple(refused_groups))
+    return CommitOutcome(done, failed, tuple(failed_groups), tuple(refused_groups), tuple(denied_groups))
 
 
 def _commit_group(transport: Transport, consumer_group: str, broker_group: str, offsets: Mapping[TopicQueue, int],
                   deadline: float, request_timeout_s: float) -> str:
-    """'ok', 'refused' (invalid: not retried) or 'timeout' for one broker group's entries."""
+    """'ok', 'refused' (invalid: not retried), 'denied' (the ACL: not retried) or 'timeout' for one
+    broker group's entries."""
     entries = [(q.topic, q.queue_id, o) for q, o in sorted(offsets.items())]
     backoff_s = BACKOFF_MIN_S
     while (left := deadline - time.monotonic()) > 0:
@@ -72,6 +77,8 @@ def _commit_group(transport: Transport, consumer_group: str, broker_group: str, 
             return "ok"
         if isinstance(reply, PutResult) and reply.status is PutStatus.MESSAGE_ILLEGAL:
             return "refused"
+        if isinstance(reply, PutResult) and reply.status is PutStatus.ACCESS_DENIED:
+            return "denied"
         if not (isinstance(reply, Unanswered) and reply.master_moved):
             transport.forget_master(broker_group)
             if not transport.await_new_master(broker_group, min(backoff_s, max(0.0, deadline - time.monotonic()))):

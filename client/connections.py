@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from rocketray.broker.client_wire import Frame, FrameDecoder, FrameType, WireError, encode_frame, unpack
+from rocketray.client.errors import AuthenticationFailed
 from rocketray.client.tls_stream import PlainStream, TlsStream
 from rocketray.scram import NONCE_SIZE as SCRAM_NONCE_SIZE
 from rocketray.scram import ClientState, ScramAuthError, ScramClient, ScramError, derive_keys
@@ -68,10 +69,6 @@ class Dialer:
             (stream or PlainStream(sock)).close()
             raise
 
-
-class AuthenticationFailed(ConnectionError):
-    """The broker refused the user's credential (or could not prove it is a broker that knows the
-    user): not retriable with the same credential."""
 
 
 def user_login(user: str, secret: str) -> Callable[[PlainStream], bytes]:

@@ -43,7 +43,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from rocketray.client.committer import commit_offsets
 from rocketray.client.config import ClientConfig, client_config
 from rocketray.client.core import Positions, allocate_averagely
-from rocketray.client.errors import ClientClosed, ClientError, CommitFailed, InvalidRequest, TopicNotFound
+from rocketray.client.errors import AccessDenied, ClientClosed, ClientError, CommitFailed, InvalidRequest, TopicNotFound
 from rocketray.client.fetcher import RETRY_AFTER_S, Fetcher
 from rocketray.client.membership import Membership
 from rocketray.client.metrics import ConsumerMetrics, Tally
@@ -55,8 +55,9 @@ __all__ = ["Consumer", "CommitCallback"]
 
 log = logging.getLogger("rocketray.client")
 
-#: ``commit_async``'s callback: the offsets it tried, and None or the :class:`CommitFailed` it raised.
-CommitCallback = Callable[[dict[TopicQueue, int], "CommitFailed | None"], Any]
+#: ``commit_async``'s callback: the offsets it tried, and None or the :class:`CommitFailed` (or
+#: :class:`AccessDenied`) it raised.
+CommitCallback = Callable[[dict[TopicQueue, int], "CommitFailed | AccessDenied | None"], Any]
 COMMIT_THREADS = 8
 
 
@@ -109,7 +110,14 @@ class Consumer:
         self._membership = Membership(self._transport, self._routes, group, self.client_id, self.topics,
                                       self.config.consumer_heartbeat_interval_ms / 1000, refresh_s,
                                       self.config.max_poll_interval_ms / 1000)
-        self._membership.start()
+        try:
+            self._membership.start()
+        except BaseException:          # the ACL denied the group: nothing of this consumer stays
+            self._commit_pool.shutdown(wait=False)
+            self._async_commits.shutdown(wait=False)
+            if self._owns_transport:
+                self._transport.close()
+            raise
 
     # --- reading ----------------------------------------------------------------------------------
     def poll(self, timeout_s: float = 1.0) -> list[ReceivedMessage]:
@@ -118,6 +126,9 @@ class Consumer:
         if self._error is not None:
             stashed, self._error = self._error, None
             raise stashed
+        denied = self._membership.take_denied()
+        if denied is not None:
+            raise denied
         deadline = time.monotonic() + max(0.0, timeout_s)
         self._membership.polled()
         if self._membership.stale():
@@ -169,7 +180,8 @@ class Consumer:
         ``poll`` returned messages of, the offset after the last one returned. Returns what this
         call committed once each is acknowledged, else raises :class:`CommitFailed` (retriable
         unless the broker refused an offset as invalid; the queues that were acknowledged stay
-        committed and are in its ``committed``)."""
+        committed and are in its ``committed``), or :class:`AccessDenied` when the ACL does not let
+        the user Sub as the group."""
         self._check_open()
         return self._commit(self._commit_todo(offsets), timeout_s)
 
@@ -182,10 +194,10 @@ class Consumer:
         todo = self._commit_todo(offsets)
 
         def run() -> dict[TopicQueue, int]:
-            error: CommitFailed | None = None
+            error: CommitFailed | AccessDenied | None = None
             try:
                 return self._commit(todo, None)
-            except CommitFailed as exc:
+            except (CommitFailed, AccessDenied) as exc:
                 error = exc
                 raise
             finally:
@@ -231,6 +243,10 @@ class Consumer:
         self._tally.add("committed", len(outcome.done))
         if outcome.failed:
             self._tally.add("commit_failures")
+            if outcome.denied_groups:
+                raise AccessDenied(f"{', '.join(outcome.denied_groups)} denied the commit of group {self.group!r}: "
+                                   f"the user may not Sub as it or to a topic committed", resource=f"Group:{self.group}",
+                                   action="Sub")
             if outcome.refused_groups:
                 raise CommitFailed(f"{', '.join(outcome.refused_groups)} refused the commit of group {self.group!r} "
                                    f"as invalid (an offset past its queue's end?)", retriable=False,

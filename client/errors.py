@@ -9,12 +9,14 @@ for logs and dashboards.
 
 from __future__ import annotations
 
+import re
 from typing import Mapping
 
 from rocketray.client.types import TopicQueue
 
 __all__ = ["ClientError", "ClusterNotFound", "TopicNotFound", "InvalidMessage", "InvalidRequest", "SendFailed",
-           "SendUnknown", "CommitFailed", "ClientClosed", "AdminError", "BufferFull", "FlushTimeout"]
+           "SendUnknown", "CommitFailed", "ClientClosed", "AdminError", "BufferFull", "FlushTimeout", "AccessDenied",
+           "AuthenticationFailed", "access_denied"]
 
 
 class ClientError(Exception):
@@ -127,3 +129,44 @@ class AdminError(ClientError):
     """The controller refused an admin request; ``code`` is its response code name."""
 
     code = "ADMIN_ERROR"
+
+
+class AccessDenied(ClientError):
+    """The cluster's ACL does not let this client's user do ``action`` (``Pub``, ``Sub``, ``Admin``)
+    on ``resource`` (``Topic:orders``, ``Group:billing``, ``Cluster``). Nothing was done. Not
+    retriable: an operator must allow it (``rocketray admin acl create -u USER -r RESOURCE -a ACTION
+    -d allow``). ``resource`` and ``action`` are None when the refusal did not name them."""
+
+    code = "ACCESS_DENIED"
+
+    def __init__(self, message: str, *, resource: str | None = None, action: str | None = None) -> None:
+        super().__init__(message)
+        self.resource = resource
+        self.action = action
+
+
+class AuthenticationFailed(ClientError, ConnectionError):
+    """The cluster refused the client's user credential (unknown user, wrong secret), or could not
+    prove it knows the user. Not retriable with the same credential: check the client configuration
+    (``user``, ``secret``/``secret_file``) or ask an operator (``rocketray admin user update``). Also
+    a ``ConnectionError``."""
+
+    code = "AUTHENTICATION_FAILED"
+
+
+#: How a broker or controller words an ACL refusal (``rocketray.acl.AccessDecision``).
+_DECISION = re.compile(r"^(?P<user>\S+) denied (?P<action>\w+) on (?P<resource>\S+): ")
+
+
+def access_denied(detail: str, *, resource: str | None = None, action: str | None = None,
+                  doing: str | None = None) -> AccessDenied:
+    """An :class:`AccessDenied` for a refusal worded ``detail``; ``resource`` and ``action``, when not
+    given, are read from the wording when it names them. ``doing`` says what the client was doing."""
+    named = _DECISION.match(detail)
+    if named is not None:
+        resource = resource or named["resource"]
+        action = action or named["action"]
+    what = f"{doing}: " if doing else ""
+    hint = (f"; an operator can allow it: rocketray admin acl create -u USER -r {resource} -a {action} -d allow"
+            if resource and action else "")
+    return AccessDenied(f"{what}access denied ({detail}){hint}", resource=resource, action=action)

@@ -24,7 +24,7 @@ from typing import Collection
 
 from rocketray.broker.pull import OffsetsResult, OffsetsStatus, PullResult, PullStatus
 from rocketray.client.config import ClientConfig
-from rocketray.client.errors import ClientError, InvalidRequest
+from rocketray.client.errors import ClientError, InvalidRequest, access_denied
 from rocketray.client.messages import decode_messages
 from rocketray.client.transport import Transport, Unanswered
 from rocketray.client.types import ReceivedMessage, TopicQueue
@@ -98,6 +98,9 @@ class Fetcher:
         timeout_s = self._config.request_timeout_ms / 1000
         for broker_group, keys in unknown.items():
             reply = self._transport.committed(broker_group, self._group, sorted({k.topic for k in keys}), timeout_s)
+            if isinstance(reply, OffsetsResult) and reply.status is OffsetsStatus.ACCESS_DENIED:
+                self._retry_later(broker_group, keys, now)
+                raise access_denied(reply.remark, doing=f"reading group {self._group!r}'s committed offsets")
             if not (isinstance(reply, OffsetsResult) and reply.status is OffsetsStatus.OK):
                 self._retry_later(broker_group, keys, now)
                 continue
@@ -150,6 +153,9 @@ class Fetcher:
             self._transport.forget_master(q.group)
             q.retry_at = time.monotonic() + RETRY_AFTER_S
             return [], None
+        if result.status is PullStatus.ACCESS_DENIED:
+            q.retry_at = time.monotonic() + RETRY_AFTER_S
+            return [], access_denied(result.remark, doing=f"pull of {key}")
         if result.status is PullStatus.ILLEGAL:
             q.retry_at = time.monotonic() + RETRY_AFTER_S
             return [], InvalidRequest(f"pull of {key} refused: {result.remark}")

@@ -24,11 +24,12 @@ import threading
 import time
 from typing import Sequence
 
-from rocketray.client.errors import ClientError
+from rocketray.client.errors import AccessDenied, ClientError, access_denied
 from rocketray.client.routes import Routes
 from rocketray.client.transport import Transport
 from rocketray.controller.api import ConsumerHeartbeatRequest
 from rocketray.controller.headers import ConsumerHeartbeatResponseHeader
+from rocketray.controller.codes import ResponseCode
 
 __all__ = ["Membership", "HEARTBEAT_TIMEOUT_S", "LEAVE_TIMEOUT_S"]
 
@@ -58,6 +59,7 @@ class Membership:
         self._stale = threading.Event()
         self._stop = threading.Event()
         self._left = False                   # left the group (closed, or for the poll interval)
+        self._denied: AccessDenied | None = None   # the ACL refused the last heartbeat: poll raises it
         self.left_for_poll_interval = 0      # times it left because poll was not called
         self._last_poll = time.monotonic()
         self._next_refresh = time.monotonic() + route_refresh_s
@@ -67,7 +69,15 @@ class Membership:
         """Join now (one heartbeat), then keep the membership from the background thread."""
         self._note_routes()
         self.heartbeat()
+        denied = self.take_denied()
+        if denied is not None:
+            raise denied
         self._thread.start()
+
+    def take_denied(self) -> AccessDenied | None:
+        """The ACL's refusal of the last heartbeat, if any (cleared: the next heartbeat asks again)."""
+        denied, self._denied = self._denied, None
+        return denied
 
     def stale(self) -> bool:
         """Whether the assignment must be computed again (clears the flag)."""
@@ -109,6 +119,10 @@ class Membership:
             except Exception as exc:  # noqa: BLE001 - keep the last membership; try again next beat
                 log.info("consumer %s: heartbeat failed: %s", self.client_id, exc)
                 return
+        if resp.code == ResponseCode.NO_PERMISSION:
+            log.warning("consumer %s: heartbeat denied: %s", self.client_id, resp.remark)
+            self._denied = access_denied(resp.remark, doing=f"joining consumer group {self.group!r}")
+            return
         if not resp.ok or not isinstance(resp.header, ConsumerHeartbeatResponseHeader):
             log.info("consumer %s: heartbeat refused: %s %s", self.client_id, resp.code.name, resp.remark)
             return

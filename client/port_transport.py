@@ -23,7 +23,7 @@ from rocketray.broker.client_control import (Metadata, decode_control_answer, de
 from rocketray.broker.client_wire import Frame, FrameType, WireError, pack
 from rocketray.client.bootstrap import Bootstrap
 from rocketray.client.connections import Connection, ConnectionLost, Dialer, user_login
-from rocketray.client.errors import ClusterNotFound
+from rocketray.client.errors import AuthenticationFailed, ClusterNotFound
 from rocketray.client.port_data import PortData
 from rocketray.controller.api import Response
 
@@ -70,6 +70,8 @@ class PortTransport(PortData):
                 self._next_server += 1
             try:
                 conn = Connection(address, self._dialer)
+            except AuthenticationFailed:
+                raise                   # the credential, not the broker: the next one refuses it too
             except OSError as exc:
                 errors.append(f"{address[0]}:{address[1]}: {exc!r}")
                 continue
@@ -84,6 +86,8 @@ class PortTransport(PortData):
         while time.monotonic() < deadline:
             try:
                 answer = self._control_connection().request(frame_type, body).result(max(0.0, deadline - time.monotonic()))
+            except AuthenticationFailed:
+                raise
             except Exception as exc:  # noqa: BLE001 - a lost connection, a timeout: the next broker
                 last = exc
                 time.sleep(RETRY_S)

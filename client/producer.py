@@ -41,7 +41,8 @@ from rocketray.broker.batch import EncodedBatch, encode_new_record
 from rocketray.broker.message import MessageCodecError, topic_bytes
 from rocketray.client.config import ClientConfig, client_config
 from rocketray.client.core import Accumulator, Batch, select_queue
-from rocketray.client.errors import BufferFull, ClientClosed, FlushTimeout, InvalidMessage, InvalidRequest, SendUnknown
+from rocketray.client.errors import (AccessDenied, BufferFull, ClientClosed, FlushTimeout, InvalidMessage,
+                                     InvalidRequest, SendUnknown)
 from rocketray.client.futures import CallbackThread, SendFuture
 from rocketray.client.messages import RESERVED_PROPERTIES, message_properties, new_msg_id_prefix
 from rocketray.client.metrics import ProducerMetrics, Tally
@@ -118,7 +119,7 @@ class Producer:
              properties: Mapping[str, str] | None = None) -> SendResult:
         """Send one message and wait until it is acknowledged; raises a :class:`ClientError`.
         When its broker group is idle the calling thread sends it itself (no hand-off to the sender)."""
-        queue, pending, size = self._prepare(self._routes.get(topic), topic, body, key, tags, properties)
+        queue, pending, size = self._prepare(self._route(topic), topic, body, key, tags, properties)
         with self._lock:
             self._reserve(size)
             claimed = self._acc.try_claim(queue)
@@ -137,7 +138,7 @@ class Producer:
         """Queue one message for a batched send; the future gives its :class:`SendResult` or raises.
         Invalid input and unknown topics raise here, at once; a full buffer makes this wait up to
         ``max_block_ms`` (then :class:`BufferFull`)."""
-        queue, pending, size = self._prepare(self._routes.get(topic), topic, body, key, tags, properties)
+        queue, pending, size = self._prepare(self._route(topic), topic, body, key, tags, properties)
         with self._lock:
             self._reserve(size)
             if self._acc.add(queue, pending, size, _now_ms(), False):
@@ -280,6 +281,14 @@ class Producer:
         pending = _Pending(topic, queue_id, msg_id, SendFuture(self._callbacks.dispatch), record, deadline)
         return route.group_of(queue_id), pending, len(record)
 
+    def _route(self, topic: str) -> TopicRoute:
+        """The topic's route; a route the ACL hides is refused as what the producer wanted: Pub."""
+        try:
+            return self._routes.get(topic)
+        except AccessDenied as exc:
+            raise AccessDenied(f"the user may not Pub to topic {topic!r}: {exc}", resource=f"Topic:{topic}",
+                               action="Pub") from None
+
     def _topic_bytes(self, topic: str) -> bytes:
         encoded = self._topics.get(topic)
         if encoded is None:
@@ -360,7 +369,7 @@ class Producer:
         settled = 0
         if isinstance(outcome, BaseException):
             for p in batch.items:
-                settled += _settle(p.future, None, _per_message(outcome, p.msg_id))
+                settled += _settle(p.future, None, _per_message(outcome, p.msg_id, p.topic))
             self._tally.add("unknown" if isinstance(outcome, SendUnknown) else "failed", settled)
         else:
             for p, (queue_offset, _physical) in zip(batch.items, outcome):
@@ -389,9 +398,12 @@ def _settle(future: concurrent.futures.Future, result: SendResult | None, exc: B
         return 0
 
 
-def _per_message(exc: BaseException, msg_id: str) -> BaseException:
+def _per_message(exc: BaseException, msg_id: str, topic: str) -> BaseException:
     if isinstance(exc, SendUnknown):
         return SendUnknown(str(exc), msg_id, exc.status)
+    if isinstance(exc, AccessDenied) and exc.resource is None:
+        return AccessDenied(f"the user may not Pub to topic {topic!r} ({exc})", resource=f"Topic:{topic}",
+                            action="Pub")
     return exc
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 import time
 
-from rocketray.client.errors import AdminError, ClientError, TopicNotFound
+from rocketray.client.errors import AdminError, ClientError, TopicNotFound, access_denied
 from rocketray.client.transport import Transport
 from rocketray.client.types import QueueRoute, TopicRoute
 from rocketray.controller.api import GetTopicRouteRequest, Response
@@ -25,11 +25,13 @@ ROUTE_REQUEST_TIMEOUT_S = 10.0
 
 def raise_for(response: Response, what: str, topic: str | None = None) -> Response:
     """``response`` if it succeeded, else the matching client error (``TopicNotFound`` names
-    ``topic``, the topic the request was about)."""
+    ``topic``, the topic the request was about; ``AccessDenied`` the ACL's refusal)."""
     if response.ok:
         return response
     if response.code == ResponseCode.TOPIC_NOT_EXIST and topic is not None:
         raise TopicNotFound(topic)
+    if response.code == ResponseCode.NO_PERMISSION:
+        raise access_denied(response.remark, doing=what)
     raise AdminError(f"{what}: {response.code.name} ({int(response.code)}): {response.remark}",
                      retriable=is_retriable(response.code), code=response.code.name)
 

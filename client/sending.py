@@ -25,7 +25,7 @@ import time
 from typing import Any, Callable
 
 from rocketray.broker.batch import EncodedBatch
-from rocketray.client.errors import InvalidMessage, SendFailed, SendUnknown
+from rocketray.client.errors import AccessDenied, InvalidMessage, SendFailed, SendUnknown
 from rocketray.client.metrics import Tally
 from rocketray.client.transport import Transport, Unanswered
 from rocketray.client.types import SendStatus
@@ -81,6 +81,9 @@ def send_with_retries(transport: Transport, group: str, encoded: EncodedBatch, f
             last = reply.status.name
             if reply.status is PutStatus.MESSAGE_ILLEGAL:
                 raise InvalidMessage(f"the broker refused the batch as malformed or oversized ({last})")
+            if reply.status is PutStatus.ACCESS_DENIED:
+                raise AccessDenied(f"{group} refused the batch: the user may not Pub to its topic (ACCESS_DENIED)",
+                                   action="Pub")
             if not reply.retriable:
                 status = SendStatus.FLUSH_SLAVE_TIMEOUT if reply.status is PutStatus.FLUSH_SLAVE_TIMEOUT else None
                 raise SendUnknown(f"written to {group} but not acknowledged ({last}); not resent", "", status)

@@ -77,3 +77,33 @@ def test_asyncio_app(cluster, capsys):
     load("quickstart").main("demo")
     load("asyncio_app").main("demo")
     assert "async-billing received all 100 sent" in capsys.readouterr().out
+
+
+def test_outside_ray(cluster, capsys, monkeypatch, tmp_path):
+    """The outside-Ray example with a client configuration file: the Bootstrap it reads reaches the
+    in-memory cluster named in the file; a group the user may not join prints what to allow."""
+    from rocketray.client import AccessDenied, consumer, producer
+
+    load("quickstart").main("demo")
+    config = tmp_path / "app.rocketray.toml"
+    config.write_text('cluster = "demo"\nservers = ["127.0.0.1:1"]\nuser = "app"\nsecret = "s"\ntls = false\n')
+    transports = []
+
+    def connect(target):
+        assert target.cluster == "demo" and target.user == "app"
+        transports.append(target)
+        return FakeTransport(cluster)
+
+    for module in (consumer, producer):
+        monkeypatch.setattr(module, "connect_transport", connect)
+    load("outside_ray").main(str(config))
+    out = capsys.readouterr().out
+    assert "orders/" in out and "b'order 18 paid'" in out and len(transports) == 2
+
+    class Denied(consumer.Consumer):
+        def __init__(self, *args, **kwargs):
+            raise AccessDenied("denied", resource="Group:billing", action="Sub")
+
+    monkeypatch.setattr("rocketray.client.Consumer", Denied)
+    load("outside_ray").main(str(config))
+    assert "an operator must allow Sub on Group:billing" in capsys.readouterr().out

@@ -127,12 +127,12 @@ def test_a_watch_names_the_new_master_as_soon_as_the_broker_learns_it(broker_por
         t.close()
 
 
-def test_a_wrong_credential_or_an_unknown_ca_finds_no_cluster(broker_port):
-    from rocketray.client.errors import ClusterNotFound
+def test_a_wrong_credential_is_refused_at_once_and_an_unknown_ca_finds_no_cluster(broker_port):
+    from rocketray.client.errors import AuthenticationFailed, ClusterNotFound
     from rocketray.tls import CertificateAuthority
 
     b, _elect = broker_port
-    with pytest.raises(ClusterNotFound):
+    with pytest.raises(AuthenticationFailed):
         PortTransport(Bootstrap(CLUSTER, (f"127.0.0.1:{b.port}",), "app", "wrong", ca_for().cert_pem), timeout_s=1)
     with pytest.raises(ClusterNotFound):
         PortTransport(Bootstrap(CLUSTER, (f"127.0.0.1:{b.port}",), "app", SECRET,

@@ -19,6 +19,7 @@ from rocketray.broker.client_wire import PUT_COUNT, FrameType, decode_offsets_an
     decode_put_answer, pack
 from rocketray.broker.message import Message
 from rocketray.broker.pull import OffsetsResult, OffsetsStatus, PullResult, PullStatus
+from rocketray.client import AccessDenied, Bootstrap, Consumer, Producer, SendStatus, TopicQueue
 from rocketray.client.connections import AuthenticationFailed, Connection, Dialer
 from rocketray.controller.api import (ConsumerHeartbeatRequest, CreateTopicRequest, GetTopicRouteRequest,
                                       ListTopicsRequest, Response)
@@ -43,6 +44,7 @@ class Endpoints:
         self.written: list[bytes] = []
         self.pulled: list[str] = []
         self.commits: list[tuple] = []
+        self.port_number = 1             # the port's own, once it listens: the client library's data connections
 
     def put_start(self, batch, done):
         try:
@@ -68,7 +70,7 @@ class Endpoints:
 
     # control
     async def metadata(self):
-        return Metadata(CLUSTER, (GroupView("broker-a", 0, 1, ((0, "127.0.0.1", 1),)),), {})
+        return Metadata(CLUSTER, (GroupView("broker-a", 0, 1, ((0, "127.0.0.1", self.port_number),)),), {})
 
     async def watch(self, group, known_epoch, wait_ms):
         return 1, 0
@@ -94,6 +96,7 @@ def port():
     server = ClientPort(endpoints, authenticator(directory), member(broker(0)).open_server_context(),
                         control=endpoints, authorize=directory.authorize)
     number = asyncio.run_coroutine_threadsafe(server.start("127.0.0.1", 0), loop).result(5)
+    endpoints.port_number = number
     yield ("127.0.0.1", number), endpoints, directory, server
     asyncio.run_coroutine_threadsafe(server.close(), loop).result(5)
     loop.call_soon_threadsafe(loop.stop)
@@ -185,3 +188,40 @@ def test_a_revoked_rule_or_a_deleted_user_takes_effect_on_the_next_operation(por
     conn.close("done")
     with pytest.raises(AuthenticationFailed):
         connect(address, "producer")
+
+
+def bootstrap(address, user: str, secret: str | None = None) -> Bootstrap:
+    return Bootstrap(CLUSTER, (f"{address[0]}:{address[1]}",), user, secret or USERS[user], ca_for().cert_pem)
+
+
+def test_the_client_library_raises_typed_errors_naming_the_resource_and_the_action(port):
+    """What an application meets: AccessDenied (not retriable; its resource and action) for a topic
+    whose route the ACL hides, for a put the broker refuses, for a group it may not join; a wrong
+    secret is AuthenticationFailed at once, not a retry until the send timeout."""
+    address, endpoints, _, _ = port
+    with Producer(bootstrap(address, "producer")) as p:
+        assert p.send("orders", b"x").status is SendStatus.SEND_OK
+        with pytest.raises(AccessDenied) as hidden:
+            p.send("secret", b"x")                                  # no right on it: its route is refused
+        assert (hidden.value.resource, hidden.value.action, hidden.value.retriable) == ("Topic:secret", "Pub", False)
+        assert hidden.value.code == "ACCESS_DENIED" and "acl create" in str(hidden.value)
+    with Producer(bootstrap(address, "consumer"), send_timeout_ms=5000) as p:
+        started = time.monotonic()
+        with pytest.raises(AccessDenied) as put_denied:
+            p.send("orders", b"x")                                  # the route is visible (Sub); Pub is not
+        assert (put_denied.value.resource, put_denied.value.action) == ("Topic:orders", "Pub")
+        assert time.monotonic() - started < 2.5, "a denial is not retried until the send timeout"
+    with pytest.raises(AccessDenied) as joined:
+        Consumer(bootstrap(address, "consumer"), group="fraud", topics=["orders"])
+    assert (joined.value.resource, joined.value.action) == ("Group:fraud", "Sub")
+    with Consumer(bootstrap(address, "consumer"), group="billing", topics=["orders"]) as c:
+        with pytest.raises(AccessDenied) as commit_denied:
+            c.commit({TopicQueue("secret", 0): 5})
+        assert (commit_denied.value.resource, commit_denied.value.action) == ("Topic:secret", "Sub")
+    written = len(endpoints.written)
+    started = time.monotonic()
+    with pytest.raises(AuthenticationFailed) as refused_login:
+        with Producer(bootstrap(address, "producer", "not-it"), send_timeout_ms=5000) as p:
+            p.send("orders", b"x")
+    assert refused_login.value.code == "AUTHENTICATION_FAILED" and not refused_login.value.retriable
+    assert time.monotonic() - started < 2.5 and len(endpoints.written) == written
