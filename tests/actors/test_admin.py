@@ -359,7 +359,8 @@ def test_user_and_acl_commands_on_a_real_cluster(cluster, capsys):
     code, out, err = auth("acl", "create", "-u", "admin-app", "-r", "Topic:admin-*", "-a", "Pub", "-d", "allow")
     assert code == 0 and "admin-app         Topic:admin-*           Pub                     Allow" in out, err
     code, out, _ = auth("user", "list", "--json")
-    assert code == 0 and json.loads(out)["header"]["users"] == [["admin-app", False]]
+    # the cluster's start made the operator, the superuser Ray drivers' clients log in as
+    assert code == 0 and json.loads(out)["header"]["users"] == [["admin-app", False], ["operator", True]]
     assert getattr(ControllerService.applied_auth_table, "__ray_concurrency_group__", None) == NONBLOCKING_GROUP
 
     def served(index):
