@@ -67,12 +67,13 @@ def test_old_master_truncates_divergent_bytes_when_it_rejoins(make_cluster):
     cluster = make_cluster()  # all-ack is the default: the unacknowledged batch fails, not acks
     w = Workload(cluster)
     w.produce(200)
-    pipeline.settle(cluster)
+    pipeline.settle(cluster, in_sync=True)  # a master lost now leaves an electable replica
     old = cluster.wait_for_master(GROUP)
     slaves = [b.replica for b in cluster.spec.brokers_of(GROUP) if b.replica != old]
     paused = [cluster.pause(cluster.broker(GROUP, r)) for r in slaves]
     try:
-        w.use_settings(send_timeout_ms=500, request_timeout_ms=15_000)
+        # the send outlives the master's replica-ack wait (ha.slave_timeout_ms), whose answer it reports
+        w.use_settings(send_timeout_ms=10_000, request_timeout_ms=15_000)
         divergent = w.send_batch(GROUP)
         assert divergent.outcome == "unknown" and divergent.error == "FLUSH_SLAVE_TIMEOUT", divergent
         old_max = cluster.broker_status(GROUP, old).max_offset
@@ -187,7 +188,7 @@ def test_pause_master_past_its_heartbeat_timeout_is_replaced(make_cluster):
     cluster = make_cluster()
     w = Workload(cluster)
     w.produce(200)
-    pipeline.settle(cluster)
+    pipeline.settle(cluster, in_sync=True)  # a master lost now leaves an electable replica
     old = cluster.wait_for_master(GROUP)
     epoch = replica_info(cluster).header.master_epoch
     pid = cluster.pause(cluster.broker(GROUP, old))
@@ -199,7 +200,8 @@ def test_pause_master_past_its_heartbeat_timeout_is_replaced(make_cluster):
     w.forget_master(GROUP)
     w.produce(200)
     pipeline.settle(cluster)
-    assert cluster.broker_status(GROUP, old).role == Role.SLAVE
+    status, info = cluster.broker_status(GROUP, old), replica_info(cluster).header
+    assert status.role == Role.SLAVE, (status, info)
     result = pipeline.verify(cluster, w)
     assert result["lost"] == 0 and result["consistent"], result
 
@@ -250,7 +252,7 @@ def test_master_killed_for_good_is_replaced_at_connection_speed_not_at_heartbeat
     cluster = make_cluster(overrides={"broker.controller_heartbeat_timeout_ms": "60000"})
     w = Workload(cluster)
     w.produce(100)
-    pipeline.settle(cluster)
+    pipeline.settle(cluster, in_sync=True)  # a master lost now leaves an electable replica
     old = cluster.wait_for_master(GROUP)
     leader = cluster.spec.controllers[cluster.wait_for_leader(60)].raft_address
     wait_until(lambda: all(cluster.broker_status(GROUP, b.replica).controller_session == leader

@@ -384,7 +384,9 @@ def test_an_entry_too_large_for_one_message_is_chunked_and_applied_everywhere(ma
         wait_for(lambda n=node: len(n.snapshot_state()["replica_info"]) == 1500, 10, "the big batch applied")
         assert node.metadata()["raft_port"]["refused"] == {}
     assert sum(n.metadata()["raft_port"]["chunked_entries"] for n in cluster.running()) >= 2  # both followers
-    assert leader.handle(GetReplicaInfoRequest("big-01499")).ok
+    # a loaded machine may elect another leader while the big entry travels: read from the current one
+    wait_for(lambda: cluster.wait_leader().handle(GetReplicaInfoRequest("big-01499")).ok, 20,
+             "a linearizable read of the big batch")
     # Bytes above 0x7f double in pickle protocol 2, so pysyncobj marks chunks before the last as the
     # finish (it compares the pickled entry's offset with the command's length): still one entry.
     noise = encode_payload(leader.metadata()["term"], os.urandom(150_000), int(time.time() * 1000))

@@ -104,9 +104,9 @@ def test_redelivery_totals_count_each_redelivery_once(frame):
 
 
 def test_redeliveries_agree_with_the_checkers_redelivered_payloads(frame):
-    # The payloads delivered more than once are what verify/groups.py reports as redelivered.
+    # The payloads delivered more than once are what the group checker reports as redelivered.
     from rocketray.verify.group_history import Delivery
-    from rocketray.verify.groups import redelivered_payloads
+    from rocketray.verify.group_rules import redelivered_payloads
 
     checker = redelivered_payloads([Delivery.from_json(r) for r in REDELIVERY_ROWS if r["consumer_group"] == "billing"])
     d = cg.numbered_deliveries(frame("deliveries", REDELIVERY_ROWS)).where("consumer_group = 'billing'")
