@@ -174,14 +174,16 @@ def _int(text: str | None) -> int:
 
 class RetryHold:
     """Copies read from retry queues, held per queue in queue order until due (module docstring).
-    Used by the polling thread only."""
+    Changed by the polling thread only (its length may be read from any)."""
 
     def __init__(self) -> None:
         self._held: dict[TopicQueue, collections.deque[ReceivedMessage]] = {}
+        self._count = 0
 
     def add(self, messages: Sequence[ReceivedMessage]) -> None:
         for m in messages:
             self._held.setdefault(m.queue, collections.deque()).append(m)
+        self._count += len(messages)
 
     def release(self, now_ms: int, skip: Collection[TopicQueue] = ()) -> list[ReceivedMessage]:
         """Every copy due at ``now_ms`` from the head of its queue (not of queues in ``skip``: paused)."""
@@ -193,6 +195,7 @@ class RetryHold:
                 out.append(queue.popleft())
             if not queue:
                 del self._held[key]
+        self._count -= len(out)
         return out
 
     def queues(self) -> set[TopicQueue]:
@@ -206,7 +209,7 @@ class RetryHold:
     def drop(self, key: TopicQueue) -> None:
         """Forget ``key``'s held copies (the queue left this member, or was sought): its next reader
         reads them again from the committed offset."""
-        self._held.pop(key, None)
+        self._count -= len(self._held.pop(key, ()))
 
     def __len__(self) -> int:
-        return sum(len(q) for q in self._held.values())
+        return self._count
