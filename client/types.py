@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Mapping, NamedTuple, Protocol, Sequence
 
 __all__ = ["SendStatus", "SendResult", "ReceivedMessage", "QueueRoute", "TopicRoute", "QueueProgress", "TopicQueue",
-           "RebalanceListener", "OffsetChange"]
+           "RebalanceListener", "OffsetChange", "RetryStats"]
 
 
 class TopicQueue(NamedTuple):
@@ -145,6 +145,22 @@ class QueueProgress:
     @property
     def queue(self) -> TopicQueue:
         return TopicQueue(self.topic, self.queue_id)
+
+
+@dataclass(frozen=True, slots=True)
+class RetryStats:
+    """A consumer group's retry and dead-letter topics (``Admin.retry_stats``): copies stored in
+    each, and how many of the retry topic's the group has not consumed (committed past) yet. A topic
+    not created yet (nothing nacked, nothing dead-lettered) counts 0 and is not ``*_exists``."""
+
+    group: str
+    retry_topic: str
+    retry_exists: bool
+    retried: int
+    retry_pending: int
+    dlq_topic: str
+    dlq_exists: bool
+    dead_letters: int
 
 
 @dataclass(frozen=True, slots=True)
