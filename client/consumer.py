@@ -74,10 +74,11 @@ class Consumer:
 
     Keyword arguments override the cluster's ``client`` configuration (``poll_max_messages``,
     ``poll_max_bytes``, ``request_timeout_ms``, ``send_timeout_ms`` (a commit's deadline),
-    ``consumer_heartbeat_interval_ms``, ``route_refresh_ms``, ``max_poll_interval_ms``); an unknown
+    ``consumer_heartbeat_interval_ms``, ``route_refresh_ms``, ``max_poll_interval_ms``,
+    ``max_deliveries``, ``retry_delays``); an unknown
     or out-of-range one raises :class:`InvalidRequest` here, as does a topic that does not exist
-    (:class:`TopicNotFound`). Not thread-safe: one thread polls (``commit_async`` and ``close`` may
-    come from others)."""
+    (:class:`TopicNotFound`). Not thread-safe: one thread polls (``commit_async``, ``nack`` and
+    ``close`` may come from others)."""
 
     def __init__(self, cluster: str = "default", *, group: str, topics: Iterable[str],
                  transport: Transport | None = None, client_id: str | None = None,
