@@ -163,11 +163,16 @@ def test_a_dropped_queue_forgets_its_held_copies():
 Q = TopicQueue("orders", 0)
 
 
-def test_a_hold_keeps_commit_at_the_held_message_until_released():
+def polled_to_10(*holds: int) -> Positions[TopicQueue]:
     p: Positions[TopicQueue] = Positions()
     p.returned(Q, 10)
-    p.hold(Q, 4)
-    p.hold(Q, 7)
+    for offset in holds:
+        p.hold(Q, offset)
+    return p
+
+
+def test_a_hold_keeps_commit_at_the_held_message_until_released():
+    p = polled_to_10(4, 7)
     assert p.to_commit() == {Q: 4}
     p.release(Q, 4)
     assert p.to_commit() == {Q: 7}
@@ -177,17 +182,13 @@ def test_a_hold_keeps_commit_at_the_held_message_until_released():
 
 
 def test_a_held_queue_already_committed_up_to_the_hold_has_nothing_to_commit():
-    p: Positions[TopicQueue] = Positions()
-    p.returned(Q, 10)
+    p = polled_to_10(4)
     p.acknowledged(Q, 4)
-    p.hold(Q, 4)
     assert p.to_commit() == {}
 
 
 def test_a_seek_or_a_forget_drops_the_holds():
-    p: Positions[TopicQueue] = Positions()
-    p.returned(Q, 10)
-    p.hold(Q, 3)
+    p = polled_to_10(3)
     p.sought(Q, 8)
     assert p.to_commit() == {Q: 8}
     p.hold(Q, 3)
