@@ -29,7 +29,7 @@ def main(cluster: str) -> None:
 
     dead = None
     deadline = time.monotonic() + 300
-    with Consumer(cluster, group="payments", topics=["orders"], max_deliveries=3) as consumer:
+    with Consumer(cluster, group="invoicing", topics=["orders"], max_deliveries=3) as consumer:
         while dead is None and time.monotonic() < deadline:
             for m in consumer.poll(timeout_s=1.0):
                 try:
@@ -42,13 +42,13 @@ def main(cluster: str) -> None:
             consumer.commit()                                      # never past a message whose copy is not stored
 
     # an operator reads the dead letters like any topic and, once the handler is fixed, replays them
-    with Consumer(cluster, group="payments-dlq", topics=["%DLQ%payments"]) as letters, Producer(cluster) as producer:
+    with Consumer(cluster, group="invoicing-dlq", topics=["%DLQ%invoicing"]) as letters, Producer(cluster) as producer:
         for m in letters.poll(timeout_s=5.0):
             print(f"dead letter of {m.origin_topic}/{m.origin_queue_id} offset {m.origin_queue_offset}: {m.body!r}")
             producer.send(m.origin_topic, m.body, key=m.key, tags=m.tags, properties=m.properties)
         letters.commit()
-    stats = Admin(cluster).retry_stats("payments")
-    print(f"payments: {stats.retried} retried, {stats.retry_pending} pending, {stats.dead_letters} dead-lettered")
+    stats = Admin(cluster).retry_stats("invoicing")
+    print(f"invoicing: {stats.retried} retried, {stats.retry_pending} pending, {stats.dead_letters} dead-lettered")
     # example:end
 
 

@@ -81,8 +81,8 @@ def test_retries(cluster, capsys):
     out = capsys.readouterr().out
     assert [line.split(" failed")[0] for line in out.splitlines() if " failed (" in line] == [
         "delivery 1", "delivery 2", "delivery 3"]
-    assert "copy in %DLQ%payments" in out and "dead letter of orders/" in out
-    assert "payments: 2 retried, 0 pending, 1 dead-lettered" in out
+    assert "copy in %DLQ%invoicing" in out and "dead letter of orders/" in out
+    assert "invoicing: 2 retried, 0 pending, 1 dead-lettered" in out
     assert sum(len(cluster.records[("orders", q)]) for q in range(8)) == 101 + 1 + 1     # quickstart, poison, replay
 
 
