@@ -12,7 +12,7 @@
         p.flush()
     with Consumer(cluster, group="billing", topics=["orders"]) as c:
         for m in c.poll(timeout_s=1.0):
-            handle(m.body)
+            handle(m.body)          # or, when it fails: c.nack(m) (delivered again later, then %DLQ%billing)
         c.commit()
 
 ``rocketray.client.aio`` has the same for asyncio (``AsyncProducer``, ``AsyncConsumer``). The user
@@ -29,12 +29,12 @@ from rocketray.client.errors import (AccessDenied, AdminError, AuthenticationFai
 from rocketray.client.metrics import ConsumerMetrics, ProducerMetrics
 from rocketray.client.producer import Producer
 from rocketray.client.types import (OffsetChange, QueueProgress, QueueRoute, RebalanceListener, ReceivedMessage,
-                                    SendResult, SendStatus, TopicQueue, TopicRoute)
+                                    RetryStats, SendResult, SendStatus, TopicQueue, TopicRoute)
 
 __all__ = [
     "Admin", "Bootstrap", "Producer", "Consumer", "SendStatus", "SendResult", "ReceivedMessage", "TopicRoute",
     "QueueRoute", "QueueProgress", "TopicQueue", "RebalanceListener", "OffsetChange", "ProducerMetrics",
     "ConsumerMetrics", "ClientConfig", "ClientError", "ClusterNotFound", "TopicNotFound", "InvalidMessage",
     "InvalidRequest", "SendFailed", "SendUnknown", "CommitFailed", "ClientClosed", "AdminError", "BufferFull",
-    "FlushTimeout", "AccessDenied", "AuthenticationFailed",
+    "FlushTimeout", "AccessDenied", "AuthenticationFailed", "RetryStats",
 ]

@@ -19,10 +19,11 @@ from typing import Any, Iterable
 
 from rocketray.broker.pull import OffsetsResult, OffsetsStatus
 from rocketray.client.committer import commit_offsets
-from rocketray.client.errors import AdminError, CommitFailed, InvalidRequest
+from rocketray.client.errors import AdminError, CommitFailed, InvalidRequest, TopicNotFound
+from rocketray.client.retry import dlq_topic, retry_topic
 from rocketray.client.routes import raise_for, route_from_header
 from rocketray.client.transport import Transport, Unanswered, connect_transport
-from rocketray.client.types import OffsetChange, QueueProgress, TopicQueue, TopicRoute
+from rocketray.client.types import OffsetChange, QueueProgress, RetryStats, TopicQueue, TopicRoute
 from rocketray.controller.api import (ConsumerHeartbeatRequest, CreateTopicRequest, DeleteTopicRequest,
                                       GetTopicRouteRequest, ListTopicsRequest)
 
@@ -93,6 +94,32 @@ class Admin:
             for topic, queue_id, offset in reply.committed:
                 rows.append(QueueProgress(topic, queue_id, broker_group, offset, maxes.get((topic, queue_id), offset)))
         return sorted(rows, key=lambda r: (r.topic, r.queue_id))
+
+    def retry_stats(self, group: str) -> RetryStats:
+        """``group``'s retry topic (copies stored, copies not consumed yet) and dead-letter topic
+        (copies stored): docs/client.md, "Retries and the dead-letter queue"."""
+        retry, dlq = retry_topic(group), dlq_topic(group)
+        retry_ends, dlq_ends = self._topic_ends(retry), self._topic_ends(dlq)
+        pending = 0
+        if retry_ends:
+            committed: dict[TopicQueue, int] = {}
+            for broker_group in sorted({b for b, _ in retry_ends.values()}):
+                committed.update({TopicQueue(t, q): o for t, q, o in self._committed(broker_group, group, [retry]).committed})
+            pending = sum(max(0, end - committed.get(key, 0)) for key, (_, end) in retry_ends.items())
+        return RetryStats(group, retry, bool(retry_ends), sum(e for _, e in retry_ends.values()), pending, dlq,
+                          bool(dlq_ends), sum(e for _, e in dlq_ends.values()))
+
+    def _topic_ends(self, topic: str) -> dict[TopicQueue, tuple[str, int]]:
+        """Per queue of ``topic``: its broker group and end offset; empty if the topic does not exist."""
+        try:
+            route = self.topic_route(topic)
+        except TopicNotFound:
+            return {}
+        out: dict[TopicQueue, tuple[str, int]] = {}
+        for broker_group in sorted({q.broker_group for q in route.queues}):
+            keys = [TopicQueue(topic, q.queue_id) for q in route.queues if q.broker_group == broker_group]
+            out.update({key: (broker_group, end) for key, end in self._ends(broker_group, keys).items()})
+        return out
 
     def _committed(self, broker_group: str, group: str, topics: list[str] | None) -> OffsetsResult:
         reply = self._transport.committed(broker_group, group, topics, self._timeout_s)

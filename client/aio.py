@@ -16,7 +16,8 @@ here blocks the event loop. A send that can queue at once is queued from the loo
 and its future's answer comes back through ``call_soon_threadsafe``; one that would wait (the
 topic's route not yet known, the buffer full) is handed to a thread of the producer's own, in call
 order, so two sends of one key are stored in the order they were awaited. Every consumer call runs
-on one thread of the consumer's own (the ``Consumer`` is used by one thread at a time).
+on one thread of the consumer's own (the ``Consumer`` is used by one thread at a time), except
+``nack``, which is thread-safe and so does not wait behind a poll in flight.
 
 Cancelling an ``await send(...)`` does not unsend: the message may still be stored (the producer's
 futures cannot be cancelled). Cancelling an ``await poll()`` (or an ``async for`` step) loses
@@ -35,7 +36,7 @@ from typing import Any, Callable, Iterable, Mapping, TypeVar
 
 from rocketray.client.consumer import CommitCallback, Consumer
 from rocketray.client.core import Positions
-from rocketray.client.errors import ClientClosed, ClientError
+from rocketray.client.errors import ClientClosed, ClientError, InvalidRequest
 from rocketray.client.metrics import ConsumerMetrics, ProducerMetrics
 from rocketray.client.producer import Producer
 from rocketray.client.types import ReceivedMessage, SendResult, TopicQueue
@@ -227,6 +228,21 @@ class AsyncConsumer:
         with self._lock:
             for m in messages:
                 self._positions.returned(TopicQueue(m.topic, m.queue_id), m.queue_offset + 1)
+
+    # --- retries --------------------------------------------------------------------------------
+    async def nack(self, message: ReceivedMessage, delay_s: float | None = None) -> SendResult:
+        """``Consumer.nack`` off the loop (not behind a poll in flight: nack is thread-safe); until
+        the copy is acknowledged, and for good if this raises, ``commit`` stops short of ``message``."""
+        if not isinstance(message, ReceivedMessage):
+            raise InvalidRequest(f"nack takes a message this consumer polled, not {message!r:.100}")
+        key = TopicQueue(message.topic, message.queue_id)
+        with self._lock:
+            self._positions.hold(key, message.queue_offset)
+        result = await asyncio.get_running_loop().run_in_executor(
+            None, functools.partial(self.consumer.nack, message, delay_s))
+        with self._lock:
+            self._positions.release(key, message.queue_offset)
+        return result
 
     # --- committing -----------------------------------------------------------------------------
     def pending_commits(self) -> dict[TopicQueue, int]:

@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from rocketray.client.errors import AccessDenied, CommitFailed
 from rocketray.client.transport import Transport, Unanswered
 from rocketray.client.types import TopicQueue
 from rocketray.ha.ack import PutResult, PutStatus
@@ -36,6 +37,21 @@ class CommitOutcome:
     failed_groups: tuple[str, ...] = ()
     refused_groups: tuple[str, ...] = ()
     denied_groups: tuple[str, ...] = ()
+
+    def error(self, consumer_group: str) -> AccessDenied | CommitFailed:
+        """What a commit that left queues ``failed`` raises: AccessDenied when the ACL denied it, else
+        CommitFailed (not retriable when a broker refused an offset as invalid)."""
+        assert self.failed
+        if self.denied_groups:
+            return AccessDenied(f"{', '.join(self.denied_groups)} denied the commit of group {consumer_group!r}: "
+                                f"the user may not Sub as it or to a topic committed",
+                                resource=f"Group:{consumer_group}", action="Sub")
+        if self.refused_groups:
+            return CommitFailed(f"{', '.join(self.refused_groups)} refused the commit of group {consumer_group!r} "
+                                f"as invalid (an offset past its queue's end?)", retriable=False,
+                                committed=self.done, failed=self.failed)
+        return CommitFailed(f"offsets of group {consumer_group!r} on {', '.join(self.failed_groups)} not "
+                            f"acknowledged before the timeout; commit again", committed=self.done, failed=self.failed)
 
 
 def commit_offsets(transport: Transport, consumer_group: str, by_group: Mapping[str, Mapping[TopicQueue, int]],

@@ -10,10 +10,11 @@ when the section is built (``ValueError`` naming the key; the producer and consu
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
-from typing import Any
+from typing import Any, Callable
 
 from rocketray.broker.pull import MAX_PULL_BYTES, MAX_PULL_COUNT
 from rocketray.client.errors import InvalidRequest
+from rocketray.client.retry import DEFAULT_RETRY_DELAYS, FAST_RETRY_DELAYS, delays_problem
 from rocketray.schema import KIB, MIB, key
 
 __all__ = ["ClientConfig", "client_config", "settings_problem"]
@@ -46,6 +47,14 @@ class ClientConfig:
     max_poll_interval_ms: int = key(300_000, "consumer: a member that does not call poll for this long leaves its "
                                              "group (its queues go to the others) until its next poll "
                                              "(Kafka max.poll.interval.ms)")
+    max_deliveries: int = key(16, "consumer: a message nacked at its max_deliveries-th delivery (the first counts) "
+                                  "goes to the group's dead-letter topic (%DLQ% + the group name) instead of its "
+                                  "retry topic (JetStream max_deliver; RocketMQ maxReconsumeTimes counts retries)")
+    retry_delays: str = key(DEFAULT_RETRY_DELAYS, "consumer: how long a nacked message waits before its next "
+                                                  "delivery, by its failed deliveries (1, 2, ...; the last delay "
+                                                  "repeats); the group's retry topic (%RETRY% + the group name) "
+                                                  "has one queue per delay (RocketMQ messageDelayLevel format: "
+                                                  "ms, s, m, h, d)", FAST_RETRY_DELAYS)
 
     def __post_init__(self) -> None:
         problem = settings_problem(self)
@@ -59,12 +68,18 @@ _RANGES: tuple[tuple[str, int, int | None], ...] = (
     ("send_timeout_ms", 1, None), ("request_timeout_ms", 1, None), ("sender_threads", 1, 1024),
     ("buffer_bytes", 1, None), ("max_block_ms", 0, None), ("poll_max_messages", 1, MAX_PULL_COUNT),
     ("poll_max_bytes", 1, MAX_PULL_BYTES), ("consumer_heartbeat_interval_ms", 10, None),
-    ("route_refresh_ms", 10, None), ("max_poll_interval_ms", 1, None))
+    ("route_refresh_ms", 10, None), ("max_poll_interval_ms", 1, None), ("max_deliveries", 1, None))
+#: settings that are text, and what checks each
+_TEXT: tuple[tuple[str, Callable[[str], str | None]], ...] = (("retry_delays", delays_problem),)
 
 
 def settings_problem(config: ClientConfig) -> str | None:
     """Why ``config`` cannot be used, naming the key, or None."""
-    assert {name for name, _, _ in _RANGES} == {f.name for f in fields(config)}
+    assert {name for name, _, _ in _RANGES} | {name for name, _ in _TEXT} == {f.name for f in fields(config)}
+    for name, check in _TEXT:
+        problem = check(getattr(config, name))
+        if problem is not None:
+            return problem
     for name, low, high in _RANGES:
         value = getattr(config, name)
         if isinstance(value, bool) or not isinstance(value, int):

@@ -27,6 +27,12 @@ a record replicated like a message, every broker group concurrently. A group's o
 backwards (the brokers keep the maximum), so a late commit after a rebalance is harmless and a
 failed commit can simply be retried. Delivery is at-least-once: what was polled but not committed
 is delivered again after a crash or a rebalance.
+
+Retries (``rocketray.client.retry``, ``rocketray.client.redelivery``). ``nack`` stores a copy of a
+failed message in the group's retry topic ``%RETRY%<group>``, which every member also reads (from
+the group's first nack on), and holds ``commit`` short of the message until the copy is
+acknowledged; a copy reaches the application at or after its time, and after ``max_deliveries`` a
+nacked message goes to ``%DLQ%<group>`` instead.
 """
 
 from __future__ import annotations
@@ -49,7 +55,9 @@ from rocketray.client.membership import Membership
 from rocketray.client.metrics import ConsumerMetrics, Tally
 from rocketray.client.routes import Routes
 from rocketray.client.transport import Transport, connect_transport
-from rocketray.client.types import RebalanceListener, ReceivedMessage, TopicQueue
+from rocketray.client.redelivery import Redelivery
+from rocketray.client.retry import retry_topic
+from rocketray.client.types import RebalanceListener, ReceivedMessage, SendResult, TopicQueue
 
 __all__ = ["Consumer", "CommitCallback"]
 
@@ -66,10 +74,11 @@ class Consumer:
 
     Keyword arguments override the cluster's ``client`` configuration (``poll_max_messages``,
     ``poll_max_bytes``, ``request_timeout_ms``, ``send_timeout_ms`` (a commit's deadline),
-    ``consumer_heartbeat_interval_ms``, ``route_refresh_ms``, ``max_poll_interval_ms``); an unknown
+    ``consumer_heartbeat_interval_ms``, ``route_refresh_ms``, ``max_poll_interval_ms``,
+    ``max_deliveries``, ``retry_delays``); an unknown
     or out-of-range one raises :class:`InvalidRequest` here, as does a topic that does not exist
-    (:class:`TopicNotFound`). Not thread-safe: one thread polls (``commit_async`` and ``close`` may
-    come from others)."""
+    (:class:`TopicNotFound`). Not thread-safe: one thread polls (``commit_async``, ``nack`` and
+    ``close`` may come from others)."""
 
     def __init__(self, cluster: str = "default", *, group: str, topics: Iterable[str],
                  transport: Transport | None = None, client_id: str | None = None,
@@ -104,13 +113,18 @@ class Consumer:
         self._paused: set[TopicQueue] = set()
         self._error: ClientError | None = None       # met by a poll that returned messages: raised next
         self._closed = False
-        self._tally = Tally("received", "polls", "committed", "commit_failures", "rebalances")
+        self._tally = Tally("received", "polls", "committed", "commit_failures", "rebalances", "nacked",
+                            "dead_lettered")
         self._commit_pool = concurrent.futures.ThreadPoolExecutor(COMMIT_THREADS, thread_name_prefix="rocketray-commit")
         self._async_commits = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rocketray-commit-async")
+        self._retry_topic = retry_topic(group)
         self._membership = Membership(self._transport, self._routes, group, self.client_id, self.topics,
                                       self.config.consumer_heartbeat_interval_ms / 1000, refresh_s,
-                                      self.config.max_poll_interval_ms / 1000)
+                                      self.config.max_poll_interval_ms / 1000, watch=[self._retry_topic])
+        self._redelivery = Redelivery(self._transport, self._routes, self.config, group,
+                                      self._membership.routes_changed)
         try:
+            self._redelivery.learn_retry_topic()
             self._membership.start()
         except BaseException:          # the ACL denied the group: nothing of this consumer stays
             self._commit_pool.shutdown(wait=False)
@@ -135,20 +149,23 @@ class Consumer:
             self._rebalance()
         out: list[ReceivedMessage] = []
         error: ClientError | None = None
-        while not (out or error):
+        while True:
+            out.extend(self._redelivery.release(self._paused))     # retry copies now due
+            if out or error:
+                break
             found = self._fetcher.start_positions()
             with self._positions_lock:
                 for key, offset in found.items():
                     self._positions.acknowledged(key, offset)
-            self._fetcher.issue_pulls(deadline, self._paused)
+            self._fetcher.issue_pulls(deadline, self._paused | self._redelivery.hold.queues())
             pending = self._fetcher.in_flight()
-            left = deadline - time.monotonic()
+            left = self._redelivery.wait_s(deadline - time.monotonic(), self._paused)
             if pending:
-                done, _ = concurrent.futures.wait(list(pending), timeout=max(0.0, left),
+                done, _ = concurrent.futures.wait(list(pending), timeout=left,
                                                   return_when=concurrent.futures.FIRST_COMPLETED)
                 for fut in done:
                     messages, problem = self._fetcher.take(pending[fut], fut, self._paused)
-                    out.extend(messages)
+                    out.extend(self._redelivery.arrived(messages, self._paused))
                     error = error or problem
             elif left > 0:
                 time.sleep(min(left, RETRY_AFTER_S))    # nothing to read yet (positions unknown, all paused)
@@ -172,6 +189,24 @@ class Consumer:
                 self._positions.returned(key, end)
         self._tally.add("received", len(messages))
         self._tally.add("polls")
+
+    # --- retries -----------------------------------------------------------------------------------
+    def nack(self, message: ReceivedMessage, delay_s: float | None = None) -> SendResult:
+        """``message`` failed: deliver it to the group again after ``delay_s`` (None: the
+        ``retry_delays`` schedule by its ``delivery_count``), or, once it was delivered
+        ``max_deliveries`` times, put it in the group's dead-letter topic (``rocketray.client.retry``).
+        Returns where its copy was stored, once acknowledged; until then, and for good if this
+        raises (the ClientError of the send), ``commit`` stops short of ``message``, so a crash
+        delivers it again from its own queue: a nack never loses a message. Thread-safe."""
+        self._check_open()
+        plan = self._redelivery.plan(message, (*self.topics, self._retry_topic), delay_s)
+        with self._positions_lock:
+            self._positions.hold(message.queue, message.queue_offset)
+        result = self._redelivery.publish(message, plan)           # raises: the hold stays
+        with self._positions_lock:
+            self._positions.release(message.queue, message.queue_offset)
+        self._tally.add("dead_lettered" if plan.dead else "nacked")
+        return result
 
     # --- committing -------------------------------------------------------------------------------
     def commit(self, offsets: Mapping[TopicQueue, int] | None = None,
@@ -243,17 +278,7 @@ class Consumer:
         self._tally.add("committed", len(outcome.done))
         if outcome.failed:
             self._tally.add("commit_failures")
-            if outcome.denied_groups:
-                raise AccessDenied(f"{', '.join(outcome.denied_groups)} denied the commit of group {self.group!r}: "
-                                   f"the user may not Sub as it or to a topic committed", resource=f"Group:{self.group}",
-                                   action="Sub")
-            if outcome.refused_groups:
-                raise CommitFailed(f"{', '.join(outcome.refused_groups)} refused the commit of group {self.group!r} "
-                                   f"as invalid (an offset past its queue's end?)", retriable=False,
-                                   committed=outcome.done, failed=outcome.failed)
-            raise CommitFailed(f"offsets of group {self.group!r} on {', '.join(outcome.failed_groups)} not "
-                               f"acknowledged before the timeout; commit again", committed=outcome.done,
-                               failed=outcome.failed)
+            raise outcome.error(self.group)
         return dict(todo)
 
     # --- assignment, pause, seek --------------------------------------------------------------------
@@ -302,6 +327,7 @@ class Consumer:
 
     def _seek(self, key: TopicQueue, offset: int) -> None:
         self._fetcher.seek(key, offset)
+        self._redelivery.hold.drop(key)
         with self._positions_lock:
             self._positions.sought(key, offset)
 
@@ -318,11 +344,17 @@ class Consumer:
         """Own the queues the members and routes give this member now; the listener hears both sides."""
         members = self._membership.members
         wanted: dict[TopicQueue, str] = {}
-        for topic in self.topics:
+        for topic in (*self.topics, self._retry_topic):
             try:
                 route = self._routes.get(topic)
             except TopicNotFound:
-                log.warning("consumer %s: topic %r no longer exists; its queues are not read", self.client_id, topic)
+                if topic != self._retry_topic:     # the retry topic exists from the group's first nack
+                    log.warning("consumer %s: topic %r no longer exists; its queues are not read", self.client_id,
+                                topic)
+                continue
+            except AccessDenied:
+                if topic != self._retry_topic:     # a retry topic hidden from this user: others read it
+                    raise
                 continue
             for queue_id in allocate_averagely([q.queue_id for q in route.queues], members, self.client_id):
                 wanted[TopicQueue(topic, queue_id)] = route.group_of(queue_id)
@@ -334,6 +366,7 @@ class Consumer:
         errors = [e for e in [self._call_listener("on_revoked", revoked)] if e is not None]
         for key in revoked:
             self._fetcher.drop(key)
+            self._redelivery.hold.drop(key)
             self._paused.discard(key)
         for key in assigned:
             self._fetcher.add(key, wanted[key])
@@ -358,7 +391,8 @@ class Consumer:
         counts = self._tally.snapshot()
         lag = self._fetcher.lag()
         return ConsumerMetrics(counts["received"], counts["polls"], counts["committed"], counts["commit_failures"],
-                               counts["rebalances"], len(self._fetcher.queues), sum(lag.values()), lag)
+                               counts["rebalances"], len(self._fetcher.queues), sum(lag.values()), lag,
+                               counts["nacked"], counts["dead_lettered"], len(self._redelivery.hold))
 
     def close(self) -> None:
         """Leave the group (its queues go to the other members at once), after the listener's
@@ -370,6 +404,7 @@ class Consumer:
         if error is not None:
             log.warning("consumer %s: on_revoked raised while closing: %r", self.client_id, error)
         self._membership.close()
+        self._redelivery.close()
         self._async_commits.shutdown(wait=True)
         self._commit_pool.shutdown(wait=True)
         if self._owns_transport:

@@ -172,11 +172,17 @@ class Accumulator(Generic[Q, T]):
 
 class Positions(Generic[Q]):
     """Per queue: the offset ``commit`` would commit (one past the last message ``poll`` returned,
-    or where a ``seek`` moved the queue since) and the offset last acknowledged as committed."""
+    or where a ``seek`` moved the queue since) and the offset last acknowledged as committed.
+
+    A **hold** keeps ``commit`` at or below one message's offset while that message is not safe
+    elsewhere: ``Consumer.nack`` holds it from before its copy is published until the copy is
+    acknowledged, and a nack that failed leaves it held, so no commit passes a message whose copy
+    is not stored (a crash then delivers it again from its own queue)."""
 
     def __init__(self) -> None:
         self.polled: dict[Q, int] = {}
         self.committed: dict[Q, int] = {}
+        self.holds: dict[Q, set[int]] = {}
 
     def returned(self, key: Q, next_offset: int) -> None:
         """``poll`` returned the queue's messages up to ``next_offset`` (exclusive)."""
@@ -184,12 +190,33 @@ class Positions(Generic[Q]):
             self.polled[key] = next_offset
 
     def sought(self, key: Q, offset: int) -> None:
-        """The application moved the queue to ``offset`` (either way)."""
+        """The application moved the queue to ``offset`` (either way): its holds go (the
+        application chose what is read and committed next)."""
         self.polled[key] = offset
+        self.holds.pop(key, None)
+
+    def hold(self, key: Q, offset: int) -> None:
+        """Commit nothing of ``key`` past ``offset`` (the message there) until :meth:`release`
+        (holding an offset twice holds it once: a nack retried after a failure releases it)."""
+        self.holds.setdefault(key, set()).add(offset)
+
+    def release(self, key: Q, offset: int) -> None:
+        held = self.holds.get(key)
+        if held is not None:
+            held.discard(offset)
+            if not held:
+                del self.holds[key]
 
     def to_commit(self) -> dict[Q, int]:
-        """Queues whose polled position is past what was acknowledged."""
-        return {k: o for k, o in self.polled.items() if o > self.committed.get(k, -1)}
+        """Queues whose polled position, capped at their lowest hold, is past what was acknowledged."""
+        out = {}
+        for key, offset in self.polled.items():
+            held = self.holds.get(key)
+            if held:
+                offset = min(offset, min(held))
+            if offset > self.committed.get(key, -1):
+                out[key] = offset
+        return out
 
     def acknowledged(self, key: Q, offset: int) -> None:
         if offset > self.committed.get(key, -1):
@@ -198,3 +225,4 @@ class Positions(Generic[Q]):
     def forget(self, key: Q) -> None:
         self.polled.pop(key, None)
         self.committed.pop(key, None)
+        self.holds.pop(key, None)

@@ -43,12 +43,15 @@ class Membership:
     """Heartbeats, route refreshes and leaving for one member (module docstring)."""
 
     def __init__(self, transport: Transport, routes: Routes, group: str, client_id: str, topics: Sequence[str],
-                 heartbeat_interval_s: float, route_refresh_s: float, max_poll_interval_s: float) -> None:
+                 heartbeat_interval_s: float, route_refresh_s: float, max_poll_interval_s: float,
+                 watch: Sequence[str] = ()) -> None:
         self._transport = transport
         self._routes = routes
         self.group = group
         self.client_id = client_id
         self.topics = tuple(topics)
+        # read but not subscribed in the heartbeat, and quietly absent until created: the group's retry topic
+        self.watch = tuple(t for t in watch if t not in self.topics)
         self._heartbeat_interval_s = heartbeat_interval_s
         self._route_refresh_s = route_refresh_s
         self._max_poll_interval_s = max_poll_interval_s
@@ -135,17 +138,22 @@ class Membership:
                 self._stale.set()
 
     def _refresh_routes(self) -> None:
-        for topic in self.topics:
+        for topic in self.topics + self.watch:
             try:
                 self._routes.refresh(topic)
             except ClientError as exc:
-                log.info("consumer %s: route of %r not refreshed: %s", self.client_id, topic, exc)
+                log.log(logging.DEBUG if topic in self.watch else logging.INFO,
+                        "consumer %s: route of %r not refreshed: %s", self.client_id, topic, exc)
         self._note_routes()
+
+    def routes_changed(self) -> None:
+        """A topic was created or extended here: compute the assignment again at the next poll."""
+        self._stale.set()
 
     def _note_routes(self) -> None:
         """Remember each topic's queue count as cached; a change makes the assignment stale."""
         counts = {}
-        for topic in self.topics:
+        for topic in self.topics + self.watch:
             route = self._routes.cached(topic)
             if route is not None:
                 counts[topic] = len(route.queues)

@@ -8,12 +8,14 @@ from typing import Mapping
 
 from rocketray.broker.message import MessageCodecError, decode_record, encode_properties
 from rocketray.client.errors import InvalidMessage
+from rocketray.client.retry import RETRY_PROPERTIES, redelivery_fields
 from rocketray.client.types import ReceivedMessage
 
 __all__ = ["RESERVED_PROPERTIES", "new_msg_id_prefix", "message_properties", "decode_messages"]
 
-#: Properties the client sets itself (RocketMQ's names): a user property may not use them.
-RESERVED_PROPERTIES = frozenset({"KEYS", "TAGS", "UNIQ_KEY"})
+#: Properties the client sets itself (RocketMQ's names, and a retry copy's: ``rocketray.client.retry``):
+#: a user property may not use them, and a received message's ``properties`` leave them out.
+RESERVED_PROPERTIES = frozenset({"KEYS", "TAGS", "UNIQ_KEY"}) | RETRY_PROPERTIES
 
 
 def new_msg_id_prefix() -> str:
@@ -22,10 +24,11 @@ def new_msg_id_prefix() -> str:
 
 
 def message_properties(key: str | None, tags: str | None, properties: Mapping[str, str] | None,
-                       msg_id: str) -> bytes:
-    """The stored properties (RocketMQ's KEYS, TAGS and UNIQ_KEY, then the user's), encoded;
-    InvalidMessage if a property is reserved, not a string or holds a separator."""
-    if key is None and tags is None and not properties:
+                       msg_id: str, system: Mapping[str, str] | None = None) -> bytes:
+    """The stored properties (RocketMQ's KEYS, TAGS and UNIQ_KEY, then the user's, then ``system``:
+    reserved ones the client itself sets on a retry copy), encoded; InvalidMessage if a user
+    property is reserved, not a string or holds a separator."""
+    if key is None and tags is None and not properties and not system:
         return b"UNIQ_KEY\x01" + msg_id.encode("ascii") + b"\x02"     # msg_id is hex: nothing to check
     props: dict[str, str] = {}
     for name, value in (properties or {}).items():
@@ -39,6 +42,7 @@ def message_properties(key: str | None, tags: str | None, properties: Mapping[st
             if not isinstance(given, str) or not given:
                 raise InvalidMessage(f"{reserved.lower()} must be a non-empty str: {given!r}")
             props[reserved] = given
+    props.update(system or {})
     props["UNIQ_KEY"] = msg_id
     try:
         return encode_properties(props)
@@ -57,5 +61,6 @@ def decode_messages(topic: str, records: bytes, count: int) -> list[ReceivedMess
             topic=topic, queue_id=msg.queue_id, queue_offset=msg.queue_offset, msg_id=props.get("UNIQ_KEY", ""),
             key=props.get("KEYS"), tags=props.get("TAGS"),
             properties={k: v for k, v in props.items() if k not in RESERVED_PROPERTIES},
-            body=bytes(msg.body), born_timestamp_ms=msg.born_timestamp_ms, store_timestamp_ms=msg.store_timestamp_ms))
+            body=bytes(msg.body), born_timestamp_ms=msg.born_timestamp_ms, store_timestamp_ms=msg.store_timestamp_ms,
+            **redelivery_fields(topic, props)))
     return out

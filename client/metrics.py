@@ -40,6 +40,9 @@ class ConsumerMetrics:
     #: per owned queue whose end is known (from its last pull): the queue's confirmed end minus
     #: this member's position, i.e. messages not yet returned by ``poll``
     lag_by_queue: Mapping[TopicQueue, int] = field(default_factory=dict)
+    nacked: int = 0          #: messages ``nack`` stored in the group's retry topic
+    dead_lettered: int = 0   #: messages ``nack`` stored in the group's dead-letter topic
+    held: int = 0            #: retry copies read but not due yet (not returned by ``poll`` before their time)
 
 
 class Tally:

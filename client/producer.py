@@ -119,7 +119,17 @@ class Producer:
              properties: Mapping[str, str] | None = None) -> SendResult:
         """Send one message and wait until it is acknowledged; raises a :class:`ClientError`.
         When its broker group is idle the calling thread sends it itself (no hand-off to the sender)."""
-        queue, pending, size = self._prepare(self._route(topic), topic, body, key, tags, properties)
+        return self._send_now(*self._prepare(self._route(topic), topic, body, key, tags, properties))
+
+    def send_copy(self, route: TopicRoute, queue_id: int, body: bytes, key: str | None, tags: str | None,
+                  properties: Mapping[str, str], system_properties: Mapping[str, str]) -> SendResult:
+        """``send`` to queue ``queue_id`` of ``route``'s topic, with reserved properties the client
+        sets itself: how ``Consumer.nack`` stores a retry or dead-letter copy
+        (``rocketray.client.redelivery``). Not for applications."""
+        return self._send_now(*self._prepare(route, route.topic, body, key, tags, properties,
+                                             queue_id, system_properties))
+
+    def _send_now(self, queue: str, pending: _Pending, size: int) -> SendResult:
         with self._lock:
             self._reserve(size)
             claimed = self._acc.try_claim(queue)
@@ -258,18 +268,20 @@ class Producer:
         self._pending_messages += 1
 
     def _prepare(self, route: TopicRoute, topic: str, body: bytes, key: str | None, tags: str | None,
-                 properties: Mapping[str, str] | None) -> tuple[str, _Pending, int]:
-        """The broker group of the message's queue (what batches are keyed by), its pending entry and
-        its accounted size (raises on bad input)."""
+                 properties: Mapping[str, str] | None, queue_id: int | None = None,
+                 system: Mapping[str, str] | None = None) -> tuple[str, _Pending, int]:
+        """The broker group of the message's queue (``queue_id``, else by key or round robin: what
+        batches are keyed by), its pending entry and its accounted size (raises on bad input)."""
         if self._closed:
             raise ClientClosed("producer is closed")
         if not isinstance(body, bytes):
             if not isinstance(body, (bytearray, memoryview)):
                 raise InvalidMessage(f"a message body must be bytes, not {type(body).__name__}")
             body = bytes(body)
-        queue_id = select_queue(key, len(route.queues), next(self._counter))
+        if queue_id is None:
+            queue_id = select_queue(key, len(route.queues), next(self._counter))
         msg_id = f"{self._id_prefix}{next(self._ids):012X}"
-        props = message_properties(key, tags, properties, msg_id)
+        props = message_properties(key, tags, properties, msg_id, system)
         size = len(body) + len(props)
         if size > self.config.max_message_bytes:
             raise InvalidMessage(f"message of {size} bytes is over max_message_bytes {self.config.max_message_bytes}")

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Mapping, NamedTuple, Protocol, Sequence
 
 __all__ = ["SendStatus", "SendResult", "ReceivedMessage", "QueueRoute", "TopicRoute", "QueueProgress", "TopicQueue",
-           "RebalanceListener", "OffsetChange"]
+           "RebalanceListener", "OffsetChange", "RetryStats"]
 
 
 class TopicQueue(NamedTuple):
@@ -79,7 +79,15 @@ def send_ok(msg_id: str, topic: str, queue_id: int, queue_offset: int) -> SendRe
 
 @dataclass(frozen=True, slots=True)
 class ReceivedMessage:
-    """One consumed message. ``queue_offset`` is its position in its queue (consecutive per queue)."""
+    """One consumed message. ``queue_offset`` is its position in its queue (consecutive per queue).
+
+    ``delivery_count``: how many times the message was delivered to this consumer group, this time
+    included (1 the first time; a copy ``Consumer.nack`` put in the group's retry topic counts on).
+    A copy (read from ``%RETRY%<group>`` or ``%DLQ%<group>``) names where the message was first
+    sent: ``origin_topic``, ``origin_queue_id``, ``origin_queue_offset``, ``origin_msg_id`` (None
+    otherwise), and a retry copy the time it was due (``not_before_ms``, ms since the epoch).
+    ``topic``, ``queue_id`` and ``queue_offset`` are always where this copy was read (what commit
+    counts)."""
 
     topic: str
     queue_id: int
@@ -91,6 +99,12 @@ class ReceivedMessage:
     body: bytes
     born_timestamp_ms: int
     store_timestamp_ms: int = 0
+    delivery_count: int = 1
+    origin_topic: str | None = None
+    origin_queue_id: int | None = None
+    origin_queue_offset: int | None = None
+    origin_msg_id: str | None = None
+    not_before_ms: int = 0
 
     @property
     def queue(self) -> TopicQueue:
@@ -131,6 +145,22 @@ class QueueProgress:
     @property
     def queue(self) -> TopicQueue:
         return TopicQueue(self.topic, self.queue_id)
+
+
+@dataclass(frozen=True, slots=True)
+class RetryStats:
+    """A consumer group's retry and dead-letter topics (``Admin.retry_stats``): copies stored in
+    each, and how many of the retry topic's the group has not consumed (committed past) yet. A topic
+    not created yet (nothing nacked, nothing dead-lettered) counts 0 and is not ``*_exists``."""
+
+    group: str
+    retry_topic: str
+    retry_exists: bool
+    retried: int
+    retry_pending: int
+    dlq_topic: str
+    dlq_exists: bool
+    dead_letters: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,6 +32,10 @@ TOPIC_NAME_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 MAX_TOPIC_NAME_CHARS = 127
 #: Names starting with these are RocketMQ's system topics (``%RETRY%``, ``%DLQ%``, ``__...``).
 RESERVED_TOPIC_PREFIXES = ("%", "__")
+#: The reserved names that may be created and deleted like a topic: a consumer group's retry and
+#: dead-letter topics (``%RETRY%<group>``, ``%DLQ%<group>``: the client creates them on the first
+#: nack, an operator may create, read and delete them), as RocketMQ lets ``updateTopic`` make them.
+GROUP_TOPIC_PREFIXES = ("%RETRY%", "%DLQ%")
 MIN_QUEUES, MAX_QUEUES = 1, 1024
 
 
@@ -45,9 +49,20 @@ def topic_name_problem(topic: object, *, allow_reserved: bool = False) -> str | 
         return f"topic name is {len(topic)} characters, over {MAX_TOPIC_NAME_CHARS}"
     if not TOPIC_NAME_PATTERN.match(topic):
         return f"topic name {topic!r} has characters outside [%|a-zA-Z0-9_-]"
-    if not allow_reserved and topic.startswith(RESERVED_TOPIC_PREFIXES):
-        return f"topic name {topic!r} is reserved for system topics (names starting with '%' or '__')"
+    if not allow_reserved and topic.startswith(RESERVED_TOPIC_PREFIXES) and not is_group_topic(topic):
+        return (f"topic name {topic!r} is reserved for system topics (names starting with '%' or '__', "
+                f"except a group's %RETRY%<group> and %DLQ%<group>)")
     return None
+
+
+def is_group_topic(topic: str) -> bool:
+    """Whether ``topic`` is a consumer group's retry or dead-letter topic: a prefix of
+    ``GROUP_TOPIC_PREFIXES`` and then a group name (which does not start with '%')."""
+    for prefix in GROUP_TOPIC_PREFIXES:
+        if topic.startswith(prefix):
+            rest = topic[len(prefix):]
+            return bool(rest) and not rest.startswith("%")
+    return False
 
 
 def queue_count_problem(queues: object) -> str | None:

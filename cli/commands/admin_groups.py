@@ -3,8 +3,11 @@ resetOffset for rocketray's consumer groups.
 
 consumer-progress: per queue a group has committed, the broker group holding it, the queue's max
 offset, the group's committed offset and the difference (lag), asked of each broker group's master
-through ``rocketray.client.Admin.consumer_progress``. ``-g a,b`` reports several groups; ``--json``
-prints ``{group: [{"topic", "queue_id", "broker_group", "committed_offset", "max_offset", "lag"}, ...]}``.
+through ``rocketray.client.Admin.consumer_progress`` (the group's retry topic ``%RETRY%<group>`` is
+one of its topics), then the group's retry and dead-letter counts (``Admin.retry_stats``). ``-g
+a,b`` reports several groups; ``--json`` prints ``{group: [{"topic", "queue_id", "broker_group",
+"committed_offset", "max_offset", "lag"}, ...], "#retries": {group: {"retry_topic", "retry_exists",
+"retried", "retry_pending", "dlq_topic", "dlq_exists", "dead_letters"}}}`` ('#' is in no group name).
 
 reset-offset: moves a stopped group's committed offsets of one topic to ``earliest``, ``latest`` or an
 offset (``Admin.reset_offsets``: through the commit path, so an offset never moves back; the
@@ -56,9 +59,10 @@ def client_transport(cluster: Any) -> Any:
     return RayTransport(cluster)
 
 
-def format_progress(rows_by_group: dict[str, list[dict]]) -> str:
-    """mqadmin's consumerProgress layout, one block per group."""
+def format_progress(rows_by_group: dict[str, list[dict]], retries: dict[str, dict] | None = None) -> str:
+    """mqadmin's consumerProgress layout, one block per group, with its retry and dead-letter counts."""
     out = []
+    retries = retries or {}
     for group, rows in rows_by_group.items():
         out.append(f"#Group  {group}")
         out.append(f"{'#Topic':<32}{'#Broker Name':<16}{'#QID':<6}{'#Broker Offset':<16}{'#Consumer Offset':<18}#Diff")
@@ -66,7 +70,17 @@ def format_progress(rows_by_group: dict[str, list[dict]]) -> str:
             out.append(f"{r['topic']:<32}{r['broker_group']:<16}{r['queue_id']:<6}{r['max_offset']:<16}"
                        f"{r['committed_offset']:<18}{r['lag']}")
         out.append(f"Diff Total: {sum(r['lag'] for r in rows)}")
+        if group in retries:
+            out.extend(format_retries(retries[group]))
     return "\n".join(out)
+
+
+def format_retries(stats: dict) -> list[str]:
+    """The group's retry and dead-letter lines under its table."""
+    retry = (f"{stats['retried']} stored, {stats['retry_pending']} not consumed yet" if stats["retry_exists"]
+             else "not created (nothing nacked)")
+    dlq = f"{stats['dead_letters']} stored" if stats["dlq_exists"] else "not created (nothing dead-lettered)"
+    return [f"Retry topic {stats['retry_topic']}: {retry}", f"Dead-letter topic {stats['dlq_topic']}: {dlq}"]
 
 
 def format_reset(group: str, topic: str, to: str | int, rows: list[dict]) -> str:
@@ -89,14 +103,18 @@ def run_consumer_progress(args: argparse.Namespace) -> int:
     def once(cluster):
         client_admin = Admin(transport=client_transport(cluster))
         result: dict[str, list[dict]] = {}
+        retries: dict[str, dict] = {}
         try:
             for group in groups:
                 result[group] = [{"topic": p.topic, "queue_id": p.queue_id, "broker_group": p.broker_group,
                                   "committed_offset": p.committed_offset, "max_offset": p.max_offset, "lag": p.lag}
                                  for p in client_admin.consumer_progress(group)]
+                stats = client_admin.retry_stats(group)
+                retries[group] = {name: getattr(stats, name) for name in (
+                    "retry_topic", "retry_exists", "retried", "retry_pending", "dlq_topic", "dlq_exists", "dead_letters")}
         except ClientError as exc:
             raise AdminError(str(exc)) from exc
-        return format_progress(result), result
+        return format_progress(result, retries), {**result, "#retries": retries}
 
     return run(args, once)
 

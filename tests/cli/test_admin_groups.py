@@ -11,6 +11,7 @@ import pytest
 from rocketray.cli import admin_common
 from rocketray.cli.commands import admin_groups
 from rocketray.client import Consumer, Producer
+from rocketray.waiting import wait_for
 from tests.support.fake_client_cluster import FakeCluster, FakeTransport
 
 
@@ -67,3 +68,31 @@ def test_reset_offset_rejects_a_bad_target(fake, capsys, to):
 def test_reset_offset_of_a_missing_topic_names_it(fake, capsys):
     code, _, err = cli(capsys, "reset-offset", "-g", "billing", "-t", "nope", "--to", "latest")
     assert code == 1 and "topic 'nope' does not exist" in err
+
+
+def test_consumer_progress_shows_the_groups_retries_and_dead_letters(fake, capsys):
+    """A group's retry topic is one of its topics (its rows show what the group consumed of it); the
+    lines under the table count what is waiting there and what was dead-lettered."""
+    c, transport = fake
+    code, out, _ = cli(capsys, "consumer-progress", "-g", "billing")
+    assert code == 0 and out.splitlines()[-2:] == ["Retry topic %RETRY%billing: not created (nothing nacked)",
+                                                   "Dead-letter topic %DLQ%billing: not created (nothing dead-lettered)"]
+    fast = {"consumer_heartbeat_interval_ms": 20, "route_refresh_ms": 50, "retry_delays": "100ms 5s"}
+    with Consumer(group="billing", topics=["orders"], transport=transport, max_deliveries=1, **fast) as first:
+        got: list = []
+        wait_for(lambda: got.extend(first.poll(0.05)) or len(got) == 6, 10, "the 6 messages")
+        first.nack(got[0])                                 # its first delivery was its last: dead-lettered
+        first.commit()
+    with Producer(transport=transport) as p:
+        p.send("orders", b"y")
+    with Consumer(group="billing", topics=["orders"], transport=transport, **fast) as second:
+        (m,) = wait_for(lambda: second.poll(0.05), 10, "the new message")
+        second.nack(m, delay_s=5)                          # waits in the retry topic's 5 s queue
+        second.commit()
+    code, out, _ = cli(capsys, "consumer-progress", "-g", "billing")
+    assert code == 0 and out.splitlines()[-2:] == ["Retry topic %RETRY%billing: 1 stored, 1 not consumed yet",
+                                                   "Dead-letter topic %DLQ%billing: 1 stored"]
+    code, out, _ = cli(capsys, "consumer-progress", "-g", "billing", "--json")
+    stats = json.loads(out)["#retries"]["billing"]
+    assert (stats["retried"], stats["retry_pending"], stats["dead_letters"]) == (1, 1, 1)
+    assert [r["topic"] for r in json.loads(out)["billing"]] == ["orders", "orders"]

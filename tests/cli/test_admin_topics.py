@@ -74,8 +74,9 @@ def test_route_list_and_delete(core, capsys):
     (("delete-topic", "-t", "nope"), "error: TOPIC_NOT_EXIST (17): topic 'nope' does not exist"),
     (("update-topic", "-t", "bad name", "-q", "1"),
      "error: CONTROLLER_INVALID_REQUEST (2005): topic name 'bad name' has characters outside [%|a-zA-Z0-9_-]"),
-    (("update-topic", "-t", "%RETRY%g", "-q", "1"), "error: CONTROLLER_INVALID_REQUEST (2005): topic name "
-     "'%RETRY%g' is reserved for system topics (names starting with '%' or '__')"),
+    (("update-topic", "-t", "%SYS%g", "-q", "1"), "error: CONTROLLER_INVALID_REQUEST (2005): topic name "
+     "'%SYS%g' is reserved for system topics (names starting with '%' or '__', except a group's %RETRY%<group> "
+     "and %DLQ%<group>)"),
     (("update-topic", "-t", "orders", "-q", "0"),
      "error: CONTROLLER_INVALID_REQUEST (2005): queue count 0 is outside 1..1024"),
 ])

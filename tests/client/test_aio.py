@@ -153,3 +153,37 @@ def test_seek_and_pause_drop_what_async_for_held():
             assert con.pending_commits() == {TopicQueue("t", 0): 6}
 
     asyncio.run(main())
+
+
+def test_nack_redelivers_and_commit_waits_for_the_copy():
+    """``AsyncConsumer.nack``: the copy comes back as delivery 2; while its put is held, commit (of
+    what the application received) stays short of the nacked message, then moves past it."""
+    c, t = cluster(1)
+    gate = threading.Event()
+
+    def hold_retry_puts(group, batch):
+        from rocketray.broker.message import decode_record
+
+        if decode_record(batch.data, 0)[0].topic.startswith("%RETRY%"):
+            gate.wait(10)
+        return None
+
+    async def run() -> None:
+        async with AsyncProducer(transport=t) as p:
+            await p.send("t", b"a")
+            await p.send("t", b"b")
+        async with AsyncConsumer(group="g", topics=["t"], transport=t, consumer_heartbeat_interval_ms=20,
+                                 retry_delays="100ms", poll_timeout_s=0.05) as con:
+            first = await con.__anext__()
+            await con.__anext__()
+            c.put_hook = hold_retry_puts
+            nack = asyncio.ensure_future(con.nack(first))
+            await wait_for_async(lambda: "%RETRY%g" in c.topics, 10, "the retry topic")
+            assert await con.commit() == {TopicQueue("t", 0): 0}   # held at the nacked offset 0
+            gate.set()
+            result = await nack
+            assert result.topic == "%RETRY%g" and await con.commit() == {TopicQueue("t", 0): 2}
+            again = await asyncio.wait_for(con.__anext__(), 10)
+            assert (again.delivery_count, again.body, again.origin_queue_offset) == (2, b"a", 0)
+
+    asyncio.run(run())

@@ -73,6 +73,19 @@ def test_replay(cluster, capsys):
     assert {q: o for (g, _t, q), o in cluster.committed.items() if g == "audit-replay"} == ends
 
 
+def test_retries(cluster, capsys):
+    """The poison message is delivered max_deliveries (3) times, then dead-lettered, read from the
+    dead-letter topic and replayed to its topic; nothing else is nacked."""
+    load("quickstart").main("demo")
+    load("retries").main("demo")
+    out = capsys.readouterr().out
+    assert [line.split(" failed")[0] for line in out.splitlines() if " failed (" in line] == [
+        "delivery 1", "delivery 2", "delivery 3"]
+    assert "copy in %DLQ%invoicing" in out and "dead letter of orders/" in out
+    assert "invoicing: 2 retried, 0 pending, 1 dead-lettered" in out
+    assert sum(len(cluster.records[("orders", q)]) for q in range(8)) == 101 + 1 + 1     # quickstart, poison, replay
+
+
 def test_asyncio_app(cluster, capsys):
     load("quickstart").main("demo")
     load("asyncio_app").main("demo")

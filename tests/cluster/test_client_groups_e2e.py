@@ -5,7 +5,7 @@ delivered to both groups and no acknowledged commit is lost (the committed offse
 reports are at or past every commit a consumer saw acknowledged).
 
 Everything runs as a user would: `ray start`, the `rocketray` CLI (start, admin update-topic, stop),
-the user guide's examples (quickstart, produce, consume_loop, replay, asyncio_app) and
+the user guide's examples (quickstart, produce, consume_loop, replay, asyncio_app, retries) and
 examples/consumer_group.py as separate processes; this test only
 produces (through ``rocketray.client.Producer``), kills, and checks. Run it under the shared lock
 (it starts a Ray that a concurrent ``ray.init()`` could join):
@@ -48,8 +48,10 @@ def lines(path: Path) -> list[dict]:
 def test_two_groups_survive_master_kills_and_a_consumer_kill(ray_head, tmp_path):
     """At-least-once per group and no lost commit across both masters' kills and a consumer's SIGKILL."""
     address, env = ray_head
+    # short retry delays (the clients read them from the cluster): the retries example waits 1 s and 2 s,
+    # not the default schedule's 10 s and 30 s
     run([str(BIN / "rocketray"), "start", "--name", NAME, "--groups", "2", "--address", address,
-         "--data-dir", str(tmp_path / "data")], env)
+         "--data-dir", str(tmp_path / "data"), "--set", "client.retry_delays=1s 2s"], env)
 
     # The user guide's example, unchanged, as a user runs it.
     quick = run([sys.executable, "examples/quickstart.py", "--cluster", NAME], env, timeout=180)
@@ -64,6 +66,9 @@ def test_two_groups_survive_master_kills_and_a_consumer_kill(ray_head, tmp_path)
     assert "read every queue from its start" in replay.stdout and " -> " in replay.stdout, replay.stdout
     aio = run([sys.executable, "examples/asyncio_app.py", "--cluster", NAME], env, timeout=180)
     assert "async-billing received all 100 sent" in aio.stdout, aio.stdout
+    # three deliveries (1 s and 2 s between them, as the cluster was started), then the dead-letter topic
+    retries = run([sys.executable, "examples/retries.py", "--cluster", NAME], env, timeout=240)
+    assert "delivery 3 failed" in retries.stdout and "1 dead-lettered" in retries.stdout, retries.stdout
 
     run([str(BIN / "rocketray"), "admin", "update-topic", "--name", NAME, "--address", address, "-t", TOPIC,
          "-q", "8"], env)

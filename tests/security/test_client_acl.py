@@ -228,3 +228,21 @@ def test_the_client_library_raises_typed_errors_naming_the_resource_and_the_acti
             p.send("orders", b"x")
     assert refused_login.value.code == "AUTHENTICATION_FAILED" and not refused_login.value.retriable
     assert time.monotonic() - started < 2.5 and len(endpoints.written) == written
+
+
+def test_a_consumer_without_rights_on_its_retry_topic_consumes_and_a_nack_says_what_to_allow(port):
+    """The group's retry topic is read only where the user may see it: a consumer with no right on
+    it joins and commits as before. Its first nack must create the topic, which needs Admin on it:
+    the AccessDenied names the resource and the operator's command that makes it instead."""
+    from rocketray.client import ReceivedMessage
+
+    address, endpoints, _, _ = port
+    with Consumer(bootstrap(address, "consumer"), group="billing", topics=["orders"]) as c:
+        assert all(q.topic == "orders" for q in c.assignment())
+        m = ReceivedMessage("orders", 0, 3, "ID3", None, None, {}, b"x", 0)
+        with pytest.raises(AccessDenied) as denied:
+            c.nack(m)
+        assert (denied.value.resource, denied.value.action) == ("Topic:%RETRY%billing", "Admin")
+        assert "rocketray admin update-topic -t %RETRY%billing -q 16" in str(denied.value)
+        assert c.commit({TopicQueue("orders", 0): 3}) == {TopicQueue("orders", 0): 3}
+    assert not any(t.startswith("%RETRY%") for t in endpoints.pulled)
