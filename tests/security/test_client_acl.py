@@ -54,7 +54,8 @@ class Endpoints:
         self.written.append(bytes(sealed.data))
         return PutResult(PutStatus.PUT_OK, Written.YES, tuple((i, i) for i in range(batch.count)), 1, 1)
 
-    def pull_start(self, topic, queue_id, queue_offset, max_count, max_bytes, hold_ms, group, done):
+    def pull_start(self, topic, queue_id, queue_offset, max_count, max_bytes, hold_ms, group, done,
+                   tag_filter=None):
         self.pulled.append(topic)
         return PullResult(PullStatus.FOUND, b"r", 1, queue_offset, queue_offset + 1, 9)
 
@@ -67,6 +68,9 @@ class Endpoints:
 
     async def queue_max_offsets(self, queues):
         return tuple((t, q, 5) for t, q in queues)
+
+    async def search_offsets(self, queues, timestamp_ms):
+        return tuple((t, q, timestamp_ms % 7) for t, q in queues)
 
     # control
     async def metadata(self):
