@@ -157,7 +157,7 @@ class Fetcher:
                 q.pull = self._transport.pull(q.group, key.topic, key.queue_id, q.next_offset,
                                               self._config.poll_max_messages, self._config.poll_max_bytes, hold_ms,
                                               self._group if q.from_committed else None,
-                                              expression_of(self._filters.get(key.topic)))
+                                              tag_filter=expression_of(self._filters.get(key.topic)))
 
     def in_flight(self) -> dict[concurrent.futures.Future, TopicQueue]:
         return {q.pull: key for key, q in self.queues.items() if q.pull is not None}
