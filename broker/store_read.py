@@ -101,31 +101,16 @@ class StoreReading:
         ``first_queue_offset`` is the queue offset of the first record (``queue_offset`` or past it,
         where retention left the queue to start); ``queue_max_offset`` one past the queue's last
         dispatched entry."""
-        with self._lock:
-            cq = self.cqs.get(topic, queue_id)
-            if cq is None or max_count <= 0:
-                return b"", 0, queue_offset, 0
-            limit = self.commitlog.max_offset if self.config.read_uncommitted else self._confirm
-            if self.commitlog.min_offset > 0:
-                queue_offset = max(queue_offset, cq.first_at_or_after(self.commitlog.min_offset))
-            parts: list[bytes | memoryview] = []
-            size = 0
-            for entry in cq.read(queue_offset, max_count):
-                if entry.physical_offset + entry.size > limit or (parts and size + entry.size > max_bytes):
-                    break
-                record = self.commitlog.read(entry.physical_offset, entry.size)
-                if len(record) != entry.size:
-                    break
-                parts.append(record)
-                size += entry.size
-            return b"".join(parts), len(parts), queue_offset, cq.max_offset
+        records, count, first, _passed, end = self.read_queue_filtered(topic, queue_id, queue_offset, max_count,
+                                                                       max_bytes, None, max_count)
+        return records, count, first, end
 
     def read_queue_filtered(self, topic: str, queue_id: int, queue_offset: int, max_count: int, max_bytes: int,
-                            codes: Collection[int],
+                            codes: Collection[int] | None,
                             max_scan: int = FILTER_SCAN_ENTRIES) -> tuple[bytes, int, int, int, int]:
         """``read_queue`` keeping only the records whose consume-queue tag code is in ``codes``
-        (``rocketray.broker.tag_filter``): ``(records, count, first_queue_offset, next_queue_offset,
-        queue_max_offset)``. The record of an entry whose code is not wanted is never read.
+        (``rocketray.broker.tag_filter``; None: every record): ``(records, count, first_queue_offset,
+        next_queue_offset, queue_max_offset)``. The record of an entry whose code is not wanted is never read.
         ``next_queue_offset`` is one past the last entry looked at (kept or skipped), at most
         ``max_scan`` entries from the start, never an entry ending beyond the confirm offset: where
         the next pull starts, so skipped messages are passed for good."""
@@ -142,7 +127,7 @@ class StoreReading:
             for entry in self._entries(cq, queue_offset, max_scan):
                 if entry.physical_offset + entry.size > limit:
                     break
-                if entry.tag_hash in codes:
+                if codes is None or entry.tag_hash in codes:
                     if parts and size + entry.size > max_bytes:
                         break
                     record = self.commitlog.read(entry.physical_offset, entry.size)

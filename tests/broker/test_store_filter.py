@@ -116,3 +116,21 @@ def test_search_offset_starts_at_what_retention_kept(tmp_path: Path):
     assert store.search_offset("T", 0, 0) == first
     assert store.search_offset("T", 0, 1000 + first + 5) == first + 5
     store.close()
+
+
+def test_a_read_below_a_rebased_queue_starts_at_its_first_entry(tmp_path: Path):
+    """A slave whose log starts mid-queue (its first transfer from the master's min offset) has a
+    consume queue based past 0: a pull from 0, filtered or not, answers from the base and says so,
+    so the next pull continues after what it returned."""
+    master = MessageStore(tmp_path / "m", SMALL)
+    stored = master.put_messages(tagged(30), now_ms=5)
+    start = stored[12].physical_offset
+    slave = MessageStore(tmp_path / "s", SMALL)
+    slave.append_raw(start, master.read_raw(start, 1 << 20))
+    slave.confirm_offset = slave.max_offset
+    records, count, first, end = slave.read_queue("T", 0, 0, 5, 1 << 20)
+    assert offsets(records, count) == [12, 13, 14, 15, 16] and first == 12 and end == 30
+    records, count, first, passed, _ = slave.read_queue_filtered("T", 0, 0, 100, 1 << 20, WANTED)
+    assert offsets(records, count) == [12, 15, 18, 21, 24, 27] and (first, passed) == (12, 30)
+    slave.close()
+    master.close()
