@@ -20,6 +20,8 @@ Reading (``rocketray.client.fetcher``). A newly owned queue starts at the group'
 application seeks it. ``poll`` keeps one held pull in flight per owned, unpaused queue and
 returns as soon as any has messages; never a message beyond the confirm offset. What ``poll`` took
 it returns: an error met on the way is raised by the next ``poll`` when messages came with it.
+``topics={topic: "a || b"}`` reads only messages so tagged, filtered on the brokers
+(``rocketray.client.filters``); every member of a group must subscribe alike (docs/client.md).
 
 Committing (``rocketray.client.committer``). ``commit()`` stores, for every queue ``poll`` returned
 messages of, one past the last one returned (``commit(offsets=...)``: exactly the given offsets), as
