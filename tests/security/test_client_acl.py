@@ -161,6 +161,8 @@ def test_a_consumer_reads_and_commits_only_what_its_rules_allow(port):
     maxes = conn.request(FrameType.QUEUE_MAX, pack([["orders", 0], ["secret", 0]])).result(5)
     from rocketray.broker.client_wire import unpack
     assert unpack(maxes.body, "t") == [["orders", 0, 5]], "a topic it may not read is left out"
+    by_time = conn.request(FrameType.SEARCH_OFFSET, pack([[["orders", 0], ["secret", 0]], 9])).result(5)
+    assert unpack(by_time.body, "t") == [["orders", 0, 2]], "a topic it may not read is left out"
     assert put(conn, "orders").status is PutStatus.ACCESS_DENIED
     conn.close("done")
 
