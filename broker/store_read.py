@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import bisect
 import struct
-from typing import TYPE_CHECKING, Any, Collection, Iterator
+from typing import TYPE_CHECKING, Any, Collection
 
-from rocketray.broker.batch import whole_records_length
+from rocketray.broker.batch import CQ_ENTRY, whole_records_length
 from rocketray.broker.commitlog import StoreError
 from rocketray.broker.message import Message, decode_record
 
@@ -123,33 +123,27 @@ class StoreReading:
             if self.commitlog.min_offset > 0:
                 queue_offset = max(queue_offset, cq.first_at_or_after(self.commitlog.min_offset))
             parts: list[bytes | memoryview] = []
-            size, position = 0, queue_offset
-            for entry in self._entries(cq, queue_offset, max_scan):
-                if entry.physical_offset + entry.size > limit:
+            size, position, scan_end, stop = 0, queue_offset, queue_offset + max_scan, False
+            while not stop and position < scan_end and len(parts) < max_count:
+                chunk = cq.read_packed(position, min(_FILTER_CHUNK, scan_end - position))
+                if not chunk:
                     break
-                if codes is None or entry.tag_hash in codes:
-                    if parts and size + entry.size > max_bytes:
+                for physical, length, code in CQ_ENTRY.iter_unpack(chunk):   # no object per entry
+                    wanted = codes is None or code in codes
+                    if physical + length > limit or (wanted and parts and size + length > max_bytes):
+                        stop = True
                         break
-                    record = self.commitlog.read(entry.physical_offset, entry.size)
-                    if len(record) != entry.size:
+                    if wanted:
+                        record = self.commitlog.read(physical, length)
+                        if len(record) != length:
+                            stop = True
+                            break
+                        parts.append(record)
+                        size += length
+                    position += 1
+                    if len(parts) == max_count:
                         break
-                    parts.append(record)
-                    size += entry.size
-                position = entry.queue_offset + 1
-                if len(parts) == max_count:
-                    break
             return b"".join(parts), len(parts), queue_offset, position, cq.max_offset
-
-    @staticmethod
-    def _entries(cq: Any, queue_offset: int, max_scan: int) -> Iterator[Any]:
-        """Up to ``max_scan`` consume-queue entries from ``queue_offset``, read a chunk at a time."""
-        seen = 0
-        while seen < max_scan:
-            chunk = cq.read(queue_offset + seen, min(_FILTER_CHUNK, max_scan - seen))
-            if not chunk:
-                return
-            yield from chunk
-            seen += len(chunk)
 
     def search_offset(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
         """The first queue offset whose record was stored at or after ``timestamp_ms`` (RocketMQ's
