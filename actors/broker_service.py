@@ -265,16 +265,19 @@ class BrokerService:
         return [_stored(m, broker_id) for m in self.store.get_messages(topic, queue_id, queue_offset, max_count)]
 
     def pull_start(self, topic: str, queue_id: int, queue_offset: int, max_count: int, max_bytes: int,
-                   hold_ms: int, group: str | None, done: Callable[[PullResult], object]) -> PullResult | None:
+                   hold_ms: int, group: str | None, done: Callable[[PullResult], object],
+                   tag_filter: str | None = None) -> PullResult | None:
         """``pull`` without a task (the client port's path): the answer now, or None and
         ``done(answer)`` later, on the loop (``ConsumerPath.pull_start``)."""
-        return self.consumers.pull_start(topic, queue_id, queue_offset, max_count, max_bytes, hold_ms, group, done)
+        return self.consumers.pull_start(topic, queue_id, queue_offset, max_count, max_bytes, hold_ms, group, done,
+                                         tag_filter)
 
     async def pull(self, topic: str, queue_id: int, queue_offset: int, max_count: int, max_bytes: int,
-                   hold_ms: int, group: str | None = None) -> PullResult:
+                   hold_ms: int, group: str | None = None, tag_filter: str | None = None) -> PullResult:
         """A consumer's pull, held up to ``hold_ms`` for a confirmed message, never below ``group``'s
-        committed offset (``actors/consumer_path.py``)."""
-        return await self.consumers.pull(topic, queue_id, queue_offset, max_count, max_bytes, hold_ms, group)
+        committed offset, only of the tags ``tag_filter`` names (``actors/consumer_path.py``)."""
+        return await self.consumers.pull(topic, queue_id, queue_offset, max_count, max_bytes, hold_ms, group,
+                                         tag_filter)
 
     async def commit_offsets(self, group: str, entries: list[tuple[str, int, int]]) -> PutResult:
         """Commit ``group``'s ``(topic, queue_id, offset)`` entries as one replicated record."""
@@ -287,6 +290,11 @@ class BrokerService:
 
     async def queue_max_offsets(self, queues: list[tuple[str, int]]) -> tuple[tuple[str, int, int], ...]:
         return await self.consumers.queue_max_offsets(queues)
+
+    async def search_offsets(self, queues: list[tuple[str, int]],
+                             timestamp_ms: int) -> tuple[tuple[str, int, int], ...]:
+        """Per queue, the first offset stored at or after ``timestamp_ms`` (``ConsumerPath.search_offsets``)."""
+        return await self.consumers.search_offsets(queues, timestamp_ms)
 
     async def digest(self, start: int, end: int, plain: bool = False) -> str:
         """SHA-256 of the commit-log bytes [start, end): replicas agree iff their digests do.

@@ -40,8 +40,9 @@ from rocketray.broker.client_access import Need, first_denied, group_needs, need
 from rocketray.broker.client_control import (Metadata, decode_control, decode_watch, encode_control_answer,
                                              encode_metadata, encode_watch_answer)
 from rocketray.broker.client_wire import (Frame, FrameDecoder, FrameType, WireError, answer_type, encode_frame,
-                                          decode_put_request, encode_offsets_answer, encode_pull_answer,
-                                          encode_put_answer, pack, unpack)
+                                          decode_pull_request, decode_put_request, decode_search_request,
+                                          encode_offsets_answer, encode_pull_answer, encode_put_answer, pack,
+                                          unpack)
 from rocketray.broker.pull import OffsetsResult, OffsetsStatus, PullResult, PullStatus
 from rocketray.controller.api import GetTopicRouteRequest, ListTopicsRequest, Response
 from rocketray.controller.codes import ResponseCode
@@ -63,13 +64,17 @@ class ClientEndpoints(Protocol):
     def put_start(self, batch: EncodedBatch, done: Callable[[PutResult], object]) -> PutResult | None: ...
 
     def pull_start(self, topic: str, queue_id: int, queue_offset: int, max_count: int, max_bytes: int,
-                   hold_ms: int, group: str | None, done: Callable[[PullResult], object]) -> PullResult | None: ...
+                   hold_ms: int, group: str | None, done: Callable[[PullResult], object],
+                   tag_filter: str | None = None) -> PullResult | None: ...
 
     async def commit_offsets(self, group: str, entries: list[tuple[str, int, int]]) -> PutResult: ...
 
     async def committed_offsets(self, group: str, topics: list[str] | None = None) -> OffsetsResult: ...
 
     async def queue_max_offsets(self, queues: list[tuple[str, int]]) -> tuple[tuple[str, int, int], ...]: ...
+
+    async def search_offsets(self, queues: list[tuple[str, int]],
+                             timestamp_ms: int) -> tuple[tuple[str, int, int], ...]: ...
 
 
 class ControlEndpoints(Protocol):
@@ -284,21 +289,18 @@ class ClientPort:
         """A pull in the read loop's own step, no task: answered now, or held and answered from the
         step that confirms a message for it (``ConsumerPath.pull_start``). Raises WireError."""
         request_id = frame.request_id
-        args = unpack(frame.body, "pull")
-        if not (isinstance(args, list) and len(args) == 7 and isinstance(args[0], str)
-                and all(isinstance(a, int) and not isinstance(a, bool) for a in args[1:6])
-                and (args[6] is None or isinstance(args[6], str))):
-            raise WireError("pull: expected [topic, queue_id, offset, max_count, max_bytes, hold_ms, group]")
+        r = decode_pull_request(frame.body)
         flow.started()
 
         def answer(result: PullResult) -> None:
             self._write(writer, flow, encode_frame(FrameType.PULL_ANSWER, request_id, *encode_pull_answer(result)))
 
-        denied = access.first_denied(pull_needs(args[0], args[6]))
+        denied = access.first_denied(pull_needs(r.topic, r.group))
         if denied is not None:
-            answer(PullResult(PullStatus.ACCESS_DENIED, b"", 0, args[2], args[2], -1, str(denied)))
+            answer(PullResult(PullStatus.ACCESS_DENIED, b"", 0, r.offset, r.offset, -1, str(denied)))
             return
-        now = self._endpoints.pull_start(*args, answer)
+        now = self._endpoints.pull_start(r.topic, r.queue_id, r.offset, r.max_count, r.max_bytes, r.hold_ms, r.group,
+                                         answer, r.tag_filter)
         if now is not None:
             answer(now)
 
@@ -337,6 +339,10 @@ class ClientPort:
                 raise WireError("queue max: expected [[topic, queue_id], ...]")
             readable = [(str(t), int(q)) for t, q in queues if access.allows(ResourceType.TOPIC, str(t), Action.SUB)]
             return [pack([list(r) for r in await e.queue_max_offsets(readable)])]
+        if frame.type is FrameType.SEARCH_OFFSET:
+            wanted, timestamp_ms = decode_search_request(frame.body)
+            readable = [(t, q) for t, q in wanted if access.allows(ResourceType.TOPIC, t, Action.SUB)]
+            return [pack([list(r) for r in await e.search_offsets(readable, timestamp_ms)])]
         control = self._control
         if control is not None and frame.type is FrameType.METADATA:
             return [encode_metadata(await control.metadata())]

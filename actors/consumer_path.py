@@ -6,7 +6,10 @@ A shell over the store and the HA service of one replica, run on the broker acto
   at the requested offset, else holds the request until its confirm offset moves past it (the HA
   service's confirm listener answers it in the step that moved the offset: no task, no loop pass
   between the slave's ack and the pull's answer) or the hold runs out. Only the master serves pulls, and
-  never beyond its confirm offset (``MessageStore.read_queue``).
+  never beyond its confirm offset (``MessageStore.read_queue``). A pull with a tag expression
+  (``rocketray.broker.tag_filter``) reads only the records whose consume-queue tag code it wants
+  (``read_queue_filtered``); the entries it passes move its position, which a held pull keeps, so
+  the answer's ``next_offset`` is past every unwanted message looked at, also when none matched.
 - **commit**: one record of the system topic ``__consumer_offsets`` appended through the master's
   ordinary put (``HAService.put``), so it is acknowledged exactly when a message would be: every
   SyncStateSet member has it (``rocketray.broker.offsets``).
@@ -29,6 +32,8 @@ from rocketray.broker.offsets import (MAX_COMMITS_PER_RECORD, OFFSETS_QUEUE, OFF
                                       OffsetTable, commit_message)
 from rocketray.broker.pull import (OffsetsResult, OffsetsStatus, PullResult, PullStatus, check_pull)
 from rocketray.broker.store import MessageStore
+from rocketray.broker.store_read import FILTER_SCAN_ENTRIES
+from rocketray.broker.tag_filter import TagExpressionError, parse_expression
 from rocketray.ha.ack import PutResult, PutStatus, refused
 
 log = logging.getLogger("rocketray.broker")
@@ -61,13 +66,14 @@ def _ignore(_answer: PullResult) -> None:
 class _HeldPull:
     """One pull: what it asks, where it waits, and whom to answer."""
 
-    __slots__ = ("topic", "queue_id", "offset", "max_count", "max_bytes", "deadline", "done", "timer")
+    __slots__ = ("topic", "queue_id", "offset", "max_count", "max_bytes", "deadline", "done", "timer", "codes")
 
     def __init__(self, topic: str, queue_id: int, offset: int, max_count: int, max_bytes: int, deadline: float,
-                 done: Callable[[PullResult], object]) -> None:
+                 done: Callable[[PullResult], object], codes: frozenset[int] | None = None) -> None:
         self.topic, self.queue_id, self.offset = topic, queue_id, offset
         self.max_count, self.max_bytes, self.deadline, self.done = max_count, max_bytes, deadline, done
         self.timer: asyncio.TimerHandle | None = None
+        self.codes = codes    # the tag codes wanted (None: every message)
 
 
 class ConsumerPath:
@@ -108,24 +114,34 @@ class ConsumerPath:
                 self._serve(held)
 
     def pull_start(self, topic: str, queue_id: int, queue_offset: int, max_count: int, max_bytes: int,
-                   hold_ms: int, group: str | None, done: Callable[[PullResult], object]) -> PullResult | None:
+                   hold_ms: int, group: str | None, done: Callable[[PullResult], object],
+                   tag_filter: str | None = None) -> PullResult | None:
         """``pull`` without a task (the client port's path): the answer now (returned), or None and
         ``done(answer)`` later, on this loop: from the step that moves the confirm offset past the
         pull's position (``wake``), or from its hold timer. Only a new master's first pulls of a
         term, which wait until it confirmed the log it took over, run as a task."""
-        started = self._begin(topic, queue_id, queue_offset, max_count, max_bytes, hold_ms, group, done)
+        started = self._begin(topic, queue_id, queue_offset, max_count, max_bytes, hold_ms, group, done, tag_filter)
         return started if isinstance(started, PullResult) else None
 
     def _begin(self, topic: str, queue_id: int, queue_offset: int, max_count: int, max_bytes: int, hold_ms: int,
-               group: str | None, done: Callable[[PullResult], object]) -> PullResult | _HeldPull:
+               group: str | None, done: Callable[[PullResult], object],
+               tag_filter: str | None) -> PullResult | _HeldPull:
         problem = check_pull(queue_offset, max_count, max_bytes, hold_ms)
+        codes = None
+        if problem is None and tag_filter is not None:
+            try:
+                wanted = parse_expression(tag_filter)
+                codes = None if wanted is None else wanted.codes
+            except TagExpressionError as exc:
+                problem = f"tag_filter: {exc}"
         if problem is not None:
             return PullResult(PullStatus.ILLEGAL, offset=queue_offset, remark=problem)
         if group is not None and not self._is_master():
             return PullResult(PullStatus.NOT_MASTER, offset=queue_offset, next_offset=queue_offset)
         self._listen()
         loop = asyncio.get_running_loop()
-        held = _HeldPull(topic, queue_id, queue_offset, max_count, max_bytes, loop.time() + hold_ms / 1000, done)
+        held = _HeldPull(topic, queue_id, queue_offset, max_count, max_bytes, loop.time() + hold_ms / 1000, done,
+                         codes)
         if group is not None and not self._ready_now():
             task = loop.create_task(self._pull_once_ready(held, group))
             self._tasks.add(task)
@@ -136,16 +152,17 @@ class ConsumerPath:
         return self._read_or_hold(held) or held
 
     async def pull(self, topic: str, queue_id: int, queue_offset: int, max_count: int, max_bytes: int,
-                   hold_ms: int, group: str | None = None) -> PullResult:
+                   hold_ms: int, group: str | None = None, tag_filter: str | None = None) -> PullResult:
         """Confirmed messages of a queue from ``queue_offset``, held up to ``hold_ms`` for the first.
 
         With ``group``, never below that group's committed offset of the queue: a member that
         still reads a queue another member has committed past (a rebalance in flight), or resumes
         from a position older than a commit, is moved up to the commit, so once a commit is
-        acknowledged the group never reads below it again."""
+        acknowledged the group never reads below it again. With ``tag_filter`` (a subscription
+        expression, ``"a || b"`` or ``"*"``), only the messages tagged so (an invalid one: ILLEGAL)."""
         fut: asyncio.Future[PullResult] = asyncio.get_running_loop().create_future()
         started = self._begin(topic, queue_id, queue_offset, max_count, max_bytes, hold_ms, group,
-                              lambda result: fut.done() or fut.set_result(result))
+                              lambda result: fut.done() or fut.set_result(result), tag_filter)
         if isinstance(started, PullResult):
             return started
         try:
@@ -181,15 +198,20 @@ class ConsumerPath:
         """The answer now, or None with ``held`` waiting (until ``wake`` or its recheck timer)."""
         if not self._is_master():
             return PullResult(PullStatus.NOT_MASTER, offset=held.offset, next_offset=held.offset)
-        records, count, start, max_offset = self._store.read_queue(held.topic, held.queue_id, held.offset,
-                                                                   held.max_count, held.max_bytes)
+        if held.codes is None:
+            records, count, start, max_offset = self._store.read_queue(held.topic, held.queue_id, held.offset,
+                                                                       held.max_count, held.max_bytes)
+            passed = start + count
+        else:
+            records, count, start, passed, max_offset = self._store.read_queue_filtered(
+                held.topic, held.queue_id, held.offset, held.max_count, held.max_bytes, held.codes)
         if count:
-            return PullResult(PullStatus.FOUND, records, count, start, start + count, max_offset)
+            return PullResult(PullStatus.FOUND, records, count, start, passed, max_offset)
         loop = asyncio.get_running_loop()
         left = held.deadline - loop.time()
-        if left <= 0:
-            return PullResult(PullStatus.NO_NEW_MSG, b"", 0, start, start, max_offset)
-        held.offset = start
+        if left <= 0 or passed - start >= FILTER_SCAN_ENTRIES:   # out of time, or more to look at: ask again
+            return PullResult(PullStatus.NO_NEW_MSG, b"", 0, start, passed, max_offset)
+        held.offset = passed
         held.timer = loop.call_later(min(left, HOLD_RECHECK_S), self._recheck, held)
         self._held[held] = None
         return None
@@ -305,3 +327,9 @@ class ConsumerPath:
     async def queue_max_offsets(self, queues: list[tuple[str, int]]) -> tuple[tuple[str, int, int], ...]:
         """One past the last confirmed entry of each ``(topic, queue_id)`` on this replica."""
         return tuple((t, q, self._store.queue_max_offset(t, q)) for t, q in queues)
+
+    async def search_offsets(self, queues: list[tuple[str, int]],
+                             timestamp_ms: int) -> tuple[tuple[str, int, int], ...]:
+        """Per ``(topic, queue_id)``: the first queue offset whose record was stored at or after
+        ``timestamp_ms`` (``MessageStore.search_offset``; the queue's end when all are older)."""
+        return tuple((t, q, self._store.search_offset(t, q, timestamp_ms)) for t, q in queues)

@@ -16,6 +16,11 @@ Figures (1 KiB bodies, ``--message-bytes``):
   futures outstanding (the oldest is waited for before the next send), then ``flush``.
 - ``consume_msgs_per_s``: a consumer of a new group reads the round's backlog (every message the
   two phases above sent to the topic) from the start: from its first ``poll`` until it has all.
+- ``filtered_consume_msgs_per_s``: the producer sends ``--filtered`` messages with ``send_async``
+  to a third topic, tagged ``kept`` and ``skipped`` in turn; a consumer of a new group subscribed
+  ``{topic: "kept"}`` (the brokers leave the ``skipped`` half out) reads them from the start: the
+  ``kept`` messages received per second, from its first ``poll`` until it has all (informational,
+  no target; ``filtered_vs_consume`` compares it with ``consume_msgs_per_s``).
 - ``e2e_p50_ms`` / ``e2e_p99_ms``: the producer sends to a second topic one message at a time, back
   to back as ``sync_p50_ms`` does (``--e2e-interval-ms`` paces them instead), its ``time.time()``
   before ``send`` in the body; a consumer of another group, long-polling that topic, notes
@@ -49,6 +54,7 @@ transport class: the benchmark uses only the public client API, so it measures w
 picks. ``load_1m`` is the load average before and after.
 
     python benchmarks/run.py client-e2e [--json] [--rounds 3] [--sync 1000] [--async 20000] [--e2e 200]
+                                        [--filtered 10000]
 """
 
 from __future__ import annotations
@@ -56,6 +62,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import itertools
 import json
 import os
 import struct
@@ -81,7 +88,7 @@ TARGET_MIN = {"async_vs_ray_calls": 15.0, "consume_vs_async": 1.0, "tls_async_vs
 RECORD_OVERHEAD = 80             # ha_side's records are message_bytes long: body = message_bytes - 80
 
 #: ``benchmarks/run.py client-e2e --smoke``: a size that finishes in seconds (CI runs it).
-SMOKE_ARGS = ["--rounds", "1", "--sync", "30", "--async", "600", "--e2e", "10", "--warmup", "5",
+SMOKE_ARGS = ["--rounds", "1", "--sync", "30", "--async", "600", "--e2e", "10", "--warmup", "5", "--filtered", "600",
               "--ray-calls", "100", "--ray-window-calls", "600", "--inprocess-seconds", "0.3"]
 
 
@@ -166,16 +173,19 @@ class Worker:
             assert result.status is SendStatus.SEND_OK, result
         return {**latency_figures(samples), "sent": warmup + count, "transport": type(p._transport).__name__}
 
-    def send_async(self, topic: str, count: int, window: int, message_bytes: int) -> dict:
+    def send_async(self, topic: str, count: int, window: int, message_bytes: int,
+                   tags: list[str] | None = None) -> dict:
+        """``count`` sends, ``window`` outstanding; tagged with ``tags`` in turn when given."""
         from rocketray.client import SendStatus
 
         p, body = self.producer(), os.urandom(message_bytes)
+        turn = itertools.cycle(tags or [None])
 
         def acknowledged(future) -> None:
             assert future.result().status is SendStatus.SEND_OK
 
         t0 = time.perf_counter()
-        rest = windowed(count, window, lambda: p.send_async(topic, body), acknowledged)
+        rest = windowed(count, window, lambda: p.send_async(topic, body, tags=next(turn)), acknowledged)
         p.flush()
         elapsed = time.perf_counter() - t0
         for future in rest:
@@ -197,14 +207,17 @@ class Worker:
                 samples.append(time.perf_counter() - t0)
         return latency_figures(samples)
 
-    def consume(self, topic: str, group: str, expect: int, timeout_s: float) -> dict:
+    def consume(self, topic: str, group: str, expect: int, timeout_s: float, tag_filter: str | None = None) -> dict:
+        """Read ``expect`` messages of ``topic`` (only those tagged ``tag_filter`` when given)."""
         from rocketray.client import Consumer
 
-        with Consumer(self.cluster, group=group, topics=[topic]) as c:
+        with Consumer(self.cluster, group=group, topics={topic: tag_filter or "*"}) as c:
             seen: set[tuple[int, int]] = set()
             t0 = time.perf_counter()
             while len(seen) < expect:
-                seen.update((m.queue_id, m.queue_offset) for m in c.poll(timeout_s=1.0))
+                messages = c.poll(timeout_s=1.0)
+                assert tag_filter is None or all(m.tags == tag_filter for m in messages), "a message filtered out"
+                seen.update((m.queue_id, m.queue_offset) for m in messages)
                 if time.perf_counter() - t0 > timeout_s:
                     raise TimeoutError(f"group {group} read {len(seen)} of {expect} messages in {timeout_s} s")
             elapsed = time.perf_counter() - t0
@@ -283,14 +296,19 @@ def floor_side(producer: CommandProcess, args, tmp: Path) -> dict:
 
 def client_side(round_no: int, admin, producer: CommandProcess, consumer: CommandProcess, args) -> dict:
     topic, e2e_topic = f"bench-client-{round_no}", f"bench-client-e2e-{round_no}"
-    admin.create_topic(topic, queues=args.queues)
-    admin.create_topic(e2e_topic, queues=args.queues)
+    filtered_topic = f"bench-client-filtered-{round_no}"
+    for name in (topic, e2e_topic, filtered_topic):
+        admin.create_topic(name, queues=args.queues)
     sync = producer.call("sync", topic=topic, count=args.sync, warmup=args.warmup, message_bytes=args.message_bytes)
     sent_async = producer.call("send_async", topic=topic, count=args.async_count, window=args.window,
                                message_bytes=args.message_bytes)
     backlog = sync["sent"] + sent_async["sent"]
     consume = consumer.call("consume", topic=topic, group=f"bench-backlog-{round_no}", expect=backlog,
                             timeout_s=COMMAND_TIMEOUT_S / 2)
+    producer.call("send_async", topic=filtered_topic, count=args.filtered, window=args.window,
+                  message_bytes=args.message_bytes, tags=["kept", "skipped"])
+    filtered = consumer.call("consume", topic=filtered_topic, group=f"bench-filtered-{round_no}",
+                             expect=(args.filtered + 1) // 2, timeout_s=COMMAND_TIMEOUT_S / 2, tag_filter="kept")
     consumer.send("e2e_receive", topic=e2e_topic, group=f"bench-e2e-{round_no}", expect=args.warmup + args.e2e,
                   warmup=args.warmup, timeout_s=COMMAND_TIMEOUT_S / 2)
     ready = consumer.receive()
@@ -299,7 +317,8 @@ def client_side(round_no: int, admin, producer: CommandProcess, consumer: Comman
                           interval_ms=args.e2e_interval_ms, message_bytes=args.message_bytes)
     e2e = consumer.receive()
     return {"sync_p50_ms": sync["p50_ms"], "sync_p99_ms": sync["p99_ms"], "async_msgs_per_s": sent_async["msgs_per_s"],
-            "consume_msgs_per_s": consume["msgs_per_s"], "backlog": backlog, "e2e_p50_ms": e2e["p50_ms"],
+            "consume_msgs_per_s": consume["msgs_per_s"], "backlog": backlog,
+            "filtered_consume_msgs_per_s": filtered["msgs_per_s"], "e2e_p50_ms": e2e["p50_ms"],
             "e2e_p99_ms": e2e["p99_ms"], "e2e_send_p50_ms": paced["p50_ms"], "transport": sync["transport"],
             "consumer_transport": consume["transport"]}
 
@@ -348,8 +367,8 @@ def median(values: list[float]) -> float:
 
 FLOOR_FIGURES = ("ray_call_p50_ms", "ray_call_p99_ms", "ray_calls_per_s", "inprocess_put_p50_ms",
                  "inprocess_put_p99_ms")
-CLIENT_FIGURES = ("sync_p50_ms", "sync_p99_ms", "async_msgs_per_s", "consume_msgs_per_s", "e2e_p50_ms", "e2e_p99_ms",
-                  "e2e_send_p50_ms")
+CLIENT_FIGURES = ("sync_p50_ms", "sync_p99_ms", "async_msgs_per_s", "consume_msgs_per_s",
+                  "filtered_consume_msgs_per_s", "e2e_p50_ms", "e2e_p99_ms", "e2e_send_p50_ms")
 
 
 def summarize(args, floors: list[dict], by_mode: dict[str, list[dict]], load_1m: list[float]) -> dict:
@@ -366,6 +385,7 @@ def summarize(args, floors: list[dict], by_mode: dict[str, list[dict]], load_1m:
         "sync_vs_ray_call": fig["sync_p50_ms"] / fig["ray_call_p50_ms"],
         "async_vs_ray_calls": fig["async_msgs_per_s"] / fig["ray_calls_per_s"],
         "consume_vs_async": fig["consume_msgs_per_s"] / fig["async_msgs_per_s"],
+        "filtered_vs_consume": fig["filtered_consume_msgs_per_s"] / fig["consume_msgs_per_s"],
         "e2e_vs_sync": fig["e2e_p50_ms"] / fig["sync_p50_ms"],
         "p99_vs_p50": fig["sync_p99_ms"] / fig["sync_p50_ms"],
     }
@@ -386,6 +406,7 @@ def summarize(args, floors: list[dict], by_mode: dict[str, list[dict]], load_1m:
         "transport": clients[0]["transport"], "consumer_transport": clients[0]["consumer_transport"],
         "message_bytes": args.message_bytes, "window": args.window, "queues": args.queues,
         "sync_sends": args.sync, "async_sends": args.async_count, "e2e_sends": args.e2e,
+        "filtered_sends": args.filtered,
         "e2e_interval_ms": args.e2e_interval_ms, "profile": "default", "load_1m": load_1m,
     }
 
@@ -398,6 +419,8 @@ def run(argv: list[str]) -> dict:
     ap.add_argument("--sync", type=int, default=1000)
     ap.add_argument("--async", dest="async_count", type=int, default=20000)
     ap.add_argument("--e2e", type=int, default=200)
+    ap.add_argument("--filtered", type=int, default=10000,
+                    help="messages sent for the filtered consume (half of them filtered out on the brokers)")
     ap.add_argument("--e2e-interval-ms", type=float, default=0)
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--window", type=int, default=256)

@@ -38,7 +38,9 @@ from rocketray.ha.ack import PutResult, PutStatus, Written
 
 __all__ = ["MAGIC", "VERSION", "HEADER", "MAX_BODY_BYTES", "FrameType", "Frame", "FrameDecoder", "WireError",
            "encode_frame", "PUT_COUNT", "decode_put_request", "encode_put_answer", "decode_put_answer", "encode_pull_answer", "decode_pull_answer",
-           "encode_offsets_answer", "decode_offsets_answer", "pack", "unpack", "answer_type"]
+           "encode_offsets_answer", "decode_offsets_answer", "pack", "unpack", "answer_type", "PullRequest",
+           "encode_pull_request", "decode_pull_request", "encode_search_request", "decode_search_request",
+           "decode_queue_offsets"]
 
 MAGIC = b"RRCL"
 VERSION = 1
@@ -56,13 +58,15 @@ class WireError(ValueError):
 
 class FrameType(enum.IntEnum):
     PUT = 1            # body: u32 record count, then the encoded batch
-    PULL = 2           # body: msgpack [topic, queue_id, offset, max_count, max_bytes, hold_ms, group|nil]
+    PULL = 2           # body: msgpack [topic, queue_id, offset, max_count, max_bytes, hold_ms, group|nil
+                       #                (, tag expression: only when the pull filters)]
     COMMIT = 3         # body: msgpack [group, [[topic, queue_id, offset], ...]]
     COMMITTED = 4      # body: msgpack [group, [topic, ...]|nil]
     QUEUE_MAX = 5      # body: msgpack [[topic, queue_id], ...]
     METADATA = 6       # body: msgpack []: the cluster's groups, brokers, masters (broker/client_control.py)
     WATCH = 7          # body: msgpack [group, known_epoch, wait_ms]: answered at a newer master or the wait's end
     CONTROL = 8        # body: msgpack [request type, fields]: a client request for the controller leader
+    SEARCH_OFFSET = 9  # body: msgpack [[[topic, queue_id], ...], timestamp_ms]: first offsets stored at or after
     PUT_ANSWER = 0x81
     PULL_ANSWER = 0x82
     COMMIT_ANSWER = 0x83
@@ -71,6 +75,7 @@ class FrameType(enum.IntEnum):
     METADATA_ANSWER = 0x86
     WATCH_ANSWER = 0x87
     CONTROL_ANSWER = 0x88
+    SEARCH_OFFSET_ANSWER = 0x89
     ERROR = 0xFF       # body: msgpack [code, message]; the broker then closes the connection
 
 
@@ -176,6 +181,64 @@ def decode_put_answer(body: bytes | memoryview) -> PutResult:
         return PutResult(put_status, written_as, offsets, end_offset, None if broker_id < 0 else broker_id)
     except AssertionError:
         raise WireError("inconsistent put answer") from None
+
+
+@dataclass(frozen=True, slots=True)
+class PullRequest:
+    """A pull's fields as a client port received them (the broker checks their ranges)."""
+
+    topic: str
+    queue_id: int
+    offset: int
+    max_count: int
+    max_bytes: int
+    hold_ms: int
+    group: str | None
+    tag_filter: str | None = None   # a subscription expression (rocketray.broker.tag_filter); None: all
+
+
+def encode_pull_request(request: PullRequest) -> bytes:
+    """The PULL body: seven fields, an eighth only when the pull filters (a broker that predates
+    filters still reads every other pull)."""
+    fields: list[Any] = [request.topic, request.queue_id, request.offset, request.max_count, request.max_bytes,
+                         request.hold_ms, request.group]
+    if request.tag_filter is not None:
+        fields.append(request.tag_filter)
+    return pack(fields)
+
+
+def decode_pull_request(body: bytes | memoryview) -> PullRequest:
+    args = unpack(body, "pull")
+    if not (isinstance(args, list) and len(args) in (7, 8) and isinstance(args[0], str)
+            and all(isinstance(a, int) and not isinstance(a, bool) for a in args[1:6])
+            and (args[6] is None or isinstance(args[6], str))
+            and (len(args) == 7 or args[7] is None or isinstance(args[7], str))):
+        raise WireError("pull: expected [topic, queue_id, offset, max_count, max_bytes, hold_ms, group(, tag_filter)]")
+    return PullRequest(*args)
+
+
+def encode_search_request(queues: list[tuple[str, int]], timestamp_ms: int) -> bytes:
+    return pack([[list(q) for q in queues], timestamp_ms])
+
+
+def decode_search_request(body: bytes | memoryview) -> tuple[list[tuple[str, int]], int]:
+    """``(queues, timestamp_ms)`` of a SEARCH_OFFSET request."""
+    value = unpack(body, "search offset")
+    if not (isinstance(value, list) and len(value) == 2 and isinstance(value[0], list)
+            and isinstance(value[1], int) and not isinstance(value[1], bool) and 0 <= value[1] < 2**63
+            and all(isinstance(q, list) and len(q) == 2 and isinstance(q[0], str)
+                    and isinstance(q[1], int) and not isinstance(q[1], bool) for q in value[0])):
+        raise WireError("search offset: expected [[[topic, queue_id], ...], timestamp_ms >= 0]")
+    return [(t, q) for t, q in value[0]], value[1]
+
+
+def decode_queue_offsets(body: bytes | memoryview, what: str) -> tuple[tuple[str, int, int], ...]:
+    """A QUEUE_MAX or SEARCH_OFFSET answer: ``[[topic, queue_id, offset], ...]``."""
+    value = unpack(body, what)
+    try:
+        return tuple((str(t), int(q), int(o)) for t, q, o in value)
+    except (TypeError, ValueError):
+        raise WireError(f"malformed {what} answer") from None
 
 
 def encode_pull_answer(result: PullResult) -> list[bytes]:

@@ -155,11 +155,17 @@ class ConsumeQueue:
     def read(self, queue_offset: int, max_count: int) -> list[CqEntry]:
         """Up to ``max_count`` entries from ``queue_offset`` (clamped up to the queue's base)."""
         start = max(queue_offset, self.base)
-        n = min(max_count, self.max_offset - start)
-        if n <= 0:
-            return []
-        data = self.file.pread((start - self.base) * ENTRY_SIZE, n * ENTRY_SIZE)
+        data = self.read_packed(start, max_count)
         return [CqEntry(start + i, *_ENTRY.unpack_from(data, i * ENTRY_SIZE)) for i in range(len(data) // ENTRY_SIZE)]
+
+    def read_packed(self, queue_offset: int, max_count: int) -> bytes:
+        """The packed entries (``CQ_ENTRY``) of up to ``max_count`` queue offsets from ``queue_offset``
+        (at least the base): what a scan that builds no object per entry reads."""
+        assert queue_offset >= self.base, (queue_offset, self.base)
+        n = min(max_count, self.max_offset - queue_offset)
+        if n <= 0:
+            return b""
+        return self.file.pread((queue_offset - self.base) * ENTRY_SIZE, n * ENTRY_SIZE)
 
     def _physical(self, index: int) -> int:
         return _ENTRY.unpack_from(self.file.pread(index * ENTRY_SIZE, ENTRY_SIZE))[0]

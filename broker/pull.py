@@ -22,7 +22,7 @@ MAX_HOLD_MS = 60_000
 
 class PullStatus(enum.IntEnum):
     FOUND = 0          # ``records`` holds ``count`` >= 1 messages
-    NO_NEW_MSG = 1     # nothing confirmed at ``offset`` before the hold ran out
+    NO_NEW_MSG = 1     # nothing (wanted, for a filtered pull) confirmed before the hold ran out
     NOT_MASTER = 2     # ask the group's current master (retriable after a route refresh)
     ILLEGAL = 3        # the request is invalid (count, bytes or hold out of range): not retriable
     ACCESS_DENIED = 4  # the user may not read the topic or the group (its ACL): not retriable
@@ -35,8 +35,9 @@ class PullStatus(enum.IntEnum):
 @dataclass(frozen=True, slots=True)
 class PullResult:
     """``records``: ``count`` whole stored records from queue offset ``offset`` (which the broker may
-    have moved up past records retention deleted); ``next_offset``: where the next pull starts;
-    ``max_offset``: one past the queue's last confirmed entry on this broker."""
+    have moved up past records retention deleted); ``next_offset``: where the next pull starts (for
+    a pull with a tag filter, past every entry it looked at, the unwanted ones too, also when no
+    record is returned); ``max_offset``: one past the queue's last confirmed entry on this broker."""
 
     status: PullStatus
     records: bytes = b""

@@ -9,9 +9,11 @@ end; retention may have deleted the records a queue's first entries point at, wh
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import bisect
+import struct
+from typing import TYPE_CHECKING, Any, Collection
 
-from rocketray.broker.batch import whole_records_length
+from rocketray.broker.batch import CQ_ENTRY, whole_records_length
 from rocketray.broker.commitlog import StoreError
 from rocketray.broker.message import Message, decode_record
 
@@ -21,7 +23,15 @@ if TYPE_CHECKING:
     from rocketray.broker.consume_queue import ConsumeQueues
     from rocketray.broker.dispatch import Dispatcher
 
-__all__ = ["StoreReading"]
+__all__ = ["StoreReading", "FILTER_SCAN_ENTRIES"]
+
+#: A filtered read looks at most this many consume-queue entries (RocketMQ's maxFilterMessageCount
+#: is 16000): a pull over a long run of unwanted messages answers with its position moved past the
+#: ones it looked at, and the consumer asks again from there.
+FILTER_SCAN_ENTRIES = 16_384
+_FILTER_CHUNK = 1024
+_STORE_TIMESTAMP = struct.Struct(">q")
+_STORE_TIMESTAMP_AT = 48   # the record layout's store_timestamp_ms (rocketray.broker.message)
 
 
 class StoreReading:
@@ -91,24 +101,71 @@ class StoreReading:
         ``first_queue_offset`` is the queue offset of the first record (``queue_offset`` or past it,
         where retention left the queue to start); ``queue_max_offset`` one past the queue's last
         dispatched entry."""
+        records, count, first, _passed, end = self.read_queue_filtered(topic, queue_id, queue_offset, max_count,
+                                                                       max_bytes, None, max_count)
+        return records, count, first, end
+
+    def read_queue_filtered(self, topic: str, queue_id: int, queue_offset: int, max_count: int, max_bytes: int,
+                            codes: Collection[int] | None,
+                            max_scan: int = FILTER_SCAN_ENTRIES) -> tuple[bytes, int, int, int, int]:
+        """``read_queue`` keeping only the records whose consume-queue tag code is in ``codes``
+        (``rocketray.broker.tag_filter``; None: every record): ``(records, count, first_queue_offset,
+        next_queue_offset, queue_max_offset)``. The record of an entry whose code is not wanted is never read.
+        ``next_queue_offset`` is one past the last entry looked at (kept or skipped), at most
+        ``max_scan`` entries from the start, never an entry ending beyond the confirm offset: where
+        the next pull starts, so skipped messages are passed for good."""
         with self._lock:
             cq = self.cqs.get(topic, queue_id)
             if cq is None or max_count <= 0:
-                return b"", 0, queue_offset, 0
+                return b"", 0, queue_offset, queue_offset, 0
             limit = self.commitlog.max_offset if self.config.read_uncommitted else self._confirm
+            queue_offset = max(queue_offset, cq.min_offset)
             if self.commitlog.min_offset > 0:
                 queue_offset = max(queue_offset, cq.first_at_or_after(self.commitlog.min_offset))
             parts: list[bytes | memoryview] = []
-            size = 0
-            for entry in cq.read(queue_offset, max_count):
-                if entry.physical_offset + entry.size > limit or (parts and size + entry.size > max_bytes):
+            size, position, scan_end, stop = 0, queue_offset, queue_offset + max_scan, False
+            while not stop and position < scan_end and len(parts) < max_count:
+                chunk = cq.read_packed(position, min(_FILTER_CHUNK, scan_end - position))
+                if not chunk:
                     break
-                record = self.commitlog.read(entry.physical_offset, entry.size)
-                if len(record) != entry.size:
-                    break
-                parts.append(record)
-                size += entry.size
-            return b"".join(parts), len(parts), queue_offset, cq.max_offset
+                for physical, length, code in CQ_ENTRY.iter_unpack(chunk):   # no object per entry
+                    wanted = codes is None or code in codes
+                    if physical + length > limit or (wanted and parts and size + length > max_bytes):
+                        stop = True
+                        break
+                    if wanted:
+                        record = self.commitlog.read(physical, length)
+                        if len(record) != length:
+                            stop = True
+                            break
+                        parts.append(record)
+                        size += length
+                    position += 1
+                    if len(parts) == max_count:
+                        break
+            return b"".join(parts), len(parts), queue_offset, position, cq.max_offset
+
+    def search_offset(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """The first queue offset whose record was stored at or after ``timestamp_ms`` (RocketMQ's
+        searchOffset): a binary search of the consume queue by the records' store timestamps (8
+        bytes read per step), from the first entry retention kept; the queue's end when every
+        record is older; 0 for an unknown queue. Store timestamps are taken as non-decreasing
+        along a queue (one master's clock; a failover to a master whose clock is behind can make
+        the answer land within that overlap)."""
+        with self._lock:
+            cq = self.cqs.get(topic, queue_id)
+            if cq is None:
+                return 0
+            low = cq.first_at_or_after(self.commitlog.min_offset) if self.commitlog.min_offset else cq.min_offset
+            return bisect.bisect_left(range(low, cq.max_offset), timestamp_ms,
+                                      key=lambda offset: self._store_timestamp(cq, offset))  + low
+
+    def _store_timestamp(self, cq: Any, queue_offset: int) -> int:
+        (entry,) = cq.read(queue_offset, 1)
+        raw = self.commitlog.read(entry.physical_offset + _STORE_TIMESTAMP_AT, _STORE_TIMESTAMP.size)
+        if len(raw) != _STORE_TIMESTAMP.size:
+            return -1     # a record retention is deleting: older than any time asked
+        return _STORE_TIMESTAMP.unpack(raw)[0]
 
     def queue_max_offset(self, topic: str, queue_id: int) -> int:
         """One past the last dispatched (consumer-visible) queue offset; 0 for an unknown queue."""

@@ -13,9 +13,10 @@ that every controller keeps through failovers and restarts, and no broker holds 
 
 from __future__ import annotations
 
+import datetime
 import time
 import uuid
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from rocketray.broker.pull import OffsetsResult, OffsetsStatus
 from rocketray.client.committer import commit_offsets
@@ -27,7 +28,19 @@ from rocketray.client.types import OffsetChange, QueueProgress, RetryStats, Topi
 from rocketray.controller.api import (ConsumerHeartbeatRequest, CreateTopicRequest, DeleteTopicRequest,
                                       GetTopicRouteRequest, ListTopicsRequest)
 
-__all__ = ["Admin"]
+__all__ = ["Admin", "epoch_ms"]
+
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+
+
+def epoch_ms(moment: datetime.datetime) -> int:
+    """``moment`` (timezone-aware) in milliseconds since the epoch; InvalidRequest for a naive one."""
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        raise InvalidRequest(f"a time to reset to needs a timezone (e.g. tzinfo=timezone.utc), not {moment!r}")
+    ms = (moment - _EPOCH) // datetime.timedelta(milliseconds=1)
+    if ms < 0:
+        raise InvalidRequest(f"a time to reset to is after 1970-01-01, not {moment.isoformat()}")
+    return ms
 
 
 class Admin:
@@ -132,17 +145,21 @@ class Admin:
                              retriable=True, code="BROKER_UNAVAILABLE")
         return reply
 
-    def reset_offsets(self, group: str, topic: str, to: str | int) -> list[OffsetChange]:
+    def reset_offsets(self, group: str, topic: str, to: str | int | datetime.datetime) -> list[OffsetChange]:
         """Move stopped group ``group``'s committed offset of every queue of ``topic`` to ``to``:
         ``"earliest"`` (0: the first stored message), ``"latest"`` (the queue's end: skip the
-        backlog) or an offset (capped at each queue's end). Returns each queue's change.
+        backlog), an offset (capped at each queue's end) or a time (an aware ``datetime``: each
+        queue's first message stored at or after it, its end when all are older; RocketMQ's
+        resetOffsetByTime). Returns each queue's change.
 
         Through the commit path, so the brokers' rule holds: a committed offset never moves back.
         A queue whose committed offset is already past the target keeps it (``moved`` is False); a
         group that never committed a queue starts from the target. AdminError (code
         ``GROUP_ACTIVE``) while the group has live members: they would commit over the reset."""
-        if not (to in ("earliest", "latest") or (isinstance(to, int) and not isinstance(to, bool) and to >= 0)):
-            raise InvalidRequest(f"reset to 'earliest', 'latest' or an offset >= 0, not {to!r}")
+        at_ms = epoch_ms(to) if isinstance(to, datetime.datetime) else None
+        if at_ms is None and not (to in ("earliest", "latest")
+                                  or (isinstance(to, int) and not isinstance(to, bool) and to >= 0)):
+            raise InvalidRequest(f"reset to 'earliest', 'latest', an offset >= 0 or a datetime, not {to!r}")
         members = self.group_members(group)
         if members:
             raise AdminError(f"consumer group {group!r} has {len(members)} live member(s) ({', '.join(members)}): "
@@ -154,10 +171,11 @@ class Admin:
             reply = self._committed(broker_group, group, [topic])
             committed = {TopicQueue(t, q): o for t, q, o in reply.committed}
             keys = [TopicQueue(topic, q.queue_id) for q in route.queues if q.broker_group == broker_group]
-            ends = self._ends(broker_group, keys)
+            ends = self._ends(broker_group, keys) if at_ms is None else self._at_time(broker_group, keys, at_ms)
             for key in keys:
                 before[key] = committed.get(key)
-                target = 0 if to == "earliest" else ends[key] if to == "latest" else min(int(to), ends[key])
+                target = 0 if to == "earliest" else ends[key] if to == "latest" or at_ms is not None \
+                    else min(int(to), ends[key])   # type: ignore[arg-type]
                 if before[key] is None or target > before[key]:   # type: ignore[operator]
                     targets.setdefault(broker_group, {})[key] = target
         outcome = commit_offsets(self._transport, group, targets, time.monotonic() + self._timeout_s,
@@ -168,9 +186,19 @@ class Admin:
                                failed=outcome.failed)
         return [OffsetChange(key, before[key], outcome.done.get(key, before[key])) for key in sorted(before)]
 
+    def _at_time(self, broker_group: str, keys: list[TopicQueue], timestamp_ms: int) -> dict[TopicQueue, int]:
+        return self._per_queue(broker_group, keys, "the offsets by time", lambda queues: self._transport.search_offsets(
+            broker_group, queues, timestamp_ms, self._timeout_s))
+
     def _ends(self, broker_group: str, keys: list[TopicQueue]) -> dict[TopicQueue, int]:
-        reply = self._transport.queue_max_offsets(broker_group, [(k.topic, k.queue_id) for k in keys], self._timeout_s)
+        return self._per_queue(broker_group, keys, "the queues' ends", lambda queues: self._transport.queue_max_offsets(
+            broker_group, queues, self._timeout_s))
+
+    @staticmethod
+    def _per_queue(broker_group: str, keys: list[TopicQueue], what: str,
+                   ask: Callable[[list[tuple[str, int]]], Any]) -> dict[TopicQueue, int]:
+        reply = ask([(k.topic, k.queue_id) for k in keys])
         if isinstance(reply, Unanswered):
-            raise AdminError(f"{broker_group} did not answer the queues' ends ({reply.error})", retriable=True,
+            raise AdminError(f"{broker_group} did not answer {what} ({reply.error})", retriable=True,
                              code="BROKER_UNAVAILABLE")
         return {TopicQueue(t, q): o for t, q, o in reply}

@@ -159,9 +159,11 @@ class AsyncConsumer:
     """``Consumer`` for asyncio (module docstring); the same arguments. ``await start()`` or
     ``async with`` joins the group. A ``listener`` runs on the consumer's thread, inside poll."""
 
-    def __init__(self, cluster: str = "default", *, group: str, topics: Iterable[str],
+    def __init__(self, cluster: str = "default", *, group: str, topics: Iterable[str] | Mapping[str, str],
                  poll_timeout_s: float = 1.0, **kwargs: Any) -> None:
-        self._args = (cluster, group, list(topics) if not isinstance(topics, str) else [topics], kwargs)
+        subscribed: Any = dict(topics) if isinstance(topics, Mapping) else \
+            [topics] if isinstance(topics, str) else list(topics)
+        self._args = (cluster, group, subscribed, kwargs)
         self._poll_timeout_s = poll_timeout_s
         self._consumer: Consumer | None = None
         self._worker = _Worker("rocketray-aio-consumer")
@@ -291,7 +293,11 @@ class AsyncConsumer:
     async def seek_to_end(self, *queues: TopicQueue) -> None:
         await self._seek(functools.partial(self.consumer.seek_to_end, *queues), queues)
 
-    async def _seek(self, seek: Callable[[], None], queues: Iterable[TopicQueue]) -> None:
+    async def seek_to_time(self, timestamp_ms: int, *queues: TopicQueue) -> None:
+        """``Consumer.seek_to_time``: from the first message stored at or after ``timestamp_ms``."""
+        await self._seek(functools.partial(self.consumer.seek_to_time, timestamp_ms, *queues), queues)
+
+    async def _seek(self, seek: Callable[[], object], queues: Iterable[TopicQueue]) -> None:
         """Run ``seek`` on the consumer's thread; then the messages held of those queues (all if
         none named) are from before it, and the application's position of each is where the
         consumer now reads."""

@@ -20,6 +20,8 @@ Reading (``rocketray.client.fetcher``). A newly owned queue starts at the group'
 application seeks it. ``poll`` keeps one held pull in flight per owned, unpaused queue and
 returns as soon as any has messages; never a message beyond the confirm offset. What ``poll`` took
 it returns: an error met on the way is raised by the next ``poll`` when messages came with it.
+``topics={topic: "a || b"}`` reads only messages so tagged, filtered on the brokers
+(``rocketray.client.filters``); every member of a group must subscribe alike (docs/client.md).
 
 Committing (``rocketray.client.committer``). ``commit()`` stores, for every queue ``poll`` returned
 messages of, one past the last one returned (``commit(offsets=...)``: exactly the given offsets), as
@@ -51,6 +53,7 @@ from rocketray.client.config import ClientConfig, client_config
 from rocketray.client.core import Positions, allocate_averagely
 from rocketray.client.errors import AccessDenied, ClientClosed, ClientError, CommitFailed, InvalidRequest, TopicNotFound
 from rocketray.client.fetcher import RETRY_AFTER_S, Fetcher
+from rocketray.client.filters import subscriptions
 from rocketray.client.membership import Membership
 from rocketray.client.metrics import ConsumerMetrics, Tally
 from rocketray.client.routes import Routes
@@ -80,17 +83,17 @@ class Consumer:
     (:class:`TopicNotFound`). Not thread-safe: one thread polls (``commit_async``, ``nack`` and
     ``close`` may come from others)."""
 
-    def __init__(self, cluster: str = "default", *, group: str, topics: Iterable[str],
+    def __init__(self, cluster: str = "default", *, group: str, topics: Iterable[str] | Mapping[str, str],
                  transport: Transport | None = None, client_id: str | None = None,
                  auto_offset_reset: str = "earliest", listener: RebalanceListener | None = None,
                  **settings: Any) -> None:
-        topics = [topics] if isinstance(topics, str) else list(topics)
-        if not isinstance(group, str) or not group or not topics:
+        if not isinstance(group, str) or not group:
             raise InvalidRequest("a consumer needs a group name and at least one topic")
+        subscribed = subscriptions(topics)       # {topic: tag expression} filters on the brokers
         if auto_offset_reset not in ("earliest", "latest"):
             raise InvalidRequest(f"auto_offset_reset must be 'earliest' or 'latest', not {auto_offset_reset!r}")
         self.group = group
-        self.topics = sorted(set(topics))
+        self.topics = sorted(subscribed)
         self.auto_offset_reset = auto_offset_reset
         self.client_id = client_id or f"{socket.gethostname()}@{os.getpid()}@{uuid.uuid4().hex[:8]}"
         self._listener = listener
@@ -107,7 +110,7 @@ class Consumer:
             if self._owns_transport:
                 self._transport.close()
             raise
-        self._fetcher = Fetcher(self._transport, group, self.config, auto_offset_reset)
+        self._fetcher = Fetcher(self._transport, group, self.config, auto_offset_reset, subscribed)
         self._positions: Positions[TopicQueue] = Positions()
         self._positions_lock = threading.Lock()
         self._paused: set[TopicQueue] = set()
@@ -184,6 +187,8 @@ class Consumer:
         for m in messages:
             key = TopicQueue(m.topic, m.queue_id)
             ends[key] = max(ends.get(key, 0), m.queue_offset + 1)
+        for key, passed in self._fetcher.take_passed().items():    # filtered queues: past skipped messages
+            ends[key] = max(ends.get(key, 0), passed)
         with self._positions_lock:
             for key, end in ends.items():
                 self._positions.returned(key, end)
@@ -319,6 +324,17 @@ class Consumer:
         keys = self._owned(queues or self.assignment())
         for key, end in self._fetcher.end_offsets(keys, self.config.request_timeout_ms / 1000).items():
             self._seek(key, end)
+
+    def seek_to_time(self, timestamp_ms: int, *queues: TopicQueue) -> dict[TopicQueue, int]:
+        """Read these owned queues (none given: every owned queue) from their first message stored
+        at or after ``timestamp_ms`` (ms since the epoch; each queue's end when all its messages are
+        older), as RocketMQ's searchOffset: the brokers binary-search their consume queues by store
+        time. Returns the offset each queue was moved to."""
+        keys = self._owned(queues or self.assignment())
+        found = self._fetcher.offsets_for_time(keys, timestamp_ms, self.config.request_timeout_ms / 1000)
+        for key, offset in found.items():
+            self._seek(key, offset)
+        return found
 
     def position(self, topic: str, queue_id: int) -> int | None:
         """The next offset this member reads of an owned queue (None until it is known)."""

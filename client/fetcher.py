@@ -10,6 +10,11 @@ broker starts it no lower than the group's committed offset (a member that still
 another member committed past skips what was already handled), except after a ``seek``: then the
 queue is read from exactly where the application asked.
 
+A topic subscribed with a tag expression (``rocketray.client.filters``) is pulled with it: the
+broker sends only the messages whose tag code matches and moves the answer's ``next_offset`` past
+every entry it looked at; ``take`` drops what matched only by code, and notes how far each such
+queue was passed (``take_passed``), so commits move past the unwanted messages too.
+
 ``take`` never raises: an answer that is an error comes back beside the messages, and the consumer
 decides when to raise it, so messages a poll already took are always returned to the application.
 """
@@ -20,11 +25,12 @@ import concurrent.futures
 import logging
 import time
 from dataclasses import dataclass
-from typing import Collection
+from typing import Callable, Collection, Mapping
 
 from rocketray.broker.pull import OffsetsResult, OffsetsStatus, PullResult, PullStatus
 from rocketray.client.config import ClientConfig
 from rocketray.client.errors import ClientError, InvalidRequest, access_denied
+from rocketray.client.filters import Subscriptions, expression_of, keep_subscribed
 from rocketray.client.messages import decode_messages
 from rocketray.client.transport import Transport, Unanswered
 from rocketray.client.types import ReceivedMessage, TopicQueue
@@ -52,11 +58,13 @@ class Fetcher:
     """The owned queues' states and pulls (module docstring). Used by one thread (the poller)."""
 
     def __init__(self, transport: Transport, consumer_group: str, config: ClientConfig,
-                 auto_offset_reset: str) -> None:
+                 auto_offset_reset: str, filters: Subscriptions | None = None) -> None:
         self._transport = transport
         self._group = consumer_group
         self._config = config
         self._auto_offset_reset = auto_offset_reset
+        self._filters: Subscriptions = dict(filters or {})
+        self._passed: dict[TopicQueue, int] = {}     # filtered queues: how far their last pulls looked
         self.queues: dict[TopicQueue, QueueState] = {}
 
     # --- ownership and positions ----------------------------------------------------------------
@@ -73,15 +81,29 @@ class Fetcher:
 
     def end_offsets(self, keys: Collection[TopicQueue], timeout_s: float) -> dict[TopicQueue, int]:
         """The queues' ends (one past the last confirmed message), asked of their masters."""
+        return self._ask_masters(keys, "the queues' ends",
+                                 lambda group, queues: self._transport.queue_max_offsets(group, queues, timeout_s))
+
+    def offsets_for_time(self, keys: Collection[TopicQueue], timestamp_ms: int,
+                         timeout_s: float) -> dict[TopicQueue, int]:
+        """Per queue, the first offset stored at or after ``timestamp_ms``, asked of their masters."""
+        if isinstance(timestamp_ms, bool) or not isinstance(timestamp_ms, int) or not 0 <= timestamp_ms < 2**63:
+            raise InvalidRequest(f"a time to seek to is epoch milliseconds, an int >= 0, not {timestamp_ms!r}")
+        return self._ask_masters(keys, "the offsets by time", lambda group, queues: self._transport.search_offsets(
+            group, queues, timestamp_ms, timeout_s))
+
+    def _ask_masters(self, keys: Collection[TopicQueue], what: str,
+                     ask: Callable[[str, list[tuple[str, int]]], tuple[tuple[str, int, int], ...] | Unanswered]
+                     ) -> dict[TopicQueue, int]:
         by_group: dict[str, list[TopicQueue]] = {}
         for key in keys:
             by_group.setdefault(self.queues[key].group, []).append(key)
         out: dict[TopicQueue, int] = {}
         for broker_group, group_keys in by_group.items():
-            reply = self._transport.queue_max_offsets(broker_group, [(k.topic, k.queue_id) for k in group_keys], timeout_s)
+            reply = ask(broker_group, [(k.topic, k.queue_id) for k in group_keys])
             if isinstance(reply, Unanswered):
                 self._transport.forget_master(broker_group)
-                raise ClientError(f"{broker_group} did not answer the queues' ends ({reply.error})", retriable=True,
+                raise ClientError(f"{broker_group} did not answer {what} ({reply.error})", retriable=True,
                                   code="BROKER_UNAVAILABLE")
             out.update({TopicQueue(t, q): o for t, q, o in reply})
         return out
@@ -134,7 +156,8 @@ class Fetcher:
                 q.pull_offset = q.next_offset
                 q.pull = self._transport.pull(q.group, key.topic, key.queue_id, q.next_offset,
                                               self._config.poll_max_messages, self._config.poll_max_bytes, hold_ms,
-                                              self._group if q.from_committed else None)
+                                              self._group if q.from_committed else None,
+                                              tag_filter=expression_of(self._filters.get(key.topic)))
 
     def in_flight(self) -> dict[concurrent.futures.Future, TopicQueue]:
         return {q.pull: key for key, q in self.queues.items() if q.pull is not None}
@@ -163,9 +186,18 @@ class Fetcher:
             return [], None                    # read again from the same offset once resumed
         q.next_offset = result.next_offset     # past the group's committed offset if the broker moved it up
         q.end_offset = result.max_offset
+        tag_filter = self._filters.get(key.topic)
+        if tag_filter is not None:
+            self._passed[key] = max(self._passed.get(key, 0), result.next_offset)
         if result.status is not PullStatus.FOUND:
             return [], None
-        return decode_messages(key.topic, result.records, result.count), None
+        return keep_subscribed(decode_messages(key.topic, result.records, result.count), tag_filter), None
+
+    def take_passed(self) -> Mapping[TopicQueue, int]:
+        """Per filtered queue, one past the last entry its taken pulls looked at (kept or skipped),
+        since the last call: the consumer counts those as returned, so commits pass them."""
+        passed, self._passed = self._passed, {}
+        return passed
 
     def lag(self) -> dict[TopicQueue, int]:
         """Per owned queue whose end and position are known: messages not yet read."""

@@ -19,8 +19,9 @@ import time
 from typing import TYPE_CHECKING, Any, Callable
 
 from rocketray.broker.batch import EncodedBatch
-from rocketray.broker.client_wire import (PUT_COUNT, Frame, FrameType, WireError, decode_offsets_answer,
-                                          decode_pull_answer, decode_put_answer, pack, unpack)
+from rocketray.broker.client_wire import (PUT_COUNT, Frame, FrameType, PullRequest, WireError, decode_offsets_answer,
+                                          decode_pull_answer, decode_put_answer, decode_queue_offsets,
+                                          encode_pull_request, encode_search_request, pack)
 from rocketray.broker.pull import OffsetsResult
 from rocketray.client.connections import Connection, ConnectionLost, Dialer, DirectConnection
 from rocketray.client.transport import Unanswered
@@ -58,7 +59,8 @@ class PortData:
         return Unanswered("NO_CLIENT_PORT")
 
     def _pull_without_port(self, group: str, topic: str, queue_id: int, offset: int, max_count: int,
-                           max_bytes: int, hold_ms: int, consumer_group: str | None) -> concurrent.futures.Future:
+                           max_bytes: int, hold_ms: int, consumer_group: str | None,
+                           tag_filter: str | None = None) -> concurrent.futures.Future:
         out: concurrent.futures.Future = concurrent.futures.Future()
         out.set_result(Unanswered("NO_CLIENT_PORT"))
         return out
@@ -255,12 +257,20 @@ class PortData:
     def queue_max_offsets(self, group: str, queues: list[tuple[str, int]],
                           timeout_s: float) -> tuple[tuple[str, int, int], ...] | Unanswered:
         result = self._request(group, FrameType.QUEUE_MAX, (pack([list(q) for q in queues]),),
-                               lambda f: tuple((str(t), int(q), int(o)) for t, q, o in unpack(f.body, "queue max")),
+                               lambda f: decode_queue_offsets(f.body, "queue max"),
                                timeout_s, "queue_max_offsets", (queues,))
         return Unanswered("REFUSED") if result is None else result
 
+    def search_offsets(self, group: str, queues: list[tuple[str, int]], timestamp_ms: int,
+                       timeout_s: float) -> tuple[tuple[str, int, int], ...] | Unanswered:
+        result = self._request(group, FrameType.SEARCH_OFFSET, (encode_search_request(queues, timestamp_ms),),
+                               lambda f: decode_queue_offsets(f.body, "search offset"),
+                               timeout_s, "search_offsets", (queues, timestamp_ms))
+        return Unanswered("REFUSED") if result is None else result
+
     def pull(self, group: str, topic: str, queue_id: int, offset: int, max_count: int, max_bytes: int,
-             hold_ms: int, consumer_group: str | None = None) -> concurrent.futures.Future:
+             hold_ms: int, consumer_group: str | None = None,
+             tag_filter: str | None = None) -> concurrent.futures.Future:
         out: concurrent.futures.Future = concurrent.futures.Future()
         target = self._master_connection(group)
         if isinstance(target, Unanswered):
@@ -269,9 +279,9 @@ class PortData:
         _replica, conn = target
         if conn is None:
             return self._pull_without_port(group, topic, queue_id, offset, max_count, max_bytes, hold_ms,
-                                           consumer_group)
-        inner = conn.request(FrameType.PULL, pack([topic, queue_id, offset, max_count, max_bytes, hold_ms,
-                                                   consumer_group]))
+                                           consumer_group, tag_filter)
+        inner = conn.request(FrameType.PULL, encode_pull_request(PullRequest(
+            topic, queue_id, offset, max_count, max_bytes, hold_ms, consumer_group, tag_filter)))
 
         def done(f: concurrent.futures.Future) -> None:
             try:

@@ -259,10 +259,16 @@ class RayTransport:
                           timeout_s: float) -> tuple[tuple[str, int, int], ...] | Unanswered:
         return self._call_master(group, "queue_max_offsets", (queues,), timeout_s)
 
+    def search_offsets(self, group: str, queues: list[tuple[str, int]], timestamp_ms: int,
+                       timeout_s: float) -> tuple[tuple[str, int, int], ...] | Unanswered:
+        return self._call_master(group, "search_offsets", (queues, timestamp_ms), timeout_s)
+
     def pull(self, group: str, topic: str, queue_id: int, offset: int, max_count: int, max_bytes: int,
-             hold_ms: int, consumer_group: str | None = None) -> concurrent.futures.Future:
+             hold_ms: int, consumer_group: str | None = None,
+             tag_filter: str | None = None) -> concurrent.futures.Future:
         """A future of the master's :class:`PullResult` (or :class:`Unanswered`); with
-        ``consumer_group`` the broker starts no lower than that group's committed offset."""
+        ``consumer_group`` the broker starts no lower than that group's committed offset; with
+        ``tag_filter`` (a subscription expression) it returns only the messages tagged so."""
         out: concurrent.futures.Future = concurrent.futures.Future()
         replica = self.master(group)
         if replica is None:
@@ -270,7 +276,7 @@ class RayTransport:
             return out
         try:
             ref = self.cluster.broker(group, replica).pull.remote(topic, queue_id, offset, max_count, max_bytes,
-                                                                  hold_ms, consumer_group)
+                                                                  hold_ms, consumer_group, tag_filter)
         except ValueError as exc:
             out.set_result(Unanswered(type(exc).__name__))
             return out

@@ -44,8 +44,10 @@ class SocketTransport(PortData, RayTransport):
         return self._call_master(group, method, args, timeout_s)
 
     def _pull_without_port(self, group: str, topic: str, queue_id: int, offset: int, max_count: int,
-                           max_bytes: int, hold_ms: int, consumer_group: str | None) -> concurrent.futures.Future:
-        return RayTransport.pull(self, group, topic, queue_id, offset, max_count, max_bytes, hold_ms, consumer_group)
+                           max_bytes: int, hold_ms: int, consumer_group: str | None,
+                           tag_filter: str | None = None) -> concurrent.futures.Future:
+        return RayTransport.pull(self, group, topic, queue_id, offset, max_count, max_bytes, hold_ms, consumer_group,
+                                 tag_filter)
 
 
 def connect_ray_driver(cluster: str) -> SocketTransport:

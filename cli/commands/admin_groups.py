@@ -9,18 +9,23 @@ a,b`` reports several groups; ``--json`` prints ``{group: [{"topic", "queue_id",
 "committed_offset", "max_offset", "lag"}, ...], "#retries": {group: {"retry_topic", "retry_exists",
 "retried", "retry_pending", "dlq_topic", "dlq_exists", "dead_letters"}}}`` ('#' is in no group name).
 
-reset-offset: moves a stopped group's committed offsets of one topic to ``earliest``, ``latest`` or an
-offset (``Admin.reset_offsets``: through the commit path, so an offset never moves back; the
-queues where it could not are listed as kept). Refused while the group has live members.
+reset-offset: moves a stopped group's committed offsets of one topic to ``earliest``, ``latest``, an
+offset, or a time: an ISO-8601 time (``2026-11-28T09:30:00+01:00``; without an offset it is UTC)
+or epoch milliseconds written ``@1764318600000`` (each queue's first message stored at or after it,
+as mqadmin's resetOffsetByTime) (``Admin.reset_offsets``: through the commit path, so an offset never
+moves back; the queues where it could not are listed as kept). Refused while the group has live members.
 ``--json`` prints ``[{"topic", "queue_id", "before", "after", "moved"}, ...]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 from typing import Any
 
 from rocketray.cli.admin_common import AdminError, add_common_flags, add_repeat_flags, run
+
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
 
 
 def add_group_parsers(sub: argparse._SubParsersAction) -> None:
@@ -34,22 +39,46 @@ def add_group_parsers(sub: argparse._SubParsersAction) -> None:
     add_common_flags(p)
     p.add_argument("-g", "--group", required=True, help="consumer group (no live members)")
     p.add_argument("-t", "--topic", required=True, help="topic")
-    p.add_argument("--to", required=True, type=reset_target, metavar="earliest|latest|OFFSET",
-                   help="earliest (0), latest (each queue's end: skip the backlog) or an offset (capped at the end)")
+    p.add_argument("--to", required=True, type=reset_target, metavar="earliest|latest|OFFSET|TIME",
+                   help="earliest (0), latest (each queue's end: skip the backlog), an offset (capped at the end), "
+                        "or a time: ISO-8601 (UTC unless it has an offset) or @EPOCH_MS (each queue's first "
+                        "message stored at or after it)")
     p.set_defaults(func=run_reset_offset)
 
 
-def reset_target(text: str) -> str | int:
-    """``--to``'s value: earliest, latest, or an offset >= 0."""
+def reset_target(text: str) -> str | int | datetime.datetime:
+    """``--to``'s value: earliest, latest, an offset >= 0, or a time (an aware datetime): ISO-8601
+    (UTC when it names no offset) or ``@`` and epoch milliseconds."""
     if text in ("earliest", "latest"):
         return text
+    if text.startswith("@"):
+        try:
+            ms = int(text[1:])
+            if ms >= 0:
+                return _EPOCH + datetime.timedelta(milliseconds=ms)
+        except (ValueError, OverflowError):
+            pass
+        raise argparse.ArgumentTypeError(f"@EPOCH_MS is '@' and milliseconds since 1970 (>= 0), not {text!r}")
     try:
         offset = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected earliest, latest or an offset, not {text!r}") from None
+        try:
+            moment = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected earliest, latest, an offset or a time (ISO-8601 or "
+                                             f"@EPOCH_MS), not {text!r}") from None
+        return moment if moment.tzinfo is not None else moment.replace(tzinfo=datetime.timezone.utc)
     if offset < 0:
         raise argparse.ArgumentTypeError(f"an offset is >= 0, not {offset}")
     return offset
+
+
+def target_text(to: str | int | datetime.datetime) -> str:
+    """How ``reset-offset`` names its target (a time as ISO-8601 UTC and epoch milliseconds)."""
+    if isinstance(to, datetime.datetime):
+        utc = to.astimezone(datetime.timezone.utc)
+        return f"{utc.isoformat(timespec='milliseconds')} (@{(utc - _EPOCH) // datetime.timedelta(milliseconds=1)})"
+    return str(to)
 
 
 def client_transport(cluster: Any) -> Any:
@@ -83,9 +112,9 @@ def format_retries(stats: dict) -> list[str]:
     return [f"Retry topic {stats['retry_topic']}: {retry}", f"Dead-letter topic {stats['dlq_topic']}: {dlq}"]
 
 
-def format_reset(group: str, topic: str, to: str | int, rows: list[dict]) -> str:
+def format_reset(group: str, topic: str, to: str | int | datetime.datetime, rows: list[dict]) -> str:
     """One line per queue: the committed offset before and after; a queue kept says why."""
-    out = [f"#Group  {group}  #Topic  {topic}  reset to {to}",
+    out = [f"#Group  {group}  #Topic  {topic}  reset to {target_text(to)}",
            f"{'#QID':<6}{'#Old Offset':<14}#New Offset"]
     for r in rows:
         old = "-" if r["before"] is None else r["before"]

@@ -16,8 +16,9 @@ import pytest
 
 from rocketray.actors.client_port import ClientPort
 from rocketray.auth import AuthError
-from rocketray.broker.client_wire import (HEADER, PUT_COUNT, FrameType, decode_pull_answer, decode_put_answer,
-                                          pack)
+from rocketray.broker.client_wire import (HEADER, PUT_COUNT, FrameType, PullRequest, decode_pull_answer,
+                                          decode_put_answer, decode_queue_offsets, encode_pull_request,
+                                          encode_search_request, pack)
 from rocketray.broker.pull import OffsetsResult, OffsetsStatus, PullResult, PullStatus
 from rocketray.client.connections import Connection, ConnectionLost, Dialer, DirectConnection
 from rocketray.ha.ack import PutResult, PutStatus, Written
@@ -39,6 +40,7 @@ class Endpoints:
     def __init__(self) -> None:
         self.puts: list[tuple[bytes, int]] = []
         self.release_pull = None
+        self.tag_filter = None
         self.deferred: list | None = None
 
     def put_start(self, batch, done):
@@ -51,8 +53,10 @@ class Endpoints:
         self.deferred.append(lambda: done(result))
         return None
 
-    def pull_start(self, topic, queue_id, queue_offset, max_count, max_bytes, hold_ms, group, done):
+    def pull_start(self, topic, queue_id, queue_offset, max_count, max_bytes, hold_ms, group, done,
+                   tag_filter=None):
         """Held: ``release_pull()`` (on the loop) answers it, as a confirm-offset move would."""
+        self.tag_filter = tag_filter
         self.release_pull = lambda: done(PullResult(PullStatus.FOUND, b"rec", 1, queue_offset, queue_offset + 1, 9))
         return None
 
@@ -64,6 +68,9 @@ class Endpoints:
 
     async def queue_max_offsets(self, queues):
         return tuple((t, q, 5) for t, q in queues)
+
+    async def search_offsets(self, queues, timestamp_ms):
+        return tuple((t, q, timestamp_ms % 7) for t, q in queues)
 
 
 @pytest.fixture
@@ -225,3 +232,28 @@ def test_a_lost_connection_fails_requests_in_flight(port):
     with pytest.raises(ConnectionLost):
         held.result(5)
     assert conn.request(FrameType.PUT, PUT_COUNT.pack(0), b"").exception(5) is not None
+
+
+def test_a_pull_carries_its_tag_filter_and_a_search_offset_is_answered(port):
+    """The PULL frame's eighth field reaches the broker's pull; SEARCH_OFFSET is answered per queue."""
+    address, endpoints, _, _ = port
+    conn = Connection(address, dialer())
+    conn.request(FrameType.PULL, encode_pull_request(PullRequest("t", 0, 4, 10, 1024, 10_000, "g", "a || b")))
+    wait_for(lambda: endpoints.release_pull is not None, 5, "the pull to be held", 0.01)
+    assert endpoints.tag_filter == "a || b"
+    answer = conn.request(FrameType.SEARCH_OFFSET, encode_search_request([("t", 0), ("u", 1)], 15)).result(5)
+    assert answer.type is FrameType.SEARCH_OFFSET_ANSWER
+    assert decode_queue_offsets(answer.body, "search offset") == (("t", 0, 1), ("u", 1, 1))
+    conn.close("done")
+
+
+def test_a_malformed_tag_filter_closes_only_its_connection(port):
+    """A filter that is not a str is a malformed frame: an ERROR answer and that connection closed."""
+    address, _, _, _ = port
+    good = Connection(address, dialer())
+    bad = Connection(address, dialer())
+    answer = bad.request(FrameType.PULL, pack(["t", 0, 0, 10, 1024, 10_000, None, ["a"]])).result(5)
+    assert answer.type is FrameType.ERROR
+    wait_for(lambda: bad.closed is not None, 5, "the broker to close the bad connection", 0.01)
+    assert decode_put_answer(good.request(FrameType.PUT, PUT_COUNT.pack(1), b"r").result(5).body).ok
+    good.close("done")

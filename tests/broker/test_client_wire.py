@@ -9,7 +9,9 @@ from hypothesis import given, strategies as st
 from rocketray.broker.client_wire import (HEADER, MAX_BODY_BYTES, FrameDecoder, FrameType, WireError,
                                           decode_offsets_answer, decode_pull_answer, decode_put_answer,
                                           decode_put_request, encode_frame, encode_offsets_answer,
-                                          encode_pull_answer, encode_put_answer, PUT_COUNT)
+                                          encode_pull_answer, encode_put_answer, PUT_COUNT, PullRequest,
+                                          decode_pull_request, decode_queue_offsets, decode_search_request,
+                                          encode_pull_request, encode_search_request, pack, unpack)
 from rocketray.broker.pull import OffsetsResult, OffsetsStatus, PullResult, PullStatus
 from rocketray.ha.ack import PutResult, PutStatus, Written, refused
 
@@ -87,3 +89,38 @@ def test_pull_and_offsets_answers_round_trip():
             decode_pull_answer(bad)
     with pytest.raises(WireError):
         decode_offsets_answer(b"\x93\x01\x02\x03")
+
+
+def test_pull_requests_round_trip_and_carry_a_filter_only_when_they_filter():
+    """A pull without a filter is the seven fields every broker reads; a filter adds an eighth."""
+    plain = PullRequest("t", 1, 5, 10, 1024, 100, "g")
+    assert unpack(encode_pull_request(plain), "x") == ["t", 1, 5, 10, 1024, 100, "g"]
+    assert decode_pull_request(encode_pull_request(plain)) == plain
+    filtered = PullRequest("t", 1, 5, 10, 1024, 100, None, "a || b")
+    assert len(unpack(encode_pull_request(filtered), "x")) == 8
+    assert decode_pull_request(encode_pull_request(filtered)) == filtered
+    assert decode_pull_request(pack(["t", 1, 5, 10, 1024, 100, "g", None])).tag_filter is None
+
+
+@pytest.mark.parametrize("fields", [
+    ["t", 1, 5, 10, 1024, 100],                       # six
+    ["t", 1, 5, 10, 1024, 100, "g", "a", "extra"],    # nine
+    ["t", 1, 5, 10, 1024, 100, "g", 7],               # a filter that is not a str
+    ["t", 1, 5, 10, 1024, 100, "g", ["a"]],
+    ["t", 1, 5, 10, 1024, True, "g"],
+    [1, 1, 5, 10, 1024, 100, "g"],
+])
+def test_malformed_pull_requests_raise_wire_error(fields):
+    with pytest.raises(WireError):
+        decode_pull_request(pack(fields))
+
+
+def test_search_offset_requests_and_answers_round_trip():
+    body = encode_search_request([("t", 0), ("u", 3)], 1_700_000_000_000)
+    assert decode_search_request(body) == ([("t", 0), ("u", 3)], 1_700_000_000_000)
+    assert decode_queue_offsets(pack([["t", 0, 4]]), "search offset") == (("t", 0, 4),)
+    for bad in ([[["t", 0]], -1], [[["t", 0]], True], [[["t"]], 5], [["t", 0], 5], [[], "5"], [[]]):
+        with pytest.raises(WireError):
+            decode_search_request(pack(bad))
+    with pytest.raises(WireError):
+        decode_queue_offsets(pack([["t", 0]]), "search offset")

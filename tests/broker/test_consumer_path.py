@@ -233,3 +233,58 @@ def test_stale_groups_follow_the_newest_record_of_each_group():
     table.fold(1, encode_commit("b", [("T", 0, 1)]), store_timestamp_ms=1_000)
     table.fold(2, encode_commit("a", [("T", 0, 2)]), store_timestamp_ms=9_000)
     assert table.stale_groups(now_ms=10_000, max_age_ms=5_000) == ["b"]
+
+
+def put_tagged(ha: FakeHA, tags: list[str | None], queue_id: int = 0) -> None:
+    batch = encode_batch(Message("T", queue_id, f"{t}".encode(), {"TAGS": t} if t else {}) for t in tags)
+    asyncio.run(ha.put(batch, 1))
+
+
+def test_a_filtered_pull_returns_only_the_subscribed_tags_and_passes_the_rest(path):
+    """The broker filters by the consume queue's tag codes: an unwanted body never leaves it, and
+    the answer's next offset is past the unwanted messages, so a commit there passes them."""
+    _, ha, cp, _ = path
+    put_tagged(ha, ["paid", "created", None, "refunded", "created"])
+    r = asyncio.run(cp.pull("T", 0, 0, 100, 1 << 20, 0, tag_filter="paid || refunded"))
+    assert r.status is PullStatus.FOUND and bodies(r.records, r.count) == [b"paid", b"refunded"]
+    assert (r.offset, r.next_offset, r.max_offset) == (0, 5, 5)
+    r = asyncio.run(cp.pull("T", 0, 0, 100, 1 << 20, 0, tag_filter="*"))
+    assert r.count == 5
+
+
+def test_a_held_filtered_pull_keeps_waiting_past_unwanted_messages(path):
+    """Unwanted messages confirmed during the hold move the held position but do not answer it;
+    the first wanted one does; a hold that runs out answers NO_NEW_MSG past what it looked at."""
+    store, ha, cp, _ = path
+    answers: list = []
+
+    async def scenario():
+        assert cp.pull_start("T", 0, 0, 100, 1 << 20, 10_000, None, answers.append, "paid") is None
+        await ha.put(encode_batch([Message("T", 0, b"c1", {"TAGS": "created"})]), 1)
+        assert answers == [] and len(cp._held) == 1
+        await ha.put(encode_batch([Message("T", 0, b"p1", {"TAGS": "paid"})]), 1)
+        assert len(answers) == 1
+        expired = await cp.pull("T", 0, 2, 100, 1 << 20, 50, tag_filter="paid")
+        await ha.put(encode_batch([Message("T", 0, b"c2", {"TAGS": "created"})]), 1)
+        late = await cp.pull("T", 0, 2, 100, 1 << 20, 50, tag_filter="paid")
+        return expired, late
+
+    expired, late = asyncio.run(scenario())
+    assert bodies(answers[0].records, answers[0].count) == [b"p1"] and answers[0].next_offset == 2
+    assert expired.status is PullStatus.NO_NEW_MSG and expired.next_offset == 2
+    assert late.status is PullStatus.NO_NEW_MSG and late.next_offset == 3 and cp._held == {}
+
+
+@pytest.mark.parametrize("expression", ["", "a ||", "a | b", "* || a", 7])
+def test_a_pull_with_an_invalid_tag_expression_is_refused(path, expression):
+    _, _, cp, _ = path
+    r = asyncio.run(cp.pull("T", 0, 0, 10, 1024, 0, tag_filter=expression))
+    assert r.status is PullStatus.ILLEGAL and "tag_filter" in r.remark
+
+
+def test_search_offsets_answer_per_queue(path):
+    store, ha, cp, _ = path
+    asyncio.run(ha.put(encode_batch([Message("T", 0, b"a")]), 1000))
+    asyncio.run(ha.put(encode_batch([Message("T", 0, b"b")]), 2000))
+    got = asyncio.run(cp.search_offsets([("T", 0), ("T", 1)], 1500))
+    assert got == (("T", 0, 1), ("T", 1, 0))

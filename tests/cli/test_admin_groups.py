@@ -96,3 +96,41 @@ def test_consumer_progress_shows_the_groups_retries_and_dead_letters(fake, capsy
     stats = json.loads(out)["#retries"]["billing"]
     assert (stats["retried"], stats["retry_pending"], stats["dead_letters"]) == (1, 1, 1)
     assert [r["topic"] for r in json.loads(out)["billing"]] == ["orders", "orders"]
+
+
+def test_reset_offset_to_a_time_moves_each_queue_to_its_first_message_stored_then(fake, capsys):
+    """--to an ISO-8601 time or @EPOCH_MS: each queue's first offset stored at or after it (its end
+    when all are older), forward only like every reset."""
+    from rocketray.broker.message import decode_record
+
+    c, _ = fake
+    times = [decode_record(r)[0].store_timestamp_ms for r in c.records[("orders", 0)]]
+    code, out, err = cli(capsys, "reset-offset", "-g", "billing", "-t", "orders", "--to", f"@{times[0] - 1}", "--json")
+    assert (code, err) == (0, "") and [r["after"] for r in json.loads(out)] == [0, 0]
+    code, out, _ = cli(capsys, "reset-offset", "-g", "billing", "-t", "orders", "--to", "2999-01-01T00:00:00")
+    assert code == 0 and "reset to 2999-01-01T00:00:00.000+00:00 (@32472144000000)" in out
+    assert c.committed == {("billing", "orders", 0): 3, ("billing", "orders", 1): 3}
+    code, out, _ = cli(capsys, "reset-offset", "-g", "billing", "-t", "orders", "--to", "1970-01-01T01:00:00+01:00",
+                       "--json")
+    assert code == 0 and [(r["after"], r["moved"]) for r in json.loads(out)] == [(3, False), (3, False)]
+
+
+@pytest.mark.parametrize("to, expected", [
+    ("@0", "1970-01-01T00:00:00+00:00"),
+    ("@1764318600000", "2025-11-28T08:30:00+00:00"),
+    ("2026-11-28T09:30:00+01:00", "2026-11-28T09:30:00+01:00"),
+    ("2026-11-28T09:30:00Z", "2026-11-28T09:30:00+00:00"),
+    ("2026-11-28", "2026-11-28T00:00:00+00:00"),
+    ("7", 7),
+    ("latest", "latest"),
+])
+def test_reset_targets_parse(to, expected):
+    got = admin_groups.reset_target(to)
+    assert (got.isoformat() if hasattr(got, "isoformat") else got) == expected
+
+
+@pytest.mark.parametrize("to", ["@", "@-5", "@x", "2026-13-01", "yesterday", "@99999999999999999999"])
+def test_reset_offset_rejects_a_bad_time(fake, capsys, to):
+    with pytest.raises(SystemExit) as exc:
+        cli(capsys, "reset-offset", "-g", "billing", "-t", "orders", "--to", to)
+    assert exc.value.code == 2

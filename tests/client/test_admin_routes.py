@@ -126,3 +126,25 @@ def test_group_members_and_reset_offsets_of_a_stopped_group():
     for bad in ("first", -1, True):
         with pytest.raises(InvalidRequest):
             admin.reset_offsets("g", "t", bad)
+
+
+def test_reset_offsets_to_a_time_uses_each_queues_store_times():
+    """A datetime resets each queue to its first message stored at or after it (the brokers'
+    search by store time), forward only; a naive datetime is refused (its zone is unknown)."""
+    import datetime
+
+    from rocketray.broker.message import Message, encode_record
+    from rocketray.client import Admin
+
+    c, t = cluster(2)
+    for q, times in ((0, [1000, 2000, 3000]), (1, [500])):
+        for ts in times:
+            records = c.records[("t", q)]
+            records.append(encode_record(Message("t", q, b"x").with_position(len(records), 0, ts)))
+    at = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc) + datetime.timedelta(milliseconds=2000)
+    admin = Admin(transport=t)
+    assert admin.reset_offsets("g", "t", at) == [OffsetChange(TopicQueue("t", 0), None, 1),
+                                                 OffsetChange(TopicQueue("t", 1), None, 1)]
+    assert [ch.moved for ch in admin.reset_offsets("g", "t", at - datetime.timedelta(seconds=1))] == [False, False]
+    with pytest.raises(InvalidRequest, match="timezone"):
+        admin.reset_offsets("g", "t", datetime.datetime(2026, 1, 1))

@@ -120,3 +120,18 @@ def test_outside_ray(cluster, capsys, monkeypatch, tmp_path):
     monkeypatch.setattr("rocketray.client.Consumer", Denied)
     load("outside_ray").main(str(config))
     assert "an operator must allow Sub on Group:billing" in capsys.readouterr().out
+
+
+def test_filters(cluster, capsys):
+    load("filters").main("demo")
+    assert "payments received {'paid': 25, 'refunded': 25}, lag 0" in capsys.readouterr().out
+    ends = {q: len(cluster.records[("order-events", q)]) for q in range(4)}
+    assert {q: o for (g, _t, q), o in cluster.committed.items() if g == "payments"} == ends
+
+
+def test_replay_by_time(cluster, capsys):
+    load("quickstart").main("demo")
+    load("replay_by_time").main("demo")
+    out = capsys.readouterr().out
+    assert "101 messages stored in the last hour, none before" in out and ": True" in out
+    assert out.count(" -> 0") == 8              # all stored in the last five minutes: each queue from 0

@@ -5,7 +5,8 @@ delivered to both groups and no acknowledged commit is lost (the committed offse
 reports are at or past every commit a consumer saw acknowledged).
 
 Everything runs as a user would: `ray start`, the `rocketray` CLI (start, admin update-topic, stop),
-the user guide's examples (quickstart, produce, consume_loop, replay, asyncio_app, retries) and
+the user guide's examples (quickstart, produce, consume_loop, replay, replay_by_time, filters,
+asyncio_app, retries) and
 examples/consumer_group.py as separate processes; this test only
 produces (through ``rocketray.client.Producer``), kills, and checks. Run it under the shared lock
 (it starts a Ray that a concurrent ``ray.init()`` could join):
@@ -64,6 +65,10 @@ def test_two_groups_survive_master_kills_and_a_consumer_kill(ray_head, tmp_path)
     assert "handled 401 messages" in loop.stdout, loop.stdout
     replay = run([sys.executable, "examples/replay.py", "--cluster", NAME], env, timeout=180)
     assert "read every queue from its start" in replay.stdout and " -> " in replay.stdout, replay.stdout
+    by_time = run([sys.executable, "examples/replay_by_time.py", "--cluster", NAME], env, timeout=180)
+    assert "messages stored in the last hour" in by_time.stdout and ": True" in by_time.stdout, by_time.stdout
+    filters = run([sys.executable, "examples/filters.py", "--cluster", NAME], env, timeout=180)
+    assert "payments received {'paid': 25, 'refunded': 25}, lag 0" in filters.stdout, filters.stdout
     aio = run([sys.executable, "examples/asyncio_app.py", "--cluster", NAME], env, timeout=180)
     assert "async-billing received all 100 sent" in aio.stdout, aio.stdout
     # three deliveries (1 s and 2 s between them, as the cluster was started), then the dead-letter topic

@@ -55,7 +55,8 @@ class Endpoints:
         self.written.append(bytes(sealed.data))
         return PutResult(PutStatus.PUT_OK, Written.YES, tuple((i, i) for i in range(batch.count)), 1, 1)
 
-    def pull_start(self, topic, queue_id, queue_offset, max_count, max_bytes, hold_ms, group, done):
+    def pull_start(self, topic, queue_id, queue_offset, max_count, max_bytes, hold_ms, group, done,
+                   tag_filter=None):
         self.pulled.append(topic)
         return PullResult(PullStatus.FOUND, b"r", 1, queue_offset, queue_offset + 1, 9)
 
@@ -68,6 +69,9 @@ class Endpoints:
 
     async def queue_max_offsets(self, queues):
         return tuple((t, q, 5) for t, q in queues)
+
+    async def search_offsets(self, queues, timestamp_ms):
+        return tuple((t, q, timestamp_ms % 7) for t, q in queues)
 
     # control
     async def metadata(self):
@@ -160,6 +164,8 @@ def test_a_consumer_reads_and_commits_only_what_its_rules_allow(port):
     maxes = conn.request(FrameType.QUEUE_MAX, pack([["orders", 0], ["secret", 0]])).result(5)
     from rocketray.broker.client_wire import unpack
     assert unpack(maxes.body, "t") == [["orders", 0, 5]], "a topic it may not read is left out"
+    by_time = conn.request(FrameType.SEARCH_OFFSET, pack([[["orders", 0], ["secret", 0]], 9])).result(5)
+    assert unpack(by_time.body, "t") == [["orders", 0, 2]], "a topic it may not read is left out"
     assert put(conn, "orders").status is PutStatus.ACCESS_DENIED
     conn.close("done")
 

@@ -39,7 +39,8 @@ class Endpoints:
         self.puts += 1
         return PutResult(PutStatus.PUT_OK, Written.YES, ((0, 0),), 1, 1)
 
-    def pull_start(self, topic, queue_id, queue_offset, max_count, max_bytes, hold_ms, group, done):
+    def pull_start(self, topic, queue_id, queue_offset, max_count, max_bytes, hold_ms, group, done,
+                   tag_filter=None):
         return PullResult(PullStatus.FOUND, ANSWER, 1, queue_offset, queue_offset + 1, 9)
 
 

@@ -11,7 +11,10 @@ import msgpack
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import functools
+
 from rocketray.broker import client_control as cc
+from rocketray.broker import client_wire as cw
 from rocketray.broker.client_wire import WireError
 from rocketray.controller.api import (ConsumerHeartbeatRequest, CreateTopicRequest, GetTopicRouteRequest,
                                       ListTopicsRequest, Response)
@@ -26,7 +29,8 @@ values = st.recursive(
     lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=10), inner, max_size=5),
     max_leaves=20)
 
-DECODERS = [cc.decode_metadata, cc.decode_watch, cc.decode_watch_answer, cc.decode_control, cc.decode_control_answer]
+DECODERS = [cc.decode_metadata, cc.decode_watch, cc.decode_watch_answer, cc.decode_control, cc.decode_control_answer,
+            cw.decode_pull_request, cw.decode_search_request, functools.partial(cw.decode_queue_offsets, what="x")]
 
 
 @settings(max_examples=300)
@@ -92,3 +96,21 @@ def test_a_sealed_frame_cut_anywhere_is_refused(cut):
     except ProtocolError:
         return
     raise AssertionError("a cut frame opened")
+
+
+@settings(max_examples=300)
+@given(st.lists(values, min_size=8, max_size=8))
+def test_a_pull_with_any_eighth_field_decodes_to_a_str_filter_or_raises_wire_error(fields):
+    """The PULL body's tag filter: a str or nil passes to the broker (which parses it and answers
+    ILLEGAL for a bad expression), anything else is a malformed frame."""
+    fields[:7] = ["t", 0, 0, 1, 1, 0, None]
+    try:
+        data = msgpack.packb(fields, use_bin_type=True)
+    except (OverflowError, ValueError):
+        return
+    try:
+        request = cw.decode_pull_request(data)
+    except WireError:
+        assert not (fields[7] is None or isinstance(fields[7], str))
+        return
+    assert request.tag_filter == fields[7]

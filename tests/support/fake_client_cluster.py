@@ -6,7 +6,10 @@ stored records of every queue (real commit-log records, positions filled in as a
 committed offsets folded to the maximum, and consumer-group membership with a heartbeat timeout.
 ``FakeTransport`` implements every method of :class:`rocketray.client.transport.Transport` over it.
 Pulls are held like a broker's: answered at once when a record lies at the offset, else when a put
-reaches that queue or the hold ends. Tests steer failures through the cluster's hooks (``put_hook``,
+reaches that queue or the hold ends. A pull with a tag expression keeps only the records whose tag
+code (``rocketray.broker.message.tag_hash``) the expression names, and its answer's ``next_offset``
+passes every record looked at, as ``MessageStore.read_queue_filtered`` does; ``search_offsets``
+answers the first offset stored at or after a time, as ``MessageStore.search_offset``. Tests steer failures through the cluster's hooks (``put_hook``,
 ``pull_hook``, ``commit_hook``, ``heartbeat_hook``): each, when set, may answer instead of the
 cluster or block to model a slow call.
 """
@@ -20,7 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from rocketray.broker.batch import EncodedBatch
-from rocketray.broker.message import decode_record, encode_record
+from rocketray.broker.message import decode_record, encode_record, tag_hash
+from rocketray.broker.tag_filter import TagExpressionError, parse_expression
 from rocketray.broker.pull import (MAX_PULL_COUNT, OffsetsResult, OffsetsStatus, PullResult, PullStatus,
                                    check_pull)
 from rocketray.client.transport import Unanswered
@@ -43,6 +47,7 @@ class _Held:
     max_count: int
     future: concurrent.futures.Future
     timer: threading.Timer | None = None
+    codes: frozenset[int] | None = None
 
 
 @dataclass
@@ -140,32 +145,54 @@ class FakeCluster:
     def max_offset(self, topic: str, queue_id: int) -> int:
         return len(self.records.get((topic, queue_id), ()))
 
-    def read(self, topic: str, queue_id: int, offset: int, max_count: int) -> PullResult:
+    def read(self, topic: str, queue_id: int, offset: int, max_count: int,
+             codes: frozenset[int] | None = None) -> PullResult:
         stored = self.records.get((topic, queue_id), [])
         if offset >= len(stored):
             return PullResult(PullStatus.NO_NEW_MSG, offset=offset, next_offset=offset, max_offset=len(stored))
-        chunk = stored[offset:offset + max_count]
-        return PullResult(PullStatus.FOUND, b"".join(chunk), len(chunk), offset, offset + len(chunk), len(stored))
+        if codes is None:
+            chunk = stored[offset:offset + max_count]
+            return PullResult(PullStatus.FOUND, b"".join(chunk), len(chunk), offset, offset + len(chunk), len(stored))
+        kept, position = [], offset
+        for record in stored[offset:]:
+            if tag_hash(decode_record(record)[0].properties) in codes:
+                kept.append(record)
+            position += 1
+            if len(kept) == max_count:
+                break
+        status = PullStatus.FOUND if kept else PullStatus.NO_NEW_MSG
+        return PullResult(status, b"".join(kept), len(kept), offset, position, len(stored))
+
+    def search_offset(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        stored = self.records.get((topic, queue_id), [])
+        return next((i for i, r in enumerate(stored) if decode_record(r)[0].store_timestamp_ms >= timestamp_ms),
+                    len(stored))
 
     def pull(self, group: str, topic: str, queue_id: int, offset: int, max_count: int, max_bytes: int,
-             hold_ms: int, consumer_group: str | None) -> concurrent.futures.Future:
+             hold_ms: int, consumer_group: str | None, tag_filter: str | None = None) -> concurrent.futures.Future:
         fut: concurrent.futures.Future = concurrent.futures.Future()
         if self.pull_hook is not None and (answer := self.pull_hook(group, topic, queue_id, offset,
                                                                     max_count)) is not None:
             fut.set_result(answer)
             return fut
         problem = check_pull(offset, max_count, max_bytes, hold_ms)
+        codes = None
+        try:
+            wanted = None if tag_filter is None else parse_expression(tag_filter)
+            codes = None if wanted is None else wanted.codes
+        except TagExpressionError as exc:
+            problem = problem or f"tag_filter: {exc}"
         if problem is not None:
             fut.set_result(PullResult(PullStatus.ILLEGAL, remark=problem))
             return fut
         with self.lock:
             if consumer_group is not None:
                 offset = max(offset, self.committed.get((consumer_group, topic, queue_id), 0))
-            result = self.read(topic, queue_id, offset, max_count)
+            result = self.read(topic, queue_id, offset, max_count, codes)
             if result.status is PullStatus.FOUND or hold_ms <= 0:
                 fut.set_result(result)
                 return fut
-            held = _Held(topic, queue_id, offset, max_count, fut)
+            held = _Held(topic, queue_id, result.next_offset, max_count, fut, codes=codes)
             self._held.append(held)
         held.timer = threading.Timer(hold_ms / 1000, self._expire, args=(held,))
         held.timer.daemon = True
@@ -176,14 +203,19 @@ class FakeCluster:
         with self.lock:
             if held in self._held:
                 self._held.remove(held)
-                held.future.set_result(self.read(held.topic, held.queue_id, held.offset, held.max_count))
+                held.future.set_result(self.read(held.topic, held.queue_id, held.offset, held.max_count,
+                                                 held.codes))
 
     def _wake(self, touched: set[tuple[str, int]]) -> None:
         for held in [h for h in self._held if (h.topic, h.queue_id) in touched]:
+            result = self.read(held.topic, held.queue_id, held.offset, held.max_count, held.codes)
+            if result.status is not PullStatus.FOUND:
+                held.offset = result.next_offset     # only unwanted records arrived: keep holding past them
+                continue
             self._held.remove(held)
             if held.timer is not None:
                 held.timer.cancel()
-            held.future.set_result(self.read(held.topic, held.queue_id, held.offset, held.max_count))
+            held.future.set_result(result)
 
     def commit(self, consumer_group: str, entries: list[tuple[str, int, int]]) -> PutResult:
         with self.lock:
@@ -266,9 +298,16 @@ class FakeTransport:
         with self.cluster.lock:
             return tuple((t, q, self.cluster.max_offset(t, q)) for t, q in queues)
 
+    def search_offsets(self, group: str, queues: list[tuple[str, int]], timestamp_ms: int,
+                       timeout_s: float) -> tuple[tuple[str, int, int], ...] | Unanswered:
+        with self.cluster.lock:
+            return tuple((t, q, self.cluster.search_offset(t, q, timestamp_ms)) for t, q in queues)
+
     def pull(self, group: str, topic: str, queue_id: int, offset: int, max_count: int, max_bytes: int,
-             hold_ms: int, consumer_group: str | None = None) -> concurrent.futures.Future:
-        return self.cluster.pull(group, topic, queue_id, offset, max_count, max_bytes, hold_ms, consumer_group)
+             hold_ms: int, consumer_group: str | None = None,
+             tag_filter: str | None = None) -> concurrent.futures.Future:
+        return self.cluster.pull(group, topic, queue_id, offset, max_count, max_bytes, hold_ms, consumer_group,
+                                 tag_filter)
 
     def config(self) -> Any:
         if self._config is None:
