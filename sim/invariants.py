@@ -33,24 +33,47 @@ and with ``check_logs``; 9 runs every step where what the master would answer ma
 
 from __future__ import annotations
 
+import contextlib
+from typing import Iterator
+
 from bisect import bisect_left, bisect_right
 
-from rocketray.broker.message import MessageCodecError, decode_record
-from rocketray.broker.commitlog import StoreError
+from rocketray.broker.message import decode_record
 from rocketray.broker.role import Role
 from rocketray.sim.broker import SimBroker
 from rocketray.sim.clients import SimConsumer, SimProducer
 from rocketray.sim.controller import SimController
 from rocketray.sim.loss import LossOracle
+from rocketray.sim.log_checks import LogChecks
 from rocketray.sim.loss_checks import LossChecks, log_bytes as _log_bytes
 from rocketray.sim import offsets as sim_offsets
 from rocketray.sim.offsets import LogFold
+from rocketray.sim.step_inputs import group_inputs, verify_skip
 from rocketray.sim.world import Violation
 
-__all__ = ["Invariants"]
+__all__ = ["Invariants", "full_checks"]
 
 
-class Invariants(LossChecks):
+@contextlib.contextmanager
+def full_checks(verify: bool = False) -> Iterator[None]:
+    """Inside the block, runs check every invariant in full after every step (``verify``: instead,
+    keep skipping and fail at any skipped check that would have changed something)."""
+    before = Invariants.incremental, Invariants.verify_skips
+    Invariants.incremental, Invariants.verify_skips = verify, verify
+    try:
+        yield
+    finally:
+        Invariants.incremental, Invariants.verify_skips = before
+
+
+class Invariants(LossChecks, LogChecks):
+    #: skip a group's per-step checks after a step that changed none of their inputs
+    #: (sim/step_inputs.py), and read only what ``check_logs`` has not found yet (sim/log_checks.py);
+    #: False: every check in full after every step (``full_checks``)
+    incremental = True
+    #: debug mode: run every skipped per-step check anyway and fail unless it changed nothing
+    verify_skips = False
+
     def __init__(self, controller: SimController, groups: dict[str, list[SimBroker]],
                  producers: list[SimProducer], consumers: list[SimConsumer], full_every: int = 2000,
                  async_flush: bool = False) -> None:
@@ -71,9 +94,9 @@ class Invariants(LossChecks):
         self._steps = 0
         self._elections = 0
         self._confirms: dict[tuple[str, int, int], int] = {}   # (name, restart, epoch) -> confirm
-        # name -> ((restarts, rewrites), offsets already found intact): a log only grows between
-        # two truncations of one process, so a record found once stays found until the key changes
-        self._found: dict[str, tuple[tuple[int, int], set[tuple[int, bytes]]]] = {}
+        # name -> what check_logs found in its log under its (restarts, rewrites) key (sim/log_checks.py)
+        self._found: dict = {}
+        self._record_bytes: dict[tuple[int, bytes], bytes] = {}   # (offset, body) -> the record found whole
         # name -> ((restarts, rewrites), segments found fully durable, durable end found)
         self._durable: dict[str, tuple[tuple[int, int], int, int]] = {}
         # offset commits (8, 9): per broker group, (consumer group, topic, queue) -> the acknowledged
@@ -96,6 +119,8 @@ class Invariants(LossChecks):
         # new term it asks for then carries (the controller's contains_log compares that)
         self._recovered: dict[str, tuple[int, int] | None] = {}
         self._before: dict[str, frozenset[int]] = {}   # group -> the controller's SyncStateSet at the last step
+        self._inputs: dict[str, tuple] = {}            # group -> group_inputs at its last per-step check
+        self._parts = {g: (groups[g], self._producers_of[g], self._consumers_of[g]) for g in groups}
 
     # -- after every step ---------------------------------------------------------------------------
     def exempt(self, b: SimBroker) -> bool:
@@ -123,13 +148,23 @@ class Invariants(LossChecks):
     def check_step(self) -> None:
         self._steps += 1
         elections = self.controller.elections
-        new_elections = elections[self._seen_elections:]
-        self._seen_elections = len(elections)
+        new_elections: list = []
+        elected: set[str] = set()
+        if len(elections) != self._seen_elections:
+            new_elections = elections[self._seen_elections:]
+            self._seen_elections = len(elections)
+            elected = {g for g, _epoch, _master in new_elections}
         touched = self._touched()
-        elected = {g for g, _epoch, _master in new_elections}
         if elected - set(touched):
             touched = [g for g in self.groups if g in elected or g in touched]
         for group in touched:
+            if self.incremental and group not in elected:
+                inputs = group_inputs(self.controller, *self._parts[group], group)
+                if inputs == self._inputs.get(group):
+                    if self.verify_skips:
+                        verify_skip(self, group)
+                    continue            # nothing it reads changed: the check would be a no-op
+                self._inputs[group] = inputs
             self._check_group(group, self.groups[group],
                               [m for g, _epoch, m in new_elections if g == group] if self.oracle is not None else [])
         if self._steps % self.full_every == 0:
@@ -344,47 +379,6 @@ class Invariants(LossChecks):
                                     f"{b.name} (in the SyncStateSet {sorted(members)}): the commit records of "
                                     f"its log give {cg} {topic}/{queue_id} = {held}, below {highest[-1]} "
                                     f"acknowledged at {times[highest.index(highest[-1])]}")
-
-    # -- logs ------------------------------------------------------------------------------------------
-    def check_logs(self, groups: list[str] | None = None) -> None:
-        """1, 2 (and 8) in full for ``groups`` (default: every group)."""
-        for group in self.groups if groups is None else groups:
-            brokers = self.groups[group]
-            acked = [a for p in self._producers_of[group] for a in p.acked]
-            acked += [a for c in self._consumers_of[group] for a in c.committed]   # a commit is a message (8)
-            read = [r for c in self._consumers_of[group] for r in c.by_queue_offset.values()]
-            self._check_held(group, brokers)
-            members = self.controller.sync_state_set(group)
-            for b in brokers:
-                if b.id not in members or not b.up or b.store is None or self.exempt(b):
-                    continue
-                key = (b.restarts, b.rewrites)
-                if self._found.get(b.name, (None,))[0] != key:
-                    self._found[b.name] = (key, set())
-                found = self._found[b.name][1]
-                forgiven = self._forgiven_in(group)
-                for a in acked:
-                    if (a.physical_offset, a.body) not in found and not forgiven(a):
-                        self._expect(b, a.physical_offset, a.body, "acknowledged message lost")
-                        found.add((a.physical_offset, a.body))
-                for r in read:
-                    if (r.physical_offset, r.body) not in found and not forgiven(r):
-                        self._expect(b, r.physical_offset, r.body, "read message disappeared")
-                        found.add((r.physical_offset, r.body))
-
-    @staticmethod
-    def _expect(b: SimBroker, offset: int, body: bytes, invariant: str) -> None:
-        store = b.store
-        assert store is not None
-        if offset < store.min_offset or offset >= store.max_offset:
-            raise Violation(invariant, f"{b.name} (in the SyncStateSet) ends at {store.max_offset}, "
-                            f"message {body!r} at {offset}")
-        try:
-            msg, _ = decode_record(store.read_raw(offset, 1))   # exactly the record at offset
-        except (MessageCodecError, StoreError, ValueError) as exc:
-            raise Violation(invariant, f"{b.name}: no whole record at {offset} ({exc}); expected {body!r}")
-        if bytes(msg.body) != body:
-            raise Violation(invariant, f"{b.name}: at {offset} holds {bytes(msg.body)!r}, expected {body!r}")
 
     # -- after healing ---------------------------------------------------------------------------------
     def check_settled(self, heal_ms: int) -> None:

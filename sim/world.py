@@ -73,22 +73,25 @@ class World:
         state ``fn`` changes, for an event without an owner (see the module docstring)."""
         assert delay_ms >= 0, delay_ms
         self._seq += 1
+        generation = self._generations.get(id(owner), 0) if owner is not None else 0
         heapq.heappush(self._queue, (self.now_ms + int(delay_ms), self._seq,
-                                     _Event(fn, owner, self.generation(owner), what, scope)))
+                                     _Event(fn, owner, generation, what, scope)))
 
     def note(self, text: str) -> None:
         self.trace.append(f"{self.now_ms:>8} {text}")
 
     def run(self, until_ms: int, after_step: Callable[[], None] | None = None) -> None:
         """Process events up to ``until_ms``; ``after_step`` (the invariant checks) after each."""
-        while self._queue and self._queue[0][0] <= until_ms:
-            at_ms, _seq, ev = heapq.heappop(self._queue)
-            if ev.owner is not None and ev.generation != self.generation(ev.owner):
+        queue, generations, pop = self._queue, self._generations, heapq.heappop
+        while queue and queue[0][0] <= until_ms:
+            at_ms, _seq, ev = pop(queue)
+            owner = ev.owner
+            if owner is not None and ev.generation != generations.get(id(owner), 0):
                 continue
             self.now_ms = at_ms
             self.steps += 1
             if ev.what:
-                self.note(ev.what)
+                self.trace.append(f"{at_ms:>8} {ev.what}")
             self.current = ev
             ev.fn()
             if after_step is not None:

@@ -1,0 +1,134 @@
+"""Invariants 1 and 2 in full: every acknowledged and every read record where it must be (a mixin of
+``Invariants``, sim/invariants.py).
+
+Theory of operation. ``check_logs`` reads the logs of a group's live SyncStateSet members and
+requires each acknowledged record (offset commits included) and each record a consumer read at the
+offset it was given, whole, with its body. It is incremental without being weaker:
+
+- A member's log only grows between two truncations of one process, so a record found intact stays
+  intact until the member's (restarts, rewrites) key changes; what was found is kept per member
+  under that key (``_found``), and so is how far each record list was walked (``_LogWalk``). The
+  lists only grow, and a record passed over was either found or forgiven by the async-flush oracle,
+  which never takes a forgiveness back, so walking only the new records checks the same records, in
+  the same order, as walking them all.
+- A record is read by ``_expect``. The first time a (offset, body) is found whole in some log its
+  exact bytes are kept; a later member whose log holds those very bytes at that offset holds that
+  record (the decoder is a function of the bytes: same header, same physical offset, same body),
+  so it is compared byte for byte instead of decoded. Anything else (other bytes, a shorter
+  segment) goes through the full decode, which raises the violation with its usual message.
+"""
+
+from __future__ import annotations
+
+import struct
+from itertools import islice
+
+from rocketray.broker.commitlog import StoreError
+from rocketray.broker.message import MessageCodecError, decode_record
+from rocketray.sim.broker import SimBroker
+from rocketray.sim.world import Violation
+
+__all__ = ["LogChecks"]
+
+ACKED = "acknowledged message lost"
+READ = "read message disappeared"
+_SIZE = struct.Struct(">I")      # a record's first field: its total size
+
+
+class _LogWalk:
+    """What ``check_logs`` found in one member's log under one (restarts, rewrites) key: the records
+    found intact, and how many of each record list it has walked."""
+
+    __slots__ = ("key", "found", "done")
+
+    def __init__(self, key: tuple[int, int], lists: int) -> None:
+        self.key = key
+        self.found: set[tuple[int, bytes]] = set()
+        self.done = [0] * lists
+
+
+class LogChecks:
+    """``check_logs`` and ``_expect`` (see the module docstring); uses ``groups``, ``controller``, the
+    clients of each group, ``exempt``, ``_check_held`` and the oracle's ``_forgiven_in``."""
+
+    def _record_lists(self, group: str) -> list[tuple[list, str, object]]:
+        """The group's record lists in the order they are checked: each producer's acknowledged
+        messages, each consumer's acknowledged commits, each consumer's reads (only the first read
+        of each queue offset counts: ``by_queue_offset``); as (list, invariant, consumer or None)."""
+        lists = [(p.acked, ACKED, None) for p in self._producers_of[group]]
+        lists += [(c.committed, ACKED, None) for c in self._consumers_of[group]]
+        lists += [(c.read, READ, c) for c in self._consumers_of[group]]
+        return lists
+
+    def check_logs(self, groups: list[str] | None = None) -> None:
+        """1, 2 (and 8) in full for ``groups`` (default: every group)."""
+        for group in self.groups if groups is None else groups:
+            brokers = self.groups[group]
+            lists = self._record_lists(group)
+            self._check_held(group, brokers)
+            members = self.controller.sync_state_set(group)
+            for b in brokers:
+                if b.id not in members or not b.up or b.store is None or self.exempt(b):
+                    continue
+                key = (b.restarts, b.rewrites)
+                walk = self._found.get(b.name)
+                if walk is None or walk.key != key:
+                    walk = self._found[b.name] = _LogWalk(key, len(lists))
+                found, forgiven = walk.found, self._forgiven_in(group)
+                for i, (records, invariant, consumer) in enumerate(lists):
+                    end = len(records)
+                    for r in islice(records, walk.done[i] if self.incremental else 0, end):
+                        if consumer is not None and consumer.by_queue_offset.get(r.queue_offset) is not r:
+                            continue
+                        if (r.physical_offset, r.body) not in found and not forgiven(r):
+                            self._expect(b, r.physical_offset, r.body, invariant)
+                            found.add((r.physical_offset, r.body))
+                    walk.done[i] = end
+
+    def _expect(self, b: SimBroker, offset: int, body: bytes, invariant: str) -> None:
+        """``b``'s log holds, at ``offset``, a whole record with ``body`` (else a Violation)."""
+        store = b.store
+        assert store is not None
+        if offset < store.min_offset or offset >= store.max_offset:
+            raise Violation(invariant, f"{b.name} (in the SyncStateSet) ends at {store.max_offset}, "
+                            f"message {body!r} at {offset}")
+        if self.incremental:
+            known = self._record_bytes.get((offset, body))
+            if known is not None and store.commitlog.read(offset, len(known)) == known:
+                return          # the very bytes that decoded to this record at this offset elsewhere
+            record = _record_at(store, offset)
+            if record is not None and record[0] == body:
+                self._record_bytes[(offset, body)] = record[1]
+                return
+        try:    # the store's own read decides, and says why when it fails
+            raw = store.read_raw(offset, 1)   # exactly the record at offset
+            msg, _ = decode_record(raw)
+        except (MessageCodecError, StoreError, ValueError) as exc:
+            raise Violation(invariant, f"{b.name}: no whole record at {offset} ({exc}); expected {body!r}")
+        if bytes(msg.body) != body:
+            raise Violation(invariant, f"{b.name}: at {offset} holds {bytes(msg.body)!r}, expected {body!r}")
+        self._record_bytes[(offset, body)] = bytes(raw)
+
+
+def _record_at(store, offset: int) -> tuple[bytes, bytes] | None:
+    """(body, bytes) of the whole record starting at ``offset`` (``min_offset <= offset < max_offset``),
+    or None when the store's ``read_raw`` would not return one there: a record is whole when its
+    segment holds all its bytes from ``offset``, it decodes (both CRCs) and it names ``offset`` as its
+    physical offset, exactly what ``read_raw``'s boundary check and the decoder require, reading only
+    the record instead of the rest of its segment."""
+    head = store.commitlog.read(offset, 4)
+    if len(head) < 4:
+        return None
+    total = _SIZE.unpack_from(head)[0]
+    if total > store.commitlog.segment_size:
+        return None
+    raw = store.commitlog.read(offset, total)
+    if len(raw) != total:
+        return None
+    try:
+        msg, _size = decode_record(raw)
+    except (MessageCodecError, ValueError):
+        return None
+    if msg.physical_offset != offset:
+        return None
+    return bytes(msg.body), bytes(raw)
