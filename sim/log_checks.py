@@ -11,11 +11,13 @@ offset it was given, whole, with its body. It is incremental without being weake
   lists only grow, and a record passed over was either found or forgiven by the async-flush oracle,
   which never takes a forgiveness back, so walking only the new records checks the same records, in
   the same order, as walking them all.
-- A record is read by ``_expect``. The first time a (offset, body) is found whole in some log its
-  exact bytes are kept; a later member whose log holds those very bytes at that offset holds that
-  record (the decoder is a function of the bytes: same header, same physical offset, same body),
-  so it is compared byte for byte instead of decoded. Anything else (other bytes, a shorter
-  segment) goes through the full decode, which raises the violation with its usual message.
+- A record is read from its segment's bytes, read once per call (``_LogReader``). The first time
+  an (offset, body) is found whole in some log its exact bytes are kept; a member whose log holds
+  those very bytes at that offset holds that record (the decoder is a function of the bytes: same
+  header, same physical offset, same body), so it is compared byte for byte instead of decoded; a
+  record not seen yet is decoded where it lies, with the checks ``read_raw`` makes (its segment
+  holds it whole, it names that offset). Anything else goes to ``_expect``, the store's own read,
+  which decides, and raises the violation with its usual message.
 """
 
 from __future__ import annotations
@@ -75,32 +77,27 @@ class LogChecks:
                 if walk is None or walk.key != key:
                     walk = self._found[b.name] = _LogWalk(key, len(lists))
                 found, forgiven = walk.found, self._forgiven_in(group)
+                log = _LogReader(b.store, self._record_bytes) if self.incremental else None
                 for i, (records, invariant, consumer) in enumerate(lists):
                     end = len(records)
-                    for r in islice(records, walk.done[i] if self.incremental else 0, end):
+                    for r in islice(records, walk.done[i] if log is not None else 0, end):
                         if consumer is not None and consumer.by_queue_offset.get(r.queue_offset) is not r:
                             continue
                         if (r.physical_offset, r.body) not in found and not forgiven(r):
-                            self._expect(b, r.physical_offset, r.body, invariant)
+                            if log is None or not log.holds(r.physical_offset, r.body):
+                                self._expect(b, r.physical_offset, r.body, invariant)
                             found.add((r.physical_offset, r.body))
                     walk.done[i] = end
 
     def _expect(self, b: SimBroker, offset: int, body: bytes, invariant: str) -> None:
-        """``b``'s log holds, at ``offset``, a whole record with ``body`` (else a Violation)."""
+        """``b``'s log holds, at ``offset``, a whole record with ``body`` (else a Violation), as the
+        store reads it (``read_raw``: a record boundary, the record whole)."""
         store = b.store
         assert store is not None
         if offset < store.min_offset or offset >= store.max_offset:
             raise Violation(invariant, f"{b.name} (in the SyncStateSet) ends at {store.max_offset}, "
                             f"message {body!r} at {offset}")
-        if self.incremental:
-            known = self._record_bytes.get((offset, body))
-            if known is not None and store.commitlog.read(offset, len(known)) == known:
-                return          # the very bytes that decoded to this record at this offset elsewhere
-            record = _record_at(store, offset)
-            if record is not None and record[0] == body:
-                self._record_bytes[(offset, body)] = record[1]
-                return
-        try:    # the store's own read decides, and says why when it fails
+        try:
             raw = store.read_raw(offset, 1)   # exactly the record at offset
             msg, _ = decode_record(raw)
         except (MessageCodecError, StoreError, ValueError) as exc:
@@ -110,25 +107,48 @@ class LogChecks:
         self._record_bytes[(offset, body)] = bytes(raw)
 
 
-def _record_at(store, offset: int) -> tuple[bytes, bytes] | None:
-    """(body, bytes) of the whole record starting at ``offset`` (``min_offset <= offset < max_offset``),
-    or None when the store's ``read_raw`` would not return one there: a record is whole when its
-    segment holds all its bytes from ``offset``, it decodes (both CRCs) and it names ``offset`` as its
-    physical offset, exactly what ``read_raw``'s boundary check and the decoder require, reading only
-    the record instead of the rest of its segment."""
-    head = store.commitlog.read(offset, 4)
-    if len(head) < 4:
-        return None
-    total = _SIZE.unpack_from(head)[0]
-    if total > store.commitlog.segment_size:
-        return None
-    raw = store.commitlog.read(offset, total)
-    if len(raw) != total:
-        return None
-    try:
-        msg, _size = decode_record(raw)
-    except (MessageCodecError, ValueError):
-        return None
-    if msg.physical_offset != offset:
-        return None
-    return bytes(msg.body), bytes(raw)
+class _LogReader:
+    """One member's log as one ``check_logs`` call reads it: each segment's bytes read once (nothing
+    runs in the world during a check), and a record confirmed by its bytes (see the module
+    docstring). ``holds`` is True only where ``Invariants._expect`` would find the record; False
+    sends the record to ``_expect``, which decides."""
+
+    __slots__ = ("log", "known", "lo", "hi", "base", "data")
+
+    def __init__(self, store, known: dict[tuple[int, bytes], bytes]) -> None:
+        self.log = store.commitlog
+        self.known = known
+        self.lo, self.hi = self.log.min_offset, self.log.max_offset
+        self.base, self.data = 0, b""
+
+    def _at(self, offset: int) -> int:
+        """``offset``'s position in ``data``, the bytes of the segment holding it (to its data end)."""
+        if not self.base <= offset < self.base + len(self.data):
+            seg = self.log.segment_for(offset)
+            self.base, self.data = seg.base_offset, bytes(self.log.read(seg.base_offset, seg.size))
+        return offset - self.base
+
+    def holds(self, offset: int, body: bytes) -> bool:
+        if not self.lo <= offset < self.hi:
+            return False
+        pos = self._at(offset)
+        data = self.data
+        known = self.known.get((offset, body))
+        if known is not None:
+            # the very bytes that decoded to this record at this offset elsewhere
+            return data[pos:pos + len(known)] == known
+        # a record is whole when its segment holds all its bytes, it decodes (both CRCs) and it names
+        # ``offset`` as its physical offset: what read_raw's boundary check and the decoder require
+        if len(data) - pos < 4:
+            return False
+        total = _SIZE.unpack_from(data, pos)[0]
+        if total > self.log.segment_size or pos + total > len(data):
+            return False
+        try:
+            msg, _size = decode_record(data, pos)
+        except (MessageCodecError, ValueError):
+            return False
+        if msg.physical_offset != offset or bytes(msg.body) != body:
+            return False
+        self.known[(offset, body)] = data[pos:pos + total]
+        return True
