@@ -28,6 +28,7 @@ from itertools import islice
 from rocketray.broker.commitlog import StoreError
 from rocketray.broker.message import MessageCodecError, decode_record
 from rocketray.sim.broker import SimBroker
+from rocketray.sim.loss_checks import log_bytes
 from rocketray.sim.world import Violation
 
 __all__ = ["LogChecks"]
@@ -105,6 +106,34 @@ class LogChecks:
         if bytes(msg.body) != body:
             raise Violation(invariant, f"{b.name}: at {offset} holds {bytes(msg.body)!r}, expected {body!r}")
         self._record_bytes[(offset, body)] = bytes(raw)
+
+
+    def _known_records(self) -> dict[int, list[tuple[bytes, bytes]]]:
+        """offset -> (bytes, body) of every record found whole so far (``_record_bytes``)."""
+        known: dict[int, list[tuple[bytes, bytes]]] = {}
+        if self.incremental:
+            for (offset, body), raw in self._record_bytes.items():
+                known.setdefault(offset, []).append((raw, body))
+        return known
+
+    @staticmethod
+    def _log_records(store, known: dict[int, list[tuple[bytes, bytes]]]):
+        """(offset, body) of each record of ``store``'s whole log, as ``decode_record`` reads them one
+        after the other (raising where it does); a record whose bytes are those of one found whole
+        before at that offset is that record, and is not decoded again."""
+        base = store.min_offset
+        data = log_bytes(store, base, store.max_offset)
+        pos = 0
+        while pos < len(data):
+            for raw, body in known.get(base + pos, ()):
+                if data[pos:pos + len(raw)] == raw:
+                    size = len(raw)
+                    break
+            else:
+                msg, size = decode_record(data, pos)
+                body = bytes(msg.body)
+            yield base + pos, body
+            pos += size
 
 
 class _LogReader:

@@ -43,31 +43,39 @@ from __future__ import annotations
 
 from rocketray.broker.role import Role
 
-__all__ = ["group_inputs", "verify_skip"]
+__all__ = ["group_inputs", "broker_step_inputs", "verify_skip"]
 
 _MASTER = Role.MASTER
+
+
+def broker_inputs(b) -> tuple:
+    """What the per-step checks read of one broker (see the module docstring)."""
+    m, s = b.machine, b.store
+    role = m.role
+    return (b.up, b.power_losses, b.restarts, b.rewrites, b.flushed_end, b.disk.steps,
+            None if s is None else s.commitlog.max_offset, None if s is None else s.confirm_offset,
+            role, m.master_epoch, m.broker_id, m.master_broker_id, b.slave,
+            b.master.view() if role is _MASTER else None)
 
 
 def group_inputs(controller, brokers, producers, consumers, group: str) -> tuple[tuple, tuple, bool]:
     """The inputs of ``group``'s per-step checks (see the module docstring): (what the controller
     and the brokers hold, what the clients hold, whether a broker gave answers the checker has not
     read yet)."""
-    world: list = [controller.sync_state_set(group), controller.master_of(group)]
-    answers = False
-    for b in brokers:
-        m, s = b.machine, b.store
-        role = m.role
-        world.append((b.up, b.power_losses, b.restarts, b.rewrites, b.flushed_end, b.disk.steps,
-                      None if s is None else s.commitlog.max_offset, None if s is None else s.confirm_offset,
-                      role, m.master_epoch, m.broker_id, m.master_broker_id, b.slave,
-                      b.master.view() if role is _MASTER else None))
-        if b.answers:
-            answers = True
     clients: list = [len(p.acked) for p in producers]
     for c in consumers:
         clients.append(len(c.read))
         clients.append(len(c.committed))
-    return tuple(world), tuple(clients), answers
+    return ((controller.sync_state_set(group), controller.master_of(group), tuple(map(broker_inputs, brokers))),
+            tuple(clients), any(b.answers for b in brokers))
+
+
+def broker_step_inputs(controller, group: str, before: tuple, index: int, b) -> tuple[tuple, tuple, bool]:
+    """``group_inputs`` after a step of broker ``b`` (``World.actor``; ``index``: its place in the
+    group), given the inputs ``before`` it: only ``b`` and the controller can have changed."""
+    brokers = list(before[0][2])
+    brokers[index] = broker_inputs(b)
+    return (controller.sync_state_set(group), controller.master_of(group), tuple(brokers)), before[1], bool(b.answers)
 
 
 #: the checker's attributes that are the world's wiring or caches of ``check_logs``, not state the
