@@ -54,5 +54,6 @@ def test_a_skip_that_hides_a_change_is_caught_by_the_debug_mode(monkeypatch):
 
     monkeypatch.setattr(invariants, "group_inputs",
                         lambda controller, brokers, producers, consumers, group: ((controller.master_of(group),), (), False))
+    monkeypatch.setattr(invariants, "broker_step_inputs", lambda controller, group, before, index, b: before)
     with full_checks(verify=True), pytest.raises(AssertionError, match="would have changed the checker's state"):
         run_seed(1, PROFILES["default"])
