@@ -27,7 +27,7 @@ from rocketray.sim.broker import TOPIC, SimBroker
 from rocketray.sim.controller import CONTROLLER, SimController
 from rocketray.sim.net import Network
 from rocketray.sim.offsets import CONSUMER_GROUP, CommittedOffsets
-from rocketray.sim.world import World
+from rocketray.sim.world import QUIET, World
 
 __all__ = ["SimProducer", "SimConsumer", "Acked", "Read", "Committed", "request", "lookup"]
 
@@ -82,10 +82,12 @@ def request(client, target: SimBroker, invoke: Callable[[Callable[[Any], None]],
     world, net = client.world, client.net
     done = [False]
 
-    def once(value: Any) -> None:
-        if not done[0]:
-            done[0] = True
-            finish(value)
+    def once(value: Any) -> object:
+        if done[0]:
+            return QUIET
+        done[0] = True
+        finish(value)
+        return None
 
     def deliver() -> None:
         if net.down(target.name):
@@ -130,13 +132,14 @@ class SimProducer:
     def start(self) -> None:
         self.world.at(self.interval_ms, self._tick, owner=self)
 
-    def _tick(self) -> None:
+    def _tick(self) -> object:
         if not self.stopped and not self.busy:
             if self.target is None:
                 self._lookup()
             else:
                 self._send()
         self.world.at(self.interval_ms, self._tick, owner=self)
+        return QUIET    # a lookup or a batch on its way: scheduled events only
 
     def _lookup(self) -> None:
         self.busy = True

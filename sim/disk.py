@@ -167,6 +167,7 @@ class SimDisk:
         self.generation = 0     # bumped by every crash: older handles are dead
         self.crashes: list[tuple[int, CrashMode]] = []
         self._hook: Callable[[int, str, str], CrashMode | None] | None = None
+        self._parts: dict[str, tuple[str, ...]] = {}     # path -> its components (``_split``)
 
     # ------------------------------------------------------------------ crash control
     def set_hook(self, hook: Callable[[int, str, str], CrashMode | None] | None) -> None:
@@ -262,11 +263,15 @@ class SimDisk:
     def now_ns(self) -> int:
         return self.clock_ms() * 1_000_000 if self.clock_ms is not None else 0
 
-    def _split(self, path: "str | os.PathLike[str]") -> list[str]:
-        p = posixpath.normpath(posixpath.join(self.cwd, os.fspath(path)))
-        return [part for part in p.split("/") if part]
+    def _split(self, path: "str | os.PathLike[str]") -> tuple[str, ...]:
+        key = os.fspath(path)
+        parts = self._parts.get(key)
+        if parts is None:       # a pure function of the path and the fixed ``cwd``: kept per path
+            p = posixpath.normpath(posixpath.join(self.cwd, key))
+            parts = self._parts[key] = tuple(part for part in p.split("/") if part)
+        return parts
 
-    def _lookup(self, parts: list[str]) -> "_File | _Dir | None":
+    def _lookup(self, parts: "tuple[str, ...]") -> "_File | _Dir | None":
         node: _File | _Dir = self.root
         for part in parts:
             if not isinstance(node, _Dir):

@@ -1,13 +1,16 @@
 """The invariants the simulator checks after every step (SIMULATION.md section 6).
 
 ``check_step`` runs after every event and is cheap: it checks only the group the event may have
-changed (``World.current``: the group of its owner or scope; an event with neither, or one of the
+changed (``World.actor``: the group of its owner or scope; an event with neither, or one of the
 controller's, may change any group, and a group where the controller elected is checked too), so a
-step costs the same whatever the number of groups; ``check_logs`` reads the replicas' logs (every
-acknowledged and every read message where it must be) and runs every ``full_every`` steps, for the
-groups an election changed, and at the end; ``check_settled`` runs once faults are healed and the cluster settled. Offset commits are
-messages, so 1 covers their records; 8 folds each member's whole log at every acknowledged commit
-and with ``check_logs``; 9 runs every step where what the master would answer may have changed.
+step costs the same whatever the number of groups, and in that group only the checks whose inputs
+the step changed (sim/step_inputs.py: a check run again on the same inputs is a no-op, so this
+accepts and rejects exactly what checking everything after every step does). ``check_logs`` reads
+the replicas' logs (every acknowledged and every read message where it must be) and runs every
+``full_every`` steps, for the groups an election changed, and at the end (sim/log_checks.py);
+``check_settled`` runs once faults are healed and the cluster settled. Offset commits are messages,
+so 1 covers their records; 8 folds each member's whole log at every acknowledged commit and with
+``check_logs``; 9 runs every step where what the master would answer may have changed.
 
 1. every acknowledged message is in the log of every live member of the group's current
    SyncStateSet, at the offset it was acknowledged with (so it survives every election, which
@@ -33,24 +36,45 @@ and with ``check_logs``; 9 runs every step where what the master would answer ma
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
+import contextlib
+from typing import Iterator
 
-from rocketray.broker.message import MessageCodecError, decode_record
-from rocketray.broker.commitlog import StoreError
+
 from rocketray.broker.role import Role
 from rocketray.sim.broker import SimBroker
 from rocketray.sim.clients import SimConsumer, SimProducer
 from rocketray.sim.controller import SimController
 from rocketray.sim.loss import LossOracle
+from rocketray.sim.commit_checks import CommitChecks
+from rocketray.sim.log_checks import LogChecks
 from rocketray.sim.loss_checks import LossChecks, log_bytes as _log_bytes
-from rocketray.sim import offsets as sim_offsets
 from rocketray.sim.offsets import LogFold
+from rocketray.sim.step_inputs import broker_step_inputs, group_inputs, verify_skip
 from rocketray.sim.world import Violation
 
-__all__ = ["Invariants"]
+__all__ = ["Invariants", "full_checks"]
 
 
-class Invariants(LossChecks):
+@contextlib.contextmanager
+def full_checks(verify: bool = False) -> Iterator[None]:
+    """Inside the block, runs check every invariant in full after every step (``verify``: instead,
+    keep skipping and fail at any skipped check that would have changed something)."""
+    before = Invariants.incremental, Invariants.verify_skips
+    Invariants.incremental, Invariants.verify_skips = verify, verify
+    try:
+        yield
+    finally:
+        Invariants.incremental, Invariants.verify_skips = before
+
+
+class Invariants(LossChecks, LogChecks, CommitChecks):
+    #: skip a group's per-step checks after a step that changed none of their inputs
+    #: (sim/step_inputs.py), and read only what ``check_logs`` has not found yet (sim/log_checks.py);
+    #: False: every check in full after every step (``full_checks``)
+    incremental = True
+    #: debug mode: run every skipped per-step check anyway and fail unless it changed nothing
+    verify_skips = False
+
     def __init__(self, controller: SimController, groups: dict[str, list[SimBroker]],
                  producers: list[SimProducer], consumers: list[SimConsumer], full_every: int = 2000,
                  async_flush: bool = False) -> None:
@@ -71,9 +95,9 @@ class Invariants(LossChecks):
         self._steps = 0
         self._elections = 0
         self._confirms: dict[tuple[str, int, int], int] = {}   # (name, restart, epoch) -> confirm
-        # name -> ((restarts, rewrites), offsets already found intact): a log only grows between
-        # two truncations of one process, so a record found once stays found until the key changes
-        self._found: dict[str, tuple[tuple[int, int], set[tuple[int, bytes]]]] = {}
+        # name -> what check_logs found in its log under its (restarts, rewrites) key (sim/log_checks.py)
+        self._found: dict = {}
+        self._record_bytes: dict[tuple[int, bytes], bytes] = {}   # (offset, body) -> the record found whole
         # name -> ((restarts, rewrites), segments found fully durable, durable end found)
         self._durable: dict[str, tuple[tuple[int, int], int, int]] = {}
         # offset commits (8, 9): per broker group, (consumer group, topic, queue) -> the acknowledged
@@ -96,6 +120,10 @@ class Invariants(LossChecks):
         # new term it asks for then carries (the controller's contains_log compares that)
         self._recovered: dict[str, tuple[int, int] | None] = {}
         self._before: dict[str, frozenset[int]] = {}   # group -> the controller's SyncStateSet at the last step
+        self._inputs: dict[str, tuple] = {}            # group -> group_inputs at its last per-step check
+        self._parts = {g: (groups[g], self._producers_of[g], self._consumers_of[g]) for g in groups}
+        self._by_id = {g: {b.id: b for b in brokers} for g, brokers in groups.items()}
+        self._index = {b: i for brokers in groups.values() for i, b in enumerate(brokers)}   # broker -> its place
 
     # -- after every step ---------------------------------------------------------------------------
     def exempt(self, b: SimBroker) -> bool:
@@ -111,27 +139,68 @@ class Invariants(LossChecks):
     def _group_end(self, group: str) -> int:
         if self.oracle is not None and group in self.oracle.events:
             return self._end_after_loss(group)
-        return max([p.acked_end for p in self._producers_of[group]] +
-                   [max(c.read_end, c.commit_end) for c in self._consumers_of[group]] + [0])
+        end = 0
+        for p in self._producers_of[group]:
+            end = max(end, p.acked_end)
+        for c in self._consumers_of[group]:
+            end = max(end, c.read_end, c.commit_end)
+        return end
 
-    def _touched(self) -> list[str] | dict[str, list[SimBroker]]:
+    def _touched(self) -> tuple[str] | dict[str, list[SimBroker]]:
         """The groups the step that just ran may have changed (see the module docstring)."""
-        ev = self.controller.world.current
-        group = getattr(ev.actor, "group", None) if ev is not None else None
-        return [group] if group in self.groups else self.groups
+        group = getattr(self.controller.world.actor, "group", None)
+        return (group,) if group in self.groups else self.groups
 
     def check_step(self) -> None:
         self._steps += 1
         elections = self.controller.elections
-        new_elections = elections[self._seen_elections:]
-        self._seen_elections = len(elections)
+        if self.controller.world.quiet and self.incremental and len(elections) == self._seen_elections \
+                and len(self._inputs) == len(self.groups):
+            # the step changed nothing a check reads (``World.quiet``), and every group was checked
+            # before: its inputs are what they were at its last check
+            if self.verify_skips:
+                self._verify_quiet()
+            if self._steps % self.full_every == 0:
+                self._elections = len(elections)
+                self.check_logs()
+            return
+        new_elections: list = []
+        elected: set[str] = set()
+        if len(elections) != self._seen_elections:
+            new_elections = elections[self._seen_elections:]
+            self._seen_elections = len(elections)
+            elected = {g for g, _epoch, _master in new_elections}
         touched = self._touched()
-        elected = {g for g, _epoch, _master in new_elections}
-        if elected - set(touched):
+        if elected and elected - set(touched):
             touched = [g for g in self.groups if g in elected or g in touched]
+        incremental, last = self.incremental, self._inputs
+        actor = self.controller.world.actor
         for group in touched:
+            if incremental and group not in elected:
+                before = last.get(group)
+                index = self._index.get(actor) if before is not None and getattr(actor, "group", None) == group else None
+                if index is None:
+                    inputs = group_inputs(self.controller, *self._parts[group], group)
+                else:           # a step of one broker: only it and the controller can have changed
+                    inputs = broker_step_inputs(self.controller, group, before, index, actor)
+                    if self.verify_skips and inputs != group_inputs(self.controller, *self._parts[group], group):
+                        raise AssertionError(f"step {self.controller.world.steps}: a step of {actor.name} "
+                                             f"changed more than {actor.name} and the controller")
+                last[group] = inputs
+                if before is not None and inputs[0] == before[0]:
+                    # neither the controller nor a broker changed: the checks that read only them
+                    # would be no-ops (sim/step_inputs.py)
+                    if inputs[1] != before[1] or inputs[2]:
+                        brokers = self.groups[group]
+                        self._check_clients(group, brokers, self._current_master(group, brokers))
+                        self._read_answers(group, inputs)
+                    if self.verify_skips:
+                        verify_skip(self, group, inputs[1] == before[1] and not inputs[2])
+                    continue
             self._check_group(group, self.groups[group],
                               [m for g, _epoch, m in new_elections if g == group] if self.oracle is not None else [])
+            if incremental:     # an election's check ran without reading the inputs: read them now
+                self._read_answers(group, None if group in elected else last[group])
         if self._steps % self.full_every == 0:
             self._elections = len(elections)
             self.check_logs()
@@ -139,9 +208,35 @@ class Invariants(LossChecks):
             self._elections = len(elections)
             self.check_logs(sorted(elected))
 
+    def _read_answers(self, group: str, inputs: tuple | None) -> None:
+        """After a check that read the committed-offset answers given (and emptied the brokers'
+        lists), or ran without ``inputs``, the group's inputs are those it left."""
+        if inputs is None or inputs[2]:
+            self._inputs[group] = group_inputs(self.controller, *self._parts[group], group)
+
+    def _verify_quiet(self) -> None:
+        """Debug mode: a quiet step left the inputs of the groups it may have touched as they were."""
+        for group in self._touched():
+            if group_inputs(self.controller, *self._parts[group], group) != self._inputs[group]:
+                raise AssertionError(f"step {self.controller.world.steps}: a quiet step changed the inputs of {group}")
+            verify_skip(self, group, True)
+
     def _check_group(self, group: str, brokers: list[SimBroker], elected: list[int | None]) -> None:
         """Every per-step check of one group; ``elected``: the masters the controller elected in it
         at this step (async flush: the oracle's election rule)."""
+        self._check_brokers(group, brokers, elected)
+        master = self._check_confirm(group, brokers)
+        self._check_clients(group, brokers, master)
+
+    def _check_clients(self, group: str, brokers: list[SimBroker], master: SimBroker | None) -> None:
+        """The per-step checks that read the clients' histories (the only ones to run after a step
+        that changed nothing else: ``check_step``); ``master``: the group's current master."""
+        self._check_ends(group, brokers)
+        self._check_commits(group, brokers, master)
+
+    def _check_brokers(self, group: str, brokers: list[SimBroker], elected: list[int | None]) -> None:
+        """3 (one master per epoch, epochs never go back); power losses and elections for the async
+        flush oracle."""
         for b in brokers:
             if b.power_losses != self._power_losses.get(b.name, 0):
                 self._power_losses[b.name] = b.power_losses
@@ -171,9 +266,6 @@ class Invariants(LossChecks):
             for master_id in elected:
                 self._elected(group, master_id, brokers)
             self._before[group] = self.controller.sync_state_set(group)
-        master = self._check_confirm(group, brokers)
-        self._check_ends(group, brokers)
-        self._check_commits(group, brokers, master)
 
     def _check_ends(self, group: str, brokers: list[SimBroker]) -> None:
         """Cheap form of 1 and 2 for every step: each live SyncStateSet member's log reaches past
@@ -181,7 +273,8 @@ class Invariants(LossChecks):
         end = self._group_end(group)
         members = self.controller.sync_state_set(group)
         for b in brokers:
-            if b.id in members and b.up and b.store is not None and b.store.max_offset < end and not self.exempt(b):
+            if b.id in members and b.up and b.store is not None and b.store.commitlog.max_offset < end \
+                    and not self.exempt(b):
                 raise Violation("acknowledged or read message lost",
                                 f"{b.name} (in the SyncStateSet {sorted(members)}) ends at "
                                 f"{b.store.max_offset} < {end}, the end of what was acknowledged or read")
@@ -239,13 +332,13 @@ class Invariants(LossChecks):
         if not self.async_flush and confirm > self.durable_end(m, confirm):
             raise Violation("confirm offset within every counted member",
                             f"{group}: master {m.id} confirm {confirm} > its own durable end {self.durable_end(m)}")
-        by_id = {b.id: b for b in brokers}
+        by_id = self._by_id[group]
         view = m.master.view()
         for member in view:
             peer = by_id.get(member)
             if peer is None or peer is m or not peer.up or peer.store is None or self.exempt(peer):
                 continue
-            if confirm > peer.store.max_offset and peer.slave is not None and peer.slave.master == m.name:
+            if confirm > peer.store.commitlog.max_offset and peer.slave is not None and peer.slave.master == m.name:
                 raise Violation("confirm offset within every counted member",
                                 f"{group}: master {m.id} confirm {confirm} > member {member} end "
                                 f"{peer.store.max_offset} (view {sorted(view)})")
@@ -255,136 +348,6 @@ class Invariants(LossChecks):
                                 f"{group}: master {m.id} confirm {confirm} > member {member} durable end "
                                 f"{self.durable_end(peer)} (view {sorted(view)})")
         return m
-
-    # -- offset commits (8, 9) ----------------------------------------------------------------------
-    def _take_commits(self, group: str, keep=None) -> bool:
-        """Take the commits acknowledged since the last step into ``_acked_commits``; True if any
-        (``keep``: only those it accepts)."""
-        new = False
-        for entry in self._committers[group]:          # [consumer, commits already taken]
-            c, taken = entry
-            if taken == len(c.committed):
-                continue
-            acked = self._acked_commits.setdefault(group, {})
-            for commit in c.committed[taken:]:
-                if keep is not None and not keep(commit):
-                    continue
-                times, highest = acked.setdefault((commit.consumer_group, commit.topic, commit.queue_id), ([], []))
-                times.append(commit.at_ms)
-                highest.append(max(commit.offset, highest[-1] if highest else -1))
-            self._acked_count[group] = self._acked_count.get(group, 0) + len(c.committed) - taken
-            entry[1] = len(c.committed)
-            new = True
-        return new
-
-    def _check_commits(self, group: str, brokers: list[SimBroker], m: SimBroker | None) -> None:
-        """8 at every acknowledged commit (and with ``check_logs``); 9 at every step where what the
-        master would answer may have changed. ``m``: the group's current master."""
-        new = self._take_commits(group)
-        for b in brokers:
-            if b.answers:
-                answers, b.answers = b.answers, []
-                if b is m:      # a deposed master that does not know it yet may answer stale: not checked
-                    for a in answers:
-                        self._check_reading(group, lambda key, a=a: a.offsets.get((key[1], key[2])),
-                                            a.asked_ms, False, f"{b.name} answered")
-        if group not in self._acked_commits:
-            return
-        if m is not None and m.store is not None:
-            store = m.store
-            # what it would answer changes only with its confirm offset (the wait rule cannot start to
-            # hold while the confirm offset stays; a truncation changes ``rewrites``)
-            mark = (id(m), m.restarts, m.rewrites, store.confirm_offset, self._acked_count[group])
-            if mark != self._read_marks.get(group):
-                self._read_marks[group] = mark
-                if sim_offsets.answerable(mark[3], store.max_offset):    # the wait rule holds: it would answer now
-                    table = m.offset_table()
-                    self._check_reading(group, lambda key: table.committed(*key), self.controller.world.now_ms,
-                                        True, f"{m.name} reads")
-        if new:
-            self._check_held(group, brokers)
-
-    def _check_reading(self, group: str, value_of, asked_ms: int, inclusive: bool, where: str) -> None:
-        """9 for one reading (``value_of(key)``) of ``group``'s committed offsets, asked at ``asked_ms``."""
-        acked = self._acked_commits.get(group, {})
-        seen = self._read_commits.setdefault(group, {})
-        for key in acked.keys() | seen.keys():
-            value = value_of(key)
-            value = -1 if value is None else value
-            times, highest = acked.get(key, ((), ()))
-            i = (bisect_right if inclusive else bisect_left)(times, asked_ms)
-            if i and value < highest[i - 1]:
-                raise Violation("committed offset never goes back",
-                                f"{where} {key} = {value}, below {highest[i - 1]} acknowledged before {asked_ms}")
-            before = seen.get(key)
-            if before is not None and value < before[0]:
-                raise Violation("committed offset never goes back",
-                                f"{where} {key} = {value}, below {before[0]} ({before[1]})")
-            if before is None or value > before[0]:
-                seen[key] = (value, f"{where} at {self.controller.world.now_ms}")
-
-    def _check_held(self, group: str, brokers: list[SimBroker]) -> None:
-        """8: every live SyncStateSet member's log folds to at least every acknowledged commit."""
-        acked = self._acked_commits.get(group)
-        if not acked:
-            return
-        members = self.controller.sync_state_set(group)
-        for b in brokers:
-            if b.id not in members or not b.up or b.store is None or self.exempt(b):
-                continue
-            key = (b.restarts, b.rewrites)
-            fold = self._log_folds.get(b.name)
-            if fold is None or fold.key != key:
-                fold = self._log_folds[b.name] = LogFold(key)
-            table = fold.advance(b.store)
-            for (cg, topic, queue_id), (times, highest) in acked.items():
-                held = table.committed(cg, topic, queue_id)
-                if held is None or held < highest[-1]:
-                    raise Violation("acknowledged commit lost",
-                                    f"{b.name} (in the SyncStateSet {sorted(members)}): the commit records of "
-                                    f"its log give {cg} {topic}/{queue_id} = {held}, below {highest[-1]} "
-                                    f"acknowledged at {times[highest.index(highest[-1])]}")
-
-    # -- logs ------------------------------------------------------------------------------------------
-    def check_logs(self, groups: list[str] | None = None) -> None:
-        """1, 2 (and 8) in full for ``groups`` (default: every group)."""
-        for group in self.groups if groups is None else groups:
-            brokers = self.groups[group]
-            acked = [a for p in self._producers_of[group] for a in p.acked]
-            acked += [a for c in self._consumers_of[group] for a in c.committed]   # a commit is a message (8)
-            read = [r for c in self._consumers_of[group] for r in c.by_queue_offset.values()]
-            self._check_held(group, brokers)
-            members = self.controller.sync_state_set(group)
-            for b in brokers:
-                if b.id not in members or not b.up or b.store is None or self.exempt(b):
-                    continue
-                key = (b.restarts, b.rewrites)
-                if self._found.get(b.name, (None,))[0] != key:
-                    self._found[b.name] = (key, set())
-                found = self._found[b.name][1]
-                forgiven = self._forgiven_in(group)
-                for a in acked:
-                    if (a.physical_offset, a.body) not in found and not forgiven(a):
-                        self._expect(b, a.physical_offset, a.body, "acknowledged message lost")
-                        found.add((a.physical_offset, a.body))
-                for r in read:
-                    if (r.physical_offset, r.body) not in found and not forgiven(r):
-                        self._expect(b, r.physical_offset, r.body, "read message disappeared")
-                        found.add((r.physical_offset, r.body))
-
-    @staticmethod
-    def _expect(b: SimBroker, offset: int, body: bytes, invariant: str) -> None:
-        store = b.store
-        assert store is not None
-        if offset < store.min_offset or offset >= store.max_offset:
-            raise Violation(invariant, f"{b.name} (in the SyncStateSet) ends at {store.max_offset}, "
-                            f"message {body!r} at {offset}")
-        try:
-            msg, _ = decode_record(store.read_raw(offset, 1))   # exactly the record at offset
-        except (MessageCodecError, StoreError, ValueError) as exc:
-            raise Violation(invariant, f"{b.name}: no whole record at {offset} ({exc}); expected {body!r}")
-        if bytes(msg.body) != body:
-            raise Violation(invariant, f"{b.name}: at {offset} holds {bytes(msg.body)!r}, expected {body!r}")
 
     # -- after healing ---------------------------------------------------------------------------------
     def check_settled(self, heal_ms: int) -> None:
@@ -422,15 +385,11 @@ class Invariants(LossChecks):
             failed = set().union(*[p.failed_bodies for p in self.producers if p.group == group])
             if not failed:
                 continue
+            known = self._known_records()
             for b in brokers:
                 if not b.up or b.store is None:
                     continue
-                data = _log_bytes(b.store, b.store.min_offset, b.store.max_offset)
-                pos = 0
-                while pos < len(data):
-                    msg, size = decode_record(data, pos)
-                    if bytes(msg.body) in failed:
+                for offset, body in self._log_records(b.store, known):
+                    if body in failed:
                         raise Violation("not-written batches are not in the log",
-                                        f"{b.name} holds {bytes(msg.body)!r} at {b.store.min_offset + pos}, "
-                                        f"answered as not written")
-                    pos += size
+                                        f"{b.name} holds {body!r} at {offset}, answered as not written")

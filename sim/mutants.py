@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import importlib
 import inspect
-import multiprocessing
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
@@ -320,17 +319,18 @@ class Hunt:
     wall_s: float
 
 
-def hunt(mutant: Mutant | str, budget: dict[str, int] | None = None, limit: int | None = None) -> Hunt:
+def hunt(mutant: Mutant | str, budget: dict[str, int] | None = None, limit: int | None = None,
+         start: int = 0) -> Hunt:
     """Run the schedule of ``budget`` (default: ``run.CI_BUDGET``; its first ``limit`` runs when
-    given) against ``mutant`` until the first violation (an exception raised inside the run counts:
-    a core's assertion fired)."""
+    given; from run ``start + 1``) against ``mutant`` until the first violation (an exception raised
+    inside the run counts: a core's assertion fired)."""
     from rocketray.sim.run import CI_BUDGET, PROFILES, run_seed
 
     m = ALL_MUTANTS[mutant] if isinstance(mutant, str) else mutant
     started = time.perf_counter()
     runs = schedule(budget or CI_BUDGET)[:limit]
     with applied(m):
-        for k, (profile, seed) in enumerate(runs, start=1):
+        for k, (profile, seed) in enumerate(runs[start:], start=start + 1):
             try:
                 r = run_seed(seed, PROFILES[profile])
                 violation = r.violation
@@ -343,34 +343,24 @@ def hunt(mutant: Mutant | str, budget: dict[str, int] | None = None, limit: int 
     return Hunt(m.name, None, None, None, None, len(runs), round(time.perf_counter() - started, 2))
 
 
-def _hunt_one(args: tuple[str, dict[str, int] | None, int | None]) -> Hunt:
-    return hunt(*args)
-
-
 def hunt_all(names: list[str] | None = None, budget: dict[str, int] | None = None, workers: int = 2,
              progress: Callable[[Hunt], None] | None = None, limit: int | None = None) -> list[Hunt]:
-    """Hunt every mutant (or ``names``) in a pool of ``workers`` forked processes; results in
-    registry order. Every target is resolved first, so a rename fails before any seed runs."""
+    """Hunt every mutant (or ``names``) on ``workers`` forked processes (``hunts.hunt_blocks``); results
+    in registry order. Every target is resolved first, so a rename fails before any seed runs."""
     chosen = [ALL_MUTANTS[n] for n in (names or list(MUTANTS))]
     for m in chosen:
         for target, _make in m.patches:
             resolve(target)
-    jobs = [(m.name, budget, limit) for m in chosen]
-    results: dict[str, Hunt] = {}
-    if workers <= 1:
-        outcomes: Iterator[Hunt] = map(_hunt_one, jobs)
-        pool = None
-    else:
-        pool = multiprocessing.get_context("fork").Pool(workers, maxtasksperchild=1)
-        outcomes = pool.imap_unordered(_hunt_one, jobs)
-    try:
-        for h in outcomes:
-            results[h.mutant] = h
-            if progress is not None:
-                progress(h)
-    finally:
-        if pool is not None:
-            pool.terminate()
-            pool.join()
-    return [results[m.name] for m in chosen]
+    if workers > 1:      # blocks of each schedule, so no worker waits for the longest hunt (sim/hunts.py)
+        from rocketray.sim.hunts import hunt_blocks
+        from rocketray.sim.run import CI_BUDGET
 
+        total = len(schedule(budget or CI_BUDGET)[:limit])
+        results = hunt_blocks([m.name for m in chosen], budget, total, workers, progress)
+        return [results[m.name] for m in chosen]
+    out = []
+    for m in chosen:
+        out.append(hunt(m.name, budget, limit))
+        if progress is not None:
+            progress(out[-1])
+    return out

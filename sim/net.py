@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable
 
-from rocketray.sim.world import World
+from rocketray.sim.world import QUIET, World
 
 __all__ = ["Network", "Connection"]
 
@@ -215,10 +215,12 @@ class Network:
         world, rng = self.world, self.world.rng
         done = [False]
 
-        def answer(value: Any) -> None:
-            if not done[0]:
-                done[0] = True
-                on_answer(value)
+        def answer(value: Any) -> object:
+            if done[0]:
+                return QUIET
+            done[0] = True
+            on_answer(value)
+            return None
 
         def arrive() -> None:
             if self.down(dst):

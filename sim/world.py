@@ -5,10 +5,13 @@ ordered by (virtual time, sequence number); ``World.run`` pops them in order, ad
 and calls them. One ``random.Random(seed)`` makes every choice, so a seed replays exactly. Timers
 belong to a *generation* of their owner: a crashed node bumps its generation and every timer it
 scheduled before the crash is dropped when it comes due. The last events are kept in a bounded
-trace, printed when an invariant fails. ``current`` is the event being run (or just run): its
-``owner``, or its ``scope`` when it has none (a request arriving at its server, a broker's restart),
-says whose state it may change, so the invariants check only that group after it
-(``Invariants.check_step``); an event with neither (the nemesis, a script) may change anything.
+trace, printed when an invariant fails. ``actor`` is whose state the event being run (or just run)
+may change: its ``owner``, or its ``scope`` when it has none (a request arriving at its server, a
+broker's restart), so the invariants check only that group after it (``Invariants.check_step``);
+None for an event with neither (the nemesis, a script), which may change anything. An event is a
+plain tuple in the queue, (virtual ms, sequence, fn, owner, owner's generation, trace text, scope):
+the sequence number is unique, so the heap never compares beyond it. An event that only read state
+or scheduled events (a request's timeout after its answer, a producer's tick) returns ``QUIET``.
 """
 
 from __future__ import annotations
@@ -16,10 +19,13 @@ from __future__ import annotations
 import heapq
 import random
 from collections import deque
-from dataclasses import dataclass
 from typing import Callable
 
-__all__ = ["World", "Violation"]
+__all__ = ["World", "Violation", "QUIET"]
+
+#: What an event may return when it changed nothing any invariant reads (it only read state, or
+#: scheduled events): ``World.quiet`` tells the invariants after it (``Invariants.check_step``).
+QUIET = object()
 
 
 class Violation(AssertionError):
@@ -31,20 +37,6 @@ class Violation(AssertionError):
         self.detail = detail
 
 
-@dataclass(slots=True)
-class _Event:
-    fn: Callable[[], None]
-    owner: object
-    generation: int
-    what: str
-    scope: object = None     # whose state it changes when that is not its owner's (None: the owner's)
-
-    @property
-    def actor(self) -> object:
-        """The object whose state this event may change (None: anything)."""
-        return self.owner if self.scope is None else self.scope
-
-
 class World:
     """Virtual time, the seeded random source, the event queue and the trace."""
 
@@ -53,11 +45,12 @@ class World:
         self.rng = random.Random(seed)
         self.now_ms = 0
         self.steps = 0
-        self._queue: list[tuple[int, int, _Event]] = []   # (virtual ms, sequence, event)
+        self._queue: list[tuple] = []   # (virtual ms, sequence, fn, owner, generation, what, scope)
         self._seq = 0
         self._generations: dict[int, int] = {}
         self.trace: deque[str] = deque(maxlen=trace_len)
-        self.current: _Event | None = None
+        self.actor: object = None       # whose state the current event may change (None: anything)
+        self.quiet = False              # the current event returned QUIET
 
     # -- owners and generations (a crash invalidates an owner's pending timers) -------------------
     def generation(self, owner: object) -> int:
@@ -73,24 +66,25 @@ class World:
         state ``fn`` changes, for an event without an owner (see the module docstring)."""
         assert delay_ms >= 0, delay_ms
         self._seq += 1
-        heapq.heappush(self._queue, (self.now_ms + int(delay_ms), self._seq,
-                                     _Event(fn, owner, self.generation(owner), what, scope)))
+        generation = self._generations.get(id(owner), 0) if owner is not None else 0
+        heapq.heappush(self._queue, (self.now_ms + int(delay_ms), self._seq, fn, owner, generation, what, scope))
 
     def note(self, text: str) -> None:
         self.trace.append(f"{self.now_ms:>8} {text}")
 
     def run(self, until_ms: int, after_step: Callable[[], None] | None = None) -> None:
         """Process events up to ``until_ms``; ``after_step`` (the invariant checks) after each."""
-        while self._queue and self._queue[0][0] <= until_ms:
-            at_ms, _seq, ev = heapq.heappop(self._queue)
-            if ev.owner is not None and ev.generation != self.generation(ev.owner):
+        queue, generations, pop = self._queue, self._generations, heapq.heappop
+        while queue and queue[0][0] <= until_ms:
+            at_ms, _seq, fn, owner, generation, what, scope = pop(queue)
+            if owner is not None and generation != generations.get(id(owner), 0):
                 continue
             self.now_ms = at_ms
             self.steps += 1
-            if ev.what:
-                self.note(ev.what)
-            self.current = ev
-            ev.fn()
+            if what:
+                self.trace.append(f"{at_ms:>8} {what}")
+            self.actor = owner if scope is None else scope
+            self.quiet = fn() is QUIET
             if after_step is not None:
                 after_step()
         self.now_ms = max(self.now_ms, until_ms)
