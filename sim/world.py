@@ -60,7 +60,7 @@ class World:
         self._generations[id(owner)] = self.generation(owner) + 1
 
     # -- scheduling -----------------------------------------------------------------------------
-    def at(self, delay_ms: int, fn: Callable[[], None], owner: object = None, what: str = "",
+    def at(self, delay_ms: int, fn: Callable[[], object], owner: object = None, what: str = "",
            scope: object = None) -> None:
         """Run ``fn`` ``delay_ms`` from now (unless ``owner`` crashed in between). ``scope``: whose
         state ``fn`` changes, for an event without an owner (see the module docstring)."""
