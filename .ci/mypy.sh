@@ -23,6 +23,7 @@ MODULES=(
     rocketray.scram rocketray.scram_keys rocketray.acl rocketray.controller.auth_table rocketray.controller.users
     rocketray.broker.message rocketray.broker.role rocketray.broker.role_io rocketray.broker.offsets rocketray.broker.pull
     rocketray.client.core rocketray.client.types rocketray.client.errors rocketray.client.retry rocketray.client.filters rocketray.broker.tag_filter
+    rocketray.broker.schedule rocketray.broker.client_access
     rocketray.ha.ack rocketray.ha.master
     rocketray.sim.world rocketray.sim.net rocketray.sim.disk
     rocketray.verify.netfaults rocketray.verify.filefaults rocketray.verify.soak rocketray.broker.queue_check

@@ -34,6 +34,7 @@ from rocketray.actors.user_directory import UserDirectory, fake_key_of, user_aut
 from rocketray.actors.priority import set_process_niceness
 from rocketray.actors.promotion_hold import PromotionHold
 from rocketray.actors.consumer_path import ConsumerPath
+from rocketray.actors.delay_scheduler import DelayScheduler
 from rocketray.actors.metrics import BrokerMetrics, configure_actor_logging
 from rocketray.actors.views import BrokerStatus, EpochEntry, HAStatus, QueuePosition, StoredMessage
 from rocketray.spec import ClusterSpec
@@ -112,6 +113,9 @@ class BrokerService:
         self.manager.start()
         self.consumers = ConsumerPath(self.store, lambda: self.manager.role == Role.SYNC_MASTER and self.ha is not None,
                                       lambda: self.manager.writable, lambda: self.ha)
+        self.scheduler = DelayScheduler(self.store, self.consumers, lambda: self.ha, lambda: self.manager.writable,
+                                        now_ms, group)     # delayed messages, while this replica is master
+        self._scheduler_task = asyncio.get_running_loop().create_task(self.scheduler.run_forever())
         # the session follows the leader the client follows (long polls), else the manager's belief
         self.session.start()
         self._samples: collections.deque[dict] = collections.deque(maxlen=SAMPLES_KEPT)

@@ -36,7 +36,8 @@ from typing import Callable, Protocol
 from rocketray.acl import AccessDecision, Action, ResourceType
 from rocketray.border import Border, Flow, LimitsConfig, flow_decision, install_accept_error_filter
 from rocketray.broker.batch import EncodedBatch, TopicRefused
-from rocketray.broker.client_access import Need, first_denied, group_needs, needs, pull_needs, route_visible
+from rocketray.broker.client_access import (Need, first_denied, group_needs, guarded, needs, pull_needs,
+                                            route_visible)
 from rocketray.broker.client_control import (Metadata, decode_control, decode_watch, encode_control_answer,
                                              encode_metadata, encode_watch_answer)
 from rocketray.broker.client_wire import (Frame, FrameDecoder, FrameType, WireError, answer_type, encode_frame,
@@ -373,38 +374,37 @@ class ClientPort:
 
 
 class _Access:
-    """One connection's user and ACL (``authorize`` None: everything allowed)."""
+    """One connection's user and ACL (``authorize`` None: everything allowed), the scheduler's names
+    reserved (``client_access.guarded``)."""
 
-    __slots__ = ("principal", "_authorize")
+    __slots__ = ("principal", "_decide")
 
     def __init__(self, principal: Principal, authorize: Authorizer | None) -> None:
         self.principal = principal
-        self._authorize = authorize
+        self._decide = None if authorize is None else guarded(
+            lambda t, n, a: authorize(principal, t, n, a), principal.user)
 
     def decide(self, resource_type: ResourceType, name: str, action: Action) -> AccessDecision | None:
-        return None if self._authorize is None else self._authorize(self.principal, resource_type, name, action)
+        return None if self._decide is None else self._decide(resource_type, name, action)
 
     def allows(self, resource_type: ResourceType, name: str, action: Action) -> bool:
         decision = self.decide(resource_type, name, action)
         return decision is None or decision.allowed
 
     def first_denied(self, pairs: list[Need]) -> AccessDecision | None:
-        if self._authorize is None:
-            return None
-        return first_denied(lambda t, n, a: self._authorize(self.principal, t, n, a), pairs)
+        return None if self._decide is None else first_denied(self._decide, pairs)
 
     def route(self, topic: str) -> AccessDecision | None:
-        if self._authorize is None:
-            return None
-        return route_visible(lambda t, n, a: self._authorize(self.principal, t, n, a), topic)
+        return None if self._decide is None else route_visible(self._decide, topic)
 
     def sees_route(self, topic: str) -> bool:
         decision = self.route(topic)
         return decision is None or decision.allowed
 
     def topic_check(self) -> Callable[[str], None] | None:
-        """The put's check of each topic its batch holds (Pub), for ``EncodedBatch.topic_check``."""
-        if self._authorize is None:
+        """The put's check of each topic its batch holds (Pub; on ``%SCHEDULE%<topic>``, a delayed
+        message's, Pub on ``<topic>``), for ``EncodedBatch.topic_check``."""
+        if self._decide is None:
             return None
 
         def check(topic: str) -> None:

@@ -6,6 +6,11 @@ committed offsets, group membership); creating and deleting a topic need **Admin
 route, which producers and consumers both need, is readable with any of the three, and a topic
 listing shows only the topics the user holds one of them on. :func:`needs` names the pairs a
 request needs, all of which must be allowed; :func:`route_visible` is the "any of" rule.
+
+Delayed messages (``rocketray.broker.schedule``) are stored in ``%SCHEDULE%<topic>`` first:
+:func:`guarded` decides Pub on such a topic as Pub on ``<topic>`` (a user who may send to a topic
+may send to it later), and refuses every other action on the scheduler's topics and consumer group,
+to every user: reading them, or committing the scheduler's offsets, is the brokers' alone.
 """
 
 from __future__ import annotations
@@ -13,10 +18,11 @@ from __future__ import annotations
 from typing import Any, Callable, Iterable
 
 from rocketray.acl import AccessDecision, Action, ResourceType
+from rocketray.broker.schedule import is_schedule_name, real_topic
 from rocketray.controller.api import (ConsumerHeartbeatRequest, CreateTopicRequest, DeleteTopicRequest,
                                       GetTopicRouteRequest, ListTopicsRequest)
 
-__all__ = ["Need", "needs", "first_denied", "route_visible"]
+__all__ = ["Need", "needs", "first_denied", "route_visible", "guarded"]
 
 Need = tuple[ResourceType, str, Action]
 Authorize = Callable[[ResourceType, str, Action], AccessDecision]
@@ -65,3 +71,18 @@ def route_visible(authorize: Authorize, topic: str) -> AccessDecision:
             refusal = decision
     assert refusal is not None
     return refusal
+
+
+def guarded(authorize: Authorize, user: str) -> Authorize:
+    """``authorize`` with the scheduler's names reserved (module docstring): Pub on
+    ``%SCHEDULE%<topic>`` is Pub on ``<topic>``; anything else on a ``%SCHEDULE%`` topic or group is
+    refused, whatever the user's rules (a superuser's too)."""
+    def decide(resource_type: ResourceType, name: str, action: Action) -> AccessDecision:
+        if not is_schedule_name(name):
+            return authorize(resource_type, name, action)
+        target = real_topic(name) if resource_type is TOPIC and action is Action.PUB else None
+        if target is not None and not is_schedule_name(target):
+            return authorize(TOPIC, target, Action.PUB)
+        return AccessDecision(False, user, f"{resource_type.value}:{name}", action, None,
+                              "reserved for the brokers' delayed-delivery scheduler")
+    return decide

@@ -196,6 +196,11 @@ class StoreReading:
                             "max_offset": cq.max_offset, "visible_offset": visible})
             return out
 
+    def queues_of(self, prefix: str) -> list[tuple[str, int]]:
+        """The ``(topic, queue_id)`` of every consume queue whose topic starts with ``prefix``, sorted."""
+        with self._lock:
+            return sorted(key for key in self.cqs.queues if key[0].startswith(prefix))
+
     def next_queue_offset(self, topic: str, queue_id: int) -> int:
         """The queue offset ``put_messages`` would assign next (includes unconfirmed messages)."""
         with self._lock:

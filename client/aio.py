@@ -32,11 +32,13 @@ import asyncio
 import concurrent.futures
 import functools
 import threading
+import time
 from typing import Any, Callable, Iterable, Mapping, TypeVar
 
 from rocketray.client.consumer import CommitCallback, Consumer
 from rocketray.client.core import Positions
 from rocketray.client.errors import ClientClosed, ClientError, InvalidRequest
+from rocketray.client.messages import deliver_time
 from rocketray.client.metrics import ConsumerMetrics, ProducerMetrics
 from rocketray.client.producer import Producer
 from rocketray.client.types import ReceivedMessage, SendResult, TopicQueue
@@ -114,24 +116,28 @@ class AsyncProducer:
         return _started(self._producer, "producer")
 
     async def send(self, topic: str, body: bytes, *, key: str | None = None, tags: str | None = None,
-                   properties: Mapping[str, str] | None = None) -> SendResult:
+                   properties: Mapping[str, str] | None = None, delay_s: float | None = None,
+                   deliver_at_ms: int | None = None) -> SendResult:
         """Send one message and wait (without blocking the loop) until it is acknowledged; raises
-        the same errors as ``Producer.send``."""
-        return await (await self.send_async(topic, body, key=key, tags=tags, properties=properties))
+        the same errors as ``Producer.send`` (``delay_s``, ``deliver_at_ms``: delayed delivery, as there)."""
+        return await (await self.send_async(topic, body, key=key, tags=tags, properties=properties, delay_s=delay_s,
+                                            deliver_at_ms=deliver_at_ms))
 
     async def send_async(self, topic: str, body: bytes, *, key: str | None = None, tags: str | None = None,
-                         properties: Mapping[str, str] | None = None) -> asyncio.Future:
+                         properties: Mapping[str, str] | None = None, delay_s: float | None = None,
+                         deliver_at_ms: int | None = None) -> asyncio.Future:
         """Queue one message; the awaitable it returns gives its :class:`SendResult` (aiokafka's
         ``send``: ``fut = await p.send_async(...)`` then ``await fut``)."""
         producer, loop = self.producer, asyncio.get_running_loop()
+        at = deliver_time(delay_s, deliver_at_ms, int(time.time() * 1000))   # a delay counts from this call
         source = None
         if not self._queued_slow:
-            source = producer.send_nowait(topic, body, key=key, tags=tags, properties=properties)
+            source = producer.send_nowait(topic, body, key=key, tags=tags, properties=properties, deliver_at_ms=at)
         if source is None:
             self._queued_slow += 1
             try:
                 source = await self._worker.run(producer.send_async, topic, body, key=key, tags=tags,
-                                                properties=properties)
+                                                properties=properties, deliver_at_ms=at)
             finally:
                 self._queued_slow -= 1
         return _bridge(source, loop)

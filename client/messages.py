@@ -7,15 +7,17 @@ import uuid
 from typing import Mapping
 
 from rocketray.broker.message import MessageCodecError, decode_record, encode_properties
+from rocketray.broker.schedule import P_DELIVER_AT, SCHEDULE_PROPERTIES, deliver_at_of
 from rocketray.client.errors import InvalidMessage
 from rocketray.client.retry import RETRY_PROPERTIES, redelivery_fields
 from rocketray.client.types import ReceivedMessage
 
-__all__ = ["RESERVED_PROPERTIES", "new_msg_id_prefix", "message_properties", "decode_messages"]
+__all__ = ["RESERVED_PROPERTIES", "new_msg_id_prefix", "message_properties", "decode_messages", "deliver_time"]
 
-#: Properties the client sets itself (RocketMQ's names, and a retry copy's: ``rocketray.client.retry``):
-#: a user property may not use them, and a received message's ``properties`` leave them out.
-RESERVED_PROPERTIES = frozenset({"KEYS", "TAGS", "UNIQ_KEY"}) | RETRY_PROPERTIES
+#: Properties the client sets itself (RocketMQ's names, a retry copy's: ``rocketray.client.retry``, and
+#: a delayed message's: ``rocketray.broker.schedule``): a user property may not use them, and a
+#: received message's ``properties`` leave them out.
+RESERVED_PROPERTIES = frozenset({"KEYS", "TAGS", "UNIQ_KEY"}) | RETRY_PROPERTIES | SCHEDULE_PROPERTIES
 
 
 def new_msg_id_prefix() -> str:
@@ -50,6 +52,23 @@ def message_properties(key: str | None, tags: str | None, properties: Mapping[st
         raise InvalidMessage(str(exc)) from None
 
 
+def deliver_time(delay_s: float | None, deliver_at_ms: int | None, now_ms: int) -> int | None:
+    """A send's delivery time from its ``delay_s`` or ``deliver_at_ms`` (None: neither, send now);
+    InvalidMessage for both, or for a value that is not a number of the right kind. Its range is
+    ``rocketray.broker.schedule.plan_delay``'s to check."""
+    if delay_s is None:
+        if deliver_at_ms is None:
+            return None
+        if isinstance(deliver_at_ms, bool) or not isinstance(deliver_at_ms, int):
+            raise InvalidMessage(f"deliver_at_ms must be an int of ms since the epoch, not {deliver_at_ms!r}")
+        return deliver_at_ms
+    if deliver_at_ms is not None:
+        raise InvalidMessage("give delay_s or deliver_at_ms, not both")
+    if isinstance(delay_s, bool) or not isinstance(delay_s, (int, float)) or not 0 <= delay_s < 10**9:
+        raise InvalidMessage(f"delay_s must be a number of seconds >= 0, not {delay_s!r}")
+    return now_ms + round(delay_s * 1000)
+
+
 def decode_messages(topic: str, records: bytes, count: int) -> list[ReceivedMessage]:
     """The ``count`` stored records of a pull answer as the messages ``poll`` returns."""
     out, pos = [], 0
@@ -62,5 +81,5 @@ def decode_messages(topic: str, records: bytes, count: int) -> list[ReceivedMess
             key=props.get("KEYS"), tags=props.get("TAGS"),
             properties={k: v for k, v in props.items() if k not in RESERVED_PROPERTIES},
             body=bytes(msg.body), born_timestamp_ms=msg.born_timestamp_ms, store_timestamp_ms=msg.store_timestamp_ms,
-            **redelivery_fields(topic, props)))
+            deliver_at_ms=deliver_at_of(props) if P_DELIVER_AT in props else 0, **redelivery_fields(topic, props)))
     return out

@@ -39,12 +39,13 @@ from typing import Any, Callable, Mapping
 
 from rocketray.broker.batch import EncodedBatch, encode_new_record
 from rocketray.broker.message import MessageCodecError, topic_bytes
+from rocketray.broker.schedule import plan_delay
 from rocketray.client.config import ClientConfig, client_config
 from rocketray.client.core import Accumulator, Batch, select_queue
 from rocketray.client.errors import (AccessDenied, BufferFull, ClientClosed, FlushTimeout, InvalidMessage,
                                      InvalidRequest, SendUnknown)
 from rocketray.client.futures import CallbackThread, SendFuture
-from rocketray.client.messages import RESERVED_PROPERTIES, message_properties, new_msg_id_prefix
+from rocketray.client.messages import RESERVED_PROPERTIES, deliver_time, message_properties, new_msg_id_prefix
 from rocketray.client.metrics import ProducerMetrics, Tally
 from rocketray.client.routes import Routes
 from rocketray.client.sending import send_with_retries
@@ -60,16 +61,17 @@ class _Pending:
     """One queued message (made per ``send_async``: a plain slots class, about a third of a frozen
     dataclass's construction time; never changed after construction)."""
 
-    __slots__ = ("topic", "queue_id", "msg_id", "future", "record", "deadline")
+    __slots__ = ("topic", "queue_id", "msg_id", "future", "record", "deadline", "delayed")
 
     def __init__(self, topic: str, queue_id: int, msg_id: str, future: concurrent.futures.Future,
-                 record: bytes, deadline: float) -> None:
+                 record: bytes, deadline: float, delayed: bool = False) -> None:
         self.topic = topic
         self.queue_id = queue_id
         self.msg_id = msg_id
         self.future = future
         self.record = record        # the message encoded once, in the commit-log layout, by the sending thread
         self.deadline = deadline    # monotonic s: the send ends by then (send_timeout_ms after its call)
+        self.delayed = delayed      # stored in its schedule queue: no queue offset of its own yet
 
 
 class Producer:
@@ -116,10 +118,15 @@ class Producer:
 
     # --- public API -----------------------------------------------------------------------------
     def send(self, topic: str, body: bytes, *, key: str | None = None, tags: str | None = None,
-             properties: Mapping[str, str] | None = None) -> SendResult:
+             properties: Mapping[str, str] | None = None, delay_s: float | None = None,
+             deliver_at_ms: int | None = None) -> SendResult:
         """Send one message and wait until it is acknowledged; raises a :class:`ClientError`.
-        When its broker group is idle the calling thread sends it itself (no hand-off to the sender)."""
-        return self._send_now(*self._prepare(self._route(topic), topic, body, key, tags, properties))
+        When its broker group is idle the calling thread sends it itself (no hand-off to the sender).
+        ``delay_s`` or ``deliver_at_ms`` (wall-clock ms since the epoch; at most 24 h ahead): consumers
+        get the message at or after that time (``rocketray.broker.schedule``); its result's
+        ``queue_offset`` is then -1 (its place in the queue is taken when it falls due)."""
+        return self._send_now(*self._prepare(self._route(topic), topic, body, key, tags, properties,
+                                             deliver_at_ms=deliver_time(delay_s, deliver_at_ms, _wall_ms())))
 
     def send_copy(self, route: TopicRoute, queue_id: int, body: bytes, key: str | None, tags: str | None,
                   properties: Mapping[str, str], system_properties: Mapping[str, str]) -> SendResult:
@@ -144,11 +151,13 @@ class Producer:
         return pending.future.result()
 
     def send_async(self, topic: str, body: bytes, *, key: str | None = None, tags: str | None = None,
-                   properties: Mapping[str, str] | None = None) -> concurrent.futures.Future:
+                   properties: Mapping[str, str] | None = None, delay_s: float | None = None,
+                   deliver_at_ms: int | None = None) -> concurrent.futures.Future:
         """Queue one message for a batched send; the future gives its :class:`SendResult` or raises.
         Invalid input and unknown topics raise here, at once; a full buffer makes this wait up to
-        ``max_block_ms`` (then :class:`BufferFull`)."""
-        queue, pending, size = self._prepare(self._route(topic), topic, body, key, tags, properties)
+        ``max_block_ms`` (then :class:`BufferFull`). ``delay_s``, ``deliver_at_ms``: as ``send``."""
+        queue, pending, size = self._prepare(self._route(topic), topic, body, key, tags, properties,
+                                             deliver_at_ms=deliver_time(delay_s, deliver_at_ms, _wall_ms()))
         with self._lock:
             self._reserve(size)
             if self._acc.add(queue, pending, size, _now_ms(), False):
@@ -156,14 +165,16 @@ class Producer:
         return pending.future
 
     def send_nowait(self, topic: str, body: bytes, *, key: str | None = None, tags: str | None = None,
-                    properties: Mapping[str, str] | None = None) -> concurrent.futures.Future | None:
+                    properties: Mapping[str, str] | None = None, delay_s: float | None = None,
+                    deliver_at_ms: int | None = None) -> concurrent.futures.Future | None:
         """``send_async`` if it can queue without waiting, else None (the topic's route must be asked
         of the controller first, or the buffer is full): an event loop's way to send without blocking
         (``rocketray.client.aio``). Invalid input raises as in ``send_async``."""
+        at = deliver_time(delay_s, deliver_at_ms, _wall_ms())
         route = self._routes.cached(topic)
         if route is None:
             return None
-        queue, pending, size = self._prepare(route, topic, body, key, tags, properties)
+        queue, pending, size = self._prepare(route, topic, body, key, tags, properties, deliver_at_ms=at)
         with self._lock:
             if not self._closed and self._buffered_bytes + size > self.config.buffer_bytes:
                 return None
@@ -269,9 +280,12 @@ class Producer:
 
     def _prepare(self, route: TopicRoute, topic: str, body: bytes, key: str | None, tags: str | None,
                  properties: Mapping[str, str] | None, queue_id: int | None = None,
-                 system: Mapping[str, str] | None = None) -> tuple[str, _Pending, int]:
+                 system: Mapping[str, str] | None = None,
+                 deliver_at_ms: int | None = None) -> tuple[str, _Pending, int]:
         """The broker group of the message's queue (``queue_id``, else by key or round robin: what
-        batches are keyed by), its pending entry and its accounted size (raises on bad input)."""
+        batches are keyed by), its pending entry and its accounted size (raises on bad input). With
+        ``deliver_at_ms`` the record goes to the queue's schedule queue (``plan_delay``) in the same
+        broker group."""
         if self._closed:
             raise ClientClosed("producer is closed")
         if not isinstance(body, bytes):
@@ -281,16 +295,25 @@ class Producer:
         if queue_id is None:
             queue_id = select_queue(key, len(route.queues), next(self._counter))
         msg_id = f"{self._id_prefix}{next(self._ids):012X}"
+        stored_topic, stored_queue, delayed = topic, queue_id, False
+        if deliver_at_ms is not None:
+            try:
+                plan = plan_delay(topic, queue_id, deliver_at_ms, _wall_ms())
+            except ValueError as exc:
+                raise InvalidMessage(str(exc)) from None
+            stored_topic, stored_queue, delayed = plan.topic, plan.queue_id, plan.delayed
+            system = plan.system_properties
         props = message_properties(key, tags, properties, msg_id, system)
         size = len(body) + len(props)
         if size > self.config.max_message_bytes:
             raise InvalidMessage(f"message of {size} bytes is over max_message_bytes {self.config.max_message_bytes}")
         try:
-            record = encode_new_record(self._topic_bytes(topic), props, body, queue_id, int(time.time() * 1000))
+            record = encode_new_record(self._topic_bytes(stored_topic), props, body, stored_queue,
+                                       int(time.time() * 1000))
         except MessageCodecError as exc:
             raise InvalidMessage(str(exc)) from None
         deadline = time.monotonic() + self.config.send_timeout_ms / 1000
-        pending = _Pending(topic, queue_id, msg_id, SendFuture(self._callbacks.dispatch), record, deadline)
+        pending = _Pending(topic, queue_id, msg_id, SendFuture(self._callbacks.dispatch), record, deadline, delayed)
         return route.group_of(queue_id), pending, len(record)
 
     def _route(self, topic: str) -> TopicRoute:
@@ -385,7 +408,8 @@ class Producer:
             self._tally.add("unknown" if isinstance(outcome, SendUnknown) else "failed", settled)
         else:
             for p, (queue_offset, _physical) in zip(batch.items, outcome):
-                settled += _settle(p.future, send_ok(p.msg_id, p.topic, p.queue_id, queue_offset), None)
+                settled += _settle(p.future, send_ok(p.msg_id, p.topic, p.queue_id, -1 if p.delayed else queue_offset),
+                                   None)
             self._tally.add("sent", settled)
         with self._lock:
             if self._in_flight.pop(id(batch), None) is not None or settled:
@@ -421,3 +445,8 @@ def _per_message(exc: BaseException, msg_id: str, topic: str) -> BaseException:
 
 def _now_ms() -> int:
     return int(time.monotonic() * 1000)
+
+
+def _wall_ms() -> int:
+    """Delivery times are wall-clock ms: the broker's scheduler compares them with its own clock."""
+    return int(time.time() * 1000)

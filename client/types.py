@@ -86,6 +86,8 @@ class ReceivedMessage:
     A copy (read from ``%RETRY%<group>`` or ``%DLQ%<group>``) names where the message was first
     sent: ``origin_topic``, ``origin_queue_id``, ``origin_queue_offset``, ``origin_msg_id`` (None
     otherwise), and a retry copy the time it was due (``not_before_ms``, ms since the epoch).
+    ``deliver_at_ms``: a delayed message's delivery time (ms since the epoch; 0 for one sent
+    without a delay); its ``store_timestamp_ms`` is when it was put into its queue, at or after that.
     ``topic``, ``queue_id`` and ``queue_offset`` are always where this copy was read (what commit
     counts)."""
 
@@ -105,6 +107,7 @@ class ReceivedMessage:
     origin_queue_offset: int | None = None
     origin_msg_id: str | None = None
     not_before_ms: int = 0
+    deliver_at_ms: int = 0
 
     @property
     def queue(self) -> TopicQueue:

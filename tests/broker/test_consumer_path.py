@@ -19,30 +19,8 @@ from rocketray.broker.message import Message, decode_record
 from rocketray.broker.offsets import OFFSETS_QUEUE, OFFSETS_TOPIC
 from rocketray.broker.pull import OffsetsStatus, PullStatus
 from rocketray.broker.store import MessageStore
-from rocketray.ha.ack import PutResult, PutStatus, Written
-
-
-class FakeHA:
-    """Appends as master; confirms at once unless ``auto_confirm`` is off (replicas not acking)."""
-
-    def __init__(self, store: MessageStore) -> None:
-        self.store, self.epoch, self.auto_confirm = store, 1, True
-        self.listeners: list = []
-
-    def add_confirm_listener(self, cb) -> None:
-        self.listeners.append(cb)
-
-    def confirm(self, offset: int) -> None:
-        self.store.confirm_offset = offset
-        for cb in self.listeners:
-            cb(offset)
-
-    async def put(self, batch, now_ms: int) -> PutResult:
-        appended = self.store.put_batch(batch, now_ms)
-        if not self.auto_confirm:
-            return PutResult(PutStatus.FLUSH_SLAVE_TIMEOUT, Written.YES, appended.offsets(), appended.end_offset)
-        self.confirm(appended.end_offset)
-        return PutResult(PutStatus.PUT_OK, Written.YES, appended.offsets(), appended.end_offset)
+from rocketray.ha.ack import PutStatus
+from store_fakes import FakeHA
 
 
 @pytest.fixture

@@ -129,6 +129,14 @@ def test_filters(cluster, capsys):
     assert {q: o for (g, _t, q), o in cluster.committed.items() if g == "payments"} == ends
 
 
+def test_delayed(cluster, capsys):
+    """Both reminders come at or after their times, through the schedule queues of their broker group."""
+    load("delayed").main("demo")
+    out = capsys.readouterr().out
+    assert "received 2 reminders, none early: True" in out and "early\n" not in out
+    assert sum(len(r) for (t, _q), r in cluster.records.items() if t == "%SCHEDULE%reminders") == 2
+
+
 def test_replay_by_time(cluster, capsys):
     load("quickstart").main("demo")
     load("replay_by_time").main("demo")

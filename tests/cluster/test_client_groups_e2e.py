@@ -6,7 +6,7 @@ reports are at or past every commit a consumer saw acknowledged).
 
 Everything runs as a user would: `ray start`, the `rocketray` CLI (start, admin update-topic, stop),
 the user guide's examples (quickstart, produce, consume_loop, replay, replay_by_time, filters,
-asyncio_app, retries) and
+delayed, asyncio_app, retries) and
 examples/consumer_group.py as separate processes; this test only
 produces (through ``rocketray.client.Producer``), kills, and checks. Run it under the shared lock
 (it starts a Ray that a concurrent ``ray.init()`` could join):
@@ -69,6 +69,8 @@ def test_two_groups_survive_master_kills_and_a_consumer_kill(ray_head, tmp_path)
     assert "messages stored in the last hour" in by_time.stdout and ": True" in by_time.stdout, by_time.stdout
     filters = run([sys.executable, "examples/filters.py", "--cluster", NAME], env, timeout=180)
     assert "payments received {'paid': 25, 'refunded': 25}, lag 0" in filters.stdout, filters.stdout
+    delayed = run([sys.executable, "examples/delayed.py", "--cluster", NAME], env, timeout=180)
+    assert "received 2 reminders, none early: True" in delayed.stdout, delayed.stdout
     aio = run([sys.executable, "examples/asyncio_app.py", "--cluster", NAME], env, timeout=180)
     assert "async-billing received all 100 sent" in aio.stdout, aio.stdout
     # three deliveries (1 s and 2 s between them, as the cluster was started), then the dead-letter topic

@@ -252,3 +252,27 @@ def test_a_consumer_without_rights_on_its_retry_topic_consumes_and_a_nack_says_w
         assert "rocketray admin update-topic -t %RETRY%billing -q 16" in str(denied.value)
         assert c.commit({TopicQueue("orders", 0): 3}) == {TopicQueue("orders", 0): 3}
     assert not any(t.startswith("%RETRY%") for t in endpoints.pulled)
+
+
+def test_a_delayed_message_needs_pub_on_its_real_topic_and_the_schedule_is_nobodys_to_read(port):
+    """A delayed send's record is of %SCHEDULE%<topic>: Pub on <topic> allows it; reading a schedule
+    topic, or pulling and committing as the scheduler's group, is refused to everyone (the superuser
+    included), so no user can skip or see another's pending messages."""
+    address, endpoints, _, _ = port
+    producer = connect(address, "producer")
+    assert put(producer, "%SCHEDULE%orders").status is PutStatus.PUT_OK
+    assert put(producer, "%SCHEDULE%secret").status is PutStatus.ACCESS_DENIED
+    assert put(producer, "%SCHEDULE%%SCHEDULE%orders").status is PutStatus.ACCESS_DENIED
+    assert len(endpoints.written) == 1
+    producer.close("done")
+    for user in ("consumer", "admin"):
+        conn = connect(address, user)
+        for topic, group in (("%SCHEDULE%orders", "billing"), ("orders", "%SCHEDULE%")):
+            pulled = decode_pull_answer(conn.request(FrameType.PULL, pack([topic, 0, 0, 10, 1 << 20, 0, group]))
+                                        .result(5).body)
+            assert pulled.status is PullStatus.ACCESS_DENIED and "%SCHEDULE%" in pulled.remark, (user, topic)
+        commit = decode_put_answer(conn.request(FrameType.COMMIT, pack(["%SCHEDULE%", [["%SCHEDULE%orders", 0, 5]]]))
+                                   .result(5).body)
+        assert commit.status is PutStatus.ACCESS_DENIED
+        conn.close("done")
+    assert endpoints.pulled == [] and endpoints.commits == []

@@ -9,7 +9,11 @@ Pulls are held like a broker's: answered at once when a record lies at the offse
 reaches that queue or the hold ends. A pull with a tag expression keeps only the records whose tag
 code (``rocketray.broker.message.tag_hash``) the expression names, and its answer's ``next_offset``
 passes every record looked at, as ``MessageStore.read_queue_filtered`` does; ``search_offsets``
-answers the first offset stored at or after a time, as ``MessageStore.search_offset``. Tests steer failures through the cluster's hooks (``put_hook``,
+answers the first offset stored at or after a time, as ``MessageStore.search_offset``. Delayed
+messages (records of ``%SCHEDULE%<topic>``) are delivered by a scheduler thread every
+``SCHEDULE_STEP_S`` with the broker's rules (``rocketray.broker.schedule.plan_queue`` and
+``delivered``): the due prefix of each schedule queue is appended to its real queue, then the
+scheduler group's offset is committed. Tests steer failures through the cluster's hooks (``put_hook``,
 ``pull_hook``, ``commit_hook``, ``heartbeat_hook``): each, when set, may answer instead of the
 cluster or block to model a slow call.
 """
@@ -22,7 +26,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from rocketray.broker.batch import EncodedBatch
+from rocketray.broker.batch import EncodedBatch, encode_batch
+from rocketray.broker.schedule import SCHEDULE_PREFIX, SCHEDULER_GROUP, deliver_at_of, delivered, plan_queue
 from rocketray.broker.message import decode_record, encode_record, tag_hash
 from rocketray.broker.tag_filter import TagExpressionError, parse_expression
 from rocketray.broker.pull import (MAX_PULL_COUNT, OffsetsResult, OffsetsStatus, PullResult, PullStatus,
@@ -37,6 +42,7 @@ from rocketray.controller.headers import (ConsumerHeartbeatResponseHeader, Creat
 from rocketray.ha.ack import PutResult, PutStatus, after_write, refused
 
 GROUPS = ("broker-a", "broker-b")
+SCHEDULE_STEP_S = 0.05
 
 
 @dataclass
@@ -70,6 +76,8 @@ class FakeCluster:
     def __post_init__(self) -> None:
         self.lock = threading.RLock()
         self._held: list[_Held] = []
+        self._closed = threading.Event()
+        self._scheduler: threading.Thread | None = None
 
     # --- controller ---------------------------------------------------------------------------
     def create_topic(self, topic: str, queues: int) -> None:
@@ -135,12 +143,39 @@ class FakeCluster:
             for _ in range(batch.count):
                 msg, size = decode_record(batch.data, pos)
                 pos += size
+                if msg.topic.startswith(SCHEDULE_PREFIX):
+                    self.records.setdefault((msg.topic, msg.queue_id), [])
+                    self._start_scheduler()
                 stored = self.records[(msg.topic, msg.queue_id)]
                 stored.append(encode_record(msg.with_position(len(stored), 0, now_ms)))
                 offsets.append((len(stored) - 1, 0))
                 touched.add((msg.topic, msg.queue_id))
             self._wake(touched)
         return after_write(True, True, tuple(offsets), 0)
+
+    def _start_scheduler(self) -> None:
+        if self._scheduler is None:
+            self._scheduler = threading.Thread(target=self._schedule_forever, name="fake-scheduler", daemon=True)
+            self._scheduler.start()
+
+    def _schedule_forever(self) -> None:
+        while not self._closed.wait(SCHEDULE_STEP_S):
+            self.schedule_step(int(time.time() * 1000))
+
+    def schedule_step(self, now_ms: int) -> None:
+        """The brokers' scheduler step (``actors/delay_scheduler.py``) over the fake's records."""
+        with self.lock:
+            for (topic, queue_id), stored in list(self.records.items()):
+                if not topic.startswith(SCHEDULE_PREFIX):
+                    continue
+                start = self.committed.get((SCHEDULER_GROUP, topic, queue_id), 0)
+                msgs = [decode_record(r)[0] for r in stored[start:]]
+                plan = plan_queue(start, [(m.queue_offset, deliver_at_of(m.properties)) for m in msgs], now_ms)
+                real = [r for r in (delivered(m) for m in msgs[:len(plan.due)]) if r is not None]
+                if real:
+                    self.append(encode_batch(real))
+                if plan.commit_to > start:
+                    self.committed[(SCHEDULER_GROUP, topic, queue_id)] = plan.commit_to
 
     def max_offset(self, topic: str, queue_id: int) -> int:
         return len(self.records.get((topic, queue_id), ()))
@@ -237,6 +272,7 @@ class FakeCluster:
             return OffsetsResult(OffsetsStatus.OK, rows, tuple((t, q, self.max_offset(t, q)) for t, q, _ in rows))
 
     def close(self) -> None:
+        self._closed.set()
         with self.lock:
             for held in self._held:
                 if held.timer is not None:
