@@ -24,11 +24,6 @@ ALLOWED_UP: dict[tuple[str, str], str] = {
         "(ray_transport, socket_transport: they call Ray) under actors/, with the client reaching them "
         "through a connector its caller passes in, or the client finding the registry itself through "
         "names kept on a lower floor.",
-    ("rocketray.config", "rocketray.client.config"):
-        "the composed configuration holds the client's section, and the client's transports read the "
-        "composed configuration (client.port_transport, client.ray_transport). Moving it needs "
-        "ClientConfig and its checks (settings_problem; client.retry's delay syntax and defaults) in a "
-        "module on rocketray.config's floor or below, beside the other sections' configs.",
 }
 
 #: Circles not yet broken (each a sorted tuple of modules): why, and what breaking it needs.
