@@ -9,7 +9,7 @@ tree="$(mktemp -d)"
 trap 'rm -rf "$tree"' EXIT
 mkdir "$tree/rocketray"
 ln -s "$root"/rocketray/*.py "$tree/rocketray/"
-for package in actors broker chaos cli client controller ha sim snapshot spark_on_ray verify; do
+for package in actors broker chaos cli client controller ha sim snapshot spark_on_ray verify wire; do
     if [ -d "$root/$package" ]; then ln -s "$root/$package" "$tree/rocketray/$package"; fi
 done
 MODULES=(
@@ -24,7 +24,7 @@ MODULES=(
     rocketray.broker.message rocketray.broker.role rocketray.broker.role_io rocketray.broker.offsets rocketray.broker.pull
     rocketray.client.core rocketray.client.types rocketray.client.errors rocketray.client.retry rocketray.client.filters rocketray.broker.tag_filter
     rocketray.broker.schedule rocketray.broker.client_access
-    rocketray.ha.ack rocketray.ha.master
+    rocketray.ha.ack rocketray.ha.master rocketray.wire.put_result rocketray.ha.standalone
     rocketray.sim.world rocketray.sim.net rocketray.sim.disk
     rocketray.verify.netfaults rocketray.verify.filefaults rocketray.verify.soak rocketray.broker.queue_check
 )

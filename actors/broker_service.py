@@ -29,7 +29,7 @@ from rocketray.actors.controller_client import AsyncControllerClient
 from rocketray.actors.controller_session import ControllerSession
 from rocketray.actors.client_control import ClientControl
 from rocketray.actors.client_port import ClientPort
-from rocketray.actors.remote import get_actor
+from rocketray.actors.lookup import get_actor
 from rocketray.actors.user_directory import UserDirectory, fake_key_of, user_authenticator
 from rocketray.actors.priority import set_process_niceness
 from rocketray.actors.promotion_hold import PromotionHold

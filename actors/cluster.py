@@ -25,7 +25,7 @@ from typing import Any, Callable
 import ray
 
 from rocketray import ports, waiting
-from rocketray.actors import remote
+from rocketray.actors import lookup, remote
 from rocketray.actors.remote import DriverAccess
 from rocketray.actors.views import BrokerStatus, ControllerMetadata, to_json
 from rocketray.config import load_config
@@ -177,10 +177,10 @@ class Cluster:
 
     # --- actors -------------------------------------------------------------------------
     def controller(self, index: int):
-        return remote.get_actor(self.spec, self.spec.controller_actor_name(index))
+        return lookup.get_actor(self.spec, self.spec.controller_actor_name(index))
 
     def broker(self, group: str, replica: int):
-        return remote.get_actor(self.spec, self.spec.broker_actor_name(group, replica))
+        return lookup.get_actor(self.spec, self.spec.broker_actor_name(group, replica))
 
     def controllers(self) -> list:
         return [self.controller(c.index) for c in self.spec.controllers]
@@ -361,7 +361,7 @@ class Cluster:
         names += [self.spec.broker_actor_name(b.group, b.replica) for b in self.spec.brokers]
         for name in names:
             try:
-                ray.kill(remote.get_actor(self.spec, name), no_restart=True)
+                ray.kill(lookup.get_actor(self.spec, name), no_restart=True)
             except ValueError:
                 pass  # already gone
         if delete_data:

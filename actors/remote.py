@@ -113,7 +113,3 @@ def start_broker(spec: ClusterSpec, group: str, replica: int, credentials: Membe
     options = {**_common(spec, spec.broker_actor_name(group, replica)), **_placement(b.node_id, b.node_resource),
                "max_concurrency": BROKER_MAX_CONCURRENCY}
     return ray.remote(BrokerService).options(**options).remote(spec.to_dict(), group, replica, credentials)
-
-
-def get_actor(spec: ClusterSpec, name: str):
-    return ray.get_actor(name, namespace=spec.namespace)

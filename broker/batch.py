@@ -30,9 +30,10 @@ from typing import Callable, Iterable, Mapping
 
 from rocketray.broker.message import (CRC32_IMPLEMENTATION, HEADER_SIZE, MAGIC, MAX_RECORD_SIZE, MAX_TOPIC_BYTES,
                                       Message, MessageCodecError, tag_hash, valid_topic)
-# the record layout's internals, which the batch loops share with the one-record codec
-from rocketray.broker.message import (_HEADER, _SIZE, _crc32_impl, _decode_properties,  # noqa: F401
-                                      _encode_parts, encode_fields, topic_bytes)
+# the record layout's pieces, which the batch loops share with the one-record codec
+from rocketray.broker.message import (RECORD_HEADER, SIZE_FIELD, decode_properties,  # noqa: F401
+                                      encode_parts, encode_fields, topic_bytes)
+from rocketray.broker.message import crc32 as crc32_impl
 
 try:  # the record loops in C (broker/_records.c, built by setup.py when a compiler is present)
     from rocketray.broker import _records
@@ -81,7 +82,7 @@ def whole_records_length_py(buf: bytes | memoryview, max_bytes: int) -> int:
     """:func:`whole_records_length` in Python."""
     end = 0
     while end + HEADER_SIZE <= len(buf):
-        size = _SIZE.unpack_from(buf, end)[0]
+        size = SIZE_FIELD.unpack_from(buf, end)[0]
         if size < HEADER_SIZE or end + size > len(buf) or (end > 0 and end + size > max_bytes):
             break
         end += size
@@ -127,7 +128,7 @@ def encode_batch(messages: Iterable[Message]) -> EncodedBatch:
         topic = topics.get(msg.topic) if isinstance(msg.topic, str) else None
         if topic is None:
             topic = topics[msg.topic] = topic_bytes(msg.topic)
-        _encode_parts(msg, topic, parts)
+        encode_parts(msg, topic, parts)
         count += 1
     return EncodedBatch(b"".join(parts), count)
 
@@ -191,7 +192,7 @@ def properties_tag_hash(raw: bytes) -> int:
                 or raw[0] == 1 or raw[-1] != 2 or b"\x02\x01" in raw):
         raise MessageCodecError(f"malformed properties {raw[:64]!r}")
     if _TAGS_NAME in raw:
-        return tag_hash(_decode_properties(raw))
+        return tag_hash(decode_properties(raw))
     try:
         raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -281,10 +282,10 @@ def seal_batch_py(batch: EncodedBatch, physical_offset: int, next_queue_offsets:
     src = batch.data
     mv = memoryview(data)
     n = len(src)
-    crc32 = _crc32_impl
-    unpack = _HEADER.unpack_from
+    crc32 = crc32_impl
+    unpack = RECORD_HEADER.unpack_from
     pack_positions = _POSITIONS.pack_into
-    pack_crc = _SIZE.pack_into
+    pack_crc = SIZE_FIELD.pack_into
     pack_entry = CQ_ENTRY.pack
     by_queue_id: dict[int, tuple[bytes, int, QueueRun]] = {}  # the last topic seen per queue id
     runs: dict[tuple[bytes, int], QueueRun] = {}
@@ -398,8 +399,8 @@ def index_records_py(buf: bytes | bytearray | memoryview, base_offset: int, veri
     """
     mv = memoryview(buf)
     n = len(mv)
-    crc32 = _crc32_impl
-    unpack = _HEADER.unpack_from
+    crc32 = crc32_impl
+    unpack = RECORD_HEADER.unpack_from
     pack_entry = CQ_ENTRY.pack
     by_queue_id: dict[int, tuple[bytes, QueueRun]] = {}
     ordered: list[QueueRun] = []

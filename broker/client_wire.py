@@ -34,7 +34,7 @@ from typing import Any
 import msgpack
 
 from rocketray.broker.pull import OffsetsResult, OffsetsStatus, PullResult, PullStatus
-from rocketray.ha.ack import PutResult, PutStatus, Written
+from rocketray.wire.put_result import PutResult, PutStatus, Written
 
 __all__ = ["MAGIC", "VERSION", "HEADER", "MAX_BODY_BYTES", "FrameType", "Frame", "FrameDecoder", "WireError",
            "encode_frame", "PUT_COUNT", "decode_put_request", "encode_put_answer", "decode_put_answer", "encode_pull_answer", "decode_pull_answer",

@@ -37,7 +37,7 @@ from rocketray.controller.api import (AlterSyncStateSetRequest, BrokerHeartbeatR
                                       GetReplicaInfoRequest, RegisterBrokerRequest, Response)
 from rocketray.controller.headers import AlterSyncStateSetResponseHeader
 from rocketray.controller.codes import ResponseCode
-from rocketray.ha.port import HAPort
+from rocketray.broker.replication_port import HAPort
 from rocketray.schema import INT_MAX
 
 __all__ = ["BrokerNames", "ControllerPort", "Executor", "ReplicationPort", "Then", "alter_request",
@@ -71,7 +71,7 @@ class ControllerPort(Protocol):
         when the controllers have no session port); a failure is the shell's to log (the next one retries)."""
 
 
-#: The HA side of a broker as the executor drives it (declared once, in ``rocketray.ha.port``).
+#: The HA side of a broker as the executor drives it (declared once, in ``rocketray.broker.replication_port``).
 ReplicationPort: TypeAlias = HAPort
 
 

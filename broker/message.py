@@ -59,8 +59,12 @@ __all__ = [
     "IndexInfo",
     "Message",
     "MessageCodecError",
+    "RECORD_HEADER",
+    "SIZE_FIELD",
     "decode_index",
+    "decode_properties",
     "decode_record",
+    "encode_parts",
     "encode_fields",
     "encode_properties",
     "encode_record",
@@ -72,9 +76,9 @@ __all__ = [
 ]
 
 MAGIC = 0x52524D31
-_HEADER = struct.Struct(">IIIIIiqqqqHII")
-_SIZE = struct.Struct(">I")
-HEADER_SIZE = _HEADER.size
+RECORD_HEADER = struct.Struct(">IIIIIiqqqqHII")
+SIZE_FIELD = struct.Struct(">I")
+HEADER_SIZE = RECORD_HEADER.size
 assert HEADER_SIZE == 66
 MAX_RECORD_SIZE = 64 * 1024 * 1024
 MAX_TOPIC_BYTES = 127
@@ -147,7 +151,7 @@ def encode_properties(properties: Mapping[str, str]) -> bytes:
     return text.encode("utf-8")
 
 
-def _decode_properties(raw: bytes) -> dict[str, str]:
+def decode_properties(raw: bytes) -> dict[str, str]:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -168,7 +172,7 @@ def _decode_properties(raw: bytes) -> dict[str, str]:
 def encode_record(msg: Message) -> bytes:
     """Encode one message as a record (fields are stored as given; the store fills positions first)."""
     parts: list[bytes] = []
-    _encode_parts(msg, topic_bytes(msg.topic), parts)
+    encode_parts(msg, topic_bytes(msg.topic), parts)
     return b"".join(parts)
 
 
@@ -178,7 +182,7 @@ def topic_bytes(topic: object) -> bytes:
     return topic.encode("ascii")
 
 
-def _encode_parts(msg: Message, topic: bytes, parts: list[bytes]) -> None:
+def encode_parts(msg: Message, topic: bytes, parts: list[bytes]) -> None:
     """Append ``msg``'s record to ``parts`` (``topic`` already checked)."""
     if not isinstance(msg.body, (bytes, bytearray, memoryview)):
         raise MessageCodecError("body must be bytes")
@@ -198,7 +202,7 @@ def encode_fields(topic: bytes, props: bytes, body: bytes, queue_id: int, born_m
     if not (0 <= flags <= _U32 and -2**31 <= queue_id < 2**31):
         raise MessageCodecError(f"flags {flags} or queue id {queue_id} out of range")
     try:
-        header = _HEADER.pack(total, MAGIC, 0, crc32(body), flags, queue_id, queue_offset, physical_offset,
+        header = RECORD_HEADER.pack(total, MAGIC, 0, crc32(body), flags, queue_id, queue_offset, physical_offset,
                               born_ms, store_ms, len(topic), len(props), len(body))
     except struct.error as exc:
         raise MessageCodecError(f"field out of range: {exc}") from None
@@ -210,7 +214,7 @@ def _check_header(buf: memoryview, pos: int) -> tuple:
     """Unpack and validate the header at ``pos``; returns the unpacked tuple."""
     if pos < 0 or len(buf) - pos < HEADER_SIZE:
         raise MessageCodecError(f"need {HEADER_SIZE} header bytes at {pos}, have {max(0, len(buf) - pos)}")
-    fields = _HEADER.unpack_from(buf, pos)
+    fields = RECORD_HEADER.unpack_from(buf, pos)
     total, magic, hcrc = fields[0], fields[1], fields[2]
     topic_len, props_len, body_len = fields[10], fields[11], fields[12]
     if magic != MAGIC:
@@ -249,7 +253,7 @@ def decode_index(buf: bytes | bytearray | memoryview, pos: int = 0) -> IndexInfo
     fields = _check_header(mv, pos)
     start = pos + HEADER_SIZE
     topic = bytes(mv[start:start + fields[10]]).decode("ascii", errors="replace")
-    props = _decode_properties(bytes(mv[start + fields[10]:start + fields[10] + fields[11]]))
+    props = decode_properties(bytes(mv[start + fields[10]:start + fields[10] + fields[11]]))
     return IndexInfo(topic, fields[5], fields[6], fields[7], fields[0], tag_hash(props))
 
 
@@ -266,7 +270,7 @@ def decode_record(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[Me
         raise MessageCodecError(f"topic at {pos} is not ASCII") from None
     if not valid_topic(topic):
         raise MessageCodecError(f"invalid topic {topic!r} at {pos}")
-    props = _decode_properties(bytes(mv[start + topic_len:start + topic_len + props_len]))
+    props = decode_properties(bytes(mv[start + topic_len:start + topic_len + props_len]))
     body = bytes(mv[pos + total - body_len:pos + total])
     if crc32(body) != body_crc:
         raise MessageCodecError(f"body CRC mismatch at {pos}")

@@ -15,7 +15,7 @@ resuming a term from before a restart; no stale switch; one SyncStateSet report 
 module). This shell only turns controller answers, notifications and HA events into the machine's
 inputs and hands them to the one executor (:class:`rocketray.broker.executor.Executor`, which the
 simulator runs too), plugging in the ports: this manager as the executor's ``ControllerPort``
-(over :class:`ControllerClient`), :class:`rocketray.ha.port.HAPort` (built by ``ha_factory`` once
+(over :class:`ControllerClient`), :class:`rocketray.broker.replication_port.HAPort` (built by ``ha_factory`` once
 the broker id is known, given the machine it reads role and epoch from), :class:`StorePort` and
 the registrar's :class:`rocketray.broker.register.IdentityStore`. It keeps no copy of lifecycle,
 role, epoch or membership; its views read the machine. Every input is applied under one lock, so
@@ -48,7 +48,7 @@ from rocketray.broker.role import MasterInfo, RoleMachine, StoreFacts
 from rocketray.controller.api import BrokerHeartbeatRequest, Response
 from rocketray.controller.codes import ResponseCode
 from rocketray.controller.headers import NotLeaderResponseHeader
-from rocketray.ha.port import HAPort
+from rocketray.broker.replication_port import HAPort
 from rocketray.identity import Identity
 
 __all__ = ["ControllerCallError", "ControllerClient", "EpochFileView", "HAPort", "ReplicasManager",

@@ -14,7 +14,7 @@ from typing import Any, Awaitable, Callable, Mapping, Protocol
 
 from rocketray.broker.role import Lifecycle, MasterInfo, Role, RoleMachine
 from rocketray.controller.api import BrokerHeartbeatRequest, Response
-from rocketray.ha.port import HAPort
+from rocketray.broker.replication_port import HAPort
 from rocketray.schema import INT_MAX, key, niceness_key, niceness_problem
 
 __all__ = ["State", "Role", "ControllerCallError", "ControllerClient", "EpochFileView", "HAFactory",

@@ -17,17 +17,16 @@ import threading
 import time
 from collections import defaultdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, Sequence
 
 from rocketray.controller.headers import (NO_HEADER, HeaderCodecError, NotLeaderResponseHeader, ResponseHeader,
                                           header_from_fields)
+from rocketray.chaos.proxy import Topology
+from rocketray.controller.proc import NodeProcess
 from rocketray.controller.proc_wire import NOT_LEADER, Lost, NodeClient, NotSent
 from rocketray.verify.controller_model import op_args, output_of
 from rocketray.verify.linearizability import (AlterInput, AlterOutput, ElectInput, ElectOutput, GroupState,
                                           Operation, Outcome, ReadOutput)
-
-if TYPE_CHECKING:
-    from rocketray.chaos.controller_chaos import ProxiedControllers, RunConfig
 
 BROKER_IDS = (1, 2, 3)
 HISTORY_FILE = "controller_history.jsonl"
@@ -73,10 +72,37 @@ def classify(f: str, reply: dict[str, Any]) -> Outcome:
     return Outcome.OK
 
 
+class WorkloadCluster(Protocol):
+    """The controller group the clients talk to (``controller_chaos.ProxiedControllers``)."""
+
+    @property
+    def nodes(self) -> Sequence[NodeProcess]: ...
+    @property
+    def topology(self) -> Topology: ...
+    @property
+    def recorder(self) -> Recorder: ...
+    def client(self, i: int) -> NodeClient: ...
+    def call(self, i: int, op: str, args: dict[str, Any] | None = None, timeout_s: float = 2.0) -> Any: ...
+    def wait_leader(self, timeout_s: float) -> int: ...
+
+
+class WorkloadConfig(Protocol):
+    """The run settings a client reads (``controller_chaos.RunConfig``)."""
+
+    @property
+    def seed(self) -> int: ...
+    @property
+    def nodes(self) -> int: ...
+    @property
+    def client_timeout_s(self) -> float: ...
+    @property
+    def think_s(self) -> float: ...
+
+
 class Client(threading.Thread):
     """One workload process: picks an op, sends it to its leader guess, records the outcome."""
 
-    def __init__(self, index: int, cluster: ProxiedControllers, cfg: RunConfig, groups: list[str], stop: threading.Event,
+    def __init__(self, index: int, cluster: WorkloadCluster, cfg: WorkloadConfig, groups: list[str], stop: threading.Event,
                  t0_ns: int) -> None:
         super().__init__(name=f"chaos-client-{index}", daemon=True)
         self.index, self.cluster, self.cfg, self.groups, self.stop_event = index, cluster, cfg, groups, stop
@@ -167,7 +193,7 @@ def jsonable(value: Any) -> Any:
     return value
 
 
-def final_reads(cluster: ProxiedControllers, recorder: Recorder, groups: list[str], process: str, t0_ns: int) -> None:
+def final_reads(cluster: WorkloadCluster, recorder: Recorder, groups: list[str], process: str, t0_ns: int) -> None:
     """One linearizable read per group through the leader, recorded in the history."""
     for group in groups:
         for _ in range(50):

@@ -24,7 +24,7 @@ from rocketray.broker.client_wire import (PUT_COUNT, Frame, FrameType, PullReque
                                           encode_pull_request, encode_search_request, pack)
 from rocketray.broker.pull import OffsetsResult
 from rocketray.client.connections import Connection, ConnectionLost, Dialer, DirectConnection
-from rocketray.client.transport import Unanswered
+from rocketray.client.unanswered import Unanswered
 from rocketray.ha.ack import PutResult, PutStatus, refused
 
 __all__ = ["PortData"]

@@ -30,7 +30,7 @@ import ray
 
 from rocketray.broker.batch import EncodedBatch
 from rocketray.broker.pull import OffsetsResult, PullResult
-from rocketray.client.transport import Unanswered
+from rocketray.client.unanswered import Unanswered
 from rocketray.controller.api import Response
 from rocketray.ha.ack import PutResult
 

@@ -23,29 +23,18 @@ This module imports neither Ray nor anything that does.
 from __future__ import annotations
 
 import concurrent.futures
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from rocketray.broker.batch import EncodedBatch
 from rocketray.broker.pull import OffsetsResult
 from rocketray.controller.api import Response
+from rocketray.client.unanswered import Unanswered
 from rocketray.ha.ack import PutResult
 
 if TYPE_CHECKING:
     from rocketray.client.bootstrap import Bootstrap
 
 __all__ = ["Transport", "Unanswered", "connect_transport"]
-
-
-@dataclass(frozen=True, slots=True)
-class Unanswered:
-    """A call that never answered (timeout, actor death, master moved): it may or may not have run.
-    ``unsent``: nothing left the client (no master known, no connection could be made), so it
-    certainly did not run."""
-
-    error: str
-    master_moved: bool = False
-    unsent: bool = False
 
 
 class Transport(Protocol):

@@ -29,8 +29,9 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
+from pysyncobj import SyncObj
 from pysyncobj.config import SERIALIZER_STATE
 from pysyncobj.journal import FileJournal
 
@@ -40,9 +41,6 @@ from rocketray.durable import write_durably
 from rocketray.snapshot.format import (SECTION_CONTROLLER_STATE, SECTION_RAFT_META, SECTION_SNAPSHOT_META,
                                        decode_snapshot, encode_snapshot)
 from rocketray.snapshot.store import SnapshotMeta, SnapshotStore
-
-if TYPE_CHECKING:
-    from rocketray.controller.raft import RaftHost
 
 log = logging.getLogger("rocketray.controller.raft")
 
@@ -179,7 +177,7 @@ class SnapshotHooks:
         self.dump_file = dump_file
         self.capture = capture
         self.install = install
-        self.host: RaftHost | None = None
+        self.host: SyncObj | None = None  # the node's RaftHost, set once it is built
         self.startup_entries = startup_entries
         self.started = False
         self.pending: str | None = None

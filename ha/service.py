@@ -40,7 +40,7 @@ from rocketray.ha.ack import AckPolicy, PutResult, PutStatus, after_write, refus
 from rocketray.ha.config import HAConfig
 from rocketray.ha.loop_monitor import OrderedIO
 from rocketray.ha.master import MasterReplication
-from rocketray.ha.port import HAPort, WritePort
+from rocketray.broker.replication_port import HAPort, WritePort
 from rocketray.ha.serving import SlaveServing
 from rocketray.ha.standalone import StandaloneSwitches, parse_address, standalone_machine
 from rocketray.ha.peers import HAPeers

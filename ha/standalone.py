@@ -10,16 +10,17 @@ and the same executor steps run as in a broker, and role and epoch still have on
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable, Protocol
 
 from rocketray.broker import role as rm
-from rocketray.broker.role import Lifecycle, Role, RoleMachine
+from rocketray.broker.executor import BrokerNames, Executor, run_now
+from rocketray.broker.replication_port import HAPort
+from rocketray.broker.role import Lifecycle, Role, RoleMachine, StoreFacts
 
 if TYPE_CHECKING:
-    from rocketray.broker.executor import Executor
-    from rocketray.ha.service import HAService
+    from rocketray.ha.slave_client import SlaveClient
 
-__all__ = ["StandaloneSwitches", "parse_address", "standalone_machine"]
+__all__ = ["StandaloneSwitches", "Switched", "parse_address", "standalone_machine"]
 
 
 def parse_address(address: str | tuple[str, int]) -> tuple[str, int]:
@@ -37,21 +38,37 @@ def standalone_machine(broker_id: int) -> RoleMachine:
     return RoleMachine(f"ha-{broker_id}", broker_id=broker_id, lifecycle=Lifecycle.REGISTER_TO_CONTROLLER_DONE)
 
 
+class Switched(HAPort, Protocol):
+    """What the mixin needs of the service it is mixed into (``HAService``)."""
+
+    roles: RoleMachine
+    standalone: bool
+    broker_id: int
+    _client: "SlaveClient | None"
+    now_ms: Callable[[], int]
+
+    @property
+    def role(self) -> Role: ...
+    def _facts(self) -> StoreFacts: ...
+    async def _order(self, switch: rm.BecomeMaster | rm.BecomeSlave) -> bool: ...
+    def _standalone_executor(self) -> Executor: ...
+
+
 class StandaloneSwitches:
     """The standalone switch methods of ``HAService`` (a mixin: ``self`` is the service)."""
 
-    async def change_to_master(self: "HAService", epoch: int) -> bool:
+    async def change_to_master(self: Switched, epoch: int) -> bool:
         """Standalone: become master of ``epoch`` (cut a torn tail, start the epoch at the max
         offset, drop the client and old connections, serve slaves). False if ``epoch`` is stale."""
         m = self.roles
         return await self._order(rm.BecomeMaster(epoch, False, m.sync_state_set, m.sync_state_set_epoch))
 
-    async def change_to_master_same(self: "HAService", epoch: int) -> bool:
+    async def change_to_master_same(self: Switched, epoch: int) -> bool:
         """Standalone: same master, new epoch: only the epoch entry. False if stale."""
         m = self.roles
         return await self._order(rm.BecomeMaster(epoch, True, m.sync_state_set, m.sync_state_set_epoch))
 
-    async def change_to_slave(self: "HAService", master_ha_address: str | tuple[str, int] | None, epoch: int) -> bool:
+    async def change_to_slave(self: Switched, master_ha_address: str | tuple[str, int] | None, epoch: int) -> bool:
         """Standalone: replicate from ``master_ha_address`` ("host:port"; the same master: only the
         epoch moves). False if stale."""
         address = None
@@ -61,17 +78,15 @@ class StandaloneSwitches:
                 and self._client.master_address == parse_address(address))
         return await self._order(rm.BecomeSlave(address, epoch, None, same))
 
-    async def _order(self: "HAService", switch: rm.BecomeMaster | rm.BecomeSlave) -> bool:
+    async def _order(self: Switched, switch: rm.BecomeMaster | rm.BecomeSlave) -> bool:
         assert self.standalone, "a broker's HA service switches through its role machine"
         await self._standalone_executor().feed(rm.SwitchOrdered(switch))
         want = Role.MASTER if isinstance(switch, rm.BecomeMaster) else Role.SLAVE
         return self.roles.switching is None and (self.role, self.roles.master_epoch) == (want, switch.epoch)
 
-    def _order_sync_state_set(self: "HAService", ids: Iterable[int]) -> None:
-        from rocketray.broker.executor import run_now
+    def _order_sync_state_set(self: Switched, ids: Iterable[int]) -> None:
         run_now(self._standalone_executor().feed(rm.SyncStateSetOrdered(frozenset(ids))))
 
-    def _standalone_executor(self: "HAService") -> "Executor":
-        from rocketray.broker.executor import BrokerNames, Executor  # broker -> ha is the import direction
+    def _standalone_executor(self: Switched) -> Executor:
         return Executor(self.roles, BrokerNames("", f"ha-{self.broker_id}", self.roles.broker_address),
                         controller=None, ha=self, facts=self._facts, now_ms=self.now_ms)

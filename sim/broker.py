@@ -44,33 +44,12 @@ from rocketray.sim import offsets
 from rocketray.sim.net import Connection, Network
 from rocketray.sim.broker_master import Query, SimMasterSide
 from rocketray.sim.slave import SimSlave
+from rocketray.sim.timings import BrokerTimings
 from rocketray.sim.world import World
 
 __all__ = ["SimBroker", "BrokerTimings", "TOPIC"]
 
 TOPIC = "sim"
-
-
-@dataclass(frozen=True, slots=True)
-class BrokerTimings:
-    heartbeat_ms: int = 200
-    heartbeat_timeout_ms: int = 1500
-    poll_ms: int = 500
-    shrink_ms: int = 500
-    not_catchup_ms: int = 3000
-    slave_timeout_ms: int = 1000
-    ha_tick_ms: int = 20
-    ha_heartbeat_ms: int = 500
-    ha_housekeeping_ms: int = 3000
-    rpc_timeout_ms: int = 600
-    restart_min_ms: int = 300
-    restart_max_ms: int = 2500
-    segment_bytes: int = 4096
-    flush_mode: FlushMode = FlushMode.SYNC
-    flush_ms: int = 300                 # async flush period (``flush_mode`` ASYNC)
-    #: brokers hold controller sessions, so a killed process is noticed at once (production); off:
-    #: the controller learns of deaths by heartbeat expiry only (a power loss, a cut link)
-    controller_sessions: bool = True
 
 
 @dataclass(slots=True)

@@ -20,9 +20,20 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-__all__ = ["hunt_blocks", "BLOCK"]
+__all__ = ["Hunt", "hunt_blocks", "BLOCK"]
 
 BLOCK = 8       # runs per block past the first 15: at most this much is run past a catch, per worker
+
+
+@dataclass(frozen=True, slots=True)
+class Hunt:
+    mutant: str
+    caught_at: int | None           # seeds-to-catch: 1-based index in the schedule; None: survived
+    profile: str | None
+    seed: int | None
+    violation: str | None
+    runs: int
+    wall_s: float
 
 
 def blocks(total: int) -> list[tuple[int, int]]:
@@ -38,24 +49,22 @@ def blocks(total: int) -> list[tuple[int, int]]:
 @dataclass
 class _Hunting:
     name: str
-    done: dict[int, object] = field(default_factory=dict)    # block index -> its Hunt
+    done: dict[int, Hunt] = field(default_factory=dict)      # block index -> its Hunt
     launched: int = 0
     started: float = 0.0
 
 
-def _run_block(args: tuple[str, dict | None, int, int]):
-    from rocketray.sim.mutants import hunt
-
-    name, budget, start, stop = args
-    return hunt(name, budget, limit=stop, start=start)
+def _run_block(args: tuple[Callable[..., Hunt], str, dict | None, int, int]) -> Hunt:
+    run, name, budget, start, stop = args
+    return run(name, budget, limit=stop, start=start)
 
 
 def hunt_blocks(names: list[str], budget: dict[str, int] | None, total: int, workers: int,
-                progress: Callable | None = None) -> dict:
+                run: Callable[..., Hunt], progress: Callable | None = None) -> dict:
     """Hunt ``names`` (resolved mutants) over the first ``total`` runs of ``budget``'s schedule on
-    ``workers`` processes; returns name -> ``Hunt`` (see the module docstring)."""
-    from rocketray.sim.mutants import Hunt
-
+    ``workers`` processes, each block by ``run(name, budget, limit=stop, start=start)`` in a forked
+    worker (``mutants.hunt``, a module-level function: it travels to the worker by name); returns
+    name -> ``Hunt`` (see the module docstring)."""
     spans = blocks(total)
     state = {n: _Hunting(n) for n in names}
     ready = list(names)                 # mutants whose next block may start now, in registry order
@@ -70,7 +79,7 @@ def hunt_blocks(names: list[str], budget: dict[str, int] | None, total: int, wor
         h.launched += 1
         h.started = h.started or time.perf_counter()
         start, stop = spans[index]
-        pool.apply_async(_run_block, ((h.name, budget, start, stop),),
+        pool.apply_async(_run_block, ((run, h.name, budget, start, stop),),
                          callback=lambda r, i=index: results.put((h.name, i, r, None)),
                          error_callback=lambda e, i=index: results.put((h.name, i, None, e)))
         running += 1

@@ -28,6 +28,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
+from rocketray.sim.hunts import Hunt, hunt_blocks
 from rocketray.sim.broken_rules import (
     rank_without, old_takes_report, shrink_from_confirmed, expand_on_any_ack, vetting_admits_all,
     confirmation_drops_all, stale_report_accepted, acked_by_connected, acked_by_confirmed_set,
@@ -308,17 +309,6 @@ def schedule(budget: dict[str, int]) -> list[tuple[str, int]]:
     return out
 
 
-@dataclass(frozen=True, slots=True)
-class Hunt:
-    mutant: str
-    caught_at: int | None           # seeds-to-catch: 1-based index in the schedule; None: survived
-    profile: str | None
-    seed: int | None
-    violation: str | None
-    runs: int
-    wall_s: float
-
-
 def hunt(mutant: Mutant | str, budget: dict[str, int] | None = None, limit: int | None = None,
          start: int = 0) -> Hunt:
     """Run the schedule of ``budget`` (default: ``run.CI_BUDGET``; its first ``limit`` runs when
@@ -352,11 +342,10 @@ def hunt_all(names: list[str] | None = None, budget: dict[str, int] | None = Non
         for target, _make in m.patches:
             resolve(target)
     if workers > 1:      # blocks of each schedule, so no worker waits for the longest hunt (sim/hunts.py)
-        from rocketray.sim.hunts import hunt_blocks
         from rocketray.sim.run import CI_BUDGET
 
         total = len(schedule(budget or CI_BUDGET)[:limit])
-        results = hunt_blocks([m.name for m in chosen], budget, total, workers, progress)
+        results = hunt_blocks([m.name for m in chosen], budget, total, workers, hunt, progress)
         return [results[m.name] for m in chosen]
     out = []
     for m in chosen:

@@ -22,7 +22,8 @@ from typing import Callable
 
 from rocketray.broker.config import FlushMode
 from rocketray.broker.role import Role
-from rocketray.sim.broker import BrokerTimings, SimBroker
+from rocketray.sim.broker import SimBroker
+from rocketray.sim.timings import BrokerTimings
 from rocketray.sim.clients import SimConsumer, SimProducer
 from rocketray.sim.controller import CONTROLLER, SimController
 from rocketray.sim.disk import CrashMode

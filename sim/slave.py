@@ -10,21 +10,45 @@ broker's log (the checker's cache key).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Callable, Mapping, Protocol
 
+from rocketray.broker.store import MessageStore
 from rocketray.ha.protocol import ProtocolError
 from rocketray.ha.session import Close, Send, SlaveSession, Truncate
 from rocketray.ha.slave_client import apply_to_store, local_log
-from rocketray.sim.net import Connection
+from rocketray.sim.net import Connection, Network
+from rocketray.sim.timings import BrokerTimings
+from rocketray.sim.world import World
 
-if TYPE_CHECKING:
-    from rocketray.sim.broker import SimBroker
+__all__ = ["SimSlave", "SlaveHost"]
 
-__all__ = ["SimSlave"]
+
+class Peer(Protocol):
+    def accept(self, conn: Connection) -> bool:
+        """A slave connects to this broker's HA port: False refuses it."""
+
+
+class SlaveHost(Protocol):
+    """The broker process a slave link belongs to (``SimBroker``)."""
+
+    id: int
+    name: str
+    up: bool
+    rewrites: int
+    store: MessageStore | None
+    slave: "SimSlave | None"
+    net: Network
+    world: World
+    t: BrokerTimings
+
+    @property
+    def peers(self) -> Mapping[str, Peer]: ...
+    def guard(self, fn: Callable[[], None]) -> None: ...
+    def retry_slave_connect(self) -> None: ...
 
 
 class SimSlave:
-    def __init__(self, broker: "SimBroker", master: str, expected_epoch: int) -> None:
+    def __init__(self, broker: SlaveHost, master: str, expected_epoch: int) -> None:
         self.b = broker
         self.master = master
         self.expected_epoch = expected_epoch

@@ -28,15 +28,38 @@ The windows (the states, not a script of any one bug):
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Mapping, Protocol, Sequence
 
 from rocketray.broker.role import Role
+from rocketray.sim.broker import SimBroker
+from rocketray.sim.controller import SimController
+from rocketray.sim.world import World
 
-if TYPE_CHECKING:
-    from rocketray.sim.broker import SimBroker
-    from rocketray.sim.run import Sim
+__all__ = ["Windows", "WindowedSim", "POLL_MS", "WAIT_MS"]
 
-__all__ = ["Windows", "POLL_MS", "WAIT_MS"]
+
+class FaultBudget(Protocol):
+    @property
+    def duration_ms(self) -> int: ...
+    @property
+    def max_faults(self) -> int: ...
+
+
+class WindowedSim(Protocol):
+    """The run whose faults the windows place (``rocketray.sim.run.Sim``)."""
+
+    world: World
+    controller: SimController
+    faults: int
+
+    @property
+    def config(self) -> FaultBudget: ...
+    @property
+    def brokers(self) -> Mapping[str, SimBroker]: ...
+    @property
+    def groups(self) -> Mapping[str, Sequence[SimBroker]]: ...
+    def serving_master(self, group: str) -> SimBroker | None: ...
+    def inject(self, kind: str, target: SimBroker | None = None) -> None: ...
 
 POLL_MS = 5
 WAIT_MS = 4000
@@ -48,7 +71,7 @@ _AWAY_FROM_CONTROLLER = ("controller-cut", "isolate")
 class Windows:
     """The watches of one simulated run (see the module docstring)."""
 
-    def __init__(self, sim: "Sim") -> None:
+    def __init__(self, sim: WindowedSim) -> None:
         self.sim = sim
         self.fired: dict[str, int] = {}            # window -> faults injected in it
         self._restarts: dict[str, int] = {}        # broker -> its restarts at the last poll

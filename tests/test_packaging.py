@@ -22,7 +22,7 @@ import pytest
 import rocketray
 
 ROOT = Path(__file__).resolve().parent.parent
-FOLDERS = ("controller", "broker", "ha", "snapshot", "actors", "verify", "chaos", "cli", "spark_on_ray", "sim")
+FOLDERS = ("controller", "broker", "ha", "snapshot", "actors", "verify", "chaos", "cli", "spark_on_ray", "sim", "wire")
 
 CHECK = """
 import importlib.util, json, sys

@@ -113,7 +113,7 @@ class FakeStore:
 
 
 class FakeHA:
-    """A ``rocketray.ha.port.HAPort``: records the switch steps as the role switches they make
+    """A ``rocketray.broker.replication_port.HAPort``: records the switch steps as the role switches they make
     (``change_to_master``, ``change_to_master_same``, ``change_to_slave``); may fail a promotion."""
 
     def __init__(self, store: FakeStore, broker_id: int | None = None) -> None:

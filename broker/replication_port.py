@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable, Iterable, Protocol, Sequence
 
-from rocketray.ha.ack import PutResult
+from rocketray.wire.put_result import PutResult
 
 if TYPE_CHECKING:
     from rocketray.broker.batch import EncodedBatch
@@ -62,4 +62,4 @@ class WritePort(Protocol):
 
     async def put(self, msgs: "EncodedBatch | Sequence", now_ms: int) -> PutResult:
         """Append as master (a producer's encoded batch, or messages) and wait for the ack policy;
-        see ``rocketray.ha.ack.PutResult``."""
+        see ``rocketray.wire.put_result.PutResult``."""
