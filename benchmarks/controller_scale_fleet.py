@@ -275,6 +275,22 @@ class Fleet:
                     with self._lock:
                         self._answered += 1
                         self._latencies_ms.append((now - t0) * 1000)
+        # The controller closed the session (a hello that reached a controller which was not the
+        # leader, or one that stepped down): a broker opens it again at the leader it knows, and so
+        # does the fleet, or the group's replicas are never alive and its elections fail.
+        if not (self._running and rep.alive):
+            return
+        print(f"fleet: {rep.group}/{rep.index}: the controller closed its session; opening it again",
+              file=sys.stderr, flush=True)
+        await asyncio.sleep(0.2)
+        address = self.client.leader_address
+        if address is not None:
+            self.leader = self.spec.controller_by_address(address).index
+        if self._running and rep.alive:
+            try:
+                await self._open_session(rep)
+            except OSError as exc:
+                print(f"fleet: {rep.group}/{rep.index}: session not reopened: {exc!r}", file=sys.stderr, flush=True)
 
     # -- heartbeats --------------------------------------------------------------------------------
     def _request(self, rep: Replica):

@@ -46,7 +46,7 @@ def test_every_benchmark_runs_at_smoke_size(name):
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["benchmark"] == name and result["smoke"] is True
-    assert isinstance(result["ratio"], (int, float))
+    assert isinstance(result["ratio"], (int, float)), result
     for key in POSITIVE_FIGURES.get(name, ()):
         assert isinstance(result.get(key), (int, float)) and result[key] > 0, f"{name}: {key} = {result.get(key)!r}"
     if name == "client-e2e":
