@@ -23,13 +23,17 @@ __all__ = [
 ]
 
 
-class Role(str, enum.Enum):
-    """The one Role enum of a broker (the HA service and the manager share it)."""
+class Role(enum.StrEnum):
+    """The one Role enum of a broker (the HA service and the manager share it).
 
-    NONE = "none"          # no role yet: before the first switch
-    SLAVE = "slave"
-    MASTER = "master"
-    SYNC_MASTER = "master"  # the reference's name; an alias of MASTER
+    A role has one spelling wherever it is written (status answers, ``--json`` output, logs, metrics,
+    chaos run files): its name, upper case as RocketMQ writes broker roles. Each value equals its name,
+    so ``role``, ``role.value``, ``role.name`` and ``f"{role}"`` all give it; there are no aliases.
+    """
+
+    NONE = "NONE"      # no role yet: before the first switch
+    SLAVE = "SLAVE"
+    MASTER = "MASTER"
 
 
 class Lifecycle(enum.IntEnum):
