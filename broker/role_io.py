@@ -192,8 +192,8 @@ class BecomeMaster:
 
     @property
     def cut_torn_tail(self) -> bool:
-        """A promotion cuts a torn last record before its epoch starts (issue 15 fix 7); the same
-        master only adds an epoch entry."""
+        """A promotion cuts a torn last record before its epoch starts, so the new epoch never
+        begins inside a record its slaves would refuse; the same master only adds an epoch entry."""
         return not self.same
 
     @property
@@ -269,7 +269,7 @@ class RequestNewTerm:
 
 @dataclass(frozen=True, slots=True)
 class SetWritable:
-    """Writes are (no longer) accepted on this broker."""
+    """Writes are accepted on this broker from now on (``writable``) or refused from now on."""
 
     writable: bool
 
