@@ -111,7 +111,7 @@ class BrokerService:
         self._hold_timer: asyncio.TimerHandle | None = None
         self.manager.settled = self._answer_held
         self.manager.start()
-        self.consumers = ConsumerPath(self.store, lambda: self.manager.role == Role.SYNC_MASTER and self.ha is not None,
+        self.consumers = ConsumerPath(self.store, lambda: self.manager.role == Role.MASTER and self.ha is not None,
                                       lambda: self.manager.writable, lambda: self.ha)
         self.scheduler = DelayScheduler(self.store, self.consumers, lambda: self.ha, lambda: self.manager.writable,
                                         now_ms, group)     # delayed messages, while this replica is master
@@ -333,7 +333,7 @@ class BrokerService:
         m = self.manager
         return BrokerStatus(
             group=self._group, replica=self._replica, ha_address=self._me.ha_address,
-            broker_id=m.broker_id, state=m.state.name, running=m.state == State.RUNNING, role=Role(m.role),
+            broker_id=m.broker_id, state=m.state.name, running=m.state == State.RUNNING, role=m.role,
             fenced=m.fenced, master_broker_id=m.master_broker_id, master_address=m.master_address,
             master_epoch=m.master_epoch, sync_state_set=tuple(sorted(m.sync_state_set)),
             sync_state_set_epoch=m.sync_state_set_epoch,
@@ -350,7 +350,7 @@ class BrokerService:
     def _sample(self) -> dict:
         m = self.manager
         return {"time_ms": now_ms(), "group": self._group, "broker_id": m.broker_id,
-                "role": Role(m.role).name, "master_epoch": m.master_epoch,
+                "role": m.role.value, "master_epoch": m.master_epoch,
                 "max_offset": self.store.max_offset, "confirm_offset": self.store.confirm_offset}
 
     async def _sample_forever(self) -> None:

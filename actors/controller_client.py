@@ -24,9 +24,9 @@ A killed leader therefore costs a client the election plus a round trip, not the
 restart (Ray queues calls to a restarting actor) or a call timeout (a lost node). A call still waits
 longer than the controller's own request deadline (``request_timeout_ms``, ``ControllerNode.handle``)
 plus a margin before it gives a live controller up: a client that gave up first would report an
-unknown outcome for a write the controller still commits and answers (the broker's registrar used to
-orphan broker ids so). Transport failures surface as :class:`ControllerUnavailable`
-(``retriable = True``), never as a bare Ray exception.
+unknown outcome for a write the controller still commits and answers (a broker's registrar that gave
+up so would orphan the broker id the controller still assigns). Transport failures surface as
+:class:`ControllerUnavailable` (``retriable = True``), never as a bare Ray exception.
 """
 
 from __future__ import annotations

@@ -375,8 +375,9 @@ class ControllerService:
 
     def _resolve_broker_handles(self) -> None:
         """Look every broker actor up once, in the background, so that a role-change notification is
-        sent at once: ``ray.get_actor`` took 170-650 ms per broker on a new leader that had never
-        notified them (issue 29's leader-lost node loss), and the new master waited for it."""
+        sent at once: ``ray.get_actor`` takes 170-650 ms per broker on a new leader that has never
+        notified them (measured when a node holding the controller leader and a master is lost), and
+        the new master would wait for it."""
         missing = [self._spec.broker_actor_name(b.group, b.replica) for b in self._spec.brokers]
         while missing and not self._stop.is_set():
             for name in list(missing):

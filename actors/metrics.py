@@ -236,8 +236,8 @@ class BrokerMetrics:
         keys = {"group": self._group, "broker_id": now.broker_id}
         lines = []
         if (before.role, before.master_epoch) != (now.role, now.master_epoch):
-            lines.append("replica role changed " + _kv(**keys, role=now.role.name, epoch=now.master_epoch,
-                                                       previous_role=before.role.name,
+            lines.append("replica role changed " + _kv(**keys, role=now.role.value, epoch=now.master_epoch,
+                                                       previous_role=before.role.value,
                                                        previous_epoch=before.master_epoch,
                                                        master_broker_id=now.master_broker_id,
                                                        offset=now.max_offset))

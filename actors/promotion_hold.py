@@ -2,16 +2,16 @@
 
 A client learns of a new master from the controller's watch at about the moment the elected replica
 learns it from its notification. The replica then switches: it stops following and starts its epoch
-durably, 8-60 ms on 2 cores (``role switch done ... stop_ms epoch_ms`` in its log). A put that
-arrived meanwhile was refused NOT_MASTER, and the client asked again after a backoff that doubled
-(2, 4, 8, 16 ms): it found the master ready 10-50 ms after it was (docs/client-design.md, "Where a
-failover's time goes"). Now the replica holds such a put and answers it the moment the switch ends:
+durably, 8-60 ms on 2 cores (``role switch done ... stop_ms epoch_ms`` in its log). Refusing a put
+that arrives meanwhile with NOT_MASTER would make the client ask again after a backoff that doubles
+(2, 4, 8, 16 ms) and find the master ready 10-50 ms after it was (docs/client-design.md, "Where a
+failover's time goes"). So the replica holds such a put and answers it the moment the switch ends:
 written as master if the switch succeeded, refused NOT_MASTER if it did not.
 
 Holding changes no rule about data: a held put is appended only once the replica is writable, the
-same check every put passes, and a put refused after holding is refused with nothing written,
-exactly as before. Bounded: at most ``max_puts`` puts and ``max_bytes`` bytes are held, each for at
-most ``max_ms`` (then refused NOT_MASTER); beyond the bounds a put is refused at once, as before.
+same check every put passes, and a put refused after holding is refused with nothing written, like
+any refused put. Bounded: at most ``max_puts`` puts and ``max_bytes`` bytes are held, each for at
+most ``max_ms`` (then refused NOT_MASTER); beyond the bounds a put is refused NOT_MASTER at once.
 
 Pure: the shell passes ``now_ms`` and answers what ``release`` and ``expired`` hand back.
 """

@@ -23,7 +23,8 @@ __all__ = ["BrokerStatus", "ControllerMetadata", "EpochEntry", "HAConnection", "
 
 
 class EpochEntry(NamedTuple):
-    """One epoch-file entry: ``[epoch, start_offset, end_offset]`` in JSON (a list, as before)."""
+    """One epoch-file entry: ``[epoch, start_offset, end_offset]`` in JSON (a list: the documented
+    ``--json`` shape)."""
 
     epoch: int
     start_offset: int
@@ -185,7 +186,7 @@ class ControllerMetadata:
                    raft={k: v for k, v in md.items() if k not in typed})
 
     def to_json_dict(self) -> dict[str, Any]:
-        """The flat JSON object ``rocketray status --json`` has always printed per controller."""
+        """The flat JSON object ``rocketray status --json`` prints per controller (documented keys)."""
         out = {f.name: to_json(getattr(self, f.name)) for f in dataclasses.fields(self) if f.name != "raft"}
         return {**to_json(self.raft), **out}
 
@@ -218,7 +219,7 @@ def to_json(view: Any) -> Any:
         return view.to_json_dict()
     if dataclasses.is_dataclass(view) and not isinstance(view, type):
         return {f.name: to_json(getattr(view, f.name)) for f in dataclasses.fields(view)}
-    if isinstance(view, tuple) and hasattr(view, "_fields"):  # EpochEntry: a list, as before
+    if isinstance(view, tuple) and hasattr(view, "_fields"):  # EpochEntry: a list, the documented shape
         return [to_json(v) for v in view]
     if isinstance(view, (list, tuple)):
         return [to_json(v) for v in view]

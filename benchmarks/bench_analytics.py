@@ -154,12 +154,12 @@ def pandas_analyses(f: dict[str, pd.DataFrame]) -> dict[str, Any]:
     by_epoch = ent.groupby(["group", "epoch"]).agg(starts=("start_offset", "nunique"),
                                                    start=("start_offset", "min"))
     s = f["samples"].sort_values(["group", "broker_id", "time_ms"])
-    masters = s[s["role"].str.upper().str.endswith("MASTER")].groupby(["group", "master_epoch"])["broker_id"].nunique()
+    masters = s[s["role"] == "MASTER"].groupby(["group", "master_epoch"])["broker_id"].nunique()
     split = by_epoch["starts"].gt(1).sum() + int((masters > 1).sum())
     s["prev"] = s.groupby(["group", "broker_id"])["max_offset"].shift()
     truncated = (s["max_offset"] < s["prev"]).sum()
     s2 = f["samples"].sort_values("time_ms")
-    m = s2[s2["role"].str.upper().str.endswith("MASTER")][["time_ms", "group", "max_offset"]]
+    m = s2[s2["role"] == "MASTER"][["time_ms", "group", "max_offset"]]
     lag = pd.merge_asof(s2, m.rename(columns={"max_offset": "master_max"}), on="time_ms", by="group")
     lag["lag_bytes"] = (lag["master_max"] - lag["max_offset"]).clip(lower=0)
     lag_summary = lag.groupby(["group", "broker_id"])["lag_bytes"].agg(["max", "mean"])

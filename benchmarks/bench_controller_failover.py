@@ -12,7 +12,7 @@ noticing the leader is gone and electing another. ``ratio`` = median failover / 
 better). For reference, ``mean_election_timeout_ms`` = (min + max) / 2: a follower waits that long
 on average before it stands for election, so it dominates the figure.
 
-Clients (issue 29, ``--client-rounds``, 0 to skip): three controller *actors* on an embedded Ray
+Clients (``--client-rounds``, 0 to skip): three controller *actors* on an embedded Ray
 (``--client-profile``, default ``default``: the same Raft timing as above), a driver client
 (``Cluster.call_controller``, ``actors/controller_client.py``) writing in a loop, and per round the
 leader actor killed with ``ray.kill`` (Ray restarts it, as in ``rocketray demo``). Two clocks start at

@@ -5,8 +5,8 @@ For each G (``--groups``, default 10,100,300) a fresh cluster of 3 controller ac
 runs on an embedded local Ray in the chosen profile (``--profile``, default ``default``). The
 brokers are light heartbeaters in one other process (``benchmarks/controller_scale_fleet.py``)
 speaking the real API: register through ``AsyncControllerClient``, hold a session connection to the
-leader and heartbeat on it every ``broker_heartbeat_interval_ms`` (as brokers do since issue 29; with
-``--transport ray`` one Ray call per heartbeat to every controller instead, the transport before),
+leader and heartbeat on it every ``broker_heartbeat_interval_ms`` (as brokers do; with ``--transport ray``
+one Ray call per heartbeat to every controller instead, the transport of clusters without session ports),
 elect the first master of each group and put every replica in its SyncStateSet. Measured, per G:
 
 - steady state over ``--seconds``: heartbeats the leader answered per second, the leader process's
@@ -29,7 +29,7 @@ Ray starts every worker process at nice 15 (its ``worker_niceness``); the contro
 themselves back to nice 0 (``controller.process_niceness``, ``actors/priority.py``), and
 ``--no-renice`` keeps Ray's (``controller.process_niceness=none``) to show what the neighbours cost.
 
-Targets (issue 29) at G = 300 in the default profile: leader under half a core, heartbeat p99 under
+Targets at G = 300 in the default profile: leader under half a core, heartbeat p99 under
 50 ms, all masters of the lost third re-elected within 1 s, restart under 1 s (``targets_met``).
 ``ratio`` = leader CPU seconds per heartbeat at the largest G / at the smallest (lower is better:
 1.0 means the cost of a heartbeat does not grow with the number of groups).

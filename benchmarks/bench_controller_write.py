@@ -207,7 +207,7 @@ def _controller_round(config: ControllerConfig, n: int, directory: str, journal_
 SMOKE_ARGS = ["--n", "20", "--rounds", "1", "--clients", "4", "--per-client", "5"]
 
 
-TARGET_RATIO = 1.3   # issue 29: a controller write within 1.3x a bare pysyncobj write, same run
+TARGET_RATIO = 1.3   # target: a controller write within 1.3x a bare pysyncobj write, same run
 
 
 def _median_of(rounds: list[dict[str, Any]], key: str) -> list[float]:

@@ -24,7 +24,7 @@ Same-run floor: on the settled live group, the median of one controller round tr
 Raft (a read behind a barrier) plus one acknowledged send of one message: what any failover
 has to spend after detection (an election commit, then a write). Reported per profile: p50 (lower
 median) and max of the failover times in ms, ``floor_ms``, ``ratio`` = p50 / floor (lower is
-better), ``target_p50_ms`` (issue 18: 500) and, for reference, ``controller_heartbeat_timeout_ms``,
+better), ``target_p50_ms`` (500) and, for reference, ``controller_heartbeat_timeout_ms``,
 which a failover found only by heartbeat expiry would have to wait for. The top-level ``ratio`` is
 the first profile's.
 
@@ -35,12 +35,12 @@ acknowledged again (``node_failover`` p50/max; target: at most the heartbeat tim
 the node back and times until its actors rejoin (``node_rejoin``). When the lost node also held the
 controller leader, the new leader has no sessions: the surviving replicas reopen theirs at once
 (their controller clients follow the new leader) and the master, which cannot, is treated as dead a
-grace window (2 broker heartbeat intervals) after the election (issue 29; before, such a failover
-waited for heartbeat expiry). ``leader_lost_rounds`` counts those rounds;
-``node_failover_leader_lost_p50_ms`` and ``node_failover_leader_alive_p50_ms`` split the figure
-(target for the first, issue 29: ``LEADER_LOST_TARGET_MS``). ``--node-loss-with-leader`` makes every
-round one of them: before each round the controller moves the master (an admin election) to the
-replica on the controller leader's node.
+grace window (2 broker heartbeat intervals) after the election, not at heartbeat expiry.
+``leader_lost_rounds`` counts those rounds; ``node_failover_leader_lost_p50_ms`` and
+``node_failover_leader_alive_p50_ms`` split the figure (target for the first:
+``LEADER_LOST_TARGET_MS``). ``--node-loss-with-leader`` makes every round one of them: before each
+round the controller moves the master (an admin election) to the replica on the controller leader's
+node.
 
     python benchmarks/run.py failover [--kills 10] [--profiles fast,default] [--node-loss-rounds 3]
                                       [--node-loss-with-leader] [--json]

@@ -18,7 +18,7 @@ Measured in one run, on the same file system (a temp dir, or ``--dir``):
 so neither pays for the other's writeback, and their medians are compared.
 
 ``ratio`` = store/plain **throughput** = plain_time / store_async_time (higher is better; 1.0 would
-be "free"; issue 18's target is ``target_ratio`` = 0.3); ``ratio_with_dispatch`` the same for
+be "free"; the target is ``target_ratio`` = 0.3); ``ratio_with_dispatch`` the same for
 ``store_async_dispatch``; ``sync_ratio`` = plain_sync_time / store_sync_time.  ``records`` names the
 record loops the store ran (``c+isal``: the C extension ``rocketray.broker._records`` with ISA-L's
 CRC-32; ``python+...``: the pure-Python loops, when the extension was not built).

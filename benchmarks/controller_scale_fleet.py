@@ -9,7 +9,7 @@ port (authenticated with the cluster secret, then a hello with the first heartbe
 ``rocketray.controller.session``), a heartbeat frame on it every ``broker_heartbeat_interval_ms``
 (acked by the leader), and, for replica 0 of each group, an ElectMaster and an AlterSyncStateSet that
 puts every replica in the SyncStateSet. No store, no replication. ``--ray-heartbeats`` (the
-``setup`` argument ``ray_heartbeats``) sends them the old way instead: one Ray call per heartbeat to
+``setup`` argument ``ray_heartbeats``) sends them through Ray instead: one Ray call per heartbeat to
 every controller, the leader's answer timed (the transport of clusters without session ports).
 
 Like a broker's session, the fleet follows the controller leader: when the client's leader view

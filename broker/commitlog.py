@@ -419,8 +419,8 @@ class CommitLog:
 
     def _sync_scanned(self, segments: list[Segment]) -> None:
         """fsync the segments recovery scanned and the directory: what the store records as verified
-        after recovery must be durable, or a later power loss could tear it (issue 15 fix 5; the old
-        rule fsynced only the segment it cut)."""
+        after recovery must be durable, or a later power loss could tear it: every scanned segment,
+        not only the one recovery cut."""
         for seg in segments:
             seg.file.fsync()
         self.disk.fsync_dir(self.dir)

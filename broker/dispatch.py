@@ -143,9 +143,9 @@ class Dispatcher:
 
     def index_tail(self) -> None:
         """Start-up, after the first dispatch: the queue table from the queues' ends, then the
-        records beyond the dispatched offset into the backlog and the table, like appends do (the
-        old rule scanned them later, on the thread that raised the confirm offset: 260 ms for
-        256 MiB read from disk on a new master's loop)."""
+        records beyond the dispatched offset into the backlog and the table, like appends do, here
+        at start-up: scanning them later, on the thread that raises the confirm offset, would block
+        a new master's loop (260 ms for 256 MiB read from disk)."""
         self.rebuild_queue_table()
         for chunk in self.commitlog.index_range(self.dispatched, self.commitlog.max_offset):
             self.pending.add(chunk)

@@ -249,7 +249,7 @@ class Executor:
                                                 lambda resp: new_term_answer(old, resp))
         if isinstance(action, rm.SetWritable):
             log.info("writable=%s: group=%s broker_id=%s role=%s epoch=%s", action.writable,
-                     self.names.broker_name, m.broker_id, m.role.name, m.master_epoch)
+                     self.names.broker_name, m.broker_id, m.role.value, m.master_epoch)
             return None
         raise TypeError(f"unknown role action {action!r}")
 

@@ -9,7 +9,7 @@ for records the checkpoint says were dispatched) all show as the queue's *first 
 Each damaged queue is cut before it and the dispatched offset moves back to that entry's record, so
 dispatch writes the queue again from the log (``MessageStore`` does both). Entries of records the
 log no longer holds (recovery cut them) are cut as well; entries for records retention deleted
-(below the log's first record) cannot be checked and are kept, as before.
+(below the log's first record) cannot be checked and are kept.
 
 ``first_mismatch`` is the pure rule; :class:`QueueChecker` walks a store's queues with it.
 """

@@ -162,7 +162,7 @@ class ReplicasManager:
         m = self.machine
         return {
             "state": self.state.name, "register_state": self.register_state.name, "fenced": self.fenced,
-            "broker_id": m.broker_id, "broker_address": self.broker_address, "role": m.role.name,
+            "broker_id": m.broker_id, "broker_address": self.broker_address, "role": m.role.value,
             "master_broker_id": m.master_broker_id, "master_address": m.master_address,
             "master_epoch": m.master_epoch, "sync_state_set": sorted(m.sync_state_set),
             "sync_state_set_epoch": m.sync_state_set_epoch,
@@ -340,7 +340,7 @@ class ReplicasManager:
             if self.state != State.RUNNING:   # nobody electable yet, or the switch failed
                 return False
             log.info("replicas manager running: group=%s broker_id=%s role=%s epoch=%s", self.broker_name,
-                     self.broker_id, self.role.name, self.master_epoch)
+                     self.broker_id, self.role.value, self.master_epoch)
         return self.state == State.RUNNING
 
     # ---------------------------------------------------------------- periodic steps

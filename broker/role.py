@@ -118,7 +118,8 @@ def is_first_term_after_restart(sitting: bool, held_epoch: int, last_epoch: int)
 
 def switch_is_stale(epoch: int, last_epoch: int) -> bool:
     """A switch to ``epoch`` while the store's epoch file already ends at a newer epoch would write
-    an epoch entry that goes back: never started (the HA service used to refuse it itself)."""
+    an epoch entry that goes back: never started. The machine decides it, not the HA service, so
+    the one rule runs in the broker and the simulator alike."""
     return epoch < last_epoch
 
 

@@ -23,13 +23,17 @@ __all__ = [
 ]
 
 
-class Role(str, enum.Enum):
-    """The one Role enum of a broker (the HA service and the manager share it)."""
+class Role(enum.StrEnum):
+    """The one Role enum of a broker (the HA service and the manager share it).
 
-    NONE = "none"          # no role yet: before the first switch
-    SLAVE = "slave"
-    MASTER = "master"
-    SYNC_MASTER = "master"  # the reference's name; an alias of MASTER
+    A role has one spelling wherever it is written (status answers, ``--json`` output, logs, metrics,
+    chaos run files): its name, upper case as RocketMQ writes broker roles. Each value equals its name,
+    so ``role``, ``role.value``, ``role.name`` and ``f"{role}"`` all give it; there are no aliases.
+    """
+
+    NONE = "NONE"      # no role yet: before the first switch
+    SLAVE = "SLAVE"
+    MASTER = "MASTER"
 
 
 class Lifecycle(enum.IntEnum):
@@ -188,8 +192,8 @@ class BecomeMaster:
 
     @property
     def cut_torn_tail(self) -> bool:
-        """A promotion cuts a torn last record before its epoch starts (issue 15 fix 7); the same
-        master only adds an epoch entry."""
+        """A promotion cuts a torn last record before its epoch starts, so the new epoch never
+        begins inside a record its slaves would refuse; the same master only adds an epoch entry."""
         return not self.same
 
     @property
@@ -265,7 +269,7 @@ class RequestNewTerm:
 
 @dataclass(frozen=True, slots=True)
 class SetWritable:
-    """Writes are (no longer) accepted on this broker."""
+    """Writes are accepted on this broker from now on (``writable``) or refused from now on."""
 
     writable: bool
 

@@ -49,23 +49,23 @@ class Segment:
 
 def unlink_order(segments: Sequence[Segment]) -> list[Segment]:
     """The order in which a cut unlinks the segments after the cut point: newest first, so a kill
-    between two unlinks leaves a contiguous log (issue 15 fix 3; the old order was oldest first)."""
+    between two unlinks leaves a contiguous log (oldest first would leave a hole below the newest)."""
     return list(reversed(segments))
 
 
 def first_scanned(bases: Sequence[int], verified_offset: int) -> int:
     """Index of the first segment recovery scans: the one holding the last verified byte.  When the
     verified offset is exactly a segment base, the previous segment may have been sealed (an
-    ftruncate) after that checkpoint and not synced, so it is scanned and fsynced too (the old
-    rule, ``bisect_right(bases, verified_offset) - 1``, trusted it)."""
+    ftruncate) after that checkpoint and not synced, so it is scanned and fsynced too rather than
+    trusted (``bisect_left``, not ``bisect_right``)."""
     return max(0, bisect.bisect_left(bases, verified_offset) - 1)
 
 
 def recovery_scan_start(min_offset: int, verified_offset: int | None) -> int:
     """Where start-up recovery begins verifying records: the start of the log, whatever the
     checkpoint's verified offset says. The records before it were verified when written, but a bit
-    can flip in a file at rest; trusting them (the old rule: start at the segment holding the
-    verified offset) served and replicated a damaged record of an old segment."""
+    can flip in a file at rest; starting at the segment holding the verified offset would serve and
+    replicate a damaged record of an older segment."""
     return min_offset
 
 
@@ -82,7 +82,8 @@ def records_within(view: memoryview, pos: int, room: int) -> int:
 
 def first_gap(segments: Sequence[Segment]) -> int | None:
     """Index of the first segment that does not start where the previous one ends (a hole), or
-    None when the segments are contiguous (issue 15 fix 3: recovery keeps only the run before it)."""
+    None when the segments are contiguous; recovery keeps only the run before it, so the log it
+    serves has no hole."""
     for i in range(1, len(segments)):
         if segments[i].base_offset != segments[i - 1].end_offset:
             return i

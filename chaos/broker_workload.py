@@ -260,7 +260,7 @@ class Sampler(threading.Thread):
                 self.latest[key] = st
                 if st.broker_id is None:
                     continue
-                self.runlog.sample(Sample(t, st.group, st.broker_id, st.role.name, st.master_epoch, st.max_offset,
+                self.runlog.sample(Sample(t, st.group, st.broker_id, st.role.value, st.master_epoch, st.max_offset,
                                           st.confirm_offset))
             self.stop.wait(max(0.0, self.period_s - (time.monotonic() - started)))
 
@@ -303,7 +303,7 @@ def replica_snapshots(cluster: Cluster) -> list[ReplicaSnapshot]:
         for (b, st), digest in zip(present, digests):
             assert st.broker_id is not None
             out.append(ReplicaSnapshot(
-                group=group, broker_id=st.broker_id, role=st.role.name, master_epoch=st.master_epoch,
+                group=group, broker_id=st.broker_id, role=st.role.value, master_epoch=st.master_epoch,
                 epoch_entries=tuple((e.epoch, e.start_offset, e.end_offset) for e in st.epoch_entries),
                 min_offset=st.min_offset, max_offset=st.max_offset,
                 confirm_offset=st.confirm_offset, digest_to_confirm=digest,

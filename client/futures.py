@@ -5,7 +5,7 @@ A producer makes one future per message and keeps up to a window of them alive u
 is acknowledged, so they outlive the collector's young generation and every full collection walks
 them: with a stock ``Future`` (11 tracked objects: its condition holds five bound methods, a dict
 and a deque) the collector cost the producer about as much CPU per message as everything else it
-does for it (issue 27; docs/client-design.md, "Where a send's time goes"). ``SendFuture`` is a ``Future`` in
+does for it (docs/client-design.md, "Where a send's time goes"). ``SendFuture`` is a ``Future`` in
 every way (the same methods, states and attributes, set up as ``Future.__init__`` sets them); only
 its condition is a ``threading.Condition`` whose lock methods are looked up on the class instead
 of being bound per instance: 6 tracked objects.

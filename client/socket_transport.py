@@ -5,7 +5,7 @@ requests, master lookups and watches as Ray calls) whose data calls go to the ma
 (:class:`~rocketray.client.port_data.PortData`). A Ray driver is an operator (Ray trusts every driver
 with the whole cluster): it authenticates on the client ports with the operator user's credential
 the cluster's registry hands its drivers, never with a member's. A broker without a client port (an
-older cluster spec) is reached through Ray as before.
+older cluster spec) is reached through Ray.
 """
 
 from __future__ import annotations

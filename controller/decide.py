@@ -213,8 +213,9 @@ def election_answers(response: Response) -> dict[str, Response]:
 
 def _with_requester_progress(ctx: DecideContext, req: ElectMasterRequest) -> DecideContext:
     """The restarted master's row as it stands now: its heartbeat row with the progress the request
-    carries (issue 15 fix 6 under reordering: a request decided before the restart's first heartbeat
-    would otherwise rank it by what it reported before it lost its unflushed tail)."""
+    carries: the heartbeat table ranks a replica by its last report (``controller/heartbeat.py``), and
+    a request decided before the restart's first heartbeat would otherwise rank it by what it
+    reported before it lost its unflushed tail."""
     getter = ctx.live_info
     if getter is None or req.max_offset < 0:
         return ctx

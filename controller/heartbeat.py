@@ -8,7 +8,7 @@ rows for which that predicate has become false, returning their identities so th
 the election ranks a replica by the data it holds now. (RocketMQ keeps the best progress ever seen,
 replacing it only with a higher epoch or the same epoch and a higher max offset; then a master that
 restarts with less data - a power loss, a torn tail, a slave truncation - is still ranked by data it
-no longer has and can win the new-term election over a replica that holds more. Issue 15, fix 6.)
+no longer has and can win the new-term election over a replica that holds more.)
 
 Deliberate differences from RocketMQ (reference section 18, quirk 7, FIXED): a refresh also
 updates the broker's address, and the confirm offset is stored on the first insert. The table is
@@ -46,8 +46,8 @@ class BrokerLiveInfo:
 
 def _takes_report(old: BrokerLiveInfo, req: BrokerHeartbeatRequest) -> bool:
     """Does this heartbeat's progress replace the row's? Always: the last report is the broker's
-    current state. (The old rule, kept in the simulator's revert test: only a higher epoch, or the
-    same epoch with a strictly higher max offset.)"""
+    current state. (RocketMQ's rule, which the simulator's mutant ``heartbeat-keeps-best-progress``
+    patches in: only a higher epoch, or the same epoch with a strictly higher max offset.)"""
     return True
 
 

@@ -13,7 +13,7 @@ taken one at a time (`_pipeline` lock), commits overlap (controller/pipeline.py)
    events) propose a barrier instead when `is_process_read_event` (default True): linearizable
    reads. The lock is released here: the next request decides while this one commits.
 4. `handle` answers once its entry is committed *and applied on this node* (pysyncobj applies
-   before it calls back): fsynced on a majority, as before.
+   before it calls back), so an answered write is fsynced on a majority.
 
 State changes only on the tick thread, in log order (`_apply`); entries at or below the loaded
 snapshot index are skipped. Liveness (heartbeat table) is local to each node, as in RocketMQ.

@@ -3,18 +3,18 @@
 Theory of operation. The controller owns the SyncStateSet; the master knows the set the controller
 last *confirmed* and the proposals it sent that the controller has not answered yet. Until the
 controller answers, it may hold either, so every rule that decides "is this committed?" decides on
-the **union view** = confirmed set | every pending proposal (apache/rocketmq#5663, issue 15 fixes
-1 and 2): a joining member must already ack, a leaving member still counts.
+the **union view** = confirmed set | every pending proposal (apache/rocketmq#5663): a joining member
+must already ack, a leaving member still counts.
 
 Confirm offset (what consumers may read; the slaves serve up to it too), with
 ``all_ack_in_sync_state_set`` on: the minimum of the master's max offset and the ack of every
 other member of the union view. A member whose ack is unknown (not connected, or not acked yet on
 this connection) freezes the confirm offset at its current value, capped by every known ack, so
 the confirm offset never covers bytes a member of the union view may not hold -- even if that
-means moving it back (a floor that keeps it up would count bytes a joining member lacks: issue 15
-fix 1). With the master alone in the union view everything written is confirmed. With
-``all_ack_in_sync_state_set`` off the confirm offset is the max offset (upstream's quorum mode:
-consumers may read what a failover can truncate; documented in docs/ha.md).
+means moving it back (a floor that keeps it up would count bytes a joining member lacks). With the
+master alone in the union view everything written is confirmed. With ``all_ack_in_sync_state_set``
+off the confirm offset is the max offset (upstream's quorum mode: consumers may read what a
+failover can truncate; documented in docs/ha.md).
 
 Ack policy (13.4): a put is admitted only if the in-sync count reaches ``min_in_sync_replicas``;
 after writing it waits until every union member other than the master acked its end (all-ack), or

@@ -9,7 +9,7 @@ from rocketray.schema import MIB, key
 __all__ = ["HAConfig", "DEFAULT_TRANSFER_BATCH_SIZE"]
 
 # Chosen by measurement (benchmarks/bench_replication.py, table in docs/ha.md): with the slave's
-# zero-copy receive (issue 18) 1-2 MiB batches are the plateau, ~1.3x 256 KiB and ~1.5x 128 KiB.
+# zero-copy receive 1-2 MiB batches are the plateau, ~1.3x 256 KiB and ~1.5x 128 KiB.
 DEFAULT_TRANSFER_BATCH_SIZE = 1024 * 1024
 
 

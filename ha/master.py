@@ -7,7 +7,7 @@ asyncio ``HAService``, or the simulator) feeds it the sessions' events and store
 back decisions: proposals to report, connections to close, the confirm offset, whether a put may
 start and whether a batch is acknowledged. It holds no clock, no IO and no store.
 
-Rules (reference 13.1-13.4, issue 15): a slave's ack counts only on its live connection; a second
+Rules (reference 13.1-13.4): a slave's ack counts only on its live connection; a second
 connection of the same slave replaces the first; a caught-up ack makes the slave a candidate for
 the set (``SyncStateTracker.maybe_expand``: ack >= confirm offset and >= the current epoch's
 start); losing a slave's last connection proposes its removal; every ack and confirm decision is

@@ -17,10 +17,12 @@ actions through the same executor, with the same preconditions as in a broker.
 
 Every ack and confirm-offset decision is the pure core's (``rocketray.ha.ack``) over the tracker's
 union view (confirmed set | proposals the controller has not answered), so a joining member counts
-from the moment it is proposed (issue 15 fixes 1 and 2). The confirm offset is written into the
-store's ``confirm_offset`` whenever it moves, which is what consumers and the transfer headers read.
+from the moment it is proposed and a leaving one until the controller confirms it gone. The confirm
+offset is written into the store's ``confirm_offset`` whenever it moves, which is what consumers and
+the transfer headers read.
 ``put`` answers a typed ``PutResult``: a batch written before the role changed is MASTER_CHANGED
-with ``written=UNKNOWN``, never NOT_MASTER (fix 4). The connection shells (``ha/transport.py``) call
+with ``written=UNKNOWN``, never NOT_MASTER (it may survive on the next master, so a client must
+not take it for a refusal). The connection shells (``ha/transport.py``) call
 back only through the public ``ConnectionOwner`` methods (``rocketray.ha.serving``, a base class).
 """
 

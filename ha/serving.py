@@ -134,7 +134,7 @@ class SlaveServing:
         epoch_start = last.start_offset if last is not None else 0
         self._propose(self.replication.acked(conn, event, self.store.confirm_offset, epoch_start))
         # The confirm offset first: its listeners (held pulls) answer in this step, so a consumer
-        # wakes before the producers whose puts this ack decides send again (issue 27).
+        # wakes before the producers whose puts this ack decides send again.
         self._update_confirm_offset()
         self._notify_ack_waiters()
 

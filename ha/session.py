@@ -116,7 +116,8 @@ class SlaveSession:
         self.slave_id = slave_id
         # The epoch the controller named for this master (None: not known, accept any). A master
         # whose handshake names another last epoch is not the one the controller elected (a stale
-        # master, or one ahead of what this slave was told): refuse it (issue 15 fix 7).
+        # master, or one ahead of what this slave was told): refuse it, so this slave never
+        # truncates to, or copies from, a log the controller did not elect.
         self.expected_epoch = expected_epoch
         self.sync_from_last_file = sync_from_last_file
         self.async_learner = async_learner

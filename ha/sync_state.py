@@ -8,9 +8,9 @@ tests, keeps the set itself), and keeps the proposals the controller has not ans
 proposal the role machine says it sent, ``mark_in_flight``). Every rule that decides "is this
 committed?" uses the **union view** ``local | every pending proposal`` (``rocketray.ha.ack``):
 while an expand is pending the new member must already ack, while a shrink is pending the removed
-member still counts. A new proposal never replaces a pending one in the view (issue 15 fix 2: the
-shrink check used to build its candidate from ``local`` only and overwrite a pending expand, so a
-put was acknowledged without the joining member the controller was about to count). A pending
+member still counts. A new proposal never replaces a pending one in the view: a shrink candidate
+built from ``local`` only that overwrote a pending expand would let a put be acknowledged without
+the joining member the controller is about to count. A pending
 proposal leaves the view only when the controller confirms a set: the confirmation drops the
 proposals up to the last one equal to it (all of them when none is equal: the set came from a role
 change, not from an answer).

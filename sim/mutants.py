@@ -16,7 +16,8 @@ interleaved, so the first dozen runs cover every profile) against the mutant unt
 violation and returns the *seeds-to-catch* (the 1-based index of the first failing run in that
 schedule) or None when the mutant survives the budget. ``hunt_all`` runs every mutant in a process
 pool. ``rocketray simulate --mutants`` and ``tests/sim/test_mutants.py`` use them; a mutant that
-survives fails the check. When a bug is fixed, add its old rule here.
+survives fails the check. Every bug fixed in a core adds its broken rule here, so the CI budget
+keeps proving the fix.
 """
 
 from __future__ import annotations
@@ -266,7 +267,7 @@ ALL_MUTANTS: dict[str, Mutant] = {m.name: m for m in [
            "the master answers committed offsets at once from every record of its log, confirmed or not",
            (("rocketray.sim.broker:SimBroker.offset_table", fold_whole_log),
             ("rocketray.sim.offsets:answerable", const(True)))),
-    # -- found by async-overlap (issue 28)
+    # -- found by the async-overlap profile
     Mutant("first-term-after-restart-taken", "election",
            "a restarted broker takes the first term a MASTER_STILL_EXIST answer, poll or notification names it "
            "master of, with what survived its power loss",

@@ -73,7 +73,7 @@ class SimConfig:
 
 
 #: Fault mixes (``rocketray simulate --profile``). ``default`` draws every fault kind; the others
-#: concentrate on one family, which is where random search finds most old rules (sim/scenarios.py).
+#: concentrate on one family, which is where random search finds most broken rules (sim/scenarios.py).
 PROFILES: dict[str, SimConfig] = {
     "default": SimConfig(),
     "crashes": SimConfig(faults=("kill", "power-loss", "io-crash", "heal", "isolate"), fault_gap_ms=(150, 700),
@@ -99,7 +99,7 @@ PROFILES: dict[str, SimConfig] = {
     # half the faults wait for a rare window (sim/windows.py): a proposal at the controller, a
     # counted member behind or just restarted, an old master back
     "windows": SimConfig(window_p=0.5, fault_gap_ms=(150, 700), max_faults=30),
-    # the controller at scale (issue 29): dozens of groups, and ``node-loss`` takes a replica of every
+    # the controller at scale: dozens of groups, and ``node-loss`` takes a replica of every
     # group at once (the masters of a third of them), a third of the time with the controller leader
     # (a lighter load per group: the controller's work grows with the groups, the data path per group not)
     "scale": SimConfig(groups=24, faults=FAULTS + ("node-loss",), fault_gap_ms=(200, 800), max_faults=16,

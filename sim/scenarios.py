@@ -1,14 +1,14 @@
 """Named scenarios: a fault schedule, scripted or drawn by a pinned seed, that drives the simulator
-into one of the failures issue 15 fixed (or the simulator found).
+into a failure that a broken rule of the cores would cause (a data-loss or split-brain bug).
 
-Theory of operation. A random search finds most old rules within a few dozen seeds of the right
+Theory of operation. A random search finds most broken rules within a few dozen seeds of the right
 fault mix (``PROFILES``), so most scenarios are simply a profile and the seed that shows it. A
 few failures need an exact interleaving that random faults almost never produce; their scenario
 is a *script*: predicates polled on virtual time (``Sim.when``) that wait for a state (a put
 waiting for its acks, a truncation about to unlink segments) and then cut links or arm a crash
 at one IO step. Either way the run uses the real cores and the invariants of every run; a
 scenario passes with the rules as they are, and ``tests/sim/test_scenarios.py`` shows that each
-fails, on the invariant it names, when its old rule is patched back.
+fails, on the invariant it names, when the broken rule it guards against is patched in.
 
     rocketray simulate --scenario list
     rocketray simulate --scenario violation-4-not-master-after-write
@@ -106,7 +106,7 @@ def _expect_replaced_by_grace(sim: Sim, m: SimBroker, epoch: int, what: str) -> 
 
 
 def _leader_lost_with_the_master(sim: Sim) -> None:
-    """Issue 29. One node held the controller leader and the group's master: both die at once. The
+    """One node held the controller leader and the group's master: both die at once. The
     kill's session close reaches the dead leader only, so the new leader has no session of the
     master and no close to act on; the slaves reopen theirs at once. The leader-change rule treats
     the master as dead after the grace window; heartbeat expiry would take 1.5 s and more."""
@@ -122,7 +122,7 @@ def _leader_lost_with_the_master(sim: Sim) -> None:
 
 
 def _master_cut_off_across_a_leader_change(sim: Sim) -> None:
-    """Issue 29, the rule's risk. The live master's links to the controller are cut as the leader
+    """The grace rule's risk. The live master's links to the controller are cut as the leader
     changes and stay cut past the grace window, while producers keep writing to it: the new leader
     treats it as dead and elects a slave under a higher epoch while the old master still serves.
     Epoch fencing must keep it to one master per epoch and lose no acknowledged write."""
@@ -406,11 +406,11 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
              "instead of rolling the group's progress back",
              dataclasses.replace(_quiet(), duration_ms=16_000), 1, _masters_killed_after_commits),
     Scenario("leader-lost-with-master",
-             "issue 29: the controller leader and the master die together; the new leader, which holds no "
+             "the controller leader and the master die together; the new leader, which holds no "
              "session of the master, replaces it after the session grace instead of at heartbeat expiry",
              _quiet(restart_min_ms=6_000, restart_max_ms=8_000), 1, _leader_lost_with_the_master),
     Scenario("leader-change-cuts-off-the-master",
-             "issue 29: a live master cannot reopen its session with a new leader within the grace and "
+             "a live master cannot reopen its session with a new leader within the grace and "
              "is deposed while it serves: one master per epoch, no acknowledged write lost",
              _quiet(), 1, _master_cut_off_across_a_leader_change),
     Scenario("violation-4-not-master-after-write",

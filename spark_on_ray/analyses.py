@@ -32,6 +32,7 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from rocketray.broker.role_io import Role
 from rocketray.spark_on_ray.consumer_groups import (consumer_lag, consumer_lag_summary, redeliveries_around_failovers,
                                                      redelivery_totals)
 
@@ -40,8 +41,9 @@ OPEN_END = 2**62
 
 
 def is_master_role(role: Column) -> Column:
-    """Role strings a master reports: MASTER, master, SYNC_MASTER, ASYNC_MASTER."""
-    return F.coalesce(F.upper(role).endswith("MASTER"), F.lit(False))
+    """True where ``role`` is ``MASTER``: records hold a role by its one spelling (a saved run's
+    legacy spellings are normalised by its reader, ``rocketray.verify.history``)."""
+    return F.coalesce(role == Role.MASTER.value, F.lit(False))
 
 
 # -- epochs ----------------------------------------------------------------------------------------

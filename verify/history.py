@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from rocketray.broker.role_io import Role
 from rocketray.verify.fields import FieldError as _FieldError
 from rocketray.verify.fields import Ident, Number
 from rocketray.verify.fields import get as _get
@@ -37,6 +38,10 @@ CONTROLLER_EVENTS_FILE = "controller_events.jsonl"
 VERDICT_FILE = "verdict.json"
 
 OP_FUNCTIONS = ("send", "read")
+ROLES = tuple(r.value for r in Role)
+#: The lowercase spellings found in saved run directories, read as the one spelling so those runs
+#: keep loading; nothing writes them, and no other spelling is accepted.
+LEGACY_ROLES = {"master": Role.MASTER.value, "slave": Role.SLAVE.value}
 OUTCOMES = tuple(o.value for o in Outcome)
 #: The broker chaos run's fault kinds, declared once (``rocketray.verify.nemesis`` schedules them,
 #: ``rocketray.chaos.broker_chaos`` executes them); ``nemesis.jsonl`` accepts these plus ``heal``.
@@ -238,14 +243,14 @@ class ReplicaSnapshot:
 
     @property
     def is_master(self) -> bool:
-        return is_master_role(self.role)
+        return self.role == Role.MASTER
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> "ReplicaSnapshot":
         return cls(
             group=_str(obj, "group"),  # type: ignore[arg-type]
             broker_id=_int(obj, "broker_id"),  # type: ignore[arg-type]
-            role=_str(obj, "role"),  # type: ignore[arg-type]
+            role=_role(obj),
             master_epoch=_int(obj, "master_epoch"),  # type: ignore[arg-type]
             epoch_entries=_epoch_entries(obj),
             min_offset=_int(obj, "min_offset", minimum=0),  # type: ignore[arg-type]
@@ -283,7 +288,7 @@ class Sample:
 
     @property
     def is_master(self) -> bool:
-        return is_master_role(self.role)
+        return self.role == Role.MASTER
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> "Sample":
@@ -291,7 +296,7 @@ class Sample:
             time_ms=_number(obj, "time_ms"),
             group=_str(obj, "group"),  # type: ignore[arg-type]
             broker_id=_int(obj, "broker_id"),  # type: ignore[arg-type]
-            role=_str(obj, "role"),  # type: ignore[arg-type]
+            role=_role(obj),
             master_epoch=_int(obj, "master_epoch"),  # type: ignore[arg-type]
             max_offset=_int(obj, "max_offset"),  # type: ignore[arg-type]
             confirm_offset=_int(obj, "confirm_offset"),  # type: ignore[arg-type]
@@ -322,6 +327,10 @@ class ControllerEventRecord:
         return {"index": self.index, "time_ms": self.time_ms, "type": self.type, **self.fields}
 
 
-def is_master_role(role: str) -> bool:
-    """True for the role strings a master reports (``master``, ``MASTER``, ``SYNC_MASTER``, ``ASYNC_MASTER``)."""
-    return role.upper() in ("MASTER", "SYNC_MASTER", "ASYNC_MASTER")
+def _role(obj: dict[str, Any]) -> str:
+    """The ``role`` key: a ``Role`` by its one spelling (``MASTER``, ``SLAVE``, ``NONE``), or a legacy one."""
+    value = _str(obj, "role") or ""
+    value = LEGACY_ROLES.get(value, value)
+    if value not in ROLES:
+        raise _FieldError(f"key 'role' must be one of {', '.join(ROLES)}; got {value!r}")
+    return value

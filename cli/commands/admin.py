@@ -187,7 +187,7 @@ def broker_epochs(cluster, groups: list[str]) -> tuple[list[tuple[str, dict]], l
                 continue
             caches.append((b.ha_address, {
                 "cluster_name": cluster.spec.cluster_name, "broker_name": group, "broker_addr": b.ha_address,
-                "broker_id": st.broker_id, "role": st.role.name, "master_epoch": st.master_epoch,
+                "broker_id": st.broker_id, "role": st.role.value, "master_epoch": st.master_epoch,
                 "epoch_list": [e._asdict() for e in st.epoch_entries],
                 "max_offset": st.max_offset, "confirm_offset": st.confirm_offset}))
     return caches, missing

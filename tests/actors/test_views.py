@@ -10,7 +10,7 @@ from rocketray.actors.views import (ControllerMetadata, EpochEntry, HAStatus, Ma
 
 from broker_status_factory import broker_status
 
-HA_DICT = {"broker_id": 2, "role": "none", "epoch": 0, "max_offset": 10, "confirm_offset": 5,
+HA_DICT = {"broker_id": 2, "role": "NONE", "epoch": 0, "max_offset": 10, "confirm_offset": 5,
            "epoch_entries": [[1, 0]], "sync_state_set": [2], "sync_state_set_view": [2], "pending_proposals": [[1, 2]],
            "synchronizing": False, "connections": [{"slave_id": 3, "peer": "h:1", "ack_offset": 4,
                                                     "async_learner": True, "state": "TRANSFER"}],

@@ -76,7 +76,7 @@ def test_register_replicate_expand_failover_and_rejoin(tmp_path, port_factory):
         b1.open()
         b2.open()
         try:
-            assert await b1.rm.start_basic_service_once() and b1.rm.role == Role.SYNC_MASTER
+            assert await b1.rm.start_basic_service_once() and b1.rm.role == Role.MASTER
             assert await b2.rm.start_basic_service_once() and b2.rm.role == Role.SLAVE
             assert b2.rm.master_address == b1.address  # the controller's answer is an HA address
 
@@ -94,7 +94,7 @@ def test_register_replicate_expand_failover_and_rejoin(tmp_path, port_factory):
             resp = await ctl.call(ElectMasterRequest.of_controller_trigger(fakes.GROUP), address=ctl.leader)
             assert resp.ok and resp.header.master_broker_id == 2 and resp.header.master_epoch == 2
             await b2.rm.sync_metadata_once()
-            assert b2.rm.role == Role.SYNC_MASTER and b2.rm.writable
+            assert b2.rm.role == Role.MASTER and b2.rm.writable
             result = await b2.rm.ha.put([Message("T", 0, b"y" * 100) for _ in range(5)], clock())
             assert result.status == PutStatus.PUT_OK
             assert [e.epoch for e in b2.store.epoch_file.entries()] == [1, 2]

@@ -58,7 +58,7 @@ def test_register_success_runs_as_first_master(world, identity):
     assert identity.load_temp() is None
     assert ctl.master() == (1, A1, 1)
     assert b.ha.roles() == [("change_to_master", 1)]
-    assert b.rm.role == Role.SYNC_MASTER and b.rm.writable and not b.rm.fenced
+    assert b.rm.role == Role.MASTER and b.rm.writable and not b.rm.fenced
     assert b.rm.sync_state_set == {1} and b.rm.sync_state_set_epoch == 1
     assert ctl.names() == ["GetNextBrokerIdRequest", "ApplyBrokerIdRequest", "RegisterBrokerRequest",
                            "ElectMasterRequest"]
@@ -218,7 +218,7 @@ def test_restart_with_changed_address_keeps_id_and_controller_learns_it(world, i
     assert run(b.rm.start_basic_service_once())
     b.restart(address="127.0.0.1:9555")
     assert run(b.rm.start_basic_service_once())
-    assert b.rm.broker_id == 1 and b.rm.role == Role.SYNC_MASTER and b.rm.master_address == "127.0.0.1:9555"
+    assert b.rm.broker_id == 1 and b.rm.role == Role.MASTER and b.rm.master_address == "127.0.0.1:9555"
     master_id, master_address, epoch = ctl.master()
     assert master_id == 1 and master_address == "127.0.0.1:9555" and epoch == 2
     assert ctl.state.replica_info[GROUP].next_assign_broker_id == 2
@@ -234,7 +234,7 @@ def test_restart_after_heartbeat_expiry_reclaims_mastership(world, identity):
     clock.advance(60_000)
     b.restart()
     assert run(b.rm.start_basic_service_once())
-    assert b.rm.role == Role.SYNC_MASTER and b.rm.master_epoch == 2 and ctl.master() == (1, A1, 2)
+    assert b.rm.role == Role.MASTER and b.rm.master_epoch == 2 and ctl.master() == (1, A1, 2)
 
 
 def test_leader_discovery_and_not_leader_hint():

@@ -38,7 +38,7 @@ def run(coro):
 def test_slaves_follow_the_master_address_from_the_controller():
     async def scenario():
         clock, ctl, (b1, b2, b3) = await group_of_three()
-        assert b1.rm.role == Role.SYNC_MASTER and b1.rm.sync_state_set == {1, 2, 3}
+        assert b1.rm.role == Role.MASTER and b1.rm.sync_state_set == {1, 2, 3}
         assert b1.ha.sync_state_set == {1, 2, 3} and b1.rm.sync_state_set_epoch == 2
         assert b2.ha.roles() == [("change_to_slave", A1, 1)] and b3.ha.roles() == [("change_to_slave", A1, 1)]
     run(scenario())
@@ -55,14 +55,14 @@ def test_role_change_only_for_strictly_newer_epochs():
             await b3.rm.on_role_change({"master_broker_id": 3, "master_address": A3, "master_epoch": 5,
                                         "sync_state_set_epoch": 9, "sync_state_set": [3]})
         assert not await b2.rm.on_role_change(RoleChangeNotification(None, None, 7, 7, frozenset()))
-        assert b1.ha.roles() == [("change_to_master", 1)] and b1.rm.role == Role.SYNC_MASTER
+        assert b1.ha.roles() == [("change_to_master", 1)] and b1.rm.role == Role.MASTER
         assert b3.ha.roles() == [("change_to_slave", A1, 1)]
         newer = RoleChangeNotification(2, A2, 2, 3, frozenset({2}))
         assert await b1.rm.on_role_change(newer) and await b2.rm.on_role_change(newer)
         assert await b3.rm.on_role_change(newer)
         assert not await b3.rm.on_role_change(newer)  # a duplicate notification is a no-op
         assert b1.rm.role == Role.SLAVE and not b1.rm.writable and b1.ha.roles()[-1] == ("change_to_slave", A2, 2)
-        assert b2.rm.role == Role.SYNC_MASTER and b2.rm.writable and b2.ha.roles()[-1] == ("change_to_master", 2)
+        assert b2.rm.role == Role.MASTER and b2.rm.writable and b2.ha.roles()[-1] == ("change_to_master", 2)
         assert b2.rm.sync_state_set == {2} and b2.ha.sync_state_set == {2}
         assert b3.ha.roles() == [("change_to_slave", A1, 1), ("change_to_slave", A2, 2)]
     run(scenario())
@@ -84,7 +84,7 @@ def test_failover_found_by_polling_and_old_master_rejoins_as_slave():
         for b in (b2, b3):
             await b.rm.sync_metadata_once()
         winner, other = (b2, b3) if new_master == 2 else (b3, b2)
-        assert winner.rm.role == Role.SYNC_MASTER and winner.rm.master_epoch == 2
+        assert winner.rm.role == Role.MASTER and winner.rm.master_epoch == 2
         assert winner.ha.roles()[-1] == ("change_to_master", 2)
         assert other.ha.roles()[-1] == ("change_to_slave", winner.address, 2)
         b1.restart()
@@ -191,7 +191,7 @@ def test_refused_promotion_is_retried_at_the_same_epoch(how):
             b2.store.epoch_file.epochs.pop()
         assert b2.rm.master_epoch == 1 and b2.rm.role == Role.SLAVE and b2.rm.sync_state_set == frozenset()
         b2.ha.fail_master = False
-        assert await b2.rm.on_role_change(n) and b2.rm.role == Role.SYNC_MASTER and b2.rm.master_epoch == 2
+        assert await b2.rm.on_role_change(n) and b2.rm.role == Role.MASTER and b2.rm.master_epoch == 2
     run(scenario())
 
 

@@ -70,10 +70,10 @@ def clean_run() -> RunBuilder:
     b.nem(300, "heal", "end", group=None)
     for i in range(10):
         b.read(f"p{i}", i, at=400 + i, process="final", broker_id=2)
-    b.sample(50, 1, "master", 1).sample(50, 2, "slave", 1).sample(200, 2, "master", 2)
-    b.sample(200, 1, "slave", -1)  # restarted, epoch not known yet
-    b.sample(250, 1, "slave", 2)
-    b.replica(2, "master", 2, digest_hex=digest(b"log")).replica(1, "slave", 2, digest_hex=digest(b"log"))
+    b.sample(50, 1, "MASTER", 1).sample(50, 2, "SLAVE", 1).sample(200, 2, "MASTER", 2)
+    b.sample(200, 1, "SLAVE", -1)  # restarted, epoch not known yet
+    b.sample(250, 1, "SLAVE", 2)
+    b.replica(2, "MASTER", 2, digest_hex=digest(b"log")).replica(1, "SLAVE", 2, digest_hex=digest(b"log"))
     return b
 
 
@@ -174,19 +174,19 @@ def test_two_masters_in_one_epoch_is_flagged():
 def test_two_masters_in_one_epoch_seen_only_after_heal_is_flagged():
     """The final replica states count too."""
     b = clean_run()
-    b.replicas[1] = replace(b.replicas[1], role="master")
+    b.replicas[1] = replace(b.replicas[1], role="MASTER")
     assert check(b.data()).masters_per_epoch_max == 2
 
 
 def test_same_master_in_two_epochs_is_fine_and_groups_are_separate():
     """One master per (group, epoch): a master re-elected at a new epoch, or another group's master, is fine."""
-    b = clean_run().sample(260, 2, "master", 3).sample(260, 7, "master", 2, group="g1")
+    b = clean_run().sample(260, 2, "MASTER", 3).sample(260, 7, "MASTER", 2, group="g1")
     assert check(b.data()).masters_per_epoch_max == 1
 
 
 def test_epoch_regression_is_flagged():
     """Broker 2 went from epoch 2 back to epoch 1 in a later sample."""
-    b = clean_run().sample(270, 2, "slave", 1)
+    b = clean_run().sample(270, 2, "SLAVE", 1)
     v = check(b.data())
     assert not v.epochs_monotonic and not v.valid
     ex = v.examples["epochs_monotonic"][0]
@@ -195,20 +195,20 @@ def test_epoch_regression_is_flagged():
 
 def test_epoch_regression_between_samples_and_final_state_is_flagged():
     """The replica's state after heal is the last point of its series."""
-    b = clean_run().sample(280, 1, "slave", 3)
+    b = clean_run().sample(280, 1, "SLAVE", 3)
     assert not check(b.data()).epochs_monotonic
 
 
 def test_restart_reporting_unknown_epoch_is_not_a_regression():
     """A restarted broker reports -1/0 until it learns the epoch; that is not a regression (documented model)."""
-    b = clean_run().sample(265, 2, "slave", 0).sample(266, 2, "master", 2)
+    b = clean_run().sample(265, 2, "SLAVE", 0).sample(266, 2, "MASTER", 2)
     assert check(b.data()).epochs_monotonic
 
 
 def test_samples_are_ordered_by_time_not_by_file_position():
     """Samples written out of order by concurrent samplers are sorted by time_ms first."""
     b = clean_run()
-    b.samples.insert(0, Sample(240, "g0", 2, "master", 2, 0, 0))
+    b.samples.insert(0, Sample(240, "g0", 2, "MASTER", 2, 0, 0))
     assert check(b.data()).epochs_monotonic
 
 
@@ -355,13 +355,13 @@ def model_run(actions) -> RunData:
                    start=clock, end=clock + 5, broker_id=master[g])
         elif action[0] == "kill":
             g = action[1]
-            b.sample(clock, master[g], "master", epoch[g], group=f"g{g}")
+            b.sample(clock, master[g], "MASTER", epoch[g], group=f"g{g}")
             b.nem(clock, "kill-master", group=f"g{g}", target=f"g{g}/{master[g]}")
-            b.sample(clock + 1, master[g], "slave", -1, group=f"g{g}")  # restarted, epoch unknown
+            b.sample(clock + 1, master[g], "SLAVE", -1, group=f"g{g}")  # restarted, epoch unknown
             master[g] = master[g] % 3 + 1
             epoch[g] += 1
             entries[g].append((epoch[g], sum(len(logs[(g, q)]) for q in range(2))))
-            b.sample(clock + 2, master[g], "master", epoch[g], group=f"g{g}")
+            b.sample(clock + 2, master[g], "MASTER", epoch[g], group=f"g{g}")
             b.nem(clock + 3, "kill-master", "end", group=f"g{g}", target=f"g{g}/{master[g]}")
         else:
             _, g, q, count = action
@@ -381,7 +381,7 @@ def model_run(actions) -> RunData:
         ends = [s for _, s in entries[g][1:]] + [size]
         epoch_entries = tuple((e, s, end) for (e, s), end in zip(entries[g], ends))
         for broker_id in (1, 2, 3):
-            role = "master" if broker_id == master[g] else "slave"
+            role = "MASTER" if broker_id == master[g] else "SLAVE"
             b.replica(broker_id, role, epoch[g], group=f"g{g}", digest_hex=digest(data), confirm=size,
                       entries=epoch_entries)
     return b.data()

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from rocketray.verify.history import ControllerEventRecord, NemesisEvent, OpRecord, ReplicaSnapshot, RunDirError, Sample
-from rocketray.verify.run_dir import RunData, read_history, read_replicas, read_run_dir, write_run_dir
+from rocketray.verify.run_dir import RunData, read_history, read_replicas, read_run_dir, read_samples, write_run_dir
 
 DIGEST = "ab" * 32
 
@@ -21,7 +21,7 @@ def op_json(**overrides):
 
 
 def replica_json(**overrides):
-    base = {"group": "broker-a", "broker_id": 1, "role": "master", "master_epoch": 2,
+    base = {"group": "broker-a", "broker_id": 1, "role": "MASTER", "master_epoch": 2,
             "epoch_entries": [[1, 0, 100], [2, 100, 250]], "min_offset": 0, "max_offset": 250,
             "confirm_offset": 250}
     base.update(overrides)
@@ -41,8 +41,8 @@ def sample_run() -> RunData:
         nemesis=(NemesisEvent(1500, "kill-master", "start", "broker-a/1", "broker-a"),
                  NemesisEvent(1900, "heal", "end", None, None)),
         replicas=(ReplicaSnapshot.from_json(replica_json(digest_to_confirm=DIGEST)),
-                  ReplicaSnapshot.from_json(replica_json(broker_id=2, role="slave"))),
-        samples=(Sample(1200, "broker-a", 1, "master", 1, 100, 100),),
+                  ReplicaSnapshot.from_json(replica_json(broker_id=2, role="SLAVE"))),
+        samples=(Sample(1200, "broker-a", 1, "MASTER", 1, 100, 100),),
         controller_events=(ControllerEventRecord(0, 1100, "ElectMasterEvent",
                                                  {"broker_name": "broker-a", "new_master_elected": True}),),
     )
@@ -117,7 +117,7 @@ def test_failed_read_may_have_no_payload(tmp_path):
     ("nemesis.jsonl", {"time_ms": 1, "kind": "explode", "phase": "start", "target": None, "group": None},
      "'kind' must be one of"),
     ("nemesis.jsonl", {"time_ms": 1, "kind": "heal", "phase": "middle", "target": None}, "'phase' must be one of"),
-    ("samples.jsonl", {"time_ms": 1, "group": "g", "broker_id": 1, "role": "master", "master_epoch": 1,
+    ("samples.jsonl", {"time_ms": 1, "group": "g", "broker_id": 1, "role": "MASTER", "master_epoch": 1,
                        "max_offset": 0}, "missing required key 'confirm_offset'"),
     ("controller_events.jsonl", {"index": -1, "time_ms": 1, "type": "X"}, "'index' must be >= 0"),
 ])
@@ -149,3 +149,24 @@ def test_replicas_json_must_be_a_list(tmp_path):
     (tmp_path / "replicas.json").write_text(json.dumps(replica_json()))
     with pytest.raises(RunDirError, match="^replicas.json:1: expected a JSON list"):
         read_replicas(tmp_path / "replicas.json")
+
+
+@pytest.mark.parametrize("written, read", [("MASTER", "MASTER"), ("SLAVE", "SLAVE"), ("NONE", "NONE"),
+                                           ("master", "MASTER"), ("slave", "SLAVE")])
+def test_roles_read_as_the_one_spelling(tmp_path, written, read):
+    """The role enum's names, and the lowercase legacy spellings of saved runs read as those names."""
+    write_lines(tmp_path / "samples.jsonl", [{"time_ms": 1, "group": "g", "broker_id": 1, "role": written,
+                                              "master_epoch": 1, "max_offset": 0, "confirm_offset": 0}])
+    sample = read_samples(tmp_path / "samples.jsonl")[0]
+    assert sample.role == read and sample.is_master == (read == "MASTER")
+    assert ReplicaSnapshot.from_json(replica_json(role=written)).role == read
+
+
+@pytest.mark.parametrize("bad", ["SYNC_MASTER", "ASYNC_MASTER", "Master", "none", "leader", ""])
+def test_a_role_in_no_known_spelling_is_refused(tmp_path, bad):
+    """Any other spelling names the file, the line and the spellings accepted."""
+    write_lines(tmp_path / "history.jsonl", [op_json()])
+    write_lines(tmp_path / "samples.jsonl", [{"time_ms": 1, "group": "g", "broker_id": 1, "role": bad,
+                                              "master_epoch": 1, "max_offset": 0, "confirm_offset": 0}])
+    with pytest.raises(RunDirError, match=r"^samples.jsonl:1: .*'role' must be one of NONE, SLAVE, MASTER"):
+        read_run_dir(tmp_path)

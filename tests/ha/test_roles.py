@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 
+from rocketray.broker.role import Role
+
 from ha_helpers import (commitlog_bytes, data_epochs, fast_config, messages, put_all, run,
                         start_node, stop_node, switch, wait_caught_up, wait_for)
 
@@ -38,7 +40,7 @@ def test_stale_role_changes_are_refused(tmp_path):
         assert await n.ha.change_to_master(3)
         assert not await n.ha.change_to_master(2)
         assert not await n.ha.change_to_slave("127.0.0.1:1", 2)
-        assert n.ha.role.value == "master" and n.ha.epoch == 3
+        assert n.ha.role == Role.MASTER and n.ha.epoch == 3
         await stop_node(n)
     run(body())
 

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from ha_helpers import chunked
 
-from rocketray.ha.memlog import MemoryLog, apply_slave_actions
+from memory_log import MemoryLog, apply_slave_actions
 from rocketray.ha.protocol import (
     ConnState, EpochPoint, MasterPacketDecoder, MasterTransfer, ProtocolError,
     encode_master_handshake, encode_master_transfer, encode_slave_ack, encode_slave_handshake,

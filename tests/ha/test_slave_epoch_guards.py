@@ -4,7 +4,7 @@ handshake names another epoch than the controller gave it (each also against its
 from __future__ import annotations
 
 import rocketray.ha.session as session_mod
-from rocketray.ha.memlog import MemoryLog, apply_slave_actions
+from memory_log import MemoryLog, apply_slave_actions
 from rocketray.ha.protocol import EpochPoint, encode_master_handshake, encode_master_transfer
 from rocketray.ha.session import Append, Close, SlaveSession, Truncate
 

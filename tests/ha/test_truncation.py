@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rocketray.ha.memlog import MemoryLog, apply_slave_actions
+from memory_log import MemoryLog, apply_slave_actions
 from rocketray.ha.session import MasterSession, SlaveSession
 from rocketray.ha.truncation import EpochRange, decide_truncation, find_consistent_point, ranges_from_points
 

@@ -49,12 +49,19 @@ def package_dirs(root: Path) -> dict[str, Path]:
 
 
 def product_modules(root: Path) -> dict[str, Module]:
-    """Every module of the installed package, by dotted name; a C extension by its stub (``.pyi``)."""
+    """Every module of the installed package, by dotted name; a C extension by its stub (``.pyi``).
+
+    A folder's subpackages (a subfolder with an ``__init__.py``, such as ``cli/commands``) belong to
+    its package: ``cli/commands/admin.py`` is ``rocketray.cli.commands.admin``."""
     modules: dict[str, Module] = {}
     for package, folder in package_dirs(root).items():
-        for path in sorted(folder.glob("*.py")) + sorted(folder.glob("*.pyi")):
+        for path in sorted(folder.rglob("*.py")) + sorted(folder.rglob("*.pyi")):
+            parts = path.relative_to(folder).parent.parts
+            if not all((folder.joinpath(*parts[:i + 1]) / "__init__.py").is_file() for i in range(len(parts))):
+                continue
+            inner = ".".join((package, *parts))
             is_package = path.name == "__init__.py"
-            name = package if is_package else f"{package}.{path.stem}"
+            name = inner if is_package else f"{inner}.{path.stem}"
             modules.setdefault(name, Module(name, path, is_package))
     return modules
 
