@@ -137,6 +137,7 @@ class GroupReport:
     copies_delivered: int = 0   #: deliveries of retry copies
     seeks: int = 0
     delayed_delivered: int = 0  #: deliveries of delayed payloads
+    queues_added: int = 0       #: queues the run's extensions of the topic added
     examples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
     @property
@@ -165,7 +166,7 @@ class GroupReport:
                 f"({self.dead_lettered} dead letters, {self.copies_delivered} copies delivered): {self.nacks_lost} lost, "
                 f"{self.wrong_copies} wrong copies, {self.nacks_misrouted} misrouted, {self.unexplained_copies} "
                 f"unexplained; {self.seeks} seeks, {self.seeks_not_honoured} not honoured; new queues unread "
-                f"{self.new_queues_unread}; delayed delivered {self.delayed_delivered}, early {self.delayed_early}; "
+                f"{self.new_queues_unread} of {self.queues_added}; delayed delivered {self.delayed_delivered}, early {self.delayed_early}; "
                 f"{self.deliveries} deliveries, commits {self.commits_ok} ok / "
                 f"{self.commits_failed} failed, {self.progress_samples} progress samples "
                 f"({self.progress_samples_failed} unanswered), consumers {self.consumers_started} started / "
@@ -254,7 +255,8 @@ def _report(group: str, acked: list[OpRecord], failed: set, queue_groups: dict[t
         rebalances=len(h.assignments), expression=expression, nacks_ok=sum(1 for n in h.nacks if n.ok),
         nacks_failed=sum(1 for n in h.nacks if not n.ok), dead_lettered=sum(1 for n in h.nacks if n.ok and n.dead),
         copies_delivered=sum(1 for d in good if d.is_copy), seeks=len(h.seeks),
-        delayed_delivered=sum(1 for d in main if d.payload_id in delayed_ids), examples=examples)
+        delayed_delivered=sum(1 for d in main if d.payload_id in delayed_ids),
+        queues_added=sum(e.queues - e.queues_before for e in h.extensions), examples=examples)
 
 
 def _action_findings(h: GroupHistory, good: list[Delivery], main: list[Delivery], acked: list[OpRecord],
