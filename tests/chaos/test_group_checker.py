@@ -19,7 +19,7 @@ from rocketray.verify.group_history import Delivery
 from rocketray.verify.groups import POLL_TIMEOUT_MS, REREAD_SLACK_MS
 from rocketray.verify.history import RunDirError
 from rocketray.verify.run_dir import read_run_dir, write_run_dir
-from tests.support.group_runs import Run
+from tests.support.group_runs import NACK_ROW, Run
 
 ALLOWANCE_MS = POLL_TIMEOUT_MS + REREAD_SLACK_MS
 
@@ -241,6 +241,14 @@ def test_group_rows_round_trip_through_the_run_directory(tmp_path):
     ({"f": "progress", "consumer_group": "g", "topic": "t", "queue_id": 0, "max_offset": 3, "start_ms": 1,
       "end_ms": 2}, "committed"),
     ({"f": "rebalance", "time_ms": 2}, "'f' must be one of"),
+    ({**NACK_ROW, "outcome": "maybe"}, "outcome"),
+    ({**NACK_ROW, "copy_msg_id": None}, "copy_topic and copy_msg_id exactly when"),
+    ({**NACK_ROW, "outcome": "failed"}, "copy_topic and copy_msg_id exactly when"),
+    ({**NACK_ROW, "delivery_count": 0}, "delivery_count"),
+    ({"f": "seek", "process": "c", "consumer_group": "g", "topic": "t", "queue_id": 0, "offset": -1,
+      "from_offset": None, "poll": 1, "time_ms": 2}, "offset"),
+    ({"f": "delayed", "process": "p", "payload_id": "x", "msg_id": "m", "time_ms": 2}, "deliver_at_ms"),
+    ({"f": "extend", "topic": "t", "queues_before": 4, "queues": 4, "time_ms": 2}, "adds queues"),
 ])
 def test_a_malformed_group_row_is_named_by_file_and_line(tmp_path, line, reason):
     """A bad consumer-group line fails the read with history.jsonl:<line> and the reason."""

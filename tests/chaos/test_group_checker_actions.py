@@ -21,9 +21,8 @@ from rocketray.verify.checker import check, check_run_dir
 from rocketray.verify.group_action_rules import TAGS, payload_tag, tag_matches
 from rocketray.verify.group_actions import NackRecord, TopicExtended
 from rocketray.verify.groups import NEW_QUEUE_BOUND_MS, POLL_TIMEOUT_MS, REREAD_SLACK_MS
-from rocketray.verify.history import RunDirError
 from rocketray.verify.run_dir import read_run_dir, write_run_dir
-from tests.support.group_runs import TOPIC, Run
+from tests.support.group_runs import NACK_ROW, TOPIC, Run
 
 RETRY = "%RETRY%cg-0"
 LATE_MS = POLL_TIMEOUT_MS + REREAD_SLACK_MS + 1000
@@ -233,30 +232,6 @@ def test_action_rows_round_trip_through_the_run_directory(tmp_path):
     assert check_run_dir(tmp_path / "run").valid
 
 
-NACK = {"f": "nack", "process": "c", "consumer_group": "g", "topic": "t", "queue_id": 0, "queue_offset": 1,
-        "payload_id": "p", "msg_id": "m", "origin_msg_id": None, "delivery_count": 1, "outcome": "ok",
-        "copy_topic": "%RETRY%g", "copy_queue_id": 0, "copy_msg_id": "c1", "time_ms": 5}
-
-
-@pytest.mark.parametrize("line,reason", [
-    ({**NACK, "outcome": "maybe"}, "outcome"),
-    ({**NACK, "copy_msg_id": None}, "copy_topic and copy_msg_id exactly when"),
-    ({**NACK, "outcome": "failed"}, "copy_topic and copy_msg_id exactly when"),
-    ({**NACK, "delivery_count": 0}, "delivery_count"),
-    ({"f": "seek", "process": "c", "consumer_group": "g", "topic": "t", "queue_id": 0, "offset": -1,
-      "from_offset": None, "poll": 1, "time_ms": 2}, "offset"),
-    ({"f": "delayed", "process": "p", "payload_id": "x", "msg_id": "m", "time_ms": 2}, "deliver_at_ms"),
-    ({"f": "extend", "topic": "t", "queues_before": 4, "queues": 4, "time_ms": 2}, "adds queues"),
-])
-def test_a_malformed_action_row_is_named_by_file_and_line(tmp_path, line, reason):
-    good = {"op_id": 1, "process": "p", "f": "send", "group": "broker-a", "queue_id": 0, "payload_id": "x",
-            "queue_offset": 0, "physical_offset": None, "start_ms": 0, "end_ms": 1, "outcome": "ok"}
-    (tmp_path / "history.jsonl").write_text(json.dumps(good) + "\n" + json.dumps(line) + "\n")
-    with pytest.raises(RunDirError, match=reason) as exc:
-        read_run_dir(tmp_path)
-    assert exc.value.file == "history.jsonl" and exc.value.line == 2
-
-
 def test_a_nack_record_names_the_first_message():
-    n = NackRecord.from_json({**NACK, "origin_msg_id": "m0"})
+    n = NackRecord.from_json({**NACK_ROW, "origin_msg_id": "m0"})
     assert n.first_msg_id == "m0" and not n.dead and n.ok

@@ -11,6 +11,10 @@ from rocketray.verify.history import OpRecord
 from rocketray.verify.run_dir import RunData
 
 TOPIC = "chaos"
+#: A well-formed ``nack`` row (tests vary it).
+NACK_ROW = {"f": "nack", "process": "c", "consumer_group": "g", "topic": "t", "queue_id": 0, "queue_offset": 1,
+            "payload_id": "p", "msg_id": "m", "origin_msg_id": None, "delivery_count": 1, "outcome": "ok",
+            "copy_topic": "%RETRY%g", "copy_queue_id": 0, "copy_msg_id": "c1", "time_ms": 5}
 
 
 @dataclass
