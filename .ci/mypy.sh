@@ -27,6 +27,7 @@ MODULES=(
     rocketray.ha.ack rocketray.ha.master rocketray.wire.put_result rocketray.ha.standalone
     rocketray.sim.world rocketray.sim.net rocketray.sim.disk
     rocketray.verify.netfaults rocketray.verify.filefaults rocketray.verify.soak rocketray.broker.queue_check
+    rocketray.verify.group_actions rocketray.verify.group_action_rules
 )
 args=()
 for m in "${MODULES[@]}"; do args+=(-m "$m"); done

@@ -37,8 +37,10 @@ import ray
 
 from rocketray.verify import nemesis as sched
 from rocketray.chaos.broker_workload import (
-    ConsumerLoop, ProducerLoop, RunLog, Sampler, create_topic, final_reads, poll_statuses, replica_snapshots)
+    ConsumerLoop, ProducerLoop, RunLog, Sampler, TopicLayout, create_topic, extend_topic, final_reads, poll_statuses,
+    replica_snapshots)
 from rocketray.chaos.group_workload import GroupWorkload
+from rocketray.client import Admin
 from rocketray.client.socket_transport import SocketTransport
 from rocketray.verify.checker import check_run_dir, format_verdict, heal_time_ms, lost_and_unseen
 from rocketray.verify.run_dir import read_run_dir
@@ -62,6 +64,8 @@ log = logging.getLogger("rocketray.chaos.brokers")
 CONSUMER_GROUPS = 2
 CONSUMERS_PER_GROUP = 2
 DRAIN_TIMEOUT_S = 90.0
+#: Halfway through the run the topic gains this many queues per broker group (consumer groups on).
+EXTRA_QUEUES_PER_GROUP = 2
 
 
 class NemesisListError(ValueError):
@@ -144,17 +148,20 @@ def execute(cluster: Cluster, args: argparse.Namespace, out: Path, proxies: HaPr
     stop_workload, stop_sampler, stop_nemesis = threading.Event(), threading.Event(), threading.Event()
     sampler = Sampler(cluster, runlog, stop_sampler)
     producers = [ProducerLoop(cluster.spec.name, layout, i, runlog, stop_workload, batch=args.batch,
-                              rate_per_s=args.rate)
+                              rate_per_s=args.rate, seed=args.seed if consumer_groups else None)
                  for i in range(args.producers)]
     readers = [ConsumerLoop(cluster, layout, g, runlog, stop_workload, args.seed) for g in cluster.spec.groups]
     members = (GroupWorkload(cluster.spec.name, SocketTransport(cluster), layout.topic, consumer_groups, args.consumers,
-                             runlog) if consumer_groups else None)
+                             runlog, seed=args.seed) if consumer_groups else None)
+    layouts = [layout]          # the topic's layout, then its layout once extended
+    extender = threading.Thread(target=_extend_midway, args=(cluster, layouts, producers, runlog, args.duration / 2,
+                                                            stop_workload), name="extend-topic", daemon=True)
     nemesis = Nemesis(cluster, runlog, proxies, args.seed, nodes=nodes)
     nemesis.os_faults = OsNemesis(cluster, runlog, args.seed, kernel, nemesis.master_of, nemesis.replica_of)
     if kernel is not None:
         kernel.start(members_of(cluster.spec))
         say(f"kernel network faults: table {kernel.table}, {nemesis.os_faults.place_all()} member processes placed")
-    for t in (sampler, *producers, *readers):
+    for t in (sampler, *producers, *readers, *([extender] if consumer_groups else [])):
         t.start()
     started = time.monotonic()
     if members is not None:
@@ -166,7 +173,7 @@ def execute(cluster: Cluster, args: argparse.Namespace, out: Path, proxies: HaPr
         nemesis.heal_all()
         runlog.event("heal", "start", None, None)
         stop_workload.set()
-        for t in (*producers, *readers):
+        for t in (*producers, *readers, *([extender] if consumer_groups else [])):
             t.join(timeout=60)
     say(f"healed after {time.monotonic() - started:.1f}s; waiting for the cluster to settle")
     settled = True
@@ -179,13 +186,14 @@ def execute(cluster: Cluster, args: argparse.Namespace, out: Path, proxies: HaPr
     if members is not None:
         say("draining the consumer groups")
         drain_started = time.monotonic()
-        drained = members.finish(_acked_queues(producers), timeout_s=args.drain_timeout)
+        drained = members.finish(_acked_queues(producers), timeout_s=args.drain_timeout,
+                                 due_ms=max(p.latest_due_ms for p in producers))
         say(f"consumer groups {'drained' if drained else 'NOT drained'} in {time.monotonic() - drain_started:.1f}s")
     stop_sampler.set()
     sampler.join(timeout=10)
     runlog.event("heal", "end", None, None)
     say("final reads from every replica")
-    final_reads(cluster, layout, runlog)
+    final_reads(cluster, layouts[-1], runlog)
     write_run(out, runlog, replica_snapshots(cluster), cluster)
     verdict = check_run_dir(out)
     table = nemesis_table(out)
@@ -207,6 +215,21 @@ def nemesis_table(out: Path) -> list[SoakRow]:
     run = read_run_dir(out)
     lost, _unseen = lost_and_unseen(run.ops, heal_time_ms(run.nemesis))
     return soak_table(run.nemesis, run.ops, [op.payload_id for op in lost if op.payload_id is not None])
+
+
+def _extend_midway(cluster: Cluster, layouts: list[TopicLayout], producers: Sequence[ProducerLoop], runlog: RunLog,
+                   after_s: float, stop: threading.Event) -> None:
+    """``after_s`` into the run, extend the topic by ``EXTRA_QUEUES_PER_GROUP`` per broker group (the
+    consumer groups must read the new queues); the producers record sends with the new layout."""
+    if stop.wait(after_s):
+        return
+    old = layouts[-1]
+    new = extend_topic(Admin(cluster.spec.name, timeout_s=5.0), old, old.queues + EXTRA_QUEUES_PER_GROUP * len(cluster.spec.groups), runlog,
+                       stop)
+    if new is not None:
+        layouts.append(new)
+        for p in producers:
+            p.layout = new
 
 
 def _acked_queues(producers: Sequence[ProducerLoop]) -> set[tuple[str, int]]:

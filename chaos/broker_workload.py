@@ -12,7 +12,12 @@ corrupted or misplaced message from a good one (a mismatch is recorded under the
 ``corrupt:<id>``, which the checker reports as an inconsistent offset and, for the real id, as
 lost). Every payload ends as one ``send`` row: ``ok`` (acknowledged, with its broker group, queue
 and queue offset), ``unknown`` (``SendUnknown``: maybe written) or ``failed`` (``SendFailed`` or
-refused before sending: not written). Tailing readers read every queue of a broker group from a
+refused before sending: not written). With a seed, each payload carries the tag
+``rocketray.verify.group_action_rules.payload_tag`` gives it (a pure function of its id, so the
+checker knows every send's tag), and a seeded share of batches is delayed by ``DELAYS_MS``: the
+whole batch is sent with one ``deliver_at_ms``; its acknowledged sends get a ``delayed`` row and a
+``send`` row without a queue offset (``SendResult.queue_offset`` is -1 until the message falls due).
+:func:`extend_topic` adds queues to the topic mid-run (an ``extend`` row). Tailing readers read every queue of a broker group from a
 changing replica, one monotonic pass per process (``chaos/replica_reader.py``: verification reads
 straight from the broker actors); the sampler polls every replica's status. After heal,
 :func:`final_reads` sweeps every queue of every replica from offset 0 under a new process name per
@@ -40,6 +45,7 @@ from rocketray.chaos.replica_reader import ReplicaReader, now_ms, payload_body
 from rocketray.client import (Admin, ClientClosed, ClientError, InvalidMessage, Producer, SendFailed,
                               SendResult)
 from rocketray.client.core import key_queue
+from rocketray.verify.group_action_rules import payload_tag
 from rocketray.verify.history import NemesisEvent, ReplicaSnapshot, Sample
 from rocketray.verify.outcome import Outcome
 
@@ -48,9 +54,12 @@ log = logging.getLogger("rocketray.chaos.brokers")
 TOPIC = "chaos"
 QUEUES_PER_GROUP = 4
 STATUS_TIMEOUT_S = 2.0
+#: a delayed batch waits one of these (the broker's first delay levels)
+DELAYS_MS = (1000, 2000)
 
 __all__ = ["TOPIC", "QUEUES_PER_GROUP", "TopicLayout", "create_topic", "RunLog", "ProducerLoop", "ConsumerLoop",
-           "Sampler", "poll_statuses", "final_reads", "replica_snapshots", "payload_body", "now_ms"]
+           "Sampler", "poll_statuses", "final_reads", "replica_snapshots", "payload_body", "now_ms", "extend_topic",
+           "DELAYS_MS"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +83,24 @@ def create_topic(cluster: str, broker_groups: int, topic: str = TOPIC) -> TopicL
     admin.create_topic(topic, queues=QUEUES_PER_GROUP * broker_groups)
     route = admin.topic_route(topic)
     return TopicLayout(topic, tuple(route.group_of(q) for q in range(len(route.queues))))
+
+
+def extend_topic(admin: Admin, layout: TopicLayout, queues: int, runlog: RunLog, stop: threading.Event,
+                 retry_s: float = 1.0) -> TopicLayout | None:
+    """Extend the run's topic to ``queues`` queues (``Admin.create_topic``), tried again while the
+    controller does not answer, until ``stop``; an ``extend`` row, and the new layout (None if stopped)."""
+    while not stop.is_set():
+        try:
+            admin.create_topic(layout.topic, queues=queues)
+            route = admin.topic_route(layout.topic)
+        except ClientError as exc:
+            log.info("extending %s to %d queues: %s; trying again", layout.topic, queues, exc)
+            stop.wait(retry_s)
+            continue
+        runlog.record({"f": "extend", "topic": layout.topic, "queues_before": layout.queues, "queues": queues,
+                       "time_ms": now_ms()})
+        return TopicLayout(layout.topic, tuple(route.group_of(q) for q in range(len(route.queues))))
+    return None
 
 
 class RunLog:
@@ -118,9 +145,10 @@ class ProducerLoop(threading.Thread):
 
     def __init__(self, cluster: str, layout: TopicLayout, index: int, runlog: RunLog, stop: threading.Event,
                  batch: int = 10, rate_per_s: float = 100.0, request_timeout_ms: int = 5000,
-                 send_timeout_ms: int = 8000) -> None:
+                 send_timeout_ms: int = 8000, seed: int | None = None, delay_chance: float = 0.05) -> None:
         super().__init__(name=f"producer-{index}", daemon=True)
         self.process = f"producer-{index}"
+        self.cluster = cluster
         self.producer = Producer(cluster, request_timeout_ms=request_timeout_ms, send_timeout_ms=send_timeout_ms)
         self.layout = layout
         self.runlog = runlog
@@ -132,6 +160,10 @@ class ProducerLoop(threading.Thread):
         self.op_ids = itertools.count(1)
         self.outcomes: dict[Outcome, int] = {o: 0 for o in Outcome}
         self.acked_queues: set[tuple[str, int]] = set()
+        self.tagged = seed is not None
+        self.rng = random.Random(f"{seed}/{self.process}")
+        self.delay_chance = delay_chance if seed is not None else 0.0
+        self.latest_due_ms = 0.0  #: the latest time a delayed send asked for
 
     def run(self) -> None:
         next_at = time.monotonic()
@@ -152,15 +184,20 @@ class ProducerLoop(threading.Thread):
     def send_batch(self) -> None:
         """One batch: ``batch`` payloads with one key (one queue, one put); one ``send`` row each."""
         key = f"{self.process}-b{self.seq:08d}"
-        queue_id = key_queue(key, self.layout.queues)
+        layout = self.layout
+        queue_id = key_queue(key, layout.queues)
         start = now_ms()
+        due = int(start) + self.rng.choice(DELAYS_MS) if self.rng.random() < self.delay_chance else None
+        if due is not None:
+            self.latest_due_ms = max(self.latest_due_ms, due)
         pending: list[tuple[str, concurrent.futures.Future | None]] = []
         for _ in range(self.batch):
             self.seq += 1
             pid = f"{self.process}-{self.seq:08d}"
             try:
-                pending.append((pid, self.producer.send_async(self.layout.topic, payload_body(pid), key=key,
-                                                              properties={"pid": pid})))
+                pending.append((pid, self.producer.send_async(layout.topic, payload_body(pid), key=key,
+                                                              tags=payload_tag(pid) if self.tagged else None,
+                                                              properties={"pid": pid}, deliver_at_ms=due)))
             except Exception as exc:  # noqa: BLE001 - refused before anything was sent: not written
                 log.warning("producer %s: %s refused before sending: %s", self.process, pid, exc)
                 pending.append((pid, None))
@@ -173,17 +210,25 @@ class ProducerLoop(threading.Thread):
                     result = fut.result(timeout=self.result_timeout_s)
                 except Exception as exc:  # noqa: BLE001 - the client's typed error (or a timeout)
                     result = exc
-            self._record(pid, queue_id, result, start, now_ms())
+            self._record(pid, queue_id, result, start, now_ms(), due)
 
-    def _record(self, pid: str, queue_id: int, result: SendResult | BaseException, start: float, end: float) -> None:
+    def _record(self, pid: str, queue_id: int, result: SendResult | BaseException, start: float, end: float,
+                due: int | None) -> None:
         outcome, error = send_outcome(result)
         self.outcomes[outcome] += 1
         offset = None
+        layout = self.layout
         if isinstance(result, SendResult):  # where it was stored, as acknowledged (the key's queue)
-            queue_id, offset = result.queue_id, result.queue_offset
-            self.acked_queues.add((self.layout.topic, queue_id))
+            queue_id, offset = result.queue_id, (None if due is not None else result.queue_offset)
+            self.acked_queues.add((layout.topic, queue_id))
+            if queue_id >= layout.queues:  # the client saw the topic extended before the runner's layout did
+                route = Admin(self.cluster).topic_route(layout.topic)
+                layout = TopicLayout(layout.topic, tuple(route.group_of(q) for q in range(len(route.queues))))
+            if due is not None:            # its place is taken when it falls due (queue_offset -1)
+                self.runlog.record({"f": "delayed", "process": self.process, "payload_id": pid,
+                                    "msg_id": result.msg_id, "deliver_at_ms": due, "time_ms": end})
         self.runlog.record({"op_id": f"{self.process}-{next(self.op_ids)}", "process": self.process, "f": "send",
-                            "group": self.layout.groups[queue_id], "queue_id": queue_id, "payload_id": pid,
+                            "group": layout.groups[queue_id], "queue_id": queue_id, "payload_id": pid,
                             "queue_offset": offset, "physical_offset": None, "start_ms": start, "end_ms": end,
                             "outcome": outcome, "broker_id": None, "error": error})
 

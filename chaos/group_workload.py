@@ -16,8 +16,11 @@ group's committed offsets every ``PROGRESS_PERIOD_S``, one broker group at a tim
 not answer costs only its own sample: a ``sample`` row per broker group and a ``progress`` row per
 queue it answered. At the end, :meth:`GroupWorkload.finish` makes every slot commit after each poll
 and waits until every group's progress shows lag 0 on every queue that acknowledged a send (or a
-deadline), records a ``drain`` row per group, then the slots close their consumers. Row formats:
-``rocketray.verify.group_history``; the rules they are checked against: ``rocketray.verify.groups``.
+deadline), records a ``drain`` row per group, then the slots close their consumers. Each group has a
+:class:`~rocketray.chaos.group_member_actions.MemberPlan`: its subscription (the last of two or more
+groups filters by tag), and the nacks and seeks its members make after each poll
+(``chaos/group_member_actions.py``). Row formats: ``rocketray.verify.group_history`` and
+``rocketray.verify.group_actions``; the rules they are checked against: ``rocketray.verify.groups``.
 
 Every member, and the progress sampler, share one client transport: one master cache and one set
 of master watches (a watch holds a controller thread per broker group) instead of one per member.
@@ -27,12 +30,14 @@ from __future__ import annotations
 
 import logging
 import queue
+import random
 import threading
 import time
 from dataclasses import dataclass
 from typing import Sequence
 
 from rocketray.chaos.broker_workload import RunLog
+from rocketray.chaos.group_member_actions import MemberActions, MemberPlan
 from rocketray.chaos.replica_reader import checked_payload_id, now_ms
 from rocketray.client import Admin, CommitFailed, Consumer, QueueProgress, TopicQueue
 from rocketray.verify.outcome import Outcome
@@ -47,9 +52,16 @@ COMMIT_EVERY_POLLS = 3
 COMMIT_TIMEOUT_S = 5.0
 PROGRESS_PERIOD_S = 0.5
 CREATE_RETRY_S = 0.5
+#: after the last delayed message's time, how long its broker's scheduler (every 100 ms) may take to
+#: put it in its queue before the drain can see it
+DUE_SLACK_MS = 2000
 #: the members' per-call timeout (committed offsets, commits): short, so a poll during a failover
 #: gives up and tries again rather than holding the slot for the default 8 s
 REQUEST_TIMEOUT_MS = 3000
+#: how long a member's nack may take (the copy's send), as the producers' sends
+NACK_TIMEOUT_MS = 8000
+#: the subscription of the last group when the run has two or more (half the tags, docs/chaos-brokers.md)
+FILTER_EXPRESSION = "paid || refunded"
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +76,8 @@ class Slot(threading.Thread):
     """One member position of a consumer group (see the module docstring)."""
 
     def __init__(self, cluster: str, transport: Transport, topic: str, consumer_group: str, index: int,
-                 runlog: RunLog, stop: threading.Event, draining: threading.Event) -> None:
+                 runlog: RunLog, stop: threading.Event, draining: threading.Event,
+                 plan: MemberPlan | None = None) -> None:
         super().__init__(name=f"{consumer_group}-c{index}", daemon=True)
         self.cluster = cluster
         self.transport = transport
@@ -74,6 +87,7 @@ class Slot(threading.Thread):
         self.runlog = runlog
         self.stop = stop
         self.draining = draining
+        self.plan = plan or MemberPlan(0, nack_permille=0, poison_permille=0, seek_chance=0.0)
         self.requests: queue.Queue[StopRequest] = queue.Queue(maxsize=16)
         self.generation = 0
         self.polls = 0          # polls started by the current consumer (numbers its rows)
@@ -115,9 +129,10 @@ class Slot(threading.Thread):
         while not self.stop.is_set():
             self.polls = 0
             try:
-                consumer = Consumer(self.cluster, group=self.consumer_group, topics=[self.topic],
+                consumer = Consumer(self.cluster, group=self.consumer_group, topics={self.topic: self.plan.expression},
                                     transport=self.transport, client_id=process,
-                                    request_timeout_ms=REQUEST_TIMEOUT_MS, listener=AssignmentLog(self, process))
+                                    request_timeout_ms=REQUEST_TIMEOUT_MS, send_timeout_ms=NACK_TIMEOUT_MS,
+                                    max_deliveries=self.plan.max_deliveries, listener=AssignmentLog(self, process))
             except Exception as exc:  # noqa: BLE001 - no controller right now: try again
                 log.info("consumer %s not started: %s", process, exc)
                 self.stop.wait(CREATE_RETRY_S)
@@ -127,8 +142,10 @@ class Slot(threading.Thread):
         return None
 
     def _consume(self, consumer: Consumer, process: str) -> StopRequest | None:
-        """Poll, record and commit until a churn request (returned) or the end of the run (None)."""
+        """Poll, record, nack, seek and commit until a churn request (returned) or the end of the run (None)."""
         polls = 0
+        actions = MemberActions(self.plan, self.consumer_group, self.topic, process, self.runlog.record,
+                                random.Random(f"{self.plan.seed}/{process}"))
         while not self.stop.is_set():
             try:
                 return self.requests.get_nowait()
@@ -148,7 +165,11 @@ class Slot(threading.Thread):
                     "f": "deliver", "process": process, "consumer_group": self.consumer_group, "topic": m.topic,
                     "queue_id": m.queue_id, "queue_offset": m.queue_offset,
                     "payload_id": checked_payload_id(m.properties.get("pid"), m.body), "msg_id": m.msg_id,
-                    "poll_start_ms": poll_start, "time_ms": t, "poll": self.polls})
+                    "poll_start_ms": poll_start, "time_ms": t, "poll": self.polls, "tags": m.tags,
+                    "delivery_count": m.delivery_count, "origin_topic": m.origin_topic,
+                    "origin_queue_id": m.origin_queue_id, "origin_queue_offset": m.origin_queue_offset,
+                    "origin_msg_id": m.origin_msg_id, "deliver_at_ms": m.deliver_at_ms})
+            actions.after_poll(consumer, messages, self.polls, self.draining.is_set())
             polls += 1
             if polls % COMMIT_EVERY_POLLS == 0 or self.draining.is_set():
                 self._commit(consumer, process)
@@ -273,11 +294,16 @@ class GroupWorkload:
     ``start`` then, once the faults are healed and the cluster settled, ``finish``."""
 
     def __init__(self, cluster: str, transport: Transport, topic: str, consumer_groups: Sequence[str],
-                 consumers: int, runlog: RunLog) -> None:
+                 consumers: int, runlog: RunLog, seed: int | None = None) -> None:
+        """``seed`` None: members only poll and commit (every group reads ``*``, the producers do not
+        tag); else each group's :class:`MemberPlan` from it (nacks, seeks, the last group's filter)."""
         assert consumers >= 1 and consumer_groups
         self.runlog = runlog
         self.stop_slots, self.stop_sampler, self.draining = threading.Event(), threading.Event(), threading.Event()
-        self.slots = {(g, i): Slot(cluster, transport, topic, g, i, runlog, self.stop_slots, self.draining)
+        self.plans = {g: MemberPlan(seed, FILTER_EXPRESSION if len(consumer_groups) > 1 and g == consumer_groups[-1]
+                                    else "*") if seed is not None else None for g in consumer_groups}
+        self.slots = {(g, i): Slot(cluster, transport, topic, g, i, runlog, self.stop_slots, self.draining,
+                                   self.plans[g])
                       for g in consumer_groups for i in range(consumers)}
         self.sampler = ProgressSampler(Admin(cluster, transport=transport, timeout_s=2.0), transport.groups(),
                                        consumer_groups, runlog, self.stop_sampler)
@@ -291,8 +317,10 @@ class GroupWorkload:
         """Start the members, the sampler and the churn (step times relative to monotonic ``t0``,
         until done or ``stop_churn``)."""
         for group in self.consumer_groups:
+            plan = self.plans[group]
             self.runlog.record({"f": "group", "consumer_group": group, "topic": self.topic, "members": self.consumers,
-                                "time_ms": now_ms()})
+                                "time_ms": now_ms(), "tags": plan.expression if plan else None,
+                                "max_deliveries": plan.max_deliveries if plan else None})
         for t in (*self.slots.values(), self.sampler):
             t.start()
         self.churner = threading.Thread(target=self._run_churn, args=(churn, t0, stop_churn), name="churn",
@@ -308,13 +336,14 @@ class GroupWorkload:
             self.slots[(step.consumer_group, step.slot)].request(kind, step.restart_after_ms / 1000.0)
             self.acted += 1
 
-    def finish(self, queues: set[tuple[str, int]], timeout_s: float) -> bool:
+    def finish(self, queues: set[tuple[str, int]], timeout_s: float, due_ms: float = 0) -> bool:
         """After the churn stopped: drain (every group commits every queue of ``queues``, those that
-        acknowledged a send, up to its end; False if ``timeout_s`` passed first), then stop the
+        acknowledged a send, up to its end, and consumes its retry topic; not before wall-clock
+        ``due_ms``, the last delayed send's time; False if ``timeout_s`` passed first), then stop the
         members (each commits and leaves) and the sampler."""
         if self.churner is not None:
             self.churner.join(timeout=30)
-        drained = self._drain(queues, timeout_s)
+        drained = self._drain(queues, timeout_s, due_ms)
         self.stop_slots.set()
         for t in self.slots.values():
             t.join(timeout=30)
@@ -322,13 +351,19 @@ class GroupWorkload:
         self.sampler.join(timeout=30)
         return drained
 
-    def _drain(self, queues: set[tuple[str, int]], timeout_s: float) -> bool:
-        """Wait until every group committed ``queues`` to their ends; a ``drain`` row per group."""
+    def _drain(self, queues: set[tuple[str, int]], timeout_s: float, due_ms: float) -> bool:
+        """Wait until every group committed ``queues`` to their ends and has no retry copy left to
+        consume; a ``drain`` row per group."""
         self.draining.set()
         last: dict[str, list[QueueProgress] | None] = {}
 
         def drained() -> NotYet | bool:
+            if now_ms() < due_ms + DUE_SLACK_MS:
+                return NotYet(f"delayed messages fall due until {due_ms}")
             for group in self.consumer_groups:
+                if self.plans[group] is not None and (why := self._retries_left(group)):
+                    last.pop(group, None)
+                    return NotYet(f"{group}: {why}")
                 if _lag(last.get(group), queues) == 0:
                     continue
                 last[group] = self.sampler.sample(group)
@@ -344,7 +379,15 @@ class GroupWorkload:
             log.warning("drain incomplete: %s", exc)
             ok = False
         for group in self.consumer_groups:
-            lag = _lag(last.get(group), queues)
+            lag = _lag(last.get(group), queues) if self.plans[group] is None or not self._retries_left(group) else None
             self.runlog.record({"f": "drain", "consumer_group": group,
                                 "outcome": Outcome.OK if lag == 0 else Outcome.FAILED, "lag": lag, "time_ms": now_ms()})
         return ok
+
+    def _retries_left(self, group: str) -> str:
+        """Why ``group``'s retry topic is not consumed yet ("" if it is, or the group never nacked)."""
+        try:
+            stats = self.sampler.admin.retry_stats(group)
+        except Exception as exc:  # noqa: BLE001 - a master that does not answer: ask again
+            return f"retry topic not sampled: {exc}"
+        return f"{stats.retry_pending} retry copies not consumed" if stats.retry_pending else ""

@@ -10,7 +10,11 @@ exactly the contract's keys:
   ``queue_id``, ``queue_offset``, ``payload_id`` (the ``pid`` property; ``corrupt:<pid>`` if the body
   did not match it), ``msg_id``, ``poll_start_ms`` (when the poll that returned it began),
   ``time_ms`` (when it returned), ``poll`` (that poll's number in its process, from 1; null in runs
-  recorded before it existed).
+  recorded before it existed), ``tags`` (the message's tag, null if untagged), ``delivery_count``
+  (1 the first time), ``origin_topic``, ``origin_queue_id``, ``origin_queue_offset``,
+  ``origin_msg_id`` (a retry copy's first message, else null), ``deliver_at_ms`` (a delayed
+  message's time, else 0); runs recorded before these keys existed read as an untagged first
+  delivery.
 - ``commit``: one queue entry of one ``Consumer.commit`` call: ``process``, ``consumer_group``,
   ``topic``, ``queue_id``, ``offset`` (the next offset to read), ``outcome`` (``ok``: acknowledged,
   i.e. every in-sync replica has it; ``failed``: not known to be), ``start_ms``, ``end_ms``.
@@ -27,7 +31,11 @@ exactly the contract's keys:
   ``queue_id``, ``event`` (``assigned``, ``revoked``), ``poll`` (the number of the poll it happened
   in: a rebalance runs at a poll's start, before that poll reads), ``time_ms``.
 - ``group``: the workload runs this consumer group (so a group whose members recorded nothing still
-  gets a verdict): ``consumer_group``, ``topic``, ``members``, ``time_ms``.
+  gets a verdict): ``consumer_group``, ``topic``, ``members``, ``time_ms``, ``tags`` (the group's
+  subscription expression, ``*`` or tags joined by ``||``; null or absent in older runs, whose
+  payloads are untagged),
+  ``max_deliveries`` (its members' setting; null if the workload does not nack).
+- ``nack``, ``seek``, ``delayed``, ``extend``: ``rocketray.verify.group_actions``.
 - ``drain``: the end of the run's drain for this group: ``consumer_group``, ``outcome`` (``ok``:
   every queue that acknowledged a send was committed to its end; ``failed``: the deadline came
   first), ``lag`` (what was left, null if unknown), ``time_ms``.
@@ -40,6 +48,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Union
 
+from rocketray.verify.group_actions import DelayedSend, NackRecord, SeekRecord, TopicExtended
 from rocketray.verify.outcome import Outcome
 from rocketray.verify.fields import FieldError, Ident, Number, get_ident, get_int, get_number, get_str
 
@@ -47,7 +56,8 @@ __all__ = ["GROUP_FUNCTIONS", "CONSUMER_EVENTS", "ASSIGN_EVENTS", "COMMIT_OUTCOM
            "ProgressRow", "SampleRecord", "ConsumerEvent", "Assignment", "GroupDeclared", "DrainRecord", "GroupRecord",
            "GroupHistory", "parse_group_row"]
 
-GROUP_FUNCTIONS = ("deliver", "commit", "progress", "sample", "consumer", "assign", "group", "drain")
+GROUP_FUNCTIONS = ("deliver", "commit", "progress", "sample", "consumer", "assign", "group", "drain", "nack", "seek",
+                   "delayed", "extend")
 CONSUMER_EVENTS = ("start", "crash", "close")
 ASSIGN_EVENTS = ("assigned", "revoked")
 COMMIT_OUTCOMES = (Outcome.OK.value, Outcome.FAILED.value)  # a commit (a sample, a drain) is never left unknown
@@ -88,10 +98,23 @@ class Delivery:
     poll_start_ms: Number
     time_ms: Number
     poll: int | None = None
+    tags: str | None = None
+    delivery_count: int = 1
+    origin_topic: str | None = None
+    origin_queue_id: int | None = None
+    origin_queue_offset: int | None = None
+    origin_msg_id: str | None = None
+    deliver_at_ms: Number = 0
+
+    @property
+    def is_copy(self) -> bool:
+        """A retry copy (or a dead letter) of a message first sent elsewhere."""
+        return self.origin_topic is not None
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> "Delivery":
         poll_start_ms, time_ms = _span(obj, "poll_start_ms", "time_ms")
+        count = get_int(obj, "delivery_count", nullable=True, minimum=1, absent_is_null=True)
         return cls(process=get_ident(obj, "process"),  # type: ignore[arg-type]
                    consumer_group=get_str(obj, "consumer_group"),  # type: ignore[arg-type]
                    topic=get_str(obj, "topic"),  # type: ignore[arg-type]
@@ -100,12 +123,23 @@ class Delivery:
                    payload_id=get_ident(obj, "payload_id", nullable=True),
                    msg_id=get_str(obj, "msg_id"),  # type: ignore[arg-type]
                    poll_start_ms=poll_start_ms, time_ms=time_ms,
-                   poll=get_int(obj, "poll", nullable=True, minimum=1, absent_is_null=True))
+                   poll=get_int(obj, "poll", nullable=True, minimum=1, absent_is_null=True),
+                   tags=get_str(obj, "tags", nullable=True, absent_is_null=True),
+                   delivery_count=1 if count is None else count,
+                   origin_topic=get_str(obj, "origin_topic", nullable=True, absent_is_null=True),
+                   origin_queue_id=get_int(obj, "origin_queue_id", nullable=True, minimum=0, absent_is_null=True),
+                   origin_queue_offset=get_int(obj, "origin_queue_offset", nullable=True, minimum=0,
+                                               absent_is_null=True),
+                   origin_msg_id=get_str(obj, "origin_msg_id", nullable=True, absent_is_null=True),
+                   deliver_at_ms=get_number(obj, "deliver_at_ms") if "deliver_at_ms" in obj else 0)
 
     def to_json(self) -> dict[str, Any]:
         return {"f": "deliver", "process": self.process, "consumer_group": self.consumer_group, "topic": self.topic,
                 "queue_id": self.queue_id, "queue_offset": self.queue_offset, "payload_id": self.payload_id,
-                "msg_id": self.msg_id, "poll_start_ms": self.poll_start_ms, "time_ms": self.time_ms, "poll": self.poll}
+                "msg_id": self.msg_id, "poll_start_ms": self.poll_start_ms, "time_ms": self.time_ms, "poll": self.poll,
+                "tags": self.tags, "delivery_count": self.delivery_count, "origin_topic": self.origin_topic,
+                "origin_queue_id": self.origin_queue_id, "origin_queue_offset": self.origin_queue_offset,
+                "origin_msg_id": self.origin_msg_id, "deliver_at_ms": self.deliver_at_ms}
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,17 +281,21 @@ class GroupDeclared:
     topic: str
     members: int
     time_ms: Number
+    tags: str | None = None     #: None: an older run, whose payloads are untagged (every group reads ``*``)
+    max_deliveries: int | None = None
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> "GroupDeclared":
         return cls(consumer_group=get_str(obj, "consumer_group"),  # type: ignore[arg-type]
                    topic=get_str(obj, "topic"),  # type: ignore[arg-type]
                    members=get_int(obj, "members", minimum=1),  # type: ignore[arg-type]
-                   time_ms=get_number(obj, "time_ms"))
+                   time_ms=get_number(obj, "time_ms"),
+                   tags=get_str(obj, "tags", nullable=True, absent_is_null=True),
+                   max_deliveries=get_int(obj, "max_deliveries", nullable=True, minimum=1, absent_is_null=True))
 
     def to_json(self) -> dict[str, Any]:
         return {"f": "group", "consumer_group": self.consumer_group, "topic": self.topic, "members": self.members,
-                "time_ms": self.time_ms}
+                "time_ms": self.time_ms, "tags": self.tags, "max_deliveries": self.max_deliveries}
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,11 +319,12 @@ class DrainRecord(_Outcomed):
 
 
 GroupRecord = Union[Delivery, CommitRecord, ProgressRow, SampleRecord, ConsumerEvent, Assignment, GroupDeclared,
-                    DrainRecord]
+                    DrainRecord, NackRecord, SeekRecord, DelayedSend, TopicExtended]
 _PARSERS: dict[str, Callable[[dict[str, Any]], GroupRecord]] = {
     "deliver": Delivery.from_json, "commit": CommitRecord.from_json, "progress": ProgressRow.from_json,
     "sample": SampleRecord.from_json, "consumer": ConsumerEvent.from_json, "assign": Assignment.from_json,
-    "group": GroupDeclared.from_json, "drain": DrainRecord.from_json}
+    "group": GroupDeclared.from_json, "drain": DrainRecord.from_json, "nack": NackRecord.from_json,
+    "seek": SeekRecord.from_json, "delayed": DelayedSend.from_json, "extend": TopicExtended.from_json}
 
 
 def parse_group_row(obj: dict[str, Any]) -> GroupRecord:
@@ -307,6 +346,10 @@ class GroupHistory:
     assignments: tuple[Assignment, ...] = ()
     declared: tuple[GroupDeclared, ...] = ()
     drains: tuple[DrainRecord, ...] = ()
+    nacks: tuple[NackRecord, ...] = ()
+    seeks: tuple[SeekRecord, ...] = ()
+    delayed: tuple[DelayedSend, ...] = ()      #: the run's, shared by every group
+    extensions: tuple[TopicExtended, ...] = ()  #: the run's, shared by every group
 
     @classmethod
     def of(cls, records: list[GroupRecord]) -> "GroupHistory":
@@ -317,7 +360,11 @@ class GroupHistory:
                    samples=tuple(r for r in records if isinstance(r, SampleRecord)),
                    assignments=tuple(r for r in records if isinstance(r, Assignment)),
                    declared=tuple(r for r in records if isinstance(r, GroupDeclared)),
-                   drains=tuple(r for r in records if isinstance(r, DrainRecord)))
+                   drains=tuple(r for r in records if isinstance(r, DrainRecord)),
+                   nacks=tuple(r for r in records if isinstance(r, NackRecord)),
+                   seeks=tuple(r for r in records if isinstance(r, SeekRecord)),
+                   delayed=tuple(r for r in records if isinstance(r, DelayedSend)),
+                   extensions=tuple(r for r in records if isinstance(r, TopicExtended)))
 
     def records(self) -> Iterator[GroupRecord]:
         yield from self.declared
@@ -328,15 +375,21 @@ class GroupHistory:
         yield from self.samples
         yield from self.progress
         yield from self.drains
+        yield from self.nacks
+        yield from self.seeks
+        yield from self.delayed
+        yield from self.extensions
 
     def consumer_groups(self) -> list[str]:
         """Every consumer group any row names (a declared one too), sorted."""
-        return sorted({r.consumer_group for r in self.records()})
+        return sorted({r.consumer_group for r in self.records() if not isinstance(r, (DelayedSend, TopicExtended))})
 
     def of_group(self, group: str) -> "GroupHistory":
-        """The rows of one consumer group."""
-        return GroupHistory.of([r for r in self.records() if r.consumer_group == group])
+        """The rows of one consumer group, with the run's delayed sends and extensions."""
+        return GroupHistory.of([r for r in self.records()
+                                if isinstance(r, (DelayedSend, TopicExtended)) or r.consumer_group == group])
 
     def __bool__(self) -> bool:
         return any(bool(rows) for rows in (self.deliveries, self.commits, self.progress, self.consumer_events,
-                                           self.samples, self.assignments, self.declared, self.drains))
+                                           self.samples, self.assignments, self.declared, self.drains, self.nacks,
+                                           self.seeks, self.delayed, self.extensions))

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import bisect
 from collections import defaultdict
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from rocketray.verify.fields import Ident, Number
 from rocketray.verify.group_history import (Assignment, CommitRecord, ConsumerEvent, Delivery, ProgressRow,
@@ -98,17 +98,20 @@ def _events_by_queue(assignments: Sequence[Assignment]) -> dict[tuple[Ident, str
     return out
 
 
-def out_of_order(deliveries: Sequence[Delivery], assignments: Sequence[Assignment]) -> list[dict[str, Any]]:
+def out_of_order(deliveries: Sequence[Delivery], assignments: Sequence[Assignment],
+                 restarts: Callable[[tuple[Ident, str, int]], list[int]] = lambda key: []) -> list[dict[str, Any]]:
     """Deliveries whose offset is not above the previous one of the same member and queue since the
-    queue was last assigned to that member (in the order the member received them)."""
-    assigned_polls = {k: [a.poll for a in rows if a.event == "assigned"]
+    queue was last assigned to that member, or since a poll ``restarts(key)`` names (the one after a
+    seek), in the order the member received them."""
+    assigned_polls = {k: sorted([a.poll for a in rows if a.event == "assigned"] + restarts(k))
                       for k, rows in _events_by_queue(assignments).items()}
     highest: dict[tuple[Ident, str, int, int], int] = {}
     out = []
     for d in deliveries:
         if d.poll is None:
             continue
-        polls = assigned_polls.get((d.process, d.topic, d.queue_id), [])
+        key = (d.process, d.topic, d.queue_id)
+        polls = assigned_polls.get(key) or sorted(restarts(key))
         stretch = (d.process, d.topic, d.queue_id, bisect.bisect_right(polls, d.poll))
         previous = highest.get(stretch)
         if previous is not None and d.queue_offset <= previous:
@@ -209,11 +212,15 @@ class AckedCommits:
 
 
 def rereads_below_commit(deliveries: Sequence[Delivery], commits: Sequence[CommitRecord], poll_timeout_ms: Number,
-                         slack_ms: Number) -> list[dict[str, Any]]:
-    """Deliveries below a commit acknowledged more than ``poll_timeout_ms + slack_ms`` before their poll began."""
+                         slack_ms: Number, replayed: Callable[[Delivery], bool] = lambda d: False
+                         ) -> list[dict[str, Any]]:
+    """Deliveries below a commit acknowledged more than ``poll_timeout_ms + slack_ms`` before their
+    poll began, but those ``replayed`` says a seek of their member explains."""
     acked = AckedCommits(commits)
     out = []
     for d in deliveries:
+        if replayed(d):
+            continue
         c = acked.highest_before((d.consumer_group, d.topic, d.queue_id), d.poll_start_ms - poll_timeout_ms - slack_ms)
         if c is not None and d.queue_offset < c.offset:
             out.append({**_where(d), "consumer_group": d.consumer_group, "commit_offset": c.offset,
@@ -222,10 +229,11 @@ def rereads_below_commit(deliveries: Sequence[Delivery], commits: Sequence[Commi
 
 
 def commit_regressions(progress: Sequence[ProgressRow], samples: Sequence[SampleRecord],
-                       commits: Sequence[CommitRecord], queue_groups: Mapping[int, str]) -> tuple[int, int, list[dict]]:
+                       commits: Sequence[CommitRecord],
+                       queue_groups: Mapping[tuple[str, int], str]) -> tuple[int, int, list[dict]]:
     """(samples checked, samples whose master did not answer, every queue of a sample below an
     offset acknowledged before the sample began, or missing from it). A sample is one broker
-    group's answer (``sample`` rows; ``queue_groups`` says which broker group holds each queue id),
+    group's answer (``sample`` rows; ``queue_groups`` says which broker group holds each (topic, queue id)),
     or in runs without ``sample`` rows one row set covering every broker group."""
     acked = AckedCommits(commits)
     shown: dict[tuple[str, str | None, Number, Number], dict[tuple[str, int], int]] = defaultdict(dict)
@@ -240,7 +248,7 @@ def commit_regressions(progress: Sequence[ProgressRow], samples: Sequence[Sample
     for group, broker_group, start_ms, end_ms in sorted(checked, key=lambda k: (k[2], k[0], str(k[1]))):
         committed = shown.get((group, broker_group, start_ms, end_ms), {})
         for topic, queue_id in acked.queues(group):
-            if samples and queue_groups.get(queue_id) != broker_group:
+            if samples and queue_groups.get((topic, queue_id)) != broker_group:
                 continue
             c = acked.highest_before((group, topic, queue_id), start_ms)
             now = committed.get((topic, queue_id))

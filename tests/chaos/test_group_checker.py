@@ -10,78 +10,18 @@ regression in a sample where another broker group did not answer."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from typing import Callable
 
 import pytest
 
 from rocketray.verify.checker import check, check_run_dir, format_verdict
-from rocketray.verify.group_history import (Assignment, CommitRecord, ConsumerEvent, Delivery, DrainRecord,
-                                            GroupDeclared, GroupHistory, ProgressRow, SampleRecord)
+from rocketray.verify.group_history import Delivery
 from rocketray.verify.groups import POLL_TIMEOUT_MS, REREAD_SLACK_MS
-from rocketray.verify.history import OpRecord, RunDirError
-from rocketray.verify.run_dir import RunData, read_run_dir, write_run_dir
+from rocketray.verify.history import RunDirError
+from rocketray.verify.run_dir import read_run_dir, write_run_dir
+from tests.support.group_runs import NACK_ROW, Run
 
-TOPIC = "chaos"
 ALLOWANCE_MS = POLL_TIMEOUT_MS + REREAD_SLACK_MS
-
-
-@dataclass
-class Run:
-    """A run of sends and consumer-group rows, built by hand."""
-
-    ops: list[OpRecord] = field(default_factory=list)
-    rows: list = field(default_factory=list)
-
-    def send(self, pid: str, offset: int | None, *, queue_id: int = 0, outcome: str = "ok", at: float = 0) -> "Run":
-        self.ops.append(OpRecord(len(self.ops), "producer-0", "send", "broker-a", queue_id, pid,
-                                 offset if outcome == "ok" else None, None, at, at + 5, outcome))
-        return self
-
-    def deliver(self, pid: str, offset: int, *, group: str = "cg-0", queue_id: int = 0, poll_start: float = 100,
-                process: str = "cg-0-c0-1", poll: int | None = None) -> "Run":
-        self.rows.append(Delivery(process, group, TOPIC, queue_id, offset, pid, f"MSG{offset}", poll_start,
-                                  poll_start + 10, poll))
-        return self
-
-    def assign(self, event: str, *, poll: int, at: float, group: str = "cg-0", queue_id: int = 0,
-               process: str = "cg-0-c0-1") -> "Run":
-        self.rows.append(Assignment(process, group, TOPIC, queue_id, event, poll, at))
-        return self
-
-    def declare(self, group: str = "cg-0", drained: bool | None = True) -> "Run":
-        self.rows.append(GroupDeclared(group, TOPIC, 2, 0))
-        if drained is not None:
-            self.rows.append(DrainRecord(group, "ok" if drained else "failed", 0 if drained else 3, 9999))
-        return self
-
-    def sample(self, broker_group: str, committed: dict[int, int] | None, *, start: float,
-               group: str = "cg-0") -> "Run":
-        """One broker group's progress sample: None means its master did not answer."""
-        self.rows.append(SampleRecord(group, broker_group, "failed" if committed is None else "ok", start, start + 30))
-        for queue_id, offset in (committed or {}).items():
-            self.rows.append(ProgressRow(group, TOPIC, queue_id, offset, 10, start, start + 30, broker_group))
-        return self
-
-    def commit(self, offset: int, *, end: float, group: str = "cg-0", queue_id: int = 0, outcome: str = "ok",
-               process: str = "cg-0-c0-1") -> "Run":
-        self.rows.append(CommitRecord(process, group, TOPIC, queue_id, offset, outcome, end - 20, end))
-        return self
-
-    def progress(self, committed: dict[int, int], *, start: float, group: str = "cg-0", max_offset: int = 10) -> "Run":
-        for queue_id, offset in committed.items():
-            self.rows.append(ProgressRow(group, TOPIC, queue_id, offset, max_offset, start, start + 30))
-        return self
-
-    def consumer(self, event: str, *, group: str = "cg-0", process: str = "cg-0-c0-1", at: float = 0) -> "Run":
-        self.rows.append(ConsumerEvent(process, group, event, at))
-        return self
-
-    def data(self) -> RunData:
-        """The run, with a final read of every acked send (so only the group rules can fail it)."""
-        reads = [OpRecord(f"r{i}", "final", "read", op.group, op.queue_id, op.payload_id, op.queue_offset, None,
-                          5000, 5001, "ok") for i, op in enumerate(self.ops) if op.outcome == "ok"]
-        return RunData((*self.ops, *reads), groups=GroupHistory.of(self.rows))
 
 
 def delivered_everywhere(groups=("cg-0", "cg-1")) -> Run:
@@ -282,7 +222,8 @@ def test_group_rows_round_trip_through_the_run_directory(tmp_path):
     rows = [json.loads(line) for line in (tmp_path / "run" / "history.jsonl").read_text().splitlines()]
     by_f = {row["f"]: set(row) for row in rows}
     assert by_f["deliver"] == {"f", "process", "consumer_group", "topic", "queue_id", "queue_offset", "payload_id",
-                               "msg_id", "poll_start_ms", "time_ms", "poll"}
+                               "msg_id", "poll_start_ms", "time_ms", "poll", "tags", "delivery_count", "origin_topic",
+                               "origin_queue_id", "origin_queue_offset", "origin_msg_id", "deliver_at_ms"}
     assert by_f["commit"] == {"f", "process", "consumer_group", "topic", "queue_id", "offset", "outcome", "start_ms",
                               "end_ms"}
     assert by_f["progress"] == {"f", "consumer_group", "broker_group", "topic", "queue_id", "committed", "max_offset",
@@ -300,6 +241,14 @@ def test_group_rows_round_trip_through_the_run_directory(tmp_path):
     ({"f": "progress", "consumer_group": "g", "topic": "t", "queue_id": 0, "max_offset": 3, "start_ms": 1,
       "end_ms": 2}, "committed"),
     ({"f": "rebalance", "time_ms": 2}, "'f' must be one of"),
+    ({**NACK_ROW, "outcome": "maybe"}, "outcome"),
+    ({**NACK_ROW, "copy_msg_id": None}, "copy_topic and copy_msg_id exactly when"),
+    ({**NACK_ROW, "outcome": "failed"}, "copy_topic and copy_msg_id exactly when"),
+    ({**NACK_ROW, "delivery_count": 0}, "delivery_count"),
+    ({"f": "seek", "process": "c", "consumer_group": "g", "topic": "t", "queue_id": 0, "offset": -1,
+      "from_offset": None, "poll": 1, "time_ms": 2}, "offset"),
+    ({"f": "delayed", "process": "p", "payload_id": "x", "msg_id": "m", "time_ms": 2}, "deliver_at_ms"),
+    ({"f": "extend", "topic": "t", "queues_before": 4, "queues": 4, "time_ms": 2}, "adds queues"),
 ])
 def test_a_malformed_group_row_is_named_by_file_and_line(tmp_path, line, reason):
     """A bad consumer-group line fails the read with history.jsonl:<line> and the reason."""
