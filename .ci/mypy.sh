@@ -22,7 +22,7 @@ MODULES=(
     rocketray.snapshot.format
     rocketray.scram rocketray.scram_keys rocketray.acl rocketray.controller.auth_table rocketray.controller.users
     rocketray.broker.message rocketray.broker.role rocketray.broker.role_io rocketray.broker.offsets rocketray.broker.pull
-    rocketray.client.core rocketray.client.types rocketray.client.errors rocketray.client.retry rocketray.client.filters rocketray.broker.tag_filter
+    rocketray.client.core rocketray.client.types rocketray.client.errors rocketray.client.metrics rocketray.client.metrics_series rocketray.client.metrics_export rocketray.client.retry rocketray.client.filters rocketray.broker.tag_filter
     rocketray.broker.schedule rocketray.broker.client_access
     rocketray.ha.ack rocketray.ha.master rocketray.wire.put_result rocketray.ha.standalone
     rocketray.sim.world rocketray.sim.net rocketray.sim.disk

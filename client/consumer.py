@@ -41,11 +41,8 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
-import os
-import socket
 import threading
 import time
-import uuid
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from rocketray.client.committer import commit_offsets
@@ -55,6 +52,7 @@ from rocketray.client.errors import AccessDenied, ClientClosed, ClientError, Com
 from rocketray.client.fetcher import RETRY_AFTER_S, Fetcher
 from rocketray.client.filters import subscriptions
 from rocketray.client.membership import Membership
+from rocketray.client.messages import new_client_id
 from rocketray.client.metrics import ConsumerMetrics, Tally
 from rocketray.client.routes import Routes
 from rocketray.client.transport import Transport, connect_transport
@@ -95,7 +93,7 @@ class Consumer:
         self.group = group
         self.topics = sorted(subscribed)
         self.auto_offset_reset = auto_offset_reset
-        self.client_id = client_id or f"{socket.gethostname()}@{os.getpid()}@{uuid.uuid4().hex[:8]}"
+        self.client_id = client_id or new_client_id()
         self._listener = listener
         self._owns_transport = transport is None
         self._transport = transport if transport is not None else connect_transport(cluster)

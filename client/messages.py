@@ -3,6 +3,8 @@ assigns, and the :class:`ReceivedMessage` objects a pull's records become. Pure:
 
 from __future__ import annotations
 
+import os
+import socket
 import uuid
 from typing import Mapping
 
@@ -18,6 +20,11 @@ __all__ = ["RESERVED_PROPERTIES", "new_msg_id_prefix", "message_properties", "de
 #: a delayed message's: ``rocketray.broker.schedule``): a user property may not use them, and a
 #: received message's ``properties`` leave them out.
 RESERVED_PROPERTIES = frozenset({"KEYS", "TAGS", "UNIQ_KEY"}) | RETRY_PROPERTIES | SCHEDULE_PROPERTIES
+
+
+def new_client_id() -> str:
+    """A producer's or consumer's id when the application names none: ``host@pid@random``."""
+    return f"{socket.gethostname()}@{os.getpid()}@{uuid.uuid4().hex[:8]}"
 
 
 def new_msg_id_prefix() -> str:

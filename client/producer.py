@@ -45,7 +45,8 @@ from rocketray.client.core import Accumulator, Batch, select_queue
 from rocketray.client.errors import (AccessDenied, BufferFull, ClientClosed, FlushTimeout, InvalidMessage,
                                      InvalidRequest, SendUnknown)
 from rocketray.client.futures import CallbackThread, SendFuture
-from rocketray.client.messages import RESERVED_PROPERTIES, deliver_time, message_properties, new_msg_id_prefix
+from rocketray.client.messages import (RESERVED_PROPERTIES, deliver_time, message_properties, new_client_id,
+                                       new_msg_id_prefix)
 from rocketray.client.metrics import ProducerMetrics, Tally
 from rocketray.client.routes import Routes
 from rocketray.client.sending import send_with_retries
@@ -80,9 +81,12 @@ class Producer:
     Keyword arguments override the cluster's ``client`` configuration (``linger_ms``,
     ``batch_bytes``, ``max_batch_messages``, ``max_message_bytes``, ``send_timeout_ms``,
     ``request_timeout_ms``, ``sender_threads``, ``buffer_bytes``, ``max_block_ms``,
-    ``route_refresh_ms``); an unknown or out-of-range one raises :class:`InvalidRequest` here."""
+    ``route_refresh_ms``); an unknown or out-of-range one raises :class:`InvalidRequest` here.
+    ``client_id`` names the producer in its metrics (``host@pid@random`` when None)."""
 
-    def __init__(self, cluster: str = "default", *, transport: Transport | None = None, **settings: Any) -> None:
+    def __init__(self, cluster: str = "default", *, transport: Transport | None = None, client_id: str | None = None,
+                 **settings: Any) -> None:
+        self.client_id = client_id or new_client_id()
         self._owns_transport = transport is None
         self._transport = transport if transport is not None else connect_transport(cluster)
         try:
