@@ -122,6 +122,23 @@ def test_outside_ray(cluster, capsys, monkeypatch, tmp_path):
     assert "an operator must allow Sub on Group:billing" in capsys.readouterr().out
 
 
+def test_metrics(cluster, capsys, monkeypatch, tmp_path):
+    """The metrics example serves its producer's and consumer's series and reads its own page: one
+    message sent, the consumer's lag per topic (0 once it polled the message)."""
+    from rocketray.client import consumer, producer
+
+    load("quickstart").main("demo")
+    config = tmp_path / "app.rocketray.toml"
+    config.write_text('cluster = "demo"\nservers = ["127.0.0.1:1"]\nuser = "app"\nsecret = "s"\ntls = false\n')
+    for module in (consumer, producer):
+        monkeypatch.setattr(module, "connect_transport", lambda target: FakeTransport(cluster))
+    load("metrics").main(str(config), 0)
+    out = capsys.readouterr().out.splitlines()
+    assert any(line.endswith(": b'order 19 paid'") for line in out)
+    assert [line.split("{")[0] + " " + line.rsplit(" ", 1)[1] for line in out if line.startswith("rocketray_")] == [
+        "rocketray_client_producer_sent_total 1", "rocketray_client_consumer_lag_messages 0"]
+
+
 def test_filters(cluster, capsys):
     load("filters").main("demo")
     assert "payments received {'paid': 25, 'refunded': 25}, lag 0" in capsys.readouterr().out
