@@ -87,13 +87,10 @@ class RayMetricObjects:
 
     def __init__(self) -> None:
         try:
-            import ray
             from ray.util import metrics
         except ImportError:
             raise InvalidRequest("export_to_ray needs Ray (pip install 'rocketray[server]'); outside Ray "
                                  "use serve_prometheus") from None
-        if not ray.is_initialized():
-            raise InvalidRequest("export_to_ray needs a Ray driver: call ray.init(address=...) first")
         self._metrics = metrics
 
     def make(self, d: SeriesDef) -> Any:
@@ -155,9 +152,15 @@ class RayExporter:
 def export_to_ray(*clients: Client, interval_s: float = 5.0, objects: MetricObjects | None = None) -> RayExporter:
     """Publish ``clients``' counters as ``ray.util.metrics`` series every ``interval_s`` seconds
     (a first sample right away), exported by Ray's metrics agent with the brokers' series
-    (``ray_rocketray_client_*``). Needs a connected Ray driver or actor; ``objects`` replaces the
-    Ray metric objects (tests)."""
-    exporter = RayExporter(clients, interval_s, objects if objects is not None else RayMetricObjects())
+    (``ray_rocketray_client_*``). Needs a connected Ray driver or actor (InvalidRequest otherwise);
+    ``objects`` makes the metric objects instead of ``ray.util.metrics`` (and skips that check)."""
+    if objects is None:
+        objects = RayMetricObjects()
+        import ray
+
+        if not ray.is_initialized():    # recorded in a process without a Ray worker, series go nowhere
+            raise InvalidRequest("export_to_ray needs a Ray driver: call ray.init(address=...) first")
+    exporter = RayExporter(clients, interval_s, objects)
     exporter.export_once()
     return exporter
 

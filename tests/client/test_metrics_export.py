@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from rocketray.client import Consumer, InvalidRequest, Producer
-from rocketray.client.metrics_export import export_to_ray, serve_prometheus
+from rocketray.client.metrics_export import RayMetricObjects, export_to_ray, serve_prometheus
 from rocketray.client.metrics_series import DEFINITIONS, SeriesDef
 from rocketray.waiting import wait_for
 from tests.support.fake_client_cluster import FakeCluster, FakeTransport
@@ -188,3 +188,22 @@ def test_asyncio_clients_are_served_through_the_client_underneath(transport):
     got = asyncio.run(run())
     assert got['rocketray_client_producer_sent_total{client_id="ap"}'] == 1
     assert got['rocketray_client_consumer_polls_total{client_id="ac",group="ag"}'] == 0
+
+
+@pytest.mark.filterwarnings("error")
+def test_every_series_is_accepted_by_ray_util_metrics(transport):
+    """Ray's own metric classes (no Ray session: the records go nowhere) take every definition and
+    its updates without a warning: Ray discards, with a warning, a metric whose name it finds
+    invalid, and raises on a tag key it was not given or a value it refuses."""
+    objects = RayMetricObjects()
+    for d in DEFINITIONS.values():
+        tags = {key: "x" for key in d.label_keys}
+        obj = objects.make(d)
+        obj.inc(2, tags=tags) if d.kind == "counter" else obj.set(0, tags=tags)
+    with Producer(transport=transport) as p, Consumer(group="g", topics=["t"], transport=transport, **FAST) as c:
+        p.send("t", b"x")
+        wait_for(lambda: c.poll(0.05), 10, "the message")
+        exporter = export_to_ray(p, c, interval_s=60, objects=RayMetricObjects())
+        p.send("t", b"y")
+        exporter.stop()
+        assert exporter.exports == 2
