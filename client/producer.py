@@ -325,8 +325,7 @@ class Producer:
         try:
             return self._routes.get(topic)
         except AccessDenied as exc:
-            raise AccessDenied(f"the user may not Pub to topic {topic!r}: {exc}", resource=f"Topic:{topic}",
-                               action="Pub") from None
+            raise _pub_denied(topic, exc) from None
 
     def _topic_bytes(self, topic: str) -> bytes:
         encoded = self._topics.get(topic)
@@ -442,9 +441,13 @@ def _per_message(exc: BaseException, msg_id: str, topic: str) -> BaseException:
     if isinstance(exc, SendUnknown):
         return SendUnknown(str(exc), msg_id, exc.status)
     if isinstance(exc, AccessDenied) and exc.resource is None:
-        return AccessDenied(f"the user may not Pub to topic {topic!r} ({exc})", resource=f"Topic:{topic}",
-                            action="Pub")
+        return _pub_denied(topic, exc)
     return exc
+
+
+def _pub_denied(topic: str, exc: AccessDenied) -> AccessDenied:
+    """``exc`` as what the producer wanted: Pub on ``topic``."""
+    return AccessDenied(f"the user may not Pub to topic {topic!r}: {exc}", resource=f"Topic:{topic}", action="Pub")
 
 
 def _now_ms() -> int:
