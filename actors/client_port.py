@@ -57,6 +57,7 @@ __all__ = ["ClientPort", "ClientEndpoints", "ClientAuthenticator", "ControlEndpo
 log = logging.getLogger("rocketray.broker")
 
 READ_CHUNK = 1 << 20
+JOIN_BYTES = 64 << 10      # an answer smaller than this is written as one buffer (one TLS record)
 
 
 class ClientEndpoints(Protocol):
@@ -268,7 +269,10 @@ class ClientPort:
     @staticmethod
     def _write(writer: asyncio.StreamWriter, flow: _Flow, buffers: list[bytes | memoryview]) -> None:
         if not writer.is_closing():
-            writer.writelines(buffers)
+            if sum(map(len, buffers)) < JOIN_BYTES:
+                writer.write(b"".join(buffers))     # one TLS record, not one per buffer
+            else:
+                writer.writelines(buffers)
         flow.finished()
 
     def _put(self, frame: Frame, writer: asyncio.StreamWriter, flow: _Flow, access: "_Access") -> None:
