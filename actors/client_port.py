@@ -68,7 +68,8 @@ class ClientEndpoints(Protocol):
                    hold_ms: int, group: str | None, done: Callable[[PullResult], object],
                    tag_filter: str | None = None) -> PullResult | None: ...
 
-    async def commit_offsets(self, group: str, entries: list[tuple[str, int, int]]) -> PutResult: ...
+    async def commit_offsets(self, group: str, entries: list[tuple[str, int, int]],
+                             reset: bool = False) -> PutResult: ...
 
     async def committed_offsets(self, group: str, topics: list[str] | None = None) -> OffsetsResult: ...
 
@@ -317,15 +318,12 @@ class ClientPort:
     async def _answer(self, frame: Frame, access: "_Access") -> list[bytes]:
         e = self._endpoints
         if frame.type is FrameType.COMMIT:
-            group, entries = _pair(unpack(frame.body, "commit"), "commit")
-            if not isinstance(group, str) or not isinstance(entries, list) or \
-                    not all(isinstance(x, list) and len(x) == 3 and isinstance(x[0], str) for x in entries):
-                raise WireError("commit: expected [group, [[topic, queue_id, offset], ...]]")
+            group, entries, reset = _commit_request(unpack(frame.body, "commit"))
             denied = access.first_denied(group_needs(group, (x[0] for x in entries)))
             if denied is not None:
                 log.info("client port: %s", denied)
                 return [encode_put_answer(refused(PutStatus.ACCESS_DENIED))]
-            return [encode_put_answer(await e.commit_offsets(group, [tuple(x) for x in entries]))]
+            return [encode_put_answer(await e.commit_offsets(group, [tuple(x) for x in entries], reset))]
         if frame.type is FrameType.COMMITTED:
             group, topics = _pair(unpack(frame.body, "committed"), "committed")
             if not isinstance(group, str) or not (topics is None or isinstance(topics, list)):
@@ -414,6 +412,17 @@ class _Access:
                 raise TopicRefused(str(decision))
 
         return check
+
+
+def _commit_request(value: object) -> tuple[str, list, bool]:
+    """A COMMIT body: ``[group, entries]``, or ``[group, entries, "reset"]`` for an admin's reset."""
+    if not (isinstance(value, list) and len(value) in (2, 3) and (len(value) == 2 or value[2] == "reset")):
+        raise WireError("commit: expected [group, [[topic, queue_id, offset], ...](, 'reset')]")
+    group, entries = value[0], value[1]
+    if not isinstance(group, str) or not isinstance(entries, list) or \
+            not all(isinstance(x, list) and len(x) == 3 and isinstance(x[0], str) for x in entries):
+        raise WireError("commit: expected [group, [[topic, queue_id, offset], ...](, 'reset')]")
+    return group, entries, len(value) == 3
 
 
 def _pair(value: object, what: str) -> tuple:

@@ -60,7 +60,7 @@ class FrameType(enum.IntEnum):
     PUT = 1            # body: u32 record count, then the encoded batch
     PULL = 2           # body: msgpack [topic, queue_id, offset, max_count, max_bytes, hold_ms, group|nil
                        #                (, tag expression: only when the pull filters)]
-    COMMIT = 3         # body: msgpack [group, [[topic, queue_id, offset], ...]]
+    COMMIT = 3         # body: msgpack [group, [[topic, queue_id, offset], ...](, "reset": an admin's reset)]
     COMMITTED = 4      # body: msgpack [group, [topic, ...]|nil]
     QUEUE_MAX = 5      # body: msgpack [[topic, queue_id], ...]
     METADATA = 6       # body: msgpack []: the cluster's groups, brokers, masters (broker/client_control.py)

@@ -304,8 +304,9 @@ class Consumer:
     def seek(self, topic: str, queue_id: int, offset: int) -> None:
         """Read queue ``queue_id`` of ``topic`` (owned by this member) from ``offset`` on, below the
         group's committed offset too (a replay). ``commit`` then commits the new position if it is
-        ahead of the committed one; the group's committed offset never moves back, so a member that
-        joins later starts at the highest offset ever committed."""
+        ahead of the committed one; a commit never moves the group's offset back, so a member that
+        joins later starts at the highest offset committed (``rocketray admin reset-offset`` of the
+        stopped group is what moves it back)."""
         if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
             raise InvalidRequest(f"a seek offset must be an int >= 0, not {offset!r}")
         (key,) = self._owned([TopicQueue(topic, queue_id)])

@@ -241,10 +241,11 @@ class PortData:
         return answer
 
     def commit(self, group: str, consumer_group: str, entries: list[tuple[str, int, int]],
-               timeout_s: float) -> PutResult | Unanswered:
-        result = self._request(group, FrameType.COMMIT, (pack([consumer_group, [list(e) for e in entries]]),),
+               timeout_s: float, reset: bool = False) -> PutResult | Unanswered:
+        fields: list = [consumer_group, [list(e) for e in entries]] + (["reset"] if reset else [])
+        result = self._request(group, FrameType.COMMIT, (pack(fields),),
                                lambda f: decode_put_answer(f.body), timeout_s, "commit_offsets",
-                               (consumer_group, entries))
+                               (consumer_group, entries, reset))
         return refused(PutStatus.MESSAGE_ILLEGAL) if result is None else result
 
     def committed(self, group: str, consumer_group: str, topics: list[str] | None,
