@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any, Callable
 from rocketray.broker.batch import EncodedBatch
 from rocketray.broker.client_wire import (PUT_COUNT, Frame, FrameType, PullRequest, WireError, decode_offsets_answer,
                                           decode_pull_answer, decode_put_answer, decode_queue_offsets,
-                                          encode_pull_request, encode_search_request, pack)
+                                          encode_commit_request, encode_pull_request, encode_search_request,
+                                          pack)
 from rocketray.broker.pull import OffsetsResult
 from rocketray.client.connections import Connection, ConnectionLost, Dialer, DirectConnection
 from rocketray.client.unanswered import Unanswered
@@ -242,8 +243,7 @@ class PortData:
 
     def commit(self, group: str, consumer_group: str, entries: list[tuple[str, int, int]],
                timeout_s: float, reset: bool = False) -> PutResult | Unanswered:
-        fields: list = [consumer_group, [list(e) for e in entries]] + (["reset"] if reset else [])
-        result = self._request(group, FrameType.COMMIT, (pack(fields),),
+        result = self._request(group, FrameType.COMMIT, (encode_commit_request(consumer_group, entries, reset),),
                                lambda f: decode_put_answer(f.body), timeout_s, "commit_offsets",
                                (consumer_group, entries, reset))
         return refused(PutStatus.MESSAGE_ILLEGAL) if result is None else result
