@@ -6,7 +6,10 @@ takes, from its connection to its ack of the master's max offset, to copy everyt
 
 The HA run is made twice per round, over TLS (the default: ``ha_MBps``, ``ratio``) and over plain
 TCP (development mode: ``ha_plain_MBps``, ``plain_ratio``); ``tls_ratio`` = TLS MB/s / plain MB/s
-(the security issue's target: >= 0.8). Baseline, same run: read the same commit-log files and send
+(the security issue's target: >= 0.8). ``raw_tls_MBps``: the raw baseline below over TLS between
+the same member certificates (blocking ``ssl`` sockets, no protocol, no verification): the most a
+TLS stream carries here, and ``tls_ceiling_ratio`` = that / HA over plain TCP, the highest
+``tls_ratio`` any TLS replication could reach on this machine. Baseline, same run: read the same commit-log files and send
 them over a loopback socket to a process that writes them into a file (no protocol, no
 verification). ``ratio`` = HA MB/s / raw MB/s, higher is better (1.0 would mean the protocol costs
 nothing). The two runs alternate
@@ -158,12 +161,17 @@ def slave_main(argv: list[str]) -> None:
 
 
 def raw_receiver_main(argv: list[str]) -> None:
-    port, path = int(argv[0]), argv[1]
-    with socket.create_connection(("127.0.0.1", port)) as sock, open(path, "wb") as f:
+    port, path, total = int(argv[0]), argv[1], int(argv[2])
+    tls = argv[3:4] == ["tls"]      # the receiver's member credentials come on stdin (never argv)
+    member = MemberCredentials.from_json(json.loads(sys.stdin.read())) if tls else None
+    with socket.create_connection(("127.0.0.1", port)) as plain, open(path, "wb") as f:
+        sock = member.client_context().wrap_socket(plain) if member is not None else plain
         buf = bytearray(MiB)
         view = memoryview(buf)
-        while n := sock.recv_into(buf):
+        got = 0
+        while got < total and (n := sock.recv_into(buf)):
             f.write(view[:n])
+            got += n
         f.flush()
         sock.sendall(b"k")
 
@@ -186,17 +194,26 @@ def evict(store: MessageStore) -> MessageStore:
     return open_master(root)
 
 
-def raw_run(master_store: MessageStore, work: Path) -> float:
-    """Seconds to read the segment files and push them through a loopback socket into a file."""
+def raw_run(master_store: MessageStore, work: Path,
+            members: tuple[MemberCredentials, MemberCredentials] | None = None) -> float:
+    """Seconds to read the segment files and push them through a loopback socket into a file;
+    with ``members``, over TLS between the two (blocking ``ssl`` sockets: Python's fastest TLS
+    stream, the ceiling any TLS replication here can reach)."""
     files = sorted((master_store.root / "commitlog").iterdir())
     total = master_store.max_offset
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))
         server.listen(1)
         port = server.getsockname()[1]
-        proc = subprocess.Popen([sys.executable, __file__, "--raw-receiver", str(port),
-                                 str(work / "raw.out")])
+        proc = subprocess.Popen([sys.executable, __file__, "--raw-receiver", str(port), str(work / "raw.out"),
+                                 str(total), *(["tls"] if members else [])], stdin=subprocess.PIPE)
+        assert proc.stdin is not None
+        if members:
+            proc.stdin.write(json.dumps(members[1].to_json()).encode())
+        proc.stdin.close()
         conn, _ = server.accept()
+        if members:
+            conn = members[0].server_context().wrap_socket(conn, server_side=True)
         start = time.perf_counter()
         sent = 0
         with conn:
@@ -205,7 +222,6 @@ def raw_run(master_store: MessageStore, work: Path) -> float:
                     while sent < total and (chunk := f.read(min(MiB, total - sent))):
                         conn.sendall(chunk)
                         sent += len(chunk)
-            conn.shutdown(socket.SHUT_WR)
             assert conn.recv(1) == b"k"
         elapsed = time.perf_counter() - start
         proc.wait()
@@ -231,12 +247,14 @@ def run(argv: list[str]) -> dict:
         store = build_backlog(work / "master", args.size_mb, args.message_kb)
         mb = store.max_offset / MiB
         members = bench_members()
-        raws, has, plains, stalls = [], [], [], []
+        raws, raw_tlss, has, plains, stalls = [], [], [], [], []
         for _ in range(args.rounds):  # alternated, each after a sync (no writeback debt carried over)
             os.sync()
             if args.cold:
                 store = evict(store)
             raws.append(raw_run(store, work))
+            os.sync()
+            raw_tlss.append(raw_run(store, work, members))
             for tls, times in ((True, has), (False, plains)):
                 os.sync()
                 if args.cold:
@@ -245,6 +263,7 @@ def run(argv: list[str]) -> dict:
                 times.append(ha_s)
                 stalls.append(stall_ms)
         raw_s, ha_s, plain_s = statistics.median(raws), statistics.median(has), statistics.median(plains)
+        raw_tls_s = statistics.median(raw_tlss)
         stall_ms = max(stalls)
         sweep = {}
         for kb in [int(x) for x in args.sweep.split(",") if x]:
@@ -262,12 +281,15 @@ def run(argv: list[str]) -> dict:
         "raw_MBps": round(mb / raw_s, 1),
         "ratio": round((mb / ha_s) / (mb / raw_s), 3),
         "plain_ratio": round((mb / plain_s) / (mb / raw_s), 3),
+        "raw_tls_MBps": round(mb / raw_tls_s, 1),
+        "tls_ceiling_ratio": round(plain_s / raw_tls_s, 3),
         "max_loop_stall_ms": round(stall_ms, 1),
         "rounds": args.rounds,
         "cold": args.cold,
         "ha_MBps_each": [round(mb / t, 1) for t in has],
         "ha_plain_MBps_each": [round(mb / t, 1) for t in plains],
         "raw_MBps_each": [round(mb / t, 1) for t in raws],
+        "raw_tls_MBps_each": [round(mb / t, 1) for t in raw_tlss],
     }
     if sweep:
         result["sweep"] = sweep
