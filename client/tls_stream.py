@@ -61,6 +61,7 @@ class TlsStream(PlainStream):
         # a receive here asks for up to a MiB (9 us a call on the reference VM, four calls a request).
         self._cipher = bytearray(CIPHER_CHUNK)     # ciphertext from the socket (reading thread only)
         self._clear = bytearray(RECV_BYTES)        # plaintext out of the TLS object (under the lock)
+        self._peer_closed = False
         while True:
             try:
                 self._obj.do_handshake()
@@ -116,8 +117,10 @@ class TlsStream(PlainStream):
 
     def _decrypt(self, max_bytes: int) -> bytes | None:
         """Plaintext now available (None: more ciphertext is needed); b"" at the peer's close_notify
-        (``SSLObject.read`` returns 0 there). Reads only while the TLS object holds ciphertext or
+        (``SSLObject.read`` returns 0 there), and at every call after it. Reads only while the TLS object holds ciphertext or
         plaintext (a read with neither only raises ``SSLWantReadError``)."""
+        if self._peer_closed:
+            return b""
         obj, clear = self._obj, memoryview(self._clear)
         limit = min(max_bytes, len(clear))
         got, closed = 0, False
@@ -132,6 +135,7 @@ class TlsStream(PlainStream):
             pass
         except ssl.SSLZeroReturnError:
             closed = True
+        self._peer_closed = closed     # the peer's close_notify: every later receive is the end
         if not got:
             return b"" if closed else None
         return bytes(clear[:got])
