@@ -81,15 +81,17 @@ def wrong_tags(deliveries: Iterable[Delivery]) -> list[dict[str, Any]]:
 def lost_nacks(nacks: Sequence[NackRecord], deliveries: Sequence[Delivery]) -> list[dict[str, Any]]:
     """Nacked messages the group did not get again: an acknowledged retry copy never delivered (by
     its ``msg_id``), or a nacked delivery never followed by an acknowledged nack whose payload was
-    not delivered again after the nack."""
+    not delivered again after the nack. An acknowledged nack of the same message and delivery count
+    by any member of the group settles it (two members owning one queue for a moment may both get
+    the message; the copy the acknowledged nack made is judged by the first rule)."""
     got = {d.msg_id for d in deliveries}
-    settled = {(n.process, n.msg_id, n.delivery_count) for n in nacks if n.ok}
+    settled = {(n.msg_id, n.delivery_count) for n in nacks if n.ok}
     out = []
     for n in nacks:
         if n.ok:
             if not n.dead and n.copy_msg_id not in got:
                 out.append({**n.to_json(), "why": "its retry copy was never delivered"})
-        elif (n.process, n.msg_id, n.delivery_count) not in settled and not any(
+        elif (n.msg_id, n.delivery_count) not in settled and not any(
                 d.payload_id == n.payload_id and d.poll_start_ms > n.time_ms for d in deliveries):
             out.append({**n.to_json(), "why": "the nack failed and the message was not delivered again"})
     return out

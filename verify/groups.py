@@ -34,7 +34,7 @@ declared or any row names, pure (no IO, no clock). The rules (``rocketray.verify
   whose tag it does not match (it must receive every acknowledged one that matches: undelivered
   counts only those); **wrong_tags** (failure): a delivery whose tag is not the one sent.
 - **nacks_lost** (failure): an acknowledged nack's retry copy never delivered, or a nack that raised
-  whose message was never delivered again; **wrong_copies** (failure): a copy delivered with another
+  whose message no member of the group nacked successfully and nothing delivered again; **wrong_copies** (failure): a copy delivered with another
   payload, delivery count or origin than its nack's; **nacks_misrouted** (failure): a copy in the
   dead-letter topic before ``max_deliveries`` or in the retry topic at it; **unexplained_copies**
   (failure): a retry copy no nack made.
