@@ -72,9 +72,9 @@ def test_a_master_s_clock_jumped_forward_and_back_stamps_off_and_loses_nothing(m
         delayed[producer.send(TOPIC, b"due-in-30s", key="k", deliver_at_ms=ahead_due).msg_id] = ahead_due
         jump(cluster, clocks, master, -600)
         send(5, "behind")
-        behind_due = now_ms() + 1000                # due in 1 s: 601 s away on the master's clock
-        delayed[producer.send(TOPIC, b"due-in-1s", key="k", deliver_at_ms=behind_due).msg_id] = behind_due
-        time.sleep(3)
+        behind_due = now_ms() + 500                 # due in 0.5 s: 600.5 s away on the master's clock
+        delayed[producer.send(TOPIC, b"due-in-0.5s", key="k", deliver_at_ms=behind_due).msg_id] = behind_due
+        time.sleep(2)
         held_back = now_ms()
         jump(cluster, clocks, master, 0)
         send(5, "real-again")

@@ -48,7 +48,7 @@ def test_a_running_process_jumps_back_and_forth_and_still_sleeps(tmp_path: Path)
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         seen = []
-        for offset in (0, 3600, -600, 0):
+        for offset in (0, 3600, -600):
             set_offset(clock, offset)
             assert child.stdin is not None and child.stdout is not None
             child.stdin.write(f"{offset}\n")
@@ -56,7 +56,7 @@ def test_a_running_process_jumps_back_and_forth_and_still_sleeps(tmp_path: Path)
             wall, mono = map(float, child.stdout.readline().split())
             seen.append(wall)
             assert mono < 3.5, (offset, mono)    # the monotonic clock did not jump with the wall clock
-        assert seen == [0.0, 3600.0, -600.0, 0.0], (seen, child.stderr)
+        assert seen == [0.0, 3600.0, -600.0], (seen, child.stderr)
     finally:
         if child.stdin is not None:
             child.stdin.close()
