@@ -23,7 +23,7 @@ MODULES=(
     rocketray.scram rocketray.scram_keys rocketray.acl rocketray.controller.auth_table rocketray.controller.users
     rocketray.broker.message rocketray.broker.role rocketray.broker.role_io rocketray.broker.offsets rocketray.broker.pull
     rocketray.client.core rocketray.client.types rocketray.client.errors rocketray.client.metrics rocketray.client.metrics_series rocketray.client.metrics_export rocketray.client.retry rocketray.client.filters rocketray.broker.tag_filter
-    rocketray.broker.schedule rocketray.broker.client_access
+    rocketray.broker.schedule rocketray.broker.client_access rocketray.client.outgoing rocketray.client.consumer_commits rocketray.client.committer
     rocketray.ha.ack rocketray.ha.master rocketray.wire.put_result rocketray.ha.standalone
     rocketray.sim.world rocketray.sim.net rocketray.sim.disk
     rocketray.verify.netfaults rocketray.verify.filefaults rocketray.verify.soak rocketray.broker.queue_check

@@ -283,9 +283,10 @@ class BrokerService:
         return await self.consumers.pull(topic, queue_id, queue_offset, max_count, max_bytes, hold_ms, group,
                                          tag_filter)
 
-    async def commit_offsets(self, group: str, entries: list[tuple[str, int, int]]) -> PutResult:
-        """Commit ``group``'s ``(topic, queue_id, offset)`` entries as one replicated record."""
-        result = await self.consumers.commit(group, entries)
+    async def commit_offsets(self, group: str, entries: list[tuple[str, int, int]], reset: bool = False) -> PutResult:
+        """Commit ``group``'s ``(topic, queue_id, offset)`` entries as one replicated record (with
+        ``reset``: an admin's reset record, which sets the offsets instead of raising them)."""
+        result = await self.consumers.commit(group, entries, reset)
         return dataclasses.replace(result, broker_id=self.manager.broker_id)
 
     async def committed_offsets(self, group: str, topics: list[str] | None = None) -> OffsetsResult:

@@ -41,7 +41,8 @@ from rocketray.broker.client_access import (Need, first_denied, group_needs, gua
 from rocketray.broker.client_control import (Metadata, decode_control, decode_watch, encode_control_answer,
                                              encode_metadata, encode_watch_answer)
 from rocketray.broker.client_wire import (Frame, FrameDecoder, FrameType, WireError, answer_type, encode_frame,
-                                          decode_pull_request, decode_put_request, decode_search_request,
+                                          decode_commit_request, decode_pull_request, decode_put_request,
+                                          decode_search_request,
                                           encode_offsets_answer, encode_pull_answer, encode_put_answer, pack,
                                           unpack)
 from rocketray.broker.pull import OffsetsResult, OffsetsStatus, PullResult, PullStatus
@@ -57,6 +58,7 @@ __all__ = ["ClientPort", "ClientEndpoints", "ClientAuthenticator", "ControlEndpo
 log = logging.getLogger("rocketray.broker")
 
 READ_CHUNK = 1 << 20
+JOIN_BYTES = 64 << 10      # an answer smaller than this is written as one buffer (one TLS record)
 
 
 class ClientEndpoints(Protocol):
@@ -68,7 +70,8 @@ class ClientEndpoints(Protocol):
                    hold_ms: int, group: str | None, done: Callable[[PullResult], object],
                    tag_filter: str | None = None) -> PullResult | None: ...
 
-    async def commit_offsets(self, group: str, entries: list[tuple[str, int, int]]) -> PutResult: ...
+    async def commit_offsets(self, group: str, entries: list[tuple[str, int, int]],
+                             reset: bool = False) -> PutResult: ...
 
     async def committed_offsets(self, group: str, topics: list[str] | None = None) -> OffsetsResult: ...
 
@@ -268,7 +271,10 @@ class ClientPort:
     @staticmethod
     def _write(writer: asyncio.StreamWriter, flow: _Flow, buffers: list[bytes | memoryview]) -> None:
         if not writer.is_closing():
-            writer.writelines(buffers)
+            if sum(map(len, buffers)) < JOIN_BYTES:
+                writer.write(b"".join(buffers))     # one TLS record, not one per buffer
+            else:
+                writer.writelines(buffers)
         flow.finished()
 
     def _put(self, frame: Frame, writer: asyncio.StreamWriter, flow: _Flow, access: "_Access") -> None:
@@ -317,15 +323,12 @@ class ClientPort:
     async def _answer(self, frame: Frame, access: "_Access") -> list[bytes]:
         e = self._endpoints
         if frame.type is FrameType.COMMIT:
-            group, entries = _pair(unpack(frame.body, "commit"), "commit")
-            if not isinstance(group, str) or not isinstance(entries, list) or \
-                    not all(isinstance(x, list) and len(x) == 3 and isinstance(x[0], str) for x in entries):
-                raise WireError("commit: expected [group, [[topic, queue_id, offset], ...]]")
+            group, entries, reset = decode_commit_request(frame.body)
             denied = access.first_denied(group_needs(group, (x[0] for x in entries)))
             if denied is not None:
                 log.info("client port: %s", denied)
                 return [encode_put_answer(refused(PutStatus.ACCESS_DENIED))]
-            return [encode_put_answer(await e.commit_offsets(group, [tuple(x) for x in entries]))]
+            return [encode_put_answer(await e.commit_offsets(group, entries, reset))]
         if frame.type is FrameType.COMMITTED:
             group, topics = _pair(unpack(frame.body, "committed"), "committed")
             if not isinstance(group, str) or not (topics is None or isinstance(topics, list)):

@@ -12,7 +12,8 @@ A shell over the store and the HA service of one replica, run on the broker acto
   the answer's ``next_offset`` is past every unwanted message looked at, also when none matched.
 - **commit**: one record of the system topic ``__consumer_offsets`` appended through the master's
   ordinary put (``HAService.put``), so it is acknowledged exactly when a message would be: every
-  SyncStateSet member has it (``rocketray.broker.offsets``).
+  SyncStateSet member has it (``rocketray.broker.offsets``). An admin's reset is the same with a
+  reset record, which the fold applies as an assignment instead of a maximum.
 - **committed**: the group's offsets folded from the *confirmed* system-queue records of this
   replica's log. A master first waits until its confirm offset reaches the log end it had when
   asked: a new master holds every acknowledged commit in its log, but may not have confirmed it yet,
@@ -29,7 +30,7 @@ from typing import Callable, Protocol
 from rocketray.broker.batch import EncodedBatch, encode_batch
 from rocketray.broker.message import MessageCodecError, decode_record
 from rocketray.broker.offsets import (MAX_COMMITS_PER_RECORD, OFFSETS_QUEUE, OFFSETS_TOPIC, OffsetRecordError,
-                                      OffsetTable, commit_message)
+                                      OffsetTable, commit_message, reset_message)
 from rocketray.broker.pull import (OffsetsResult, OffsetsStatus, PullResult, PullStatus, check_pull)
 from rocketray.broker.store import MessageStore
 from rocketray.broker.store_read import FILTER_SCAN_ENTRIES
@@ -230,9 +231,10 @@ class ConsumerPath:
                 log.exception("answering a held pull failed")
 
     # --- commits ----------------------------------------------------------------------------
-    async def commit(self, group: str, entries: list[tuple[str, int, int]]) -> PutResult:
+    async def commit(self, group: str, entries: list[tuple[str, int, int]], reset: bool = False) -> PutResult:
         """Append ``group``'s ``(topic, queue_id, offset)`` commits as one record and wait for the
-        ack policy, like a put. An offset past what the queue holds is refused (MESSAGE_ILLEGAL)."""
+        ack policy, like a put. An offset past what the queue holds is refused (MESSAGE_ILLEGAL).
+        With ``reset``, a reset record: the offsets are set, lower or not (the admin's reset)."""
         ha = self._ha()
         if ha is None or not self._writable():
             return refused(PutStatus.NOT_MASTER if ha is not None and not self._is_master() else PutStatus.FENCED)
@@ -242,10 +244,12 @@ class ConsumerPath:
                 if offset > self._store.next_queue_offset(topic, queue_id):
                     raise OffsetRecordError(f"offset {offset} of {topic}/{queue_id} is past its end "
                                             f"{self._store.next_queue_offset(topic, queue_id)}")
-            batch = encode_batch([commit_message(group, entries, _now_ms())])
+            batch = encode_batch([(reset_message if reset else commit_message)(group, entries, _now_ms())])
         except (OffsetRecordError, MessageCodecError, TypeError, ValueError) as exc:
-            log.info("offset commit refused group=%r: %s", group, exc)
+            log.info("offset %s refused group=%r: %s", "reset" if reset else "commit", group, exc)
             return refused(PutStatus.MESSAGE_ILLEGAL)
+        if reset:
+            log.info("offset reset group=%r entries=%s", group, entries)
         return await ha.put(batch, _now_ms())
 
     # --- committed offsets --------------------------------------------------------------------

@@ -40,6 +40,7 @@ __all__ = ["MAGIC", "VERSION", "HEADER", "MAX_BODY_BYTES", "FrameType", "Frame",
            "encode_frame", "PUT_COUNT", "decode_put_request", "encode_put_answer", "decode_put_answer", "encode_pull_answer", "decode_pull_answer",
            "encode_offsets_answer", "decode_offsets_answer", "pack", "unpack", "answer_type", "PullRequest",
            "encode_pull_request", "decode_pull_request", "encode_search_request", "decode_search_request",
+           "encode_commit_request", "decode_commit_request",
            "decode_queue_offsets"]
 
 MAGIC = b"RRCL"
@@ -60,7 +61,7 @@ class FrameType(enum.IntEnum):
     PUT = 1            # body: u32 record count, then the encoded batch
     PULL = 2           # body: msgpack [topic, queue_id, offset, max_count, max_bytes, hold_ms, group|nil
                        #                (, tag expression: only when the pull filters)]
-    COMMIT = 3         # body: msgpack [group, [[topic, queue_id, offset], ...]]
+    COMMIT = 3         # body: msgpack [group, [[topic, queue_id, offset], ...](, "reset": an admin's reset)]
     COMMITTED = 4      # body: msgpack [group, [topic, ...]|nil]
     QUEUE_MAX = 5      # body: msgpack [[topic, queue_id], ...]
     METADATA = 6       # body: msgpack []: the cluster's groups, brokers, masters (broker/client_control.py)
@@ -215,6 +216,21 @@ def decode_pull_request(body: bytes | memoryview) -> PullRequest:
             and (len(args) == 7 or args[7] is None or isinstance(args[7], str))):
         raise WireError("pull: expected [topic, queue_id, offset, max_count, max_bytes, hold_ms, group(, tag_filter)]")
     return PullRequest(*args)
+
+
+def encode_commit_request(group: str, entries: list[tuple[str, int, int]], reset: bool = False) -> bytes:
+    """A COMMIT body; ``reset``: an admin's reset of the group's offsets (a reset record)."""
+    return pack([group, [list(e) for e in entries]] + (["reset"] if reset else []))
+
+
+def decode_commit_request(body: bytes | memoryview) -> tuple[str, list[tuple[str, int, int]], bool]:
+    """``(group, entries, reset)`` of a COMMIT request (entries' ints are checked by the fold's codec)."""
+    value = unpack(body, "commit")
+    if not (isinstance(value, list) and len(value) in (2, 3) and (len(value) == 2 or value[2] == "reset")
+            and isinstance(value[0], str) and isinstance(value[1], list)
+            and all(isinstance(x, list) and len(x) == 3 and isinstance(x[0], str) for x in value[1])):
+        raise WireError("commit: expected [group, [[topic, queue_id, offset], ...](, 'reset')]")
+    return value[0], [tuple(x) for x in value[1]], len(value) == 3
 
 
 def encode_search_request(queues: list[tuple[str, int]], timestamp_ms: int) -> bytes:

@@ -9,19 +9,37 @@ point with the rest of the log, crash-safe with the store, and visible (served) 
 confirm offset. Nothing here is new durability code: this module is the record's codec and the
 fold that turns the records into a table.
 
-The table is a fold with one rule: a (group, topic, queue) offset never goes backwards. Folding
-takes the maximum of what was committed, so a late commit from a consumer that lost the queue in a
-rebalance, or from before a failover, cannot roll a group's progress back (the upstream losses of
-apache/rocketmq#1094, #7790 and #9711 came from offsets copied master -> slave by polling, where a
-stale copy could win). Resetting an offset backwards on purpose is an admin operation this module
-does not offer.
+The table is a fold of two record kinds, in log order (the system queue's order).
+
+- A **commit** (a consumer's, or the master's retention refresh) takes the maximum: a (group, topic,
+  queue) offset never goes backwards through a commit, so a late commit from a consumer that lost the
+  queue in a rebalance, or from before a failover, cannot roll a group's progress back (the upstream
+  losses of apache/rocketmq#1094, #7790 and #9711 came from offsets copied master -> slave by
+  polling, where a stale copy could win).
+- A **reset** (written only by the admin's reset of a stopped group, ``Admin.reset_offsets``) is an
+  assignment: the offset becomes the reset's, lower or higher. It is the one way an offset goes back.
+
+What a commit does around a reset follows from log order alone. A commit before the reset in the
+log is overridden by it. A commit after it takes the maximum against the reset's value: progress
+read from the reset point moves the offset forward, as it must, and so does a late commit computed
+before the reset (a member the admin's check did not see: one that outlived its heartbeat, or joined
+right after the check), which wins the race and leaves the queue above the target. The admin refuses
+to reset while the group has live members (GROUP_ACTIVE) so that race needs a member the controller
+already counts gone, and after the reset it reads the offsets back and reports every queue a commit
+moved past the target (RESET_OVERTAKEN), never a silent half-reset.
 
 Retention. Commit records live in the commit log, whose old segments retention deletes. So that a
 group that stops committing keeps its offsets, the master re-appends the offsets of every group whose
 newest record is older than half the retention (:meth:`OffsetTable.stale_groups`): the fold keeps
-the maximum, so a refresh changes nothing but the records' age (Kafka compacts its topic instead).
+the maximum, so a refresh changes nothing but the records' age (Kafka compacts its topic instead). It
+re-appends a reset's value as a commit, which is enough: retention deletes the oldest records first,
+so a reset's record goes only together with every record before it, and nothing older is left for
+that commit's maximum to meet.
 
-Record body (msgpack, versioned): ``[1, group, [[topic, queue_id, offset], ...]]``.
+Record body (msgpack, versioned): a commit ``[1, group, [[topic, queue_id, offset], ...]]`` (version 1:
+the only one commits use, so a reader that knows only version 1 folds every commit); a reset
+``[2, "reset", group, [[topic, queue_id, offset], ...]]`` (version 2 names its kind; a version-1
+reader skips it as a record it cannot decode).
 """
 
 from __future__ import annotations
@@ -34,11 +52,14 @@ import msgpack
 from rocketray.broker.message import Message, valid_topic
 
 __all__ = ["OFFSETS_TOPIC", "OFFSETS_QUEUE", "OffsetCommit", "OffsetRecordError", "OffsetTable",
-           "encode_commit", "decode_commit", "commit_message", "MAX_COMMITS_PER_RECORD"]
+           "encode_commit", "encode_reset", "decode_commit", "commit_message", "reset_message",
+           "MAX_COMMITS_PER_RECORD"]
 
 OFFSETS_TOPIC = "__consumer_offsets"
 OFFSETS_QUEUE = 0
 VERSION = 1
+VERSION_KINDS = 2
+KIND_RESET = "reset"
 MAX_COMMITS_PER_RECORD = 4096
 MAX_GROUP_CHARS = 255
 
@@ -49,12 +70,14 @@ class OffsetRecordError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class OffsetCommit:
-    """``group`` has consumed ``topic``/``queue_id`` up to (not including) ``offset``."""
+    """``group`` has consumed ``topic``/``queue_id`` up to (not including) ``offset``; with
+    ``reset``, the admin set the offset there (an assignment, not a maximum)."""
 
     group: str
     topic: str
     queue_id: int
     offset: int
+    reset: bool = False
 
 
 def _check(group: str, topic: str, queue_id: int, offset: int) -> None:
@@ -67,13 +90,22 @@ def _check(group: str, topic: str, queue_id: int, offset: int) -> None:
             raise OffsetRecordError(f"{name} must be a non-negative int64: {value!r}")
 
 
-def encode_commit(group: str, entries: Sequence[tuple[str, int, int]]) -> bytes:
-    """The record body committing ``(topic, queue_id, offset)`` entries of ``group``."""
+def _checked_entries(group: str, entries: Sequence[tuple[str, int, int]]) -> list[list]:
     if not 0 < len(entries) <= MAX_COMMITS_PER_RECORD:
-        raise OffsetRecordError(f"an offset commit holds 1..{MAX_COMMITS_PER_RECORD} entries, not {len(entries)}")
+        raise OffsetRecordError(f"an offset record holds 1..{MAX_COMMITS_PER_RECORD} entries, not {len(entries)}")
     for topic, queue_id, offset in entries:
         _check(group, topic, queue_id, offset)
-    return msgpack.packb([VERSION, group, [[t, q, o] for t, q, o in entries]], use_bin_type=True)
+    return [[t, q, o] for t, q, o in entries]
+
+
+def encode_commit(group: str, entries: Sequence[tuple[str, int, int]]) -> bytes:
+    """The record body committing ``(topic, queue_id, offset)`` entries of ``group``."""
+    return msgpack.packb([VERSION, group, _checked_entries(group, entries)], use_bin_type=True)
+
+
+def encode_reset(group: str, entries: Sequence[tuple[str, int, int]]) -> bytes:
+    """The record body resetting ``group``'s offsets of ``(topic, queue_id, offset)`` entries."""
+    return msgpack.packb([VERSION_KINDS, KIND_RESET, group, _checked_entries(group, entries)], use_bin_type=True)
 
 
 def decode_commit(body: bytes | memoryview) -> list[OffsetCommit]:
@@ -82,9 +114,13 @@ def decode_commit(body: bytes | memoryview) -> list[OffsetCommit]:
         item = msgpack.unpackb(bytes(body), raw=False, use_list=True, strict_map_key=True)
     except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
         raise OffsetRecordError(f"offset record is not msgpack: {exc}") from None
-    if not (isinstance(item, list) and len(item) == 3 and item[0] == VERSION and isinstance(item[2], list)):
-        raise OffsetRecordError("offset record is not [version 1, group, entries]")
-    group, entries = item[1], item[2]
+    if isinstance(item, list) and len(item) == 3 and item[0] == VERSION and isinstance(item[2], list):
+        reset, group, entries = False, item[1], item[2]
+    elif isinstance(item, list) and len(item) == 4 and item[0] == VERSION_KINDS and item[1] == KIND_RESET \
+            and isinstance(item[3], list):
+        reset, group, entries = True, item[2], item[3]
+    else:
+        raise OffsetRecordError("offset record is neither [1, group, entries] nor [2, 'reset', group, entries]")
     if not 0 < len(entries) <= MAX_COMMITS_PER_RECORD:
         raise OffsetRecordError(f"offset record holds {len(entries)} entries")
     out = []
@@ -93,7 +129,7 @@ def decode_commit(body: bytes | memoryview) -> list[OffsetCommit]:
             raise OffsetRecordError(f"offset entry is not [topic, queue_id, offset]: {entry!r}")
         topic, queue_id, offset = entry
         _check(group, topic, queue_id, offset)
-        out.append(OffsetCommit(group, topic, queue_id, offset))
+        out.append(OffsetCommit(group, topic, queue_id, offset, reset))
     return out
 
 
@@ -103,8 +139,15 @@ def commit_message(group: str, entries: Sequence[tuple[str, int, int]], born_tim
                    born_timestamp_ms=born_timestamp_ms)
 
 
+def reset_message(group: str, entries: Sequence[tuple[str, int, int]], born_timestamp_ms: int) -> Message:
+    """The system-topic message a master appends for one admin reset of ``group``'s offsets."""
+    return Message(OFFSETS_TOPIC, OFFSETS_QUEUE, encode_reset(group, entries), {"GROUP": group},
+                   born_timestamp_ms=born_timestamp_ms)
+
+
 class OffsetTable:
-    """The fold of commit records: (group, topic, queue_id) -> the highest committed offset.
+    """The fold of offset records: (group, topic, queue_id) -> the highest offset committed since
+    the last reset of it (or the reset's offset).
 
     ``position`` is the next system-queue offset to fold (the shell reads records from there);
     records that do not decode are counted in ``skipped`` and ignored (a master never appends one:
@@ -139,8 +182,9 @@ class OffsetTable:
         return sorted(g for g, t in self._newest_ms.items() if now_ms - t > max_age_ms)
 
     def apply(self, c: OffsetCommit) -> None:
+        """Fold one entry: a commit takes the maximum, a reset assigns (the module docstring)."""
         key = (c.group, c.topic, c.queue_id)
-        if c.offset > self._offsets.get(key, -1):
+        if c.reset or c.offset > self._offsets.get(key, -1):
             self._offsets[key] = c.offset
 
     def committed(self, group: str, topic: str, queue_id: int) -> int | None:

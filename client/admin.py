@@ -150,12 +150,14 @@ class Admin:
         ``"earliest"`` (0: the first stored message), ``"latest"`` (the queue's end: skip the
         backlog), an offset (capped at each queue's end) or a time (an aware ``datetime``: each
         queue's first message stored at or after it, its end when all are older; RocketMQ's
-        resetOffsetByTime). Returns each queue's change.
+        resetOffsetByTime). Returns each queue's change, backwards or forwards.
 
-        Through the commit path, so the brokers' rule holds: a committed offset never moves back.
-        A queue whose committed offset is already past the target keeps it (``moved`` is False); a
-        group that never committed a queue starts from the target. AdminError (code
-        ``GROUP_ACTIVE``) while the group has live members: they would commit over the reset."""
+        Each broker group's queues get one reset record, replicated and acknowledged like a commit,
+        which the brokers apply as an assignment (a commit only ever raises an offset:
+        ``rocketray.broker.offsets``). AdminError (code ``GROUP_ACTIVE``) while the group has live
+        members: they would commit over the reset. The offsets are read back after the reset; a
+        queue a late commit moved past its target raises AdminError (code ``RESET_OVERTAKEN``: a
+        member the controller no longer counted was still committing; stop it and reset again)."""
         at_ms = epoch_ms(to) if isinstance(to, datetime.datetime) else None
         if at_ms is None and not (to in ("earliest", "latest")
                                   or (isinstance(to, int) and not isinstance(to, bool) and to >= 0)):
@@ -176,15 +178,28 @@ class Admin:
                 before[key] = committed.get(key)
                 target = 0 if to == "earliest" else ends[key] if to == "latest" or at_ms is not None \
                     else min(int(to), ends[key])   # type: ignore[arg-type]
-                if before[key] is None or target > before[key]:   # type: ignore[operator]
+                if target != before[key]:
                     targets.setdefault(broker_group, {})[key] = target
         outcome = commit_offsets(self._transport, group, targets, time.monotonic() + self._timeout_s,
-                                 self._timeout_s, None)
+                                 self._timeout_s, None, reset=True)
         if outcome.failed:
-            failed = ", ".join(outcome.failed_groups + outcome.refused_groups)
+            failed = ", ".join(outcome.failed_groups + outcome.refused_groups + outcome.denied_groups)
             raise CommitFailed(f"reset of {group!r} not acknowledged by {failed}", committed=outcome.done,
                                failed=outcome.failed)
+        self._check_reset(group, topic, targets)
         return [OffsetChange(key, before[key], outcome.done.get(key, before[key])) for key in sorted(before)]
+
+    def _check_reset(self, group: str, topic: str, targets: dict[str, dict[TopicQueue, int]]) -> None:
+        """Read the reset queues back: AdminError (RESET_OVERTAKEN) naming each one a commit moved
+        past its target after the reset record (the fold's race, ``rocketray.broker.offsets``)."""
+        overtaken = []
+        for broker_group, wanted in sorted(targets.items()):
+            now = {TopicQueue(t, q): o for t, q, o in self._committed(broker_group, group, [topic]).committed}
+            overtaken += [f"{k.topic}/{k.queue_id} at {now.get(k)} (reset to {o})" for k, o in sorted(wanted.items())
+                          if now.get(k) != o]
+        if overtaken:
+            raise AdminError(f"reset of {group!r}: a member committed past it: {', '.join(overtaken)}; stop every "
+                             "member of the group and reset again", code="RESET_OVERTAKEN")
 
     def _at_time(self, broker_group: str, keys: list[TopicQueue], timestamp_ms: int) -> dict[TopicQueue, int]:
         return self._per_queue(broker_group, keys, "the offsets by time", lambda queues: self._transport.search_offsets(

@@ -6,7 +6,8 @@ acknowledged when every in-sync replica has it). The groups are committed concur
 retrying refusals and unanswered calls (commits are idempotent: the brokers keep each queue's
 highest offset) until the shared deadline, so one slow or leaderless broker group never keeps the
 others from being acknowledged. A commit the broker refuses as invalid (an offset past the queue's
-end) is not retried.
+end) is not retried. The admin's reset goes the same way with ``reset=True``: reset records, which
+the brokers apply as an assignment (``rocketray.broker.offsets``), idempotent as well.
 """
 
 from __future__ import annotations
@@ -56,16 +57,17 @@ class CommitOutcome:
 
 def commit_offsets(transport: Transport, consumer_group: str, by_group: Mapping[str, Mapping[TopicQueue, int]],
                    deadline: float, request_timeout_s: float,
-                   pool: concurrent.futures.Executor | None) -> CommitOutcome:
+                   pool: concurrent.futures.Executor | None, reset: bool = False) -> CommitOutcome:
     """Commit ``{broker_group: {queue: offset}}`` until each group acknowledged or ``deadline``
-    (monotonic s); groups run concurrently on ``pool`` (None, or a single group: this thread)."""
+    (monotonic s); groups run concurrently on ``pool`` (None, or a single group: this thread).
+    ``reset``: write reset records (the admin's reset of a stopped group) instead of commits."""
     groups = sorted(by_group)
     if pool is None or len(groups) <= 1:
-        verdicts = [_commit_group(transport, consumer_group, g, by_group[g], deadline, request_timeout_s)
+        verdicts = [_commit_group(transport, consumer_group, g, by_group[g], deadline, request_timeout_s, reset)
                     for g in groups]
     else:
-        futures = [pool.submit(_commit_group, transport, consumer_group, g, by_group[g], deadline, request_timeout_s)
-                   for g in groups]
+        futures = [pool.submit(_commit_group, transport, consumer_group, g, by_group[g], deadline, request_timeout_s,
+                               reset) for g in groups]
         verdicts = [f.result() for f in futures]
     done: dict[TopicQueue, int] = {}
     failed: dict[TopicQueue, int] = {}
@@ -82,13 +84,13 @@ def commit_offsets(transport: Transport, consumer_group: str, by_group: Mapping[
 
 
 def _commit_group(transport: Transport, consumer_group: str, broker_group: str, offsets: Mapping[TopicQueue, int],
-                  deadline: float, request_timeout_s: float) -> str:
+                  deadline: float, request_timeout_s: float, reset: bool = False) -> str:
     """'ok', 'refused' (invalid: not retried), 'denied' (the ACL: not retried) or 'timeout' for one
     broker group's entries."""
     entries = [(q.topic, q.queue_id, o) for q, o in sorted(offsets.items())]
     backoff_s = BACKOFF_MIN_S
     while (left := deadline - time.monotonic()) > 0:
-        reply = transport.commit(broker_group, consumer_group, entries, min(left, request_timeout_s))
+        reply = transport.commit(broker_group, consumer_group, entries, min(left, request_timeout_s), reset)
         if isinstance(reply, PutResult) and reply.ok:
             return "ok"
         if isinstance(reply, PutResult) and reply.status is PutStatus.MESSAGE_ILLEGAL:

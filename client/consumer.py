@@ -23,11 +23,11 @@ it returns: an error met on the way is raised by the next ``poll`` when messages
 ``topics={topic: "a || b"}`` reads only messages so tagged, filtered on the brokers
 (``rocketray.client.filters``); every member of a group must subscribe alike (docs/client.md).
 
-Committing (``rocketray.client.committer``). ``commit()`` stores, for every queue ``poll`` returned
+Committing (``rocketray.client.consumer_commits``, ``rocketray.client.committer``). ``commit()`` stores, for every queue ``poll`` returned
 messages of, one past the last one returned (``commit(offsets=...)``: exactly the given offsets), as
-a record replicated like a message, every broker group concurrently. A group's offset never moves
-backwards (the brokers keep the maximum), so a late commit after a rebalance is harmless and a
-failed commit can simply be retried. Delivery is at-least-once: what was polled but not committed
+a record replicated like a message, every broker group concurrently. A commit never moves a group's
+offset backwards (the brokers keep the maximum), so a late commit after a rebalance is harmless and
+a failed commit can simply be retried (only an admin's reset of the stopped group moves it back). Delivery is at-least-once: what was polled but not committed
 is delivered again after a crash or a rebalance.
 
 Retries (``rocketray.client.retry``, ``rocketray.client.redelivery``). ``nack`` stores a copy of a
@@ -41,14 +41,13 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
-import threading
 import time
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
-from rocketray.client.committer import commit_offsets
 from rocketray.client.config import ClientConfig, client_config
-from rocketray.client.core import Positions, allocate_averagely
-from rocketray.client.errors import AccessDenied, ClientClosed, ClientError, CommitFailed, InvalidRequest, TopicNotFound
+from rocketray.client.consumer_commits import CommitCallback, Commits, queue_key
+from rocketray.client.core import allocate_averagely
+from rocketray.client.errors import AccessDenied, ClientClosed, ClientError, InvalidRequest, TopicNotFound
 from rocketray.client.fetcher import RETRY_AFTER_S, Fetcher
 from rocketray.client.filters import subscriptions
 from rocketray.client.membership import Membership
@@ -63,11 +62,6 @@ from rocketray.client.types import RebalanceListener, ReceivedMessage, SendResul
 __all__ = ["Consumer", "CommitCallback"]
 
 log = logging.getLogger("rocketray.client")
-
-#: ``commit_async``'s callback: the offsets it tried, and None or the :class:`CommitFailed` (or
-#: :class:`AccessDenied`) it raised.
-CommitCallback = Callable[[dict[TopicQueue, int], "CommitFailed | AccessDenied | None"], Any]
-COMMIT_THREADS = 8
 
 
 class Consumer:
@@ -109,15 +103,12 @@ class Consumer:
                 self._transport.close()
             raise
         self._fetcher = Fetcher(self._transport, group, self.config, auto_offset_reset, subscribed)
-        self._positions: Positions[TopicQueue] = Positions()
-        self._positions_lock = threading.Lock()
         self._paused: set[TopicQueue] = set()
         self._error: ClientError | None = None       # met by a poll that returned messages: raised next
         self._closed = False
         self._tally = Tally("received", "polls", "committed", "commit_failures", "rebalances", "nacked",
                             "dead_lettered")
-        self._commit_pool = concurrent.futures.ThreadPoolExecutor(COMMIT_THREADS, thread_name_prefix="rocketray-commit")
-        self._async_commits = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rocketray-commit-async")
+        self._commits = Commits(self._transport, self._routes, group, self.config, self._tally, self.client_id)
         self._retry_topic = retry_topic(group)
         self._membership = Membership(self._transport, self._routes, group, self.client_id, self.topics,
                                       self.config.consumer_heartbeat_interval_ms / 1000, refresh_s,
@@ -128,8 +119,7 @@ class Consumer:
             self._redelivery.learn_retry_topic()
             self._membership.start()
         except BaseException:          # the ACL denied the group: nothing of this consumer stays
-            self._commit_pool.shutdown(wait=False)
-            self._async_commits.shutdown(wait=False)
+            self._commits.close(wait=False)
             if self._owns_transport:
                 self._transport.close()
             raise
@@ -154,10 +144,7 @@ class Consumer:
             out.extend(self._redelivery.release(self._paused))     # retry copies now due
             if out or error:
                 break
-            found = self._fetcher.start_positions()
-            with self._positions_lock:
-                for key, offset in found.items():
-                    self._positions.acknowledged(key, offset)
+            self._commits.started(self._fetcher.start_positions())
             self._fetcher.issue_pulls(deadline, self._paused | self._redelivery.hold.queues())
             pending = self._fetcher.in_flight()
             left = self._redelivery.wait_s(deadline - time.monotonic(), self._paused)
@@ -187,9 +174,7 @@ class Consumer:
             ends[key] = max(ends.get(key, 0), m.queue_offset + 1)
         for key, passed in self._fetcher.take_passed().items():    # filtered queues: past skipped messages
             ends[key] = max(ends.get(key, 0), passed)
-        with self._positions_lock:
-            for key, end in ends.items():
-                self._positions.returned(key, end)
+        self._commits.returned(ends)
         self._tally.add("received", len(messages))
         self._tally.add("polls")
 
@@ -203,11 +188,9 @@ class Consumer:
         delivers it again from its own queue: a nack never loses a message. Thread-safe."""
         self._check_open()
         plan = self._redelivery.plan(message, (*self.topics, self._retry_topic), delay_s)
-        with self._positions_lock:
-            self._positions.hold(message.queue, message.queue_offset)
+        self._commits.hold(message.queue, message.queue_offset)
         result = self._redelivery.publish(message, plan)           # raises: the hold stays
-        with self._positions_lock:
-            self._positions.release(message.queue, message.queue_offset)
+        self._commits.release(message.queue, message.queue_offset)
         self._tally.add("dead_lettered" if plan.dead else "nacked")
         return result
 
@@ -221,7 +204,7 @@ class Consumer:
         committed and are in its ``committed``), or :class:`AccessDenied` when the ACL does not let
         the user Sub as the group."""
         self._check_open()
-        return self._commit(self._commit_todo(offsets), timeout_s)
+        return self._commits.commit(self._commits.todo(offsets), timeout_s)
 
     def commit_async(self, offsets: Mapping[TopicQueue, int] | None = None,
                      callback: CommitCallback | None = None) -> concurrent.futures.Future:
@@ -229,60 +212,12 @@ class Consumer:
         consumer's commit thread (commits in call order), then ``callback(offsets, error)`` runs on
         that thread. The future gives the committed offsets or raises :class:`CommitFailed`."""
         self._check_open()
-        todo = self._commit_todo(offsets)
-
-        def run() -> dict[TopicQueue, int]:
-            error: CommitFailed | AccessDenied | None = None
-            try:
-                return self._commit(todo, None)
-            except (CommitFailed, AccessDenied) as exc:
-                error = exc
-                raise
-            finally:
-                if callback is not None:
-                    try:
-                        callback(dict(todo), error)
-                    except Exception:  # noqa: BLE001 - an application's callback never stops the thread
-                        log.exception("consumer %s: commit callback raised", self.client_id)
-
-        return self._async_commits.submit(run)
+        return self._commits.commit_async(self._commits.todo(offsets), callback)
 
     def pending_commits(self) -> dict[TopicQueue, int]:
         """What ``commit()`` would commit now: per queue ``poll`` returned messages of (or ``seek``
         moved forward) whose position is past what was acknowledged."""
-        with self._positions_lock:
-            return dict(self._positions.to_commit())
-
-    def _commit_todo(self, offsets: Mapping[TopicQueue, int] | None) -> dict[TopicQueue, int]:
-        if offsets is None:
-            return self.pending_commits()
-        todo: dict[TopicQueue, int] = {}
-        for key, offset in offsets.items():
-            tq = _queue_key(key)
-            if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-                raise InvalidRequest(f"the offset to commit for {tq} must be an int >= 0, not {offset!r}")
-            if not 0 <= tq.queue_id < len(self._routes.get(tq.topic).queues):
-                raise InvalidRequest(f"topic {tq.topic!r} has no queue {tq.queue_id}")
-            todo[tq] = offset
-        return todo
-
-    def _commit(self, todo: dict[TopicQueue, int], timeout_s: float | None) -> dict[TopicQueue, int]:
-        if not todo:
-            return {}
-        deadline = time.monotonic() + (timeout_s if timeout_s is not None else self.config.send_timeout_ms / 1000)
-        by_group: dict[str, dict[TopicQueue, int]] = {}
-        for key, offset in sorted(todo.items()):
-            by_group.setdefault(self._routes.get(key.topic).group_of(key.queue_id), {})[key] = offset
-        outcome = commit_offsets(self._transport, self.group, by_group, deadline,
-                                 self.config.request_timeout_ms / 1000, self._commit_pool)
-        with self._positions_lock:
-            for key, offset in outcome.done.items():
-                self._positions.acknowledged(key, offset)
-        self._tally.add("committed", len(outcome.done))
-        if outcome.failed:
-            self._tally.add("commit_failures")
-            raise outcome.error(self.group)
-        return dict(todo)
+        return self._commits.pending()
 
     # --- assignment, pause, seek --------------------------------------------------------------------
     def assignment(self) -> list[TopicQueue]:
@@ -296,7 +231,7 @@ class Consumer:
 
     def resume(self, *queues: TopicQueue) -> None:
         """Read these queues again, from where reading stopped."""
-        self._paused -= {_queue_key(q) for q in queues}
+        self._paused -= {queue_key(q) for q in queues}
 
     def paused(self) -> list[TopicQueue]:
         return sorted(self._paused)
@@ -304,8 +239,9 @@ class Consumer:
     def seek(self, topic: str, queue_id: int, offset: int) -> None:
         """Read queue ``queue_id`` of ``topic`` (owned by this member) from ``offset`` on, below the
         group's committed offset too (a replay). ``commit`` then commits the new position if it is
-        ahead of the committed one; the group's committed offset never moves back, so a member that
-        joins later starts at the highest offset ever committed."""
+        ahead of the committed one; a commit never moves the group's offset back, so a member that
+        joins later starts at the highest offset committed (``rocketray admin reset-offset`` of the
+        stopped group is what moves it back)."""
         if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
             raise InvalidRequest(f"a seek offset must be an int >= 0, not {offset!r}")
         (key,) = self._owned([TopicQueue(topic, queue_id)])
@@ -342,11 +278,10 @@ class Consumer:
     def _seek(self, key: TopicQueue, offset: int) -> None:
         self._fetcher.seek(key, offset)
         self._redelivery.hold.drop(key)
-        with self._positions_lock:
-            self._positions.sought(key, offset)
+        self._commits.sought(key, offset)
 
     def _owned(self, queues: Iterable[Any]) -> set[TopicQueue]:
-        keys = {_queue_key(q) for q in queues}
+        keys = {queue_key(q) for q in queues}
         missing = sorted(keys - set(self._fetcher.queues))
         if missing:
             raise InvalidRequest(f"{', '.join(map(str, missing))} not assigned to this member (assignment: "
@@ -419,8 +354,7 @@ class Consumer:
             log.warning("consumer %s: on_revoked raised while closing: %r", self.client_id, error)
         self._membership.close()
         self._redelivery.close()
-        self._async_commits.shutdown(wait=True)
-        self._commit_pool.shutdown(wait=True)
+        self._commits.close()
         if self._owns_transport:
             self._transport.close()
 
@@ -434,12 +368,3 @@ class Consumer:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-
-def _queue_key(value: Any) -> TopicQueue:
-    """A :class:`TopicQueue` from one or a ``(topic, queue_id)`` pair; InvalidRequest otherwise."""
-    if isinstance(value, TopicQueue):
-        return value
-    if isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], str) and isinstance(value[1], int) \
-            and not isinstance(value[1], bool):
-        return TopicQueue(*value)
-    raise InvalidRequest(f"a queue is a TopicQueue(topic, queue_id), not {value!r}")

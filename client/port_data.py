@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any, Callable
 from rocketray.broker.batch import EncodedBatch
 from rocketray.broker.client_wire import (PUT_COUNT, Frame, FrameType, PullRequest, WireError, decode_offsets_answer,
                                           decode_pull_answer, decode_put_answer, decode_queue_offsets,
-                                          encode_pull_request, encode_search_request, pack)
+                                          encode_commit_request, encode_pull_request, encode_search_request,
+                                          pack)
 from rocketray.broker.pull import OffsetsResult
 from rocketray.client.connections import Connection, ConnectionLost, Dialer, DirectConnection
 from rocketray.client.unanswered import Unanswered
@@ -241,10 +242,10 @@ class PortData:
         return answer
 
     def commit(self, group: str, consumer_group: str, entries: list[tuple[str, int, int]],
-               timeout_s: float) -> PutResult | Unanswered:
-        result = self._request(group, FrameType.COMMIT, (pack([consumer_group, [list(e) for e in entries]]),),
+               timeout_s: float, reset: bool = False) -> PutResult | Unanswered:
+        result = self._request(group, FrameType.COMMIT, (encode_commit_request(consumer_group, entries, reset),),
                                lambda f: decode_put_answer(f.body), timeout_s, "commit_offsets",
-                               (consumer_group, entries))
+                               (consumer_group, entries, reset))
         return refused(PutStatus.MESSAGE_ILLEGAL) if result is None else result
 
     def committed(self, group: str, consumer_group: str, topics: list[str] | None,

@@ -25,29 +25,27 @@ a callback may call ``send`` itself.
 
 Failures (typed, with ``retriable``): ``rocketray.client.sending`` says what each broker answer
 means; a message is stored at most once per send except when a call was never answered.
+
+Each message is made ready (queue, id, delivery plan, encoded record, deadline) and settled by
+``rocketray.client.outgoing``; this module queues, batches, bounds and sends them.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
-import itertools
 import logging
 import threading
 import time
-from dataclasses import replace
 from typing import Any, Callable, Mapping
 
-from rocketray.broker.batch import EncodedBatch, encode_new_record
-from rocketray.broker.message import MessageCodecError, topic_bytes
-from rocketray.broker.schedule import plan_delay
+from rocketray.broker.batch import EncodedBatch
 from rocketray.client.config import ClientConfig, client_config
-from rocketray.client.core import Accumulator, Batch, select_queue
-from rocketray.client.errors import (AccessDenied, BufferFull, ClientClosed, FlushTimeout, InvalidMessage,
-                                     InvalidRequest, SendUnknown)
-from rocketray.client.futures import CallbackThread, SendFuture
-from rocketray.client.messages import (RESERVED_PROPERTIES, deliver_time, message_properties, new_client_id,
-                                       new_msg_id_prefix)
+from rocketray.client.core import Accumulator, Batch
+from rocketray.client.errors import AccessDenied, BufferFull, ClientClosed, FlushTimeout, InvalidRequest, SendUnknown
+from rocketray.client.futures import CallbackThread
+from rocketray.client.messages import RESERVED_PROPERTIES, deliver_time, new_client_id
 from rocketray.client.metrics import ProducerMetrics, Tally
+from rocketray.client.outgoing import Outgoing, Pending, per_message, pub_denied, settle, wall_ms
 from rocketray.client.routes import Routes
 from rocketray.client.sending import send_with_retries
 from rocketray.client.transport import Transport, connect_transport
@@ -56,23 +54,6 @@ from rocketray.client.types import SendResult, TopicRoute, send_ok
 __all__ = ["Producer", "RESERVED_PROPERTIES"]
 
 log = logging.getLogger("rocketray.client")
-
-
-class _Pending:
-    """One queued message (made per ``send_async``: a plain slots class, about a third of a frozen
-    dataclass's construction time; never changed after construction)."""
-
-    __slots__ = ("topic", "queue_id", "msg_id", "future", "record", "deadline", "delayed")
-
-    def __init__(self, topic: str, queue_id: int, msg_id: str, future: concurrent.futures.Future,
-                 record: bytes, deadline: float, delayed: bool = False) -> None:
-        self.topic = topic
-        self.queue_id = queue_id
-        self.msg_id = msg_id
-        self.future = future
-        self.record = record        # the message encoded once, in the commit-log layout, by the sending thread
-        self.deadline = deadline    # monotonic s: the send ends by then (send_timeout_ms after its call)
-        self.delayed = delayed      # stored in its schedule queue: no queue offset of its own yet
 
 
 class Producer:
@@ -97,15 +78,12 @@ class Producer:
             raise
         self._routes = Routes(self._transport, self.config.route_refresh_ms / 1000)
         self._lock = threading.Condition()
-        self._acc: Accumulator[str, _Pending] = Accumulator(
+        self._acc: Accumulator[str, Pending] = Accumulator(
             self.config.linger_ms, self.config.batch_bytes, self.config.max_batch_messages)
-        self._counter = itertools.count()
-        self._id_prefix = new_msg_id_prefix()
-        self._ids = itertools.count()
-        self._topics: dict[str, bytes] = {}
         self._pool = concurrent.futures.ThreadPoolExecutor(self.config.sender_threads,
                                                            thread_name_prefix="rocketray-send")
         self._callbacks = CallbackThread()
+        self._outgoing = Outgoing(self.config, self._callbacks.dispatch)
         self._closed = False        # no new sends; the sender thread stops
         self._closing = False       # close() began (it runs once)
         self._abort = threading.Event()     # close() timed out: sends in flight stop retrying
@@ -113,7 +91,7 @@ class Producer:
         self._space_waiters = 0     # threads in send_async waiting for room in the buffer
         self._buffered_bytes = 0    # bytes of messages queued or in flight
         self._pending_messages = 0
-        self._in_flight: dict[int, Batch[str, _Pending]] = {}   # id -> batch taken for sending
+        self._in_flight: dict[int, Batch[str, Pending]] = {}   # id -> batch taken for sending
         self._started: set[int] = set()                          # ids of those whose first put went out
         self._tally = Tally("sent", "failed", "unknown", "puts", "retries")
         self.sender_passes = 0      # the sender thread's passes (woken or timed out)
@@ -130,7 +108,7 @@ class Producer:
         get the message at or after that time (``rocketray.broker.schedule``); its result's
         ``queue_offset`` is then -1 (its place in the queue is taken when it falls due)."""
         return self._send_now(*self._prepare(self._route(topic), topic, body, key, tags, properties,
-                                             deliver_at_ms=deliver_time(delay_s, deliver_at_ms, _wall_ms())))
+                                             deliver_at_ms=deliver_time(delay_s, deliver_at_ms, wall_ms())))
 
     def send_copy(self, route: TopicRoute, queue_id: int, body: bytes, key: str | None, tags: str | None,
                   properties: Mapping[str, str], system_properties: Mapping[str, str]) -> SendResult:
@@ -140,12 +118,12 @@ class Producer:
         return self._send_now(*self._prepare(route, route.topic, body, key, tags, properties,
                                              queue_id, system_properties))
 
-    def _send_now(self, queue: str, pending: _Pending, size: int) -> SendResult:
+    def _send_now(self, queue: str, pending: Pending, size: int) -> SendResult:
         with self._lock:
             self._reserve(size)
             claimed = self._acc.try_claim(queue)
             if claimed:
-                batch: Batch[str, _Pending] = Batch(queue, [pending], [size], size, _now_ms(), True)
+                batch: Batch[str, Pending] = Batch(queue, [pending], [size], size, _now_ms(), True)
                 self._in_flight[id(batch)] = batch
             else:
                 self._acc.add(queue, pending, size, _now_ms(), urgent=True)
@@ -161,7 +139,7 @@ class Producer:
         Invalid input and unknown topics raise here, at once; a full buffer makes this wait up to
         ``max_block_ms`` (then :class:`BufferFull`). ``delay_s``, ``deliver_at_ms``: as ``send``."""
         queue, pending, size = self._prepare(self._route(topic), topic, body, key, tags, properties,
-                                             deliver_at_ms=deliver_time(delay_s, deliver_at_ms, _wall_ms()))
+                                             deliver_at_ms=deliver_time(delay_s, deliver_at_ms, wall_ms()))
         with self._lock:
             self._reserve(size)
             if self._acc.add(queue, pending, size, _now_ms(), False):
@@ -174,7 +152,7 @@ class Producer:
         """``send_async`` if it can queue without waiting, else None (the topic's route must be asked
         of the controller first, or the buffer is full): an event loop's way to send without blocking
         (``rocketray.client.aio``). Invalid input raises as in ``send_async``."""
-        at = deliver_time(delay_s, deliver_at_ms, _wall_ms())
+        at = deliver_time(delay_s, deliver_at_ms, wall_ms())
         route = self._routes.cached(topic)
         if route is None:
             return None
@@ -285,53 +263,19 @@ class Producer:
     def _prepare(self, route: TopicRoute, topic: str, body: bytes, key: str | None, tags: str | None,
                  properties: Mapping[str, str] | None, queue_id: int | None = None,
                  system: Mapping[str, str] | None = None,
-                 deliver_at_ms: int | None = None) -> tuple[str, _Pending, int]:
-        """The broker group of the message's queue (``queue_id``, else by key or round robin: what
-        batches are keyed by), its pending entry and its accounted size (raises on bad input). With
-        ``deliver_at_ms`` the record goes to the queue's schedule queue (``plan_delay``) in the same
-        broker group."""
+                 deliver_at_ms: int | None = None) -> tuple[str, Pending, int]:
+        """The message's broker group, pending entry and size (``Outgoing.make``); raises on bad input
+        or a closed producer."""
         if self._closed:
             raise ClientClosed("producer is closed")
-        if not isinstance(body, bytes):
-            if not isinstance(body, (bytearray, memoryview)):
-                raise InvalidMessage(f"a message body must be bytes, not {type(body).__name__}")
-            body = bytes(body)
-        if queue_id is None:
-            queue_id = select_queue(key, len(route.queues), next(self._counter))
-        msg_id = f"{self._id_prefix}{next(self._ids):012X}"
-        stored_topic, stored_queue, delayed = topic, queue_id, False
-        if deliver_at_ms is not None:
-            try:
-                plan = plan_delay(topic, queue_id, deliver_at_ms, _wall_ms())
-            except ValueError as exc:
-                raise InvalidMessage(str(exc)) from None
-            stored_topic, stored_queue, delayed = plan.topic, plan.queue_id, plan.delayed
-            system = plan.system_properties
-        props = message_properties(key, tags, properties, msg_id, system)
-        size = len(body) + len(props)
-        if size > self.config.max_message_bytes:
-            raise InvalidMessage(f"message of {size} bytes is over max_message_bytes {self.config.max_message_bytes}")
-        try:
-            record = encode_new_record(self._topic_bytes(stored_topic), props, body, stored_queue,
-                                       int(time.time() * 1000))
-        except MessageCodecError as exc:
-            raise InvalidMessage(str(exc)) from None
-        deadline = time.monotonic() + self.config.send_timeout_ms / 1000
-        pending = _Pending(topic, queue_id, msg_id, SendFuture(self._callbacks.dispatch), record, deadline, delayed)
-        return route.group_of(queue_id), pending, len(record)
+        return self._outgoing.make(route, topic, body, key, tags, properties, queue_id, system, deliver_at_ms)
 
     def _route(self, topic: str) -> TopicRoute:
         """The topic's route; a route the ACL hides is refused as what the producer wanted: Pub."""
         try:
             return self._routes.get(topic)
         except AccessDenied as exc:
-            raise _pub_denied(topic, exc) from None
-
-    def _topic_bytes(self, topic: str) -> bytes:
-        encoded = self._topics.get(topic)
-        if encoded is None:
-            encoded = self._topics[topic] = topic_bytes(topic)
-        return encoded
+            raise pub_denied(topic, exc) from None
 
     # --- sending ----------------------------------------------------------------------------------
     def _sender_loop(self) -> None:
@@ -353,11 +297,11 @@ class Producer:
                 except RuntimeError:        # closed meanwhile: close() ended the batch
                     return
 
-    def _send_batch(self, batch: Batch[str, _Pending], chain: bool = True) -> None:
+    def _send_batch(self, batch: Batch[str, Pending], chain: bool = True) -> None:
         """Send ``batch`` and then, with ``chain``, each next ready batch of its broker group from this
         thread: the next put goes out as soon as one is answered, before that one's futures are
         resolved (no hand-off to the sender thread between two puts of a busy group)."""
-        current: Batch[str, _Pending] | None = batch
+        current: Batch[str, Pending] | None = batch
         started = self._start(batch, caller_waits=not chain)
         while current is not None:
             outcome: tuple[tuple[int, int], ...] | BaseException
@@ -380,7 +324,7 @@ class Producer:
             self._finish(current, outcome)
             current = nxt
 
-    def _start(self, batch: Batch[str, _Pending],
+    def _start(self, batch: Batch[str, Pending],
                caller_waits: bool = False) -> tuple[EncodedBatch, Callable[[], Any] | BaseException | None]:
         """The batch's bytes and its first attempt, sent now when the transport can send without
         waiting (``put_start``); None: the first attempt is a plain ``put`` (or none: the batch's
@@ -401,17 +345,17 @@ class Producer:
         except Exception as exc:  # noqa: BLE001 - raised again by the send loop
             return encoded, exc
 
-    def _finish(self, batch: Batch[str, _Pending], outcome: tuple[tuple[int, int], ...] | BaseException) -> None:
+    def _finish(self, batch: Batch[str, Pending], outcome: tuple[tuple[int, int], ...] | BaseException) -> None:
         """Resolve the batch's futures (each once: a close that timed out may have ended them) and
         give its bytes back to the buffer."""
         settled = 0
         if isinstance(outcome, BaseException):
             for p in batch.items:
-                settled += _settle(p.future, None, _per_message(outcome, p.msg_id, p.topic))
+                settled += settle(p.future, None, per_message(outcome, p.msg_id, p.topic))
             self._tally.add("unknown" if isinstance(outcome, SendUnknown) else "failed", settled)
         else:
             for p, (queue_offset, _physical) in zip(batch.items, outcome):
-                settled += _settle(p.future, send_ok(p.msg_id, p.topic, p.queue_id, -1 if p.delayed else queue_offset),
+                settled += settle(p.future, send_ok(p.msg_id, p.topic, p.queue_id, -1 if p.delayed else queue_offset),
                                    None)
             self._tally.add("sent", settled)
         with self._lock:
@@ -425,35 +369,6 @@ class Producer:
                 self._lock.notify_all()
 
 
-def _settle(future: concurrent.futures.Future, result: SendResult | None, exc: BaseException | None) -> int:
-    """Set the future's outcome unless it has one (1 if this call set it)."""
-    try:
-        if exc is not None:
-            future.set_exception(exc)
-        else:
-            future.set_result(result)
-        return 1
-    except concurrent.futures.InvalidStateError:
-        return 0
-
-
-def _per_message(exc: BaseException, msg_id: str, topic: str) -> BaseException:
-    if isinstance(exc, SendUnknown):
-        return SendUnknown(str(exc), msg_id, exc.status)
-    if isinstance(exc, AccessDenied) and exc.resource is None:
-        return _pub_denied(topic, exc)
-    return exc
-
-
-def _pub_denied(topic: str, exc: AccessDenied) -> AccessDenied:
-    """``exc`` as what the producer wanted: Pub on ``topic``."""
-    return AccessDenied(f"the user may not Pub to topic {topic!r}: {exc}", resource=f"Topic:{topic}", action="Pub")
-
-
 def _now_ms() -> int:
     return int(time.monotonic() * 1000)
 
-
-def _wall_ms() -> int:
-    """Delivery times are wall-clock ms: the broker's scheduler compares them with its own clock."""
-    return int(time.time() * 1000)

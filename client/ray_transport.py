@@ -248,8 +248,8 @@ class RayTransport:
         return lambda: self.put(group, batch, timeout_s)
 
     def commit(self, group: str, consumer_group: str, entries: list[tuple[str, int, int]],
-               timeout_s: float) -> PutResult | Unanswered:
-        return self._call_master(group, "commit_offsets", (consumer_group, entries), timeout_s)
+               timeout_s: float, reset: bool = False) -> PutResult | Unanswered:
+        return self._call_master(group, "commit_offsets", (consumer_group, entries, reset), timeout_s)
 
     def committed(self, group: str, consumer_group: str, topics: list[str] | None,
                   timeout_s: float) -> OffsetsResult | Unanswered:

@@ -169,8 +169,7 @@ class RetryStats:
 @dataclass(frozen=True, slots=True)
 class OffsetChange:
     """One queue of an offset reset (``Admin.reset_offsets``): the group's committed offset before
-    and after (None: never committed). ``after`` equals ``before`` where a committed offset was
-    already past the target (committed offsets never move back)."""
+    and after (None: never committed); ``after`` is the target, lower or higher than ``before``."""
 
     queue: TopicQueue
     before: int | None

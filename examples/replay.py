@@ -1,5 +1,5 @@
 """Replay and reset (docs/client.md, "Replay"): a group that reads every queue from its first message,
-a replay of one queue from an offset, and skipping a stopped group's backlog.
+a replay of one queue from an offset, and moving the stopped group back to its first messages.
 
     python examples/replay.py --cluster demo
 
@@ -41,9 +41,15 @@ def main(cluster: str) -> None:
         print(f"{queue} again from offset {again[0]}")
         consumer.commit()
 
-    # the group is stopped now: move it past everything stored so far (commits never go back)
-    for change in Admin(cluster).reset_offsets("audit-replay", "orders", "latest"):
+    # the group is stopped now: move it back to every queue's first message
+    for change in Admin(cluster).reset_offsets("audit-replay", "orders", "earliest"):
         print(f"{change.queue}: {change.before} -> {change.after}")
+    with Consumer(cluster, group="audit-replay", topics=["orders"]) as consumer:   # starts at the reset
+        again = 0
+        while (messages := consumer.poll(timeout_s=2.0)):
+            again += len(messages)
+        consumer.commit()
+    print(f"a new member of the group read {again} messages again")
     # example:end
 
 

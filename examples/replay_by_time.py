@@ -40,7 +40,7 @@ def main(cluster: str) -> None:
         print(f"{len(stored)} messages stored in the last hour, none before {an_hour_ago_ms}: "
               f"{min(stored) >= an_hour_ago_ms}")
 
-    # the group is stopped now: move it to what was stored in the last five minutes (forward only)
+    # the group is stopped now: move it to what was stored in the last five minutes
     since = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(minutes=5)
     for change in Admin(cluster).reset_offsets("audit-last-hour", "orders", since):
         print(f"{change.queue}: {change.before} -> {change.after}")

@@ -365,8 +365,8 @@ class MasterConnection:
         writer = self._writer
         if not out.body:
             writer.write(out.header)
-        elif len(out.body) <= _JOIN_MAX:  # one send instead of two (writelines joins)
-            writer.writelines((out.header, out.body))
+        elif len(out.body) <= _JOIN_MAX:  # one send instead of two (and one TLS record: a TLS
+            writer.write(b"".join((out.header, out.body)))   # transport's writelines writes each apart)
         else:                            # a catch-up chunk: not worth a copy
             writer.write(out.header)
             writer.write(out.body)

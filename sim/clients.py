@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from rocketray.broker.message import Message
 from rocketray.broker.batch import encode_batch
-from rocketray.broker.offsets import commit_message
+from rocketray.broker.offsets import commit_message, reset_message
 from rocketray.controller.api import GetReplicaInfoRequest
 from rocketray.ha.ack import PutResult, Written
 from rocketray.sim.broker import TOPIC, SimBroker
@@ -29,7 +29,7 @@ from rocketray.sim.net import Network
 from rocketray.sim.offsets import CONSUMER_GROUP, CommittedOffsets
 from rocketray.sim.world import QUIET, World
 
-__all__ = ["SimProducer", "SimConsumer", "Acked", "Read", "Committed", "request", "lookup"]
+__all__ = ["SimProducer", "SimConsumer", "Acked", "Read", "Committed", "ResetAttempt", "request", "lookup"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +64,18 @@ class Committed:
     body: bytes
     at_ms: int
     stale: bool                 # committed below an offset already acknowledged
+    reset: bool = False         # an admin's reset record (an assignment, not a maximum)
+
+
+@dataclass
+class ResetAttempt:
+    """A reset record sent (acknowledged or not: one whose answer was lost may be in the log)."""
+
+    key: tuple[str, str, int]           # (consumer group, topic, queue id)
+    offset: int
+    sent_ms: int
+    acked_ms: int | None = None
+    physical_offset: int | None = None  # where it was acknowledged
 
 
 @dataclass
@@ -189,17 +201,21 @@ class SimConsumer:
     at start and after a seeded restart (``restart_p`` per commit tick) it looks the master up and
     resumes from the committed offset the master answers, not from its own cursor. With
     ``stale_p`` a commit carries an offset below one already acknowledged (a consumer that lost
-    the queue in a rebalance, a late commit from before a failover): the fold's max absorbs it."""
+    the queue in a rebalance, a late commit from before a failover): the fold's max absorbs it.
+    With ``reset_p`` the consumer stops and an admin resets its group's offset to a random one at
+    or below its cursor (a reset record, ``rocketray.broker.offsets``); once that is acknowledged
+    it resumes from the master's answer. Every reset sent is in ``resets``."""
 
     def __init__(self, world: World, net: Network, controller: SimController, brokers: dict[str, SimBroker],
                  replicas: list[SimBroker], *, name: str, group: str, interval_ms: int,
                  commit_interval_ms: int = 0, timeout_ms: int = 1500, stale_p: float = 0.0,
-                 restart_p: float = 0.0) -> None:
+                 restart_p: float = 0.0, reset_p: float = 0.0) -> None:
         self.world, self.net, self.controller, self.brokers = world, net, controller, brokers
         self.replicas = replicas
         self.name, self.group, self.interval_ms = name, group, interval_ms
         self.commit_interval_ms, self.timeout_ms = commit_interval_ms, timeout_ms
-        self.stale_p, self.restart_p = stale_p, restart_p
+        self.stale_p, self.restart_p, self.reset_p = stale_p, restart_p, reset_p
+        self.resets: list[ResetAttempt] = []
         self.cursor = 0
         self.read: list[Read] = []
         self.by_queue_offset: dict[int, Read] = {}
@@ -241,6 +257,8 @@ class SimConsumer:
                 self.target = None
             if self.target is None:
                 self._resume()
+            elif self.reset_p and rng.random() < self.reset_p:
+                self._commit(rng.randint(0, self.cursor), stale=False, reset=True)
             elif self.acked_offset > 0 and rng.random() < self.stale_p:
                 self._commit(rng.randint(max(0, self.acked_offset - 64), self.acked_offset - 1), stale=True)
             else:                   # like RocketMQ's periodic persist: changed or not
@@ -267,23 +285,30 @@ class SimConsumer:
                 self.resumes += 1
         lookup(self, self.group, found, self.timeout_ms)
 
-    def _commit(self, offset: int, *, stale: bool) -> None:
+    def _commit(self, offset: int, *, stale: bool, reset: bool = False) -> None:
         target = self.brokers[self.target]  # type: ignore[index]
         self.busy = True
         self.commit_counts.batches += 1
-        msg = commit_message(CONSUMER_GROUP, [(TOPIC, 0, offset)], self.world.now_ms)
+        msg = (reset_message if reset else commit_message)(CONSUMER_GROUP, [(TOPIC, 0, offset)], self.world.now_ms)
         batch = encode_batch([msg])
+        attempt = ResetAttempt((CONSUMER_GROUP, TOPIC, 0), offset, self.world.now_ms) if reset else None
+        if attempt is not None:
+            self.world.note(f"{self.name} resets its group to {offset}")
+            self.resets.append(attempt)
 
         def finish(result: PutResult | None) -> None:
             self.busy = False
             if result is not None and result.ok:
                 ((_queue_offset, physical_offset),) = result.offsets
                 self.committed.append(Committed(self.group, CONSUMER_GROUP, TOPIC, 0, offset, physical_offset,
-                                                bytes(msg.body), self.world.now_ms, stale))
+                                                bytes(msg.body), self.world.now_ms, stale, reset))
                 self.commit_counts.ok += 1
                 self.last_commit_ok_ms = self.world.now_ms
-                self.acked_offset = max(self.acked_offset, offset)
+                self.acked_offset = offset if reset else max(self.acked_offset, offset)
                 self.commit_end = max(self.commit_end, result.end_offset)
+                if attempt is not None:
+                    attempt.acked_ms, attempt.physical_offset = self.world.now_ms, physical_offset
+                    self.target = None          # resume from the master's answer: the reset offset
                 return
             if result is not None and result.written == Written.NO:
                 self.commit_counts.failed += 1

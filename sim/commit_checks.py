@@ -1,8 +1,14 @@
 """Invariants 8 and 9: acknowledged offset commits are held, and committed offsets never go back (a
-mixin of ``Invariants``, sim/invariants.py).
+mixin of ``Invariants``, sim/invariants.py), but through an admin's reset.
 
 Theory of operation. Each acknowledged commit is taken, in time order, into per-(consumer group,
-topic, queue) lists of times and running maxima (``_take_commits``). 8: at every acknowledged commit
+topic, queue) lists of times and running values (``_take_commits``): the maximum, but an
+acknowledged reset record sets the value (the fold's rule, ``rocketray.broker.offsets``; one
+consumer's commits and resets are sent one at a time, so their acknowledgement order is their log
+order). A reset is the one recorded regression: a reading or a log below the running value is
+allowed down to the offset of a reset that may be in the log without being counted there yet
+(sent and not acknowledged before the reading was asked, or forgiven by the loss oracle:
+``_reset_floor``); anything else below it is a violation. 8: at every acknowledged commit
 (and with ``check_logs``) every live SyncStateSet member's log, folded whole (``LogFold``, advanced
 as the log grows), gives at least every acknowledged commit. 9: every answer the current master
 gives, and at every step where its confirm offset reached its max offset (the wait rule holds) the
@@ -40,7 +46,7 @@ class CommitChecks:
                     continue
                 times, highest = acked.setdefault((commit.consumer_group, commit.topic, commit.queue_id), ([], []))
                 times.append(commit.at_ms)
-                highest.append(max(commit.offset, highest[-1] if highest else -1))
+                highest.append(commit.offset if commit.reset else max(commit.offset, highest[-1] if highest else -1))
             self._acked_count[group] = self._acked_count.get(group, 0) + len(c.committed) - taken
             entry[1] = len(c.committed)
             new = True
@@ -73,6 +79,17 @@ class CommitChecks:
         if new:
             self._check_held(group, brokers)
 
+    def _reset_floor(self, group: str, key: tuple[str, str, int], since_ms: int) -> int | None:
+        """The lowest offset of a reset of ``key`` that the log may hold without the running value
+        counting it from ``since_ms``: sent, and not acknowledged before ``since_ms`` (or its
+        acknowledged record forgiven by the loss oracle). None: no such reset."""
+        oracle = self.oracle
+        lows = [a.offset for c, _ in self._committers[group] for a in c.resets if a.key == key and (
+            a.acked_ms is None or a.acked_ms >= since_ms
+            or (oracle is not None and a.physical_offset is not None
+                and oracle.forgiven(group, a.acked_ms, a.physical_offset)))]
+        return min(lows) if lows else None
+
     def _check_reading(self, group: str, value_of, asked_ms: int, inclusive: bool, where: str) -> None:
         """9 for one reading (``value_of(key)``) of ``group``'s committed offsets, asked at ``asked_ms``."""
         acked = self._acked_commits.get(group, {})
@@ -83,14 +100,19 @@ class CommitChecks:
             times, highest = acked.get(key, ((), ()))
             i = (bisect_right if inclusive else bisect_left)(times, asked_ms)
             if i and value < highest[i - 1]:
-                raise Violation("committed offset never goes back",
-                                f"{where} {key} = {value}, below {highest[i - 1]} acknowledged before {asked_ms}")
+                floor = self._reset_floor(group, key, asked_ms)
+                if floor is None or value < floor:
+                    raise Violation("committed offset never goes back",
+                                    f"{where} {key} = {value}, below {highest[i - 1]} acknowledged before {asked_ms}"
+                                    f" (and below every reset that may be in the log: {floor})")
             before = seen.get(key)
             if before is not None and value < before[0]:
-                raise Violation("committed offset never goes back",
-                                f"{where} {key} = {value}, below {before[0]} ({before[1]})")
-            if before is None or value > before[0]:
-                seen[key] = (value, f"{where} at {self.controller.world.now_ms}")
+                floor = self._reset_floor(group, key, before[2])
+                if floor is None or value < floor:
+                    raise Violation("committed offset never goes back",
+                                    f"{where} {key} = {value}, below {before[0]} ({before[1]}; resets since: {floor})")
+            if before is None or value != before[0]:
+                seen[key] = (value, f"{where} at {self.controller.world.now_ms}", asked_ms)
 
     def _check_held(self, group: str, brokers: list[SimBroker]) -> None:
         """8: every live SyncStateSet member's log folds to at least every acknowledged commit."""
@@ -108,7 +130,8 @@ class CommitChecks:
             table = fold.advance(b.store)
             for (cg, topic, queue_id), (times, highest) in acked.items():
                 held = table.committed(cg, topic, queue_id)
-                if held is None or held < highest[-1]:
+                floor = self._reset_floor(group, (cg, topic, queue_id), times[-1] + 1)
+                if held is None or held < (highest[-1] if floor is None else min(floor, highest[-1])):
                     raise Violation("acknowledged commit lost",
                                     f"{b.name} (in the SyncStateSet {sorted(members)}): the commit records of "
                                     f"its log give {cg} {topic}/{queue_id} = {held}, below {highest[-1]} "

@@ -30,7 +30,9 @@ so 1 covers their records; 8 folds each member's whole log at every acknowledged
 9. the committed offset a reader gets from the current master never goes back: every answer the
    master gives (after the wait rule) and, at every step where the master's confirm offset has
    reached its max offset, the fold of its confirmed records, is at least every commit acknowledged
-   before it was asked and at least every value read before;
+   before it was asked and at least every value read before; an admin's reset record
+   (``consumer_reset_p``) is the one allowed regression, in 8 and 9 alike: an acknowledged one sets
+   the bound, one that may be in the log uncounted lowers it to its offset (sim/commit_checks.py);
 10. liveness: after healing, every consumer group's commits are acknowledged again.
 """
 
@@ -105,7 +107,7 @@ class Invariants(LossChecks, LogChecks, CommitChecks):
         self._committers: dict[str, list[list]] = {g: [[c, 0] for c in consumers if c.group == g] for g in groups}
         self._acked_count: dict[str, int] = {}
         self._acked_commits: dict[str, dict[tuple[str, str, int], tuple[list[int], list[int]]]] = {}
-        self._read_commits: dict[str, dict[tuple[str, str, int], tuple[int, str]]] = {}
+        self._read_commits: dict[str, dict[tuple[str, str, int], tuple[int, str, int]]] = {}
         self._log_folds: dict[str, LogFold] = {}          # name -> fold of its whole log (8)
         self._read_marks: dict[str, tuple] = {}           # group -> what the last step's 9 read
         # async flush with overlapping faults: what a power loss may lose (sim/loss.py); records it

@@ -11,7 +11,9 @@ new to store, replicate, acknowledge or truncate it. Two readings of the records
 - what a replica *holds* (invariant 8): the fold of every commit record in its log, confirmed or
   not (``LogFold``, scanned incrementally, as invariant 1 reads every acknowledged message).
 
-Both folds use ``OffsetTable`` and so its one data-survival rule: an offset never goes back.
+Both folds use ``OffsetTable`` and so its rules: a commit never moves an offset back, and a reset
+record (an admin's, of a stopped group) assigns it. The simulated consumers never reset (a reset
+needs a stopped group), so in a simulated run any offset that goes back is a violation (invariant 9).
 """
 
 from __future__ import annotations

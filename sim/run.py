@@ -63,6 +63,7 @@ class SimConfig:
     commit_interval_ms: int = 500       # each consumer commits its cursor this often (0: never)
     stale_commit_p: float = 0.2         # a commit below one already acknowledged (rebalance, late commit)
     consumer_restart_p: float = 0.03    # per commit tick: the consumer restarts and resumes from the master
+    consumer_reset_p: float = 0.0       # per commit tick: an admin resets the group's offset (a reset record)
     burst_p: float = 0.0                # after a fault, another one this likely within ``burst_ms``, at the
     burst_ms: tuple[int, int] = (5, 400)  # serving master half the time: the windows overlapping faults open
     swarm: bool = False                 # each seed draws its own fault mix and rates (``swarm``)
@@ -196,7 +197,8 @@ class Sim:
                                       name=f"consumer-{g}", group=g, interval_ms=config.consume_interval_ms,
                                       commit_interval_ms=config.commit_interval_ms,
                                       timeout_ms=t.slave_timeout_ms + 500, stale_p=config.stale_commit_p,
-                                      restart_p=config.consumer_restart_p) for g in self.groups]
+                                      restart_p=config.consumer_restart_p, reset_p=config.consumer_reset_p)
+                          for g in self.groups]
         self.invariants = Invariants(self.controller, self.groups, self.producers, self.consumers,
                                      async_flush=t.flush_mode is FlushMode.ASYNC)
         self.faults = 0

@@ -144,7 +144,8 @@ class Delivery:
 
 @dataclass(frozen=True, slots=True)
 class CommitRecord(_Outcomed):
-    """One queue entry of one commit call and whether it was acknowledged."""
+    """One queue entry of one commit call and whether it was acknowledged; ``reset``: an entry of
+    an admin's offset reset of the stopped group (a reset record: it sets the offset, lower too)."""
 
     process: Ident
     consumer_group: str
@@ -154,6 +155,7 @@ class CommitRecord(_Outcomed):
     outcome: Outcome
     start_ms: Number
     end_ms: Number
+    reset: bool = False
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> "CommitRecord":
@@ -164,12 +166,20 @@ class CommitRecord(_Outcomed):
                    queue_id=get_int(obj, "queue_id", minimum=0),  # type: ignore[arg-type]
                    offset=get_int(obj, "offset", minimum=0),  # type: ignore[arg-type]
                    outcome=Outcome(get_str(obj, "outcome", choices=COMMIT_OUTCOMES)),
-                   start_ms=start_ms, end_ms=end_ms)
+                   start_ms=start_ms, end_ms=end_ms, reset=_get_flag(obj, "reset"))
 
     def to_json(self) -> dict[str, Any]:
         return {"f": "commit", "process": self.process, "consumer_group": self.consumer_group, "topic": self.topic,
                 "queue_id": self.queue_id, "offset": self.offset, "outcome": self.outcome.value,
-                "start_ms": self.start_ms, "end_ms": self.end_ms}
+                "start_ms": self.start_ms, "end_ms": self.end_ms, **({"reset": True} if self.reset else {})}
+
+
+def _get_flag(obj: dict[str, Any], key: str) -> bool:
+    """An optional boolean field (absent: False)."""
+    value = obj.get(key, False)
+    if not isinstance(value, bool):
+        raise FieldError(f"{key} must be true or false, not {value!r}")
+    return value
 
 
 @dataclass(frozen=True, slots=True)

@@ -182,20 +182,28 @@ def shared_ownership(assignments: Sequence[Assignment], events: Sequence[Consume
 
 class AckedCommits:
     """Per (group, topic, queue): acknowledged commits in ``end_ms`` order with a running maximum,
-    so "the highest offset acknowledged before time t" is one bisection."""
+    so "the highest offset acknowledged before time t" is one bisection.
+
+    An admin's reset (``reset`` rows, ``rocketray.broker.offsets``) is the one allowed regression:
+    an acknowledged reset sets the running value to its offset (commits after it raise it from
+    there); a failed one may still have been written, at any time after it began, so from its
+    ``start_ms`` on the bound is at most its offset. Nothing else lowers the bound."""
 
     def __init__(self, commits: Iterable[CommitRecord]) -> None:
         by_queue: dict[QueueKey, list[CommitRecord]] = defaultdict(list)
+        self._failed_resets: dict[QueueKey, list[CommitRecord]] = defaultdict(list)
         for c in commits:
             if c.ok:
                 by_queue[(c.consumer_group, c.topic, c.queue_id)].append(c)
+            elif c.reset:
+                self._failed_resets[(c.consumer_group, c.topic, c.queue_id)].append(c)
         self._ends: dict[QueueKey, list[Number]] = {}
         self._best: dict[QueueKey, list[CommitRecord]] = {}
         for key, rows in by_queue.items():
             rows.sort(key=lambda c: c.end_ms)
             best: list[CommitRecord] = []
             for c in rows:
-                best.append(c if not best or c.offset > best[-1].offset else best[-1])
+                best.append(c if not best or c.reset or c.offset > best[-1].offset else best[-1])
             self._ends[key] = [c.end_ms for c in rows]
             self._best[key] = best
 
@@ -203,12 +211,18 @@ class AckedCommits:
         return sorted((t, q) for g, t, q in self._ends if g == consumer_group)
 
     def highest_before(self, key: QueueKey, time_ms: Number) -> CommitRecord | None:
-        """The acknowledged commit of the highest offset among those that ended strictly before ``time_ms``."""
+        """The row whose offset bounds the committed offset from below at ``time_ms``: the acknowledged
+        commit of the highest offset among those that ended strictly before it (since the last
+        acknowledged reset, which counts as one), or a failed reset begun before it, if lower."""
         ends = self._ends.get(key)
         if not ends:
             return None
         i = bisect.bisect_left(ends, time_ms)
-        return self._best[key][i - 1] if i else None
+        if not i:
+            return None
+        best = self._best[key][i - 1]
+        lower = [r for r in self._failed_resets.get(key, ()) if r.start_ms < time_ms and r.offset < best.offset]
+        return min(lower, key=lambda r: r.offset) if lower else best
 
 
 def rereads_below_commit(deliveries: Sequence[Delivery], commits: Sequence[CommitRecord], poll_timeout_ms: Number,

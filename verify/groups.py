@@ -29,6 +29,10 @@ declared or any row names, pure (no IO, no clock). The rules (``rocketray.verify
 - **commit_regressions** (failure): a progress sample of a broker group (whose master answered) begun
   after a commit of ``o`` was acknowledged that shows that queue below ``o`` or not at all. A broker
   group that did not answer drops only its own sample (counted in ``progress_samples_failed``).
+  An admin's reset of the stopped group (``commit`` rows with ``reset``) is the one allowed
+  regression, for this rule and rereads_below_commit: an acknowledged reset sets ``o`` to its offset
+  (commits after it raise it again), a failed one caps ``o`` from its start (it may have been
+  written); nothing else lowers ``o`` (``group_rules.AckedCommits``).
 - **corrupt** (failure): deliveries the workload flagged (``payload_id`` ``corrupt:<pid>``).
 - **filtered_delivered** (failure): a group subscribed with a tag expression received a payload
   whose tag it does not match (it must receive every acknowledged one that matches: undelivered

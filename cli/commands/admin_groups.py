@@ -12,8 +12,9 @@ a,b`` reports several groups; ``--json`` prints ``{group: [{"topic", "queue_id",
 reset-offset: moves a stopped group's committed offsets of one topic to ``earliest``, ``latest``, an
 offset, or a time: an ISO-8601 time (``2026-11-28T09:30:00+01:00``; without an offset it is UTC)
 or epoch milliseconds written ``@1764318600000`` (each queue's first message stored at or after it,
-as mqadmin's resetOffsetByTime) (``Admin.reset_offsets``: through the commit path, so an offset never
-moves back; the queues where it could not are listed as kept). Refused while the group has live members.
+as mqadmin's resetOffsetByTime), back or forward (``Admin.reset_offsets``: a reset record per broker
+group, which the brokers apply as an assignment; commits only ever raise an offset). Refused while the
+group has live members (GROUP_ACTIVE); a member committing past the reset fails it (RESET_OVERTAKEN).
 ``--json`` prints ``[{"topic", "queue_id", "before", "after", "moved"}, ...]``.
 """
 
@@ -35,7 +36,7 @@ def add_group_parsers(sub: argparse._SubParsersAction) -> None:
     add_repeat_flags(p)
     p.set_defaults(func=run_consumer_progress)
 
-    p = sub.add_parser("reset-offset", help="move a stopped consumer group's offsets of a topic (forward only)")
+    p = sub.add_parser("reset-offset", help="move a stopped consumer group's offsets of a topic (back or forward)")
     add_common_flags(p)
     p.add_argument("-g", "--group", required=True, help="consumer group (no live members)")
     p.add_argument("-t", "--topic", required=True, help="topic")
@@ -113,12 +114,12 @@ def format_retries(stats: dict) -> list[str]:
 
 
 def format_reset(group: str, topic: str, to: str | int | datetime.datetime, rows: list[dict]) -> str:
-    """One line per queue: the committed offset before and after; a queue kept says why."""
+    """One line per queue: the committed offset before and after; a queue already there says so."""
     out = [f"#Group  {group}  #Topic  {topic}  reset to {target_text(to)}",
            f"{'#QID':<6}{'#Old Offset':<14}#New Offset"]
     for r in rows:
         old = "-" if r["before"] is None else r["before"]
-        note = "" if r["moved"] else "kept: committed offsets never move back"
+        note = "" if r["moved"] else "already there"
         out.append(f"{r['queue_id']:<6}{old!s:<14}{r['after']!s:<14}{note}".rstrip())
     out.append(f"moved {sum(r['moved'] for r in rows)} of {len(rows)} queues")
     return "\n".join(out)

@@ -42,6 +42,7 @@ class Endpoints:
         self.release_pull = None
         self.tag_filter = None
         self.deferred: list | None = None
+        self.commits: list = []
 
     def put_start(self, batch, done):
         """Answers at once (a refusal, or a put the acks decided in the same step), or, with
@@ -60,7 +61,8 @@ class Endpoints:
         self.release_pull = lambda: done(PullResult(PullStatus.FOUND, b"rec", 1, queue_offset, queue_offset + 1, 9))
         return None
 
-    async def commit_offsets(self, group, entries):
+    async def commit_offsets(self, group, entries, reset=False):
+        self.commits.append((group, entries, reset))
         return PutResult(PutStatus.PUT_OK, Written.YES, ((0, 0),), 1, 1)
 
     async def committed_offsets(self, group, topics=None):
@@ -257,3 +259,17 @@ def test_a_malformed_tag_filter_closes_only_its_connection(port):
     wait_for(lambda: bad.closed is not None, 5, "the broker to close the bad connection", 0.01)
     assert decode_put_answer(good.request(FrameType.PUT, PUT_COUNT.pack(1), b"r").result(5).body).ok
     good.close("done")
+
+
+def test_a_commit_frame_carries_the_reset_kind_and_nothing_else(port):
+    """COMMIT's optional third field "reset" reaches the broker as ``reset=True`` (the admin's reset
+    record); a two-field body is an ordinary commit; any other third field is a malformed frame."""
+    address, endpoints, _, _ = port
+    conn = Connection(address, dialer())
+    for body in (["g", [["t", 0, 3]]], ["g", [["t", 0, 0]], "reset"]):
+        answer = conn.request(FrameType.COMMIT, pack(body)).result(5)
+        assert decode_put_answer(answer.body).ok
+    assert endpoints.commits == [("g", [("t", 0, 3)], False), ("g", [("t", 0, 0)], True)]
+    answer = conn.request(FrameType.COMMIT, pack(["g", [["t", 0, 0]], "rewind"])).result(5)
+    assert answer.type is FrameType.ERROR and len(endpoints.commits) == 2
+    conn.close("done")

@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from rocketray.broker.client_wire import (HEADER, MAX_BODY_BYTES, FrameDecoder, FrameType, WireError,
+                                          decode_commit_request, encode_commit_request,
                                           decode_offsets_answer, decode_pull_answer, decode_put_answer,
                                           decode_put_request, encode_frame, encode_offsets_answer,
                                           encode_pull_answer, encode_put_answer, PUT_COUNT, PullRequest,
@@ -113,6 +114,17 @@ def test_pull_requests_round_trip_and_carry_a_filter_only_when_they_filter():
 def test_malformed_pull_requests_raise_wire_error(fields):
     with pytest.raises(WireError):
         decode_pull_request(pack(fields))
+
+
+def test_commit_requests_round_trip_with_and_without_the_reset_kind():
+    """A commit is [group, entries]; an admin's reset adds "reset" (the old two-field body is unchanged)."""
+    assert encode_commit_request("g", [("t", 0, 3)]) == pack(["g", [["t", 0, 3]]])
+    assert decode_commit_request(encode_commit_request("g", [("t", 0, 3)])) == ("g", [("t", 0, 3)], False)
+    assert decode_commit_request(encode_commit_request("g", [("t", 1, 0)], reset=True)) == ("g", [("t", 1, 0)], True)
+    for bad in (["g", [["t", 0, 1]], "rewind"], ["g", [["t", 0, 1]], True], ["g"], [5, [["t", 0, 1]]],
+                ["g", [["t", 0]]], ["g", [[0, 0, 1]]], {"g": 1}):
+        with pytest.raises(WireError):
+            decode_commit_request(pack(bad))
 
 
 def test_search_offset_requests_and_answers_round_trip():

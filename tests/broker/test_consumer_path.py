@@ -164,6 +164,25 @@ def test_commits_fold_to_the_highest_and_pulls_start_there(path):
     assert other.offset == 0 and other.count == 10
 
 
+def test_a_reset_record_moves_the_group_back_and_survives_a_refresh_and_a_new_fold(path):
+    """The admin's reset (``commit(reset=True)``) sets a committed offset below the highest commit,
+    the group's pulls start there, later commits raise it from there, and neither the retention
+    refresh nor a fold from scratch (a new master's) brings the old maximum back."""
+    store, ha, cp, _ = path
+    put(ha, 10)
+    assert asyncio.run(cp.commit("g", [("T", 0, 7)])).ok
+    assert asyncio.run(cp.commit("g", [("T", 0, 1)], reset=True)).ok
+    assert asyncio.run(cp.committed("g")).committed == (("T", 0, 1),)
+    assert asyncio.run(cp.pull("T", 0, 0, 100, 1 << 20, 0, group="g")).offset == 1
+    assert asyncio.run(cp.commit("g", [("T", 0, 0)])).ok                  # below the reset: the maximum keeps 1
+    assert asyncio.run(cp.commit("g", [("T", 0, 3)])).ok                  # progress from the reset point
+    assert asyncio.run(cp.refresh_idle_groups(max_age_ms=-1)) == ["g"]
+    assert asyncio.run(cp.committed("g")).committed == (("T", 0, 3),)
+    assert asyncio.run(cp.commit("g", [("T", 0, 11)], reset=True)).status is PutStatus.MESSAGE_ILLEGAL
+    cp._table = type(cp._table)()                                       # fold every record again
+    assert asyncio.run(cp.committed("g")).committed == (("T", 0, 3),)
+
+
 def test_a_commit_past_the_queue_end_is_refused_and_not_written(path):
     store, ha, cp, _ = path
     put(ha, 2)

@@ -1,5 +1,5 @@
 """Committed offsets as system-topic records: the codec (golden bytes, bad input) and the fold's
-one data-survival rule (a group's offset never goes backwards)."""
+rules (a commit never moves a group's offset backwards; an admin's reset record assigns it)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from hypothesis import given, strategies as st
 from rocketray.broker.message import decode_record
 from rocketray.broker.batch import encode_batch
 from rocketray.broker.offsets import (OFFSETS_TOPIC, OffsetCommit, OffsetRecordError, OffsetTable, commit_message,
-                                      decode_commit, encode_commit, fold_all)
+                                      decode_commit, encode_commit, encode_reset, fold_all, reset_message)
 
 
 def test_golden_bytes():
@@ -81,3 +81,52 @@ def test_the_fold_is_the_running_maximum(commits):
     table = fold_all(enumerate(encode_commit(g, [("t", q, o)]) for g, q, o in commits))
     for g, q, _ in commits:
         assert table.committed(g, "t", q) == max(o for g2, q2, o in commits if (g2, q2) == (g, q))
+
+
+def test_reset_golden_bytes_and_version_one_still_decodes():
+    """A reset is a version-2 record naming its kind; commits stay version 1 (old records decode)."""
+    assert encode_reset("billing", [("orders", 3, 0)]) == bytes.fromhex("9402a57265736574a762696c6c696e679193a66f7264657273" "0300")
+    assert decode_commit(bytes.fromhex("9402a57265736574a762696c6c696e679193a66f72646572730300")) == [
+        OffsetCommit("billing", "orders", 3, 0, reset=True)]
+    assert decode_commit(bytes.fromhex("9301a762696c6c696e679193a66f72646572730311")) == [
+        OffsetCommit("billing", "orders", 3, 17, reset=False)]
+    msg, _ = decode_record(encode_batch([reset_message("g", [("t", 0, 2)], born_timestamp_ms=5)]).data)
+    assert msg.topic == OFFSETS_TOPIC and decode_commit(msg.body) == [OffsetCommit("g", "t", 0, 2, reset=True)]
+
+
+@pytest.mark.parametrize("body", [
+    msgpack.packb([2, "reset", "g", []]), msgpack.packb([2, "rewind", "g", [["t", 0, 1]]]),
+    msgpack.packb([2, "reset", "g"]), msgpack.packb([1, "reset", "g", [["t", 0, 1]]]),
+    msgpack.packb([3, "reset", "g", [["t", 0, 1]]]),
+])
+def test_malformed_reset_bodies_raise_the_codec_error_only(body):
+    with pytest.raises(OffsetRecordError):
+        decode_commit(body)
+
+
+C, R = encode_commit, encode_reset
+
+
+@pytest.mark.parametrize("records, expected", [
+    # a reset goes back: the one record that may
+    ([C("g", [("t", 0, 10)]), R("g", [("t", 0, 0)])], 0),
+    # progress read from the reset point moves it forward again
+    ([C("g", [("t", 0, 10)]), R("g", [("t", 0, 0)]), C("g", [("t", 0, 3)])], 3),
+    # a commit before the reset in log order is overridden by it
+    ([C("g", [("t", 0, 4)]), C("g", [("t", 0, 10)]), R("g", [("t", 0, 6)])], 6),
+    # a late commit from before the reset that lands after it wins the race (max against the reset)
+    ([C("g", [("t", 0, 10)]), R("g", [("t", 0, 0)]), C("g", [("t", 0, 10)])], 10),
+    # ... and a late lower commit after a reset is still absorbed by the maximum
+    ([R("g", [("t", 0, 8)]), C("g", [("t", 0, 5)])], 8),
+    # a reset may also move forward, and of a queue never committed
+    ([R("g", [("t", 0, 7)])], 7),
+    # the last of two resets wins
+    ([R("g", [("t", 0, 7)]), R("g", [("t", 0, 2)])], 2),
+    # a reset of another group, topic or queue changes nothing here
+    ([C("g", [("t", 0, 9)]), R("h", [("t", 0, 0)]), R("g", [("u", 0, 0)]), R("g", [("t", 1, 0)])], 9),
+])
+def test_the_fold_applies_a_reset_as_an_assignment_and_commits_as_the_maximum(records, expected):
+    """Fold table: only a reset record moves an offset back; commits keep the running maximum
+    against whatever the last reset set."""
+    assert fold_all(enumerate(records)).committed("g", "t", 0) == expected
+

@@ -131,6 +131,26 @@ CASES: list[Case] = [
     ("the highest acked offset counts, not the latest",
      lambda: delivered_everywhere(("cg-0",)).commit(3, end=500).commit(2, end=1000).progress({0: 2}, start=2000),
      "cg-0", "commit_regressions", 1, False),
+    # an admin's reset of the stopped group: the one allowed regression
+    ("an acknowledged reset moves the bound back: a sample after it shows the reset offset",
+     lambda: delivered_everywhere(("cg-0",)).commit(3, end=500).commit(0, end=1000, process="admin", reset=True)
+     .progress({0: 0}, start=1001), "cg-0", "commit_regressions", 0, True),
+    ("commits after a reset raise the bound from the reset's offset",
+     lambda: delivered_everywhere(("cg-0",)).commit(3, end=500).commit(0, end=1000, process="admin", reset=True)
+     .commit(2, end=1500).progress({0: 1}, start=1501), "cg-0", "commit_regressions", 1, False),
+    ("a sample begun before the reset was acknowledged may not go back",
+     lambda: delivered_everywhere(("cg-0",)).commit(3, end=500).commit(0, end=1000, process="admin", reset=True)
+     .progress({0: 0}, start=900), "cg-0", "commit_regressions", 1, False),
+    ("a failed reset may have been written: from its start the bound is at most its offset",
+     lambda: delivered_everywhere(("cg-0",)).commit(3, end=500).commit(1, end=1000, process="admin", reset=True,
+                                                                       outcome="failed")
+     .progress({0: 1}, start=1001), "cg-0", "commit_regressions", 0, True),
+    ("a failed ordinary commit lowers nothing",
+     lambda: delivered_everywhere(("cg-0",)).commit(3, end=500).commit(1, end=1000, outcome="failed")
+     .progress({0: 1}, start=1001), "cg-0", "commit_regressions", 1, False),
+    ("rereads after an acknowledged reset to 0 are a replay, not a reread below a commit",
+     lambda: delivered_everywhere(("cg-0",)).commit(3, end=1000).commit(0, end=2000, process="admin", reset=True)
+     .deliver("p1", 1, poll_start=9000, process="cg-0-c0-2"), "cg-0", "rereads_below_commit", 0, True),
     # -- seeded bugs (each passed the checker of 43e40ea) ---------------------------------------------
     # bounded redeliveries: two members reading one queue for good
     ("two members own one queue for 20 s and both read every message", lambda: two_owners(overlap_end=20_000),

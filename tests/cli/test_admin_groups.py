@@ -36,8 +36,9 @@ def cli(capsys, *argv):
     return code, out.out, out.err
 
 
-def test_reset_offset_latest_then_back_is_kept(fake, capsys):
-    """--to latest commits each queue's end; --to earliest afterwards moves nothing and says why."""
+def test_reset_offset_latest_then_back_to_earliest(fake, capsys):
+    """--to latest sets each queue's end; --to earliest afterwards moves the stopped group back to 0
+    with reset records (a commit could not: it only raises an offset); a second time says "already there"."""
     c, _ = fake
     code, out, err = cli(capsys, "reset-offset", "-g", "billing", "-t", "orders", "--to", "latest")
     assert (code, err) == (0, "")
@@ -46,9 +47,31 @@ def test_reset_offset_latest_then_back_is_kept(fake, capsys):
     assert c.committed == {("billing", "orders", 0): 3, ("billing", "orders", 1): 3}
     code, out, _ = cli(capsys, "reset-offset", "-g", "billing", "-t", "orders", "--to", "earliest", "--json")
     assert code == 0 and json.loads(out) == [
-        {"topic": "orders", "queue_id": q, "before": 3, "after": 3, "moved": False} for q in (0, 1)]
+        {"topic": "orders", "queue_id": q, "before": 3, "after": 0, "moved": True} for q in (0, 1)]
     code, out, _ = cli(capsys, "consumer-progress", "-g", "billing", "--json")
-    assert code == 0 and [r["committed_offset"] for r in json.loads(out)["billing"]] == [3, 3]
+    assert code == 0 and [r["committed_offset"] for r in json.loads(out)["billing"]] == [0, 0]
+    assert [entries for _g, entries in c.resets[2:]] == [[("orders", 0, 0)], [("orders", 1, 0)]]  # one per broker group
+    code, out, _ = cli(capsys, "reset-offset", "-g", "billing", "-t", "orders", "--to", "earliest")
+    assert code == 0 and out.splitlines()[2].split() == ["0", "0", "0", "already", "there"]
+    assert out.splitlines()[-1] == "moved 0 of 2 queues" and len(c.resets) == 4     # nothing written
+
+
+def test_reset_offset_overtaken_by_a_late_commit_fails(fake, capsys):
+    """A member the controller no longer counts commits its old position right after the reset
+    record: the read-back sees the queue above the target and the command fails RESET_OVERTAKEN."""
+    c, _ = fake
+    cli(capsys, "reset-offset", "-g", "billing", "-t", "orders", "--to", "latest")
+    real_commit = c.commit
+
+    def commit_then_race(consumer_group, entries, reset=False):
+        answer = real_commit(consumer_group, entries, reset)
+        if reset and entries == [("orders", 1, 0)]:       # a late commit lands right after queue 1's reset
+            real_commit(consumer_group, [("orders", 1, 3)])
+        return answer
+    c.commit = commit_then_race
+    code, _out, err = cli(capsys, "reset-offset", "-g", "billing", "-t", "orders", "--to", "earliest")
+    assert code == 1 and "RESET_OVERTAKEN" in err and "orders/1 at 3 (reset to 0)" in err
+    assert c.committed == {("billing", "orders", 0): 0, ("billing", "orders", 1): 3}
 
 
 def test_reset_offset_is_refused_while_the_group_has_members(fake, capsys):
@@ -100,7 +123,7 @@ def test_consumer_progress_shows_the_groups_retries_and_dead_letters(fake, capsy
 
 def test_reset_offset_to_a_time_moves_each_queue_to_its_first_message_stored_then(fake, capsys):
     """--to an ISO-8601 time or @EPOCH_MS: each queue's first offset stored at or after it (its end
-    when all are older), forward only like every reset."""
+    when all are older), back or forward."""
     from rocketray.broker.message import decode_record
 
     c, _ = fake
@@ -112,7 +135,7 @@ def test_reset_offset_to_a_time_moves_each_queue_to_its_first_message_stored_the
     assert c.committed == {("billing", "orders", 0): 3, ("billing", "orders", 1): 3}
     code, out, _ = cli(capsys, "reset-offset", "-g", "billing", "-t", "orders", "--to", "1970-01-01T01:00:00+01:00",
                        "--json")
-    assert code == 0 and [(r["after"], r["moved"]) for r in json.loads(out)] == [(3, False), (3, False)]
+    assert code == 0 and [(r["after"], r["moved"]) for r in json.loads(out)] == [(0, True), (0, True)]
 
 
 @pytest.mark.parametrize("to, expected", [

@@ -12,6 +12,7 @@ from rocketray.client import (AdminError, ClientError, Consumer, InvalidRequest,
 from rocketray.client.routes import Routes
 from rocketray.controller.api import GetTopicRouteRequest, Response
 from rocketray.controller.codes import ResponseCode
+from rocketray.waiting import wait_for
 from tests.support.fake_client_cluster import FakeCluster, FakeTransport
 
 
@@ -99,8 +100,8 @@ def test_a_refused_route_answer_is_an_admin_error_with_its_code():
 
 def test_group_members_and_reset_offsets_of_a_stopped_group():
     """reset_offsets: refused while the group has members; 'latest' skips the backlog; an offset is
-    capped at the end; 'earliest' starts a group that never committed at 0 but cannot move a
-    committed offset back (the brokers keep the highest): OffsetChange says so."""
+    capped at the end; 'earliest' starts a group that never committed at 0, and moves a committed
+    offset back (a reset record: the brokers assign it); a new member then reads everything again."""
     from rocketray.client import Admin
 
     c, t = cluster(2)
@@ -119,10 +120,14 @@ def test_group_members_and_reset_offsets_of_a_stopped_group():
     assert admin.reset_offsets("g", "t", 2) == [OffsetChange(TopicQueue("t", 0), 0, 2),
                                                 OffsetChange(TopicQueue("t", 1), 0, 2)]
     assert [ch.after for ch in admin.reset_offsets("g", "t", 99)] == [3, 3]
-    back = admin.reset_offsets("g", "t", "earliest")
-    assert [(ch.before, ch.after, ch.moved) for ch in back] == [(3, 3, False), (3, 3, False)]
     with Consumer(group="g", topics=["t"], transport=t) as con:
         assert con.poll(0.1) == []                      # starts at the reset offset: nothing left
+    back = admin.reset_offsets("g", "t", "earliest")
+    assert [(ch.before, ch.after, ch.moved) for ch in back] == [(3, 0, True), (3, 0, True)]
+    with Consumer(group="g", topics=["t"], transport=t) as con:
+        got: list = []
+        wait_for(lambda: got.extend(con.poll(0.05)) or len(got) >= 6, 10, "the 6 messages again")
+        assert sorted((m.queue_id, m.queue_offset) for m in got) == [(q, o) for q in (0, 1) for o in range(3)]
     for bad in ("first", -1, True):
         with pytest.raises(InvalidRequest):
             admin.reset_offsets("g", "t", bad)
@@ -130,7 +135,7 @@ def test_group_members_and_reset_offsets_of_a_stopped_group():
 
 def test_reset_offsets_to_a_time_uses_each_queues_store_times():
     """A datetime resets each queue to its first message stored at or after it (the brokers'
-    search by store time), forward only; a naive datetime is refused (its zone is unknown)."""
+    search by store time), back or forward; a naive datetime is refused (its zone is unknown)."""
     import datetime
 
     from rocketray.broker.message import Message, encode_record
@@ -145,6 +150,7 @@ def test_reset_offsets_to_a_time_uses_each_queues_store_times():
     admin = Admin(transport=t)
     assert admin.reset_offsets("g", "t", at) == [OffsetChange(TopicQueue("t", 0), None, 1),
                                                  OffsetChange(TopicQueue("t", 1), None, 1)]
-    assert [ch.moved for ch in admin.reset_offsets("g", "t", at - datetime.timedelta(seconds=1))] == [False, False]
+    assert [(ch.after, ch.moved) for ch in admin.reset_offsets("g", "t", at - datetime.timedelta(seconds=1))] == [
+        (0, True), (1, False)]
     with pytest.raises(InvalidRequest, match="timezone"):
         admin.reset_offsets("g", "t", datetime.datetime(2026, 1, 1))

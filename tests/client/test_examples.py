@@ -69,6 +69,7 @@ def test_replay(cluster, capsys):
     load("replay").main("demo")
     out = capsys.readouterr().out
     assert "read every queue from its start" in out and "again from offset 0" in out
+    assert out.count(" -> 0") == 8 and "a new member of the group read 101 messages again" in out
     ends = {q: len(cluster.records[("orders", q)]) for q in range(8)}
     assert {q: o for (g, _t, q), o in cluster.committed.items() if g == "audit-replay"} == ends
 

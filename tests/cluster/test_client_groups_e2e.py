@@ -64,7 +64,8 @@ def test_two_groups_survive_master_kills_and_a_consumer_kill(ray_head, tmp_path)
                 "--idle-exit-s", "3"], env, timeout=180)
     assert "handled 401 messages" in loop.stdout, loop.stdout
     replay = run([sys.executable, "examples/replay.py", "--cluster", NAME], env, timeout=180)
-    assert "read every queue from its start" in replay.stdout and " -> " in replay.stdout, replay.stdout
+    assert "read every queue from its start" in replay.stdout and " -> 0" in replay.stdout, replay.stdout
+    assert "a new member of the group read" in replay.stdout, replay.stdout
     by_time = run([sys.executable, "examples/replay_by_time.py", "--cluster", NAME], env, timeout=180)
     assert "messages stored in the last hour" in by_time.stdout and ": True" in by_time.stdout, by_time.stdout
     filters = run([sys.executable, "examples/filters.py", "--cluster", NAME], env, timeout=180)

@@ -60,7 +60,7 @@ class Endpoints:
         self.pulled.append(topic)
         return PullResult(PullStatus.FOUND, b"r", 1, queue_offset, queue_offset + 1, 9)
 
-    async def commit_offsets(self, group, entries):
+    async def commit_offsets(self, group, entries, reset=False):
         self.commits.append((group, tuple(entries)))
         return PutResult(PutStatus.PUT_OK, Written.YES, ((0, 0),), 1, 1)
 

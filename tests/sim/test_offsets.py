@@ -7,6 +7,8 @@ test_scenarios.py.
 
 from __future__ import annotations
 
+import dataclasses
+
 from rocketray.broker.message import decode_record
 from rocketray.broker.offsets import OFFSETS_TOPIC, fold_all
 from rocketray.ha.ack import PutStatus, refused
@@ -143,3 +145,50 @@ def test_the_failover_scenario_resumes_from_each_new_master_including_the_restar
     masters = [master for _group, _epoch, master in sim.controller.elections]
     assert len(masters) >= 3 and masters[0] == masters[2] != masters[1], masters
     assert sim.consumers[0].resumes >= 3
+
+
+# -- an admin's reset: the one allowed regression -----------------------------------------------------
+
+RESETS = dataclasses.replace(PROFILES["default"], consumer_reset_p=0.15)
+
+
+def test_resets_move_the_group_back_under_faults_and_nothing_else_does():
+    """With the admin's resets on (reset records to a random offset at or below the cursor), the
+    default fault mix passes: each acknowledged reset is the recorded regression the checker allows,
+    the consumer resumes from it, and commits move on from there. The runs did go back: some reset
+    was acknowledged below an offset committed before it."""
+    regressions = 0
+    for seed in (1, 2, 3, 4):
+        sim = Sim(seed, RESETS)
+        r = sim.run()
+        assert r.ok, (seed, r.violation)
+        for consumer in sim.consumers:
+            running = -1
+            for c in consumer.committed:
+                if c.reset and c.offset < running:
+                    regressions += 1
+                running = c.offset if c.reset else max(running, c.offset)
+    assert regressions >= 2, regressions
+
+
+def test_quiet_run_with_resets_ends_at_the_folds_value():
+    """No faults: the master's committed offset at the end is the running value of the acknowledged
+    records (the maximum, set back by each reset), not their maximum."""
+    sim = Sim(3, dataclasses.replace(QUIET, consumer_reset_p=0.15))
+    r = sim.run()
+    assert r.ok, r.violation
+    consumer = sim.consumers[0]
+    assert any(c.reset for c in consumer.committed)
+    running = -1
+    for c in consumer.committed:
+        running = c.offset if c.reset else max(running, c.offset)
+    master = sim.serving_master("g0")
+    assert master is not None and master.offset_table().committed(CONSUMER_GROUP, "sim", 0) == running
+
+
+def test_with_resets_on_a_fold_that_keeps_the_last_commit_is_still_caught():
+    """Allowing resets does not let other regressions through: the keep-the-last fold (a stale commit
+    rolls progress back) is still caught as a committed offset going back within 3 seeds."""
+    with applied(MUTANTS["offsets-fold-keeps-last"]):
+        seed, violation = _first_violation(3, RESETS)
+    assert seed is not None and violation.startswith(BACK), violation

@@ -66,6 +66,7 @@ class FakeCluster:
     members: dict[str, dict[str, float]] = field(default_factory=dict)
     heartbeats: list[ConsumerHeartbeatRequest] = field(default_factory=list)
     commits: list[tuple[str, str, list[tuple[str, int, int]]]] = field(default_factory=list)
+    resets: list[tuple[str, list[tuple[str, int, int]]]] = field(default_factory=list)   # reset records
     puts: int = 0
     #: hooks: return None to let the cluster answer, anything else is the answer
     put_hook: Callable[[str, EncodedBatch], Any] | None = None
@@ -252,15 +253,17 @@ class FakeCluster:
                 held.timer.cancel()
             held.future.set_result(result)
 
-    def commit(self, consumer_group: str, entries: list[tuple[str, int, int]]) -> PutResult:
+    def commit(self, consumer_group: str, entries: list[tuple[str, int, int]], reset: bool = False) -> PutResult:
         with self.lock:
             for topic, queue_id, offset in entries:
                 if offset > self.max_offset(topic, queue_id):
                     return refused(PutStatus.MESSAGE_ILLEGAL)
             self.commits.append((consumer_group, threading.current_thread().name, list(entries)))
+            if reset:
+                self.resets.append((consumer_group, list(entries)))
             for topic, queue_id, offset in entries:
                 key = (consumer_group, topic, queue_id)
-                self.committed[key] = max(offset, self.committed.get(key, -1))
+                self.committed[key] = offset if reset else max(offset, self.committed.get(key, -1))
         return after_write(True, True, (), 0)
 
     def committed_of(self, broker_group: str, consumer_group: str, topics: list[str] | None) -> OffsetsResult:
@@ -319,11 +322,11 @@ class FakeTransport:
         return self.cluster.append(batch)
 
     def commit(self, group: str, consumer_group: str, entries: list[tuple[str, int, int]],
-               timeout_s: float) -> PutResult | Unanswered:
+               timeout_s: float, reset: bool = False) -> PutResult | Unanswered:
         if self.cluster.commit_hook is not None and (answer := self.cluster.commit_hook(
                 group, consumer_group, entries)) is not None:
             return answer
-        return self.cluster.commit(consumer_group, entries)
+        return self.cluster.commit(consumer_group, entries, reset)
 
     def committed(self, group: str, consumer_group: str, topics: list[str] | None,
                   timeout_s: float) -> OffsetsResult | Unanswered:

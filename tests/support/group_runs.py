@@ -81,8 +81,8 @@ class Run:
         return self
 
     def commit(self, offset: int, *, end: float, group: str = "cg-0", queue_id: int = 0, outcome: str = "ok",
-               process: str = "cg-0-c0-1") -> "Run":
-        self.rows.append(CommitRecord(process, group, TOPIC, queue_id, offset, outcome, end - 20, end))
+               process: str = "cg-0-c0-1", reset: bool = False) -> "Run":
+        self.rows.append(CommitRecord(process, group, TOPIC, queue_id, offset, outcome, end - 20, end, reset))
         return self
 
     def progress(self, committed: dict[int, int], *, start: float, group: str = "cg-0", max_offset: int = 10) -> "Run":
