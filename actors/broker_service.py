@@ -370,6 +370,11 @@ class BrokerService:
     def pid(self) -> int:
         return os.getpid()
 
+    def wall_clock_ms(self) -> int:
+        """This replica's wall clock as it reads it (what stamps stored records, the delayed-delivery
+        scheduler's and the SyncStateSet's clock): the chaos clock nemesis shows its jump by it."""
+        return now_ms()
+
     async def _refresh_offsets_loop(self) -> None:
         """Keep committed offsets older than retention: as master, re-append the offsets of groups
         whose newest commit record is past half the retention (``ConsumerPath.refresh_idle_groups``)."""

@@ -152,6 +152,8 @@ class Cluster:
         self.access = access
         self._credentials = credentials
         self._controller_client = None   # created on first use (actors/controller_client.py)
+        #: environment added to a broker's process, by (group, replica) (``start_cluster``'s ``broker_env``)
+        self.broker_env: dict[tuple[str, int], dict[str, str]] = {}
 
     # --- members --------------------------------------------------------------------------
     def member_credentials(self, identity) -> MemberCredentials:
@@ -173,7 +175,8 @@ class Cluster:
         """Start replica ``replica`` of ``group`` (after ``ray.kill(..., no_restart=True)``), with
         ``spec`` if given (e.g. the replica moved to another port)."""
         return remote.start_broker(spec or self.spec, group, replica,
-                                   self.member_credentials(self.spec.broker_identity(group, replica)))
+                                   self.member_credentials(self.spec.broker_identity(group, replica)),
+                                   env=self.broker_env.get((group, replica)))
 
     # --- actors -------------------------------------------------------------------------
     def controller(self, index: int):
@@ -374,11 +377,14 @@ def start_cluster(name: str = DEFAULT_NAME, *, controllers: int = 3, groups: int
                   data_dir: str = "rocketray-data", profile: str = "fast",
                   overrides: dict[str, str] | None = None, wait: bool = True,
                   timeout_s: float = 120, ha_proxy: bool = False,
-                  before_brokers: Callable[[ClusterSpec], None] | None = None) -> Cluster:
+                  before_brokers: Callable[[ClusterSpec], None] | None = None,
+                  broker_env: Callable[[BrokerSpec], dict[str, str]] | None = None) -> Cluster:
     """Start a cluster on the current Ray and (by default) wait until it serves writes.
 
     ``ha_proxy`` plans separate HA listen ports (see ``plan_cluster``); ``before_brokers(spec)`` runs
-    after the controllers and before the brokers start (e.g. to start those proxies)."""
+    after the controllers and before the brokers start (e.g. to start those proxies);
+    ``broker_env(broker)`` is added to that broker's process environment (e.g. the chaos run's
+    libfaketime)."""
     try:
         ray.get_actor("registry", namespace=f"rocketray-{name}")
         raise ClusterError(f"a cluster named {name!r} is already running; stop it first or pick another name")
@@ -406,6 +412,8 @@ def start_cluster(name: str = DEFAULT_NAME, *, controllers: int = 3, groups: int
     if before_brokers is not None:
         before_brokers(spec)
     for b in spec.brokers:
+        if broker_env is not None:
+            cluster.broker_env[(b.group, b.replica)] = broker_env(b)
         cluster.start_broker(b.group, b.replica)
     if wait:
         cluster.wait_for_masters(timeout_s)

@@ -105,11 +105,15 @@ def start_controller(spec: ClusterSpec, index: int, credentials: MemberCredentia
 BROKER_MAX_CONCURRENCY = 1024
 
 
-def start_broker(spec: ClusterSpec, group: str, replica: int, credentials: MemberCredentials):
-    """Start replica ``replica`` of ``group`` with its member credentials (see ``start_controller``)."""
+def start_broker(spec: ClusterSpec, group: str, replica: int, credentials: MemberCredentials,
+                 env: dict[str, str] | None = None):
+    """Start replica ``replica`` of ``group`` with its member credentials (see ``start_controller``);
+    ``env`` is added to its process's environment (Ray's ``runtime_env``; every restart keeps it)."""
     from rocketray.actors.broker_service import BrokerService
 
     b = next(x for x in spec.brokers_of(group) if x.replica == replica)
     options = {**_common(spec, spec.broker_actor_name(group, replica)), **_placement(b.node_id, b.node_resource),
                "max_concurrency": BROKER_MAX_CONCURRENCY}
+    if env:
+        options["runtime_env"] = {"env_vars": dict(env)}
     return ray.remote(BrokerService).options(**options).remote(spec.to_dict(), group, replica, credentials)

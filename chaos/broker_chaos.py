@@ -22,6 +22,7 @@ The run directory follows ``docs/contracts.md`` ("chaos run directory"); the ver
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import os
@@ -48,7 +49,8 @@ from rocketray.verify.soak import SoakRow, format_table, soak_table
 from rocketray.chaos.broker_nemesis import Nemesis, run_schedule
 from rocketray.chaos.ha_proxy import HaProxies
 from rocketray.chaos.nft import KernelNet
-from rocketray.chaos.os_nemesis import OsNemesis, members_of
+from rocketray.chaos.faketime import faketime_env
+from rocketray.chaos.os_nemesis import OsNemesis, broker_name, members_of
 from rocketray.verify.history import (CONTROLLER_EVENTS_FILE, HISTORY_FILE, NEMESIS_FILE, REPLICAS_FILE,
                                       SAMPLES_FILE, VERDICT_FILE, ControllerEventRecord)
 from rocketray.verify.run_dir import write_jsonl, write_replicas
@@ -139,8 +141,10 @@ def _plan(cluster: Cluster, args: argparse.Namespace, out: Path, say
 
 
 def execute(cluster: Cluster, args: argparse.Namespace, out: Path, proxies: HaProxies | None,
-            say=print, nodes: NodeControl | None = None, kernel: KernelNet | None = None) -> dict[str, Any]:
-    """Workload + nemeses + heal + settle + drain + final reads + checker against a running cluster."""
+            say=print, nodes: NodeControl | None = None, kernel: KernelNet | None = None,
+            clock_files: dict[str, Path] | None = None) -> dict[str, Any]:
+    """Workload + nemeses + heal + settle + drain + final reads + checker against a running cluster;
+    ``clock_files``: each broker's libfaketime timestamp file (the brokers run under it)."""
     runlog = RunLog()
     settle(cluster, timeout_s=args.settle_timeout)
     steps, churn, consumer_groups = _plan(cluster, args, out, say)
@@ -157,7 +161,8 @@ def execute(cluster: Cluster, args: argparse.Namespace, out: Path, proxies: HaPr
     extender = threading.Thread(target=_extend_midway, args=(cluster, layouts, producers, runlog, args.duration / 2,
                                                             stop_workload), name="extend-topic", daemon=True)
     nemesis = Nemesis(cluster, runlog, proxies, args.seed, nodes=nodes)
-    nemesis.os_faults = OsNemesis(cluster, runlog, args.seed, kernel, nemesis.master_of, nemesis.replica_of)
+    nemesis.os_faults = OsNemesis(cluster, runlog, args.seed, kernel, nemesis.master_of, nemesis.replica_of,
+                                  clock_files)
     if kernel is not None:
         kernel.start(members_of(cluster.spec))
         say(f"kernel network faults: table {kernel.table}, {nemesis.os_faults.place_all()} member processes placed")
@@ -282,6 +287,15 @@ def cluster_overrides(args: argparse.Namespace) -> dict[str, str]:
     return overrides
 
 
+def _broker_clock(clock_files: dict[str, Path], root: Path, broker) -> dict[str, str]:
+    """``start_cluster``'s ``broker_env`` when clock faults are drawn: the broker runs under
+    libfaketime with a timestamp file of its own under ``root``, noted in ``clock_files``."""
+    root.mkdir(parents=True, exist_ok=True)
+    name = broker_name(broker.group, broker.replica)
+    clock_files[name] = root / name.replace("/", "-")
+    return faketime_env(clock_files[name])
+
+
 def drawn_kinds(text: str) -> set[str]:
     """Every kind a ``--nemesis`` list may draw (aliases expanded)."""
     return {k for kind in parse_kinds(text) for k in sched.DRAWS.get(kind, (kind,))}
@@ -331,6 +345,7 @@ def run(args: argparse.Namespace) -> int:
     cluster: Cluster | None = None
     proxies: HaProxies | None = None
     kernel = KernelNet() if drawn_kinds(args.nemesis) & sched.NET_KINDS else None
+    clock_files: dict[str, Path] | None = {} if drawn_kinds(args.nemesis) & sched.CLOCK_KINDS else None
     summary: dict[str, Any]
     try:
         if kernel is not None:
@@ -344,8 +359,10 @@ def run(args: argparse.Namespace) -> int:
             f"unclean election {'on' if args.unclean else 'off'}) behind HA proxies")
         cluster = start_cluster(f"chaos-{os.getpid()}", controllers=args.controllers, groups=args.groups,
                                 replicas=args.replicas, data_dir=data_dir, profile=args.profile,
-                                overrides=cluster_overrides(args), ha_proxy=True, before_brokers=start_proxies)
-        summary = execute(cluster, args, out, proxies, say=say, nodes=nodes, kernel=kernel)
+                                overrides=cluster_overrides(args), ha_proxy=True, before_brokers=start_proxies,
+                                broker_env=None if clock_files is None else
+                                functools.partial(_broker_clock, clock_files, Path(data_dir) / "clocks"))
+        summary = execute(cluster, args, out, proxies, say=say, nodes=nodes, kernel=kernel, clock_files=clock_files)
     except Exception as exc:  # noqa: BLE001 - still end with one JSON line saying the run is invalid
         log.exception("broker chaos run failed")
         summary = {"valid": False, "error": f"{type(exc).__name__}: {exc}", "ops": 0, "acked": 0, "lost": None,

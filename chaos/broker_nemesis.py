@@ -126,6 +126,8 @@ class Nemesis:
             return self.os_faults.start_net(step)
         if step.kind == "lose-unsynced":
             return self.os_faults.lose_unsynced(step)
+        if step.kind in sched.CLOCK_KINDS:
+            return self.os_faults.start_clock(step)
         return self.os_faults.damage(step)
 
     def _kill_node(self, step: sched.NemesisStep) -> bool:
@@ -188,6 +190,10 @@ class Nemesis:
             if self.os_faults is not None:
                 self.os_faults.end_net(step)
             return
+        if step.kind in sched.CLOCK_KINDS:
+            if self.os_faults is not None:
+                self.os_faults.end_clock(step)
+            return
         if step.kind == "partition-ha":
             if self.paused.pop("partition-ha", None) is not None and self.proxies is not None:
                 self.proxies.heal()
@@ -204,6 +210,8 @@ class Nemesis:
         self._restore_node()
         if self.os_faults is not None and self.os_faults.kernel is not None:
             self.os_faults.kernel.heal()
+        if self.os_faults is not None:
+            self.os_faults.reset_clocks()
         for target, pid in list(self.paused.items()):
             if pid > 0:
                 self.cluster.resume_pid(pid)

@@ -46,7 +46,8 @@ from rocketray.verify.linearizability import check_history
 from rocketray import ports
 from rocketray.verify.nemesis import (CONTROLLER_OS, LEADER, PROCESS_FAULTS, ControllerStep, make_controller_schedule,
                                       swap_nodes)
-from rocketray.chaos.controller_faults import KernelRaftNet, NodeFaults, direct_topology, faketime_env
+from rocketray.chaos.controller_faults import KernelRaftNet, NodeFaults, direct_topology
+from rocketray.chaos.faketime import faketime_env, set_offset
 from rocketray.chaos.proxy import ProxyNetwork, allocate_addresses, plan_topology
 
 
@@ -161,7 +162,7 @@ class ProxiedControllers:
     def heal(self) -> None:
         self.net.heal()
         for clock in self.clock_files or ():
-            clock.write_text("+0\n")
+            set_offset(clock, 0)
         for node in self.nodes:
             if node.paused:
                 node.resume()

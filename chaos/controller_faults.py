@@ -9,7 +9,8 @@ client ports, which no rule names: the faults cut Raft traffic only, as the prox
 
 :class:`NodeFaults` does what the proxies cannot: ``loss`` (every Raft link of one node loses a
 share of its packets), ``clock`` (one node's wall clock jumps: every node runs under libfaketime with
-a timestamp file of its own, ``+0`` until a fault rewrites it; the monotonic clock is left alone),
+a timestamp file of its own, ``+0`` until a fault rewrites it; the monotonic clock is left alone:
+``chaos/faketime.py``),
 and the file faults (the node is SIGKILLed, its newest snapshot or its journal damaged as
 ``verify/filefaults.py`` plans from the step's seed, and restarted). A node that refuses to start on
 what it found (``JournalDamaged``, ``RecoveryRefused``) is repaired as an operator would: its store
@@ -24,6 +25,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from rocketray.chaos.faketime import set_offset
 from rocketray.chaos.nft import KernelNet
 from rocketray.chaos.proxy import Topology
 from rocketray.controller.proc import NodeProcess
@@ -33,9 +35,7 @@ from rocketray.verify.netfaults import NetFault, name_grudge
 
 log = logging.getLogger("rocketray.chaos.controller")
 
-FAKETIME_LIB = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1")
-
-__all__ = ["FAKETIME_LIB", "KernelRaftNet", "NodeFaults", "direct_topology", "faketime_env"]
+__all__ = ["KernelRaftNet", "NodeFaults", "direct_topology"]
 
 
 def direct_topology(node_addresses: Sequence[str]) -> Topology:
@@ -47,15 +47,6 @@ def direct_topology(node_addresses: Sequence[str]) -> Topology:
 
 def node_name(i: int) -> str:
     return f"node-{i}"
-
-
-def faketime_env(clock_file: Path) -> dict[str, str]:
-    """The environment that runs a node under libfaketime, its offset read from ``clock_file``."""
-    if not FAKETIME_LIB.exists():
-        raise FileNotFoundError(f"{FAKETIME_LIB} is missing: apt-get install faketime")
-    clock_file.write_text("+0\n")
-    return {"LD_PRELOAD": str(FAKETIME_LIB), "FAKETIME_TIMESTAMP_FILE": str(clock_file),
-            "FAKETIME_DONT_FAKE_MONOTONIC": "1", "FAKETIME_CACHE_DURATION": "1"}
 
 
 class KernelRaftNet:
@@ -115,7 +106,7 @@ class NodeFaults:
         if kind == "clock":
             if self.clock_files is None:
                 raise RuntimeError("the clock nemesis needs the nodes under libfaketime")
-            self.clock_files[node].write_text(f"{param:+d}\n")
+            set_offset(self.clock_files[node], param)
             return {"clock_offset_s": param}
         assert kind in NODE_FILE_FAULTS, kind
         return self._damage(kind, self.nodes[node], param)
@@ -127,7 +118,7 @@ class NodeFaults:
             return {"dropped_packets": dropped}
         if kind == "clock":
             assert self.clock_files is not None
-            self.clock_files[node].write_text("+0\n")
+            set_offset(self.clock_files[node], 0)
             return {}
         return {}
 

@@ -11,6 +11,9 @@ new process), and loads the drop or loss rules; its end heals. A file fault SIGS
 damages one of its store's files (``verify/filefaults.py`` plans where), reads the damage back from
 disk, and SIGKILLs it: Ray restarts it on the damaged files. ``lose-unsynced`` drops the replica's
 trigger file (``rocketray.fs_undo``) and waits for the process to undo what it never fsynced and die.
+``clock-broker`` rewrites one replica's libfaketime timestamp file (``chaos/faketime.py``: every
+broker of a run that draws it runs under libfaketime, ``+0`` until then) and waits until the
+replica's own wall clock (``BrokerService.wall_clock_ms``) shows the jump; its end sets it back.
 Each action is bounded in time; a step that cannot act now (no master, no file of the class, an
 actor restarting) is logged and skipped.
 """
@@ -31,6 +34,8 @@ import ray
 from rocketray.actors.cluster import Cluster
 from rocketray.broker.checkpoint import nonzero_end
 from rocketray.chaos.broker_workload import RunLog
+from rocketray.chaos.faketime import set_offset
+from rocketray.chaos.replica_reader import now_ms
 from rocketray.chaos.nft import KernelNet
 from rocketray.fs_undo import LOST_REPORT, TRIGGER
 from rocketray.spec import ClusterSpec
@@ -43,6 +48,10 @@ log = logging.getLogger("rocketray.chaos.brokers")
 CLIENT = "client"
 PID_TIMEOUT_S = 3.0
 LOSE_TIMEOUT_S = 15.0
+#: how long a clock jump may take to show in the replica's wall clock (libfaketime re-reads its
+#: file once a second), and how far from the asked offset the seen one may be
+CLOCK_SEEN_TIMEOUT_S = 5.0
+CLOCK_SEEN_SLACK_MS = 2_000
 
 __all__ = ["CLIENT", "OsNemesis", "broker_name", "controller_name", "members_of"]
 
@@ -82,11 +91,16 @@ class OsNemesis:
     """Runs the OS-level steps of a broker chaos run (see the module docstring)."""
 
     def __init__(self, cluster: Cluster, runlog: RunLog, seed: int, kernel: KernelNet | None,
-                 master_of: Callable[[str], int | None], replica_of: Callable[[str, int], int | None]) -> None:
+                 master_of: Callable[[str], int | None], replica_of: Callable[[str, int], int | None],
+                 clock_files: dict[str, Path] | None = None) -> None:
         self.cluster, self.runlog, self.seed, self.kernel = cluster, runlog, seed, kernel
         self.master_of, self.replica_of = master_of, replica_of
         self.net_target: str | None = None
         self._dropped = 0
+        #: each broker's libfaketime timestamp file, by ``broker_name`` (None: no broker runs under it)
+        self.clock_files = clock_files
+        self.clock_target: str | None = None
+        self._clock_victim: tuple[str, int] | None = None
 
     # -- processes ---------------------------------------------------------------------------------
     def _pid(self, actor) -> int | None:
@@ -196,6 +210,64 @@ class OsNemesis:
         self.runlog.event(step.kind, "end", f"{target}: dropped {report.get('records', '?')} unsynced changes, "
                           f"{report.get('bytes', '?')} bytes; restarted", step.group)
         return True
+
+
+    # -- clocks ----------------------------------------------------------------------------------
+    def start_clock(self, step: sched.NemesisStep) -> bool:
+        """Jump one replica's wall clock by ``step.clock_offset_s`` and wait until it shows."""
+        if self.clock_files is None or step.clock_offset_s is None:
+            log.warning("clock-broker needs the brokers under libfaketime; skipped")
+            return False
+        replica = self.master_of(step.group) if step.broker_id is None else self.replica_of(step.group, step.broker_id)
+        if replica is None:
+            log.warning("clock-broker: %s has no %s right now; skipped", step.group,
+                        "master" if step.broker_id is None else f"broker {step.broker_id}")
+            return False
+        offset = step.clock_offset_s
+        written = now_ms()    # the fault is in force from the write (the checker's window starts here)
+        set_offset(self.clock_files[broker_name(step.group, replica)], offset)
+        self._clock_victim = (step.group, replica)
+        seen = self._seen_offset_ms(step.group, replica, offset * 1000)
+        self.clock_target = sched.clock_target(f"broker:{step.group}/r{replica}", offset)
+        self.runlog.event(step.kind, "start", f"{self.clock_target}; {_seen(seen)}", step.group, time_ms=written)
+        return True
+
+    def end_clock(self, step: sched.NemesisStep) -> None:
+        if self._clock_victim is None or self.clock_files is None:
+            return
+        group, replica = self._clock_victim
+        set_offset(self.clock_files[broker_name(group, replica)], 0)
+        self._clock_victim = None
+        seen = self._seen_offset_ms(group, replica, 0)
+        self.runlog.event(step.kind, "end", f"{self.clock_target}; back to real time: {_seen(seen)}", group)
+
+    def reset_clocks(self) -> None:
+        """Every broker back to real time (the run's final heal)."""
+        for path in (self.clock_files or {}).values():
+            set_offset(path, 0)
+        self._clock_victim = None
+
+    def _seen_offset_ms(self, group: str, replica: int, want_ms: int) -> float | None:
+        """The replica's wall clock minus ours once it is within the slack of ``want_ms`` (bounded
+        wait; None if it never answered: restarting or paused, it sees the file when it runs)."""
+        actor = self.cluster.broker(group, replica)
+        deadline = time.monotonic() + CLOCK_SEEN_TIMEOUT_S
+        seen = None
+        while time.monotonic() < deadline:
+            try:
+                before = time.time() * 1000
+                theirs = ray.get(actor.wall_clock_ms.remote(), timeout=PID_TIMEOUT_S)
+                seen = theirs - (before + time.time() * 1000) / 2
+            except Exception:  # noqa: BLE001 - restarting: ask again
+                seen = None
+            if seen is not None and abs(seen - want_ms) <= CLOCK_SEEN_SLACK_MS:
+                return seen
+            time.sleep(0.1)
+        return seen
+
+
+def _seen(offset_ms: float | None) -> str:
+    return "its clock did not answer" if offset_ms is None else f"seen {offset_ms / 1000:+.1f} s"
 
 
 def _alive(pid: int) -> bool:

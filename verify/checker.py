@@ -57,6 +57,7 @@ from typing import Any, Iterable, Sequence
 from rocketray.verify.history import Ident, NemesisEvent, Number, OpRecord, ReplicaSnapshot, Sample
 from rocketray.verify.run_dir import RunData, read_run_dir
 from rocketray.verify.groups import GroupReport, check_groups
+from rocketray.verify.nemesis import clock_windows
 
 EXAMPLES_MAX = 10
 
@@ -365,7 +366,7 @@ def check(run: RunData) -> Verdict:
         heal_at_ms=heal_ms,
         start_ms=min([*(op.start_ms for op in ops), *(e.time_ms for e in run.nemesis)], default=None),
         examples={k: v for k, v in examples.items() if v},
-        groups=check_groups([op for op in ops if op.is_send], run.groups),
+        groups=check_groups([op for op in ops if op.is_send], run.groups, clock_faults=clock_windows(run.nemesis)),
     )
 
 

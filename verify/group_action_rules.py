@@ -81,15 +81,17 @@ def wrong_tags(deliveries: Iterable[Delivery]) -> list[dict[str, Any]]:
 def lost_nacks(nacks: Sequence[NackRecord], deliveries: Sequence[Delivery]) -> list[dict[str, Any]]:
     """Nacked messages the group did not get again: an acknowledged retry copy never delivered (by
     its ``msg_id``), or a nacked delivery never followed by an acknowledged nack whose payload was
-    not delivered again after the nack."""
+    not delivered again after the nack. An acknowledged nack of the same message and delivery count
+    by any member of the group settles it (two members owning one queue for a moment may both get
+    the message; the copy the acknowledged nack made is judged by the first rule)."""
     got = {d.msg_id for d in deliveries}
-    settled = {(n.process, n.msg_id, n.delivery_count) for n in nacks if n.ok}
+    settled = {(n.msg_id, n.delivery_count) for n in nacks if n.ok}
     out = []
     for n in nacks:
         if n.ok:
             if not n.dead and n.copy_msg_id not in got:
                 out.append({**n.to_json(), "why": "its retry copy was never delivered"})
-        elif (n.process, n.msg_id, n.delivery_count) not in settled and not any(
+        elif (n.msg_id, n.delivery_count) not in settled and not any(
                 d.payload_id == n.payload_id and d.poll_start_ms > n.time_ms for d in deliveries):
             out.append({**n.to_json(), "why": "the nack failed and the message was not delivered again"})
     return out
@@ -220,15 +222,23 @@ def new_queues_unread(extensions: Sequence[TopicExtended], assignments: Sequence
     return out
 
 
-def early_deliveries(delayed: Sequence[DelayedSend], deliveries: Iterable[Delivery],
-                     tolerance_ms: Number) -> list[dict[str, Any]]:
+def early_deliveries(delayed: Sequence[DelayedSend], deliveries: Iterable[Delivery], tolerance_ms: Number,
+                     clocks_ahead: Sequence[tuple[Number, Number, Number]] = (),
+                     lookback_ms: Number = 0) -> list[dict[str, Any]]:
     """Deliveries of a delayed payload (not a retry copy) that returned more than ``tolerance_ms``
-    before its time, or that carry another ``msg_id`` than its send's."""
+    before its time, or that carry another ``msg_id`` than its send's. ``clocks_ahead`` are
+    ``(start_ms, end_ms, ahead_ms)`` windows in which a broker's wall clock ran ``ahead_ms`` ahead:
+    a delivery may come that much earlier when such a window meets ``[send time - lookback_ms,
+    delivery time]`` (the master's scheduler follows its own clock)."""
     by_payload = {s.payload_id: s for s in delayed}
     out = []
     for d in deliveries:
         s = by_payload.get(d.payload_id)  # type: ignore[arg-type]
-        if s is not None and not d.is_copy and (d.time_ms < s.deliver_at_ms - tolerance_ms or d.msg_id != s.msg_id):
+        if s is None or d.is_copy:
+            continue
+        ahead = max((a for start, end, a in clocks_ahead if start <= d.time_ms and end >= s.time_ms - lookback_ms),
+                    default=0)
+        if d.time_ms < s.deliver_at_ms - tolerance_ms - max(0, ahead) or d.msg_id != s.msg_id:
             out.append({**_where(d), "deliver_at_ms": s.deliver_at_ms, "sent_msg_id": s.msg_id,
                         "early_ms": s.deliver_at_ms - d.time_ms})
     return out

@@ -38,7 +38,7 @@ declared or any row names, pure (no IO, no clock). The rules (``rocketray.verify
   whose tag it does not match (it must receive every acknowledged one that matches: undelivered
   counts only those); **wrong_tags** (failure): a delivery whose tag is not the one sent.
 - **nacks_lost** (failure): an acknowledged nack's retry copy never delivered, or a nack that raised
-  whose message was never delivered again; **wrong_copies** (failure): a copy delivered with another
+  whose message no member of the group nacked successfully and nothing delivered again; **wrong_copies** (failure): a copy delivered with another
   payload, delivery count or origin than its nack's; **nacks_misrouted** (failure): a copy in the
   dead-letter topic before ``max_deliveries`` or in the retry topic at it; **unexplained_copies**
   (failure): a retry copy no nack made.
@@ -50,7 +50,8 @@ declared or any row names, pure (no IO, no clock). The rules (``rocketray.verify
   within ``new_queue_bound_ms`` (the acknowledged messages on it must be delivered like any other).
 - **delayed_early** (failure): a delayed send delivered more than ``delay_tolerance_ms`` before its
   time (its producer's wall clock against the time the consumer's poll returned, one host's clock),
-  or under another ``msg_id``. (Its send row has no ``queue_offset``: it must be delivered anywhere
+  or under another ``msg_id``; a clock fault that ran a broker's wall clock ahead between the send
+  (``clock_lookback_ms`` before its row) and the delivery allows that much more (``clock_faults``). (Its send row has no ``queue_offset``: it must be delivered anywhere
   in its topic, and is matched by payload id.)
 - **drained** (failure when False): a declared group's drain did not commit every acknowledged queue
   to its end before its deadline (or was never recorded).
@@ -88,6 +89,9 @@ NEW_QUEUE_BOUND_MS = 15_000
 #: How early a delayed message may come: both times are one host's wall clock (the producer's and
 #: the broker's scheduler run in one node's processes); this covers whole-millisecond rounding.
 DELAY_TOLERANCE_MS = 50
+#: a delayed send was stored up to its send timeout (8 s) before its row: a clock fault that ended
+#: that long before the row may still have scheduled it
+CLOCK_LOOKBACK_MS = 10_000
 CORRUPT_PREFIX = "corrupt:"
 EXAMPLES_MAX = 10
 #: The rules whose count fails a group (each a field of GroupReport).
@@ -189,10 +193,12 @@ def _cap(items: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
 def check_groups(sends: Sequence[OpRecord], history: GroupHistory, *, poll_timeout_ms: Number = POLL_TIMEOUT_MS,
                  slack_ms: Number = REREAD_SLACK_MS, overlap_allowance_ms: Number = OVERLAP_ALLOWANCE_MS,
                  new_queue_bound_ms: Number = NEW_QUEUE_BOUND_MS,
-                 delay_tolerance_ms: Number = DELAY_TOLERANCE_MS) -> tuple[GroupReport, ...]:
+                 delay_tolerance_ms: Number = DELAY_TOLERANCE_MS,
+                 clock_faults: Sequence[tuple[Number, Number, Number]] = ()) -> tuple[GroupReport, ...]:
     """One report per consumer group declared or named by any row of ``history``; ``sends`` are the
     run's send records (every group must receive each acknowledged one its filter matches, where it
-    was acknowledged)."""
+    was acknowledged). ``clock_faults``: ``(start_ms, end_ms, offset_ms)`` of each broker clock
+    fault (``verify/nemesis.clock_windows``)."""
     acked = [op for op in sends if op.is_send and op.ok]
     failed = {op.payload_id for op in sends if op.is_send and op.outcome is Outcome.FAILED} - \
         {op.payload_id for op in acked}
@@ -207,12 +213,14 @@ def check_groups(sends: Sequence[OpRecord], history: GroupHistory, *, poll_timeo
     limits = {"poll_timeout_ms": poll_timeout_ms, "slack_ms": slack_ms, "overlap_allowance_ms": overlap_allowance_ms,
               "new_queue_bound_ms": new_queue_bound_ms, "delay_tolerance_ms": delay_tolerance_ms,
               "history_end_ms": history_end_ms}
-    return tuple(_report(group, acked, failed, queue_groups, history.of_group(group), limits)
+    ahead = [(start, end, offset) for start, end, offset in clock_faults if offset > 0]
+    return tuple(_report(group, acked, failed, queue_groups, history.of_group(group), limits, ahead)
                  for group in history.consumer_groups())
 
 
 def _report(group: str, acked: list[OpRecord], failed: set, queue_groups: dict[tuple[str, int], str],
-            h: GroupHistory, limits: dict[str, Number]) -> GroupReport:
+            h: GroupHistory, limits: dict[str, Number],
+            clocks_ahead: Sequence[tuple[Number, Number, Number]] = ()) -> GroupReport:
     good = [d for d in h.deliveries if not str(d.payload_id).startswith(CORRUPT_PREFIX)]
     corrupt = [d for d in h.deliveries if str(d.payload_id).startswith(CORRUPT_PREFIX)]
     main = [d for d in good if not d.is_copy and not d.topic.startswith("%")]   # not a retry copy
@@ -235,7 +243,7 @@ def _report(group: str, acked: list[OpRecord], failed: set, queue_groups: dict[t
         "commit_regressions": regressions,
         "corrupt": [{"payload_id": d.payload_id, "topic": d.topic, "queue_id": d.queue_id,
                      "queue_offset": d.queue_offset, "process": d.process} for d in corrupt],
-        **_action_findings(h, good, main, acked, declared, expression, seeks, limits),
+        **_action_findings(h, good, main, acked, declared, expression, seeks, limits, clocks_ahead),
     }
     examples = {k: _cap(v) for k, v in found.items() if v}
     if again:
@@ -265,7 +273,8 @@ def _report(group: str, acked: list[OpRecord], failed: set, queue_groups: dict[t
 
 def _action_findings(h: GroupHistory, good: list[Delivery], main: list[Delivery], acked: list[OpRecord],
                      declared: GroupDeclared | None, expression: str, seeks: actions.SeekIndex,
-                     limits: dict[str, Number]) -> dict[str, list[dict[str, Any]]]:
+                     limits: dict[str, Number], clocks_ahead: Sequence[tuple[Number, Number, Number]]
+                     ) -> dict[str, list[dict[str, Any]]]:
     """The rules of ``rocketray.verify.group_action_rules``: filters, nacks, seeks, new queues, delays."""
     tagged = declared is not None and declared.tags is not None   # older runs sent untagged payloads
     return {
@@ -279,5 +288,6 @@ def _action_findings(h: GroupHistory, good: list[Delivery], main: list[Delivery]
                                                          expression),
         "new_queues_unread": actions.new_queues_unread(h.extensions, h.assignments, limits["new_queue_bound_ms"],
                                                        limits["history_end_ms"]),
-        "delayed_early": actions.early_deliveries(h.delayed, main, limits["delay_tolerance_ms"]),
+        "delayed_early": actions.early_deliveries(h.delayed, main, limits["delay_tolerance_ms"], clocks_ahead,
+                                                  CLOCK_LOOKBACK_MS),
     }

@@ -54,7 +54,8 @@ FAULT_KINDS = (
     "pause-controller",
     "partition-ha",
     "kill-node",
-    # OS-level faults (docs/chaos.md): in the kernel, on the replica's files, of its unsynced writes
+    # OS-level faults (docs/chaos.md): in the kernel, on the replica's files, of its unsynced writes,
+    # of its wall clock
     "net-partition",
     "net-oneway",
     "net-loss",
@@ -62,6 +63,7 @@ FAULT_KINDS = (
     "truncate-file",
     "delete-queue",
     "lose-unsynced",
+    "clock-broker",
 )
 NEMESIS_KINDS = (*FAULT_KINDS, "heal")
 NEMESIS_PHASES = ("start", "end")

@@ -12,7 +12,9 @@ are drawn here. The kinds are ``FAULT_KINDS``, declared once in ``rocketray.veri
 run-directory format accepts exactly those plus ``heal``): ``kill-master`` (group), ``kill-broker`` /
 ``pause-broker`` / ``partition-ha`` (group and broker id; ``partition-ha`` cuts that replica's HA
 connections), ``kill-controller-leader``, ``kill-controller`` / ``pause-controller`` (controller
-index), and ``all``, which draws each step's kind from the others.
+index), ``clock-broker`` (a group's replica, or its master at run time when ``broker_id`` is None,
+and a wall-clock offset from ``CLOCK_JUMPS_S``), and ``all``, which draws each step's kind from the
+others.
 
 **Controller chaos** (``rocketray.chaos.controller_chaos``, Raft nodes behind a proxy network):
 ``make_controller_schedule`` plans ``CONTROLLER_NEMESES`` as start/end pairs. A *grudge* is a frozenset
@@ -39,6 +41,7 @@ generator of its own so a seed's broker fault schedule does not change when chur
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -54,19 +57,24 @@ KILL_KINDS = frozenset({"kill-master", "kill-broker", "kill-controller-leader", 
 NET_KINDS = frozenset(_NET_KINDS)
 #: one replica's files damaged (or its unsynced writes dropped), then it restarts: instantaneous steps
 REPLICA_FILE_KINDS = frozenset({*_FILE_KINDS, "lose-unsynced"})
-BROKER_KINDS = frozenset({"kill-broker", "pause-broker", "partition-ha", *REPLICA_FILE_KINDS})
+#: one replica's wall clock jumped by ``clock_offset_s`` for the step's duration (libfaketime)
+CLOCK_KINDS = frozenset({"clock-broker"})
+BROKER_KINDS = frozenset({"kill-broker", "pause-broker", "partition-ha", *REPLICA_FILE_KINDS, *CLOCK_KINDS})
 CONTROLLER_KINDS = frozenset({"kill-controller", "pause-controller"})
 #: Whole-node faults: the node holding a group's master dies for the step's duration, then comes back.
 #: They need a cluster on several labelled nodes (``rocketray chaos --ray-nodes N``), so ``all`` does
 #: not draw them.
 NODE_KINDS = frozenset({"kill-node"})
-OS_DRAWS = (*_NET_KINDS, *_FILE_KINDS, "lose-unsynced")
+OS_DRAWS = (*_NET_KINDS, *_FILE_KINDS, "lose-unsynced", "clock-broker")
 PROCESS_DRAWS = tuple(k for k in FAULT_KINDS if k not in NODE_KINDS and k not in OS_DRAWS)
 ALL_DRAWS = (*PROCESS_DRAWS, *OS_DRAWS)
 DRAWS = {"all": ALL_DRAWS, "process": PROCESS_DRAWS, "os": OS_DRAWS}
 
 #: Bound on the number of steps of one schedule (TigerStyle: every loop bounded).
 MAX_STEPS = 100_000
+#: Wall-clock offsets (seconds) a clock fault jumps one member by (the broker run's ``clock-broker``,
+#: the controller run's ``clock``): back and forward, by half a minute to an hour.
+CLOCK_JUMPS_S = (-600, -30, 30, 600, 3600)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +91,8 @@ class NemesisStep:
     net: NetShape | None = None
     #: file faults: the class of file damaged (``verify/filefaults.py``)
     file_class: str | None = None
+    #: clock faults: the victim's wall clock is real time + this many seconds while the step lasts
+    clock_offset_s: int | None = None
 
     @property
     def end_ms(self) -> int:
@@ -92,7 +102,7 @@ class NemesisStep:
     def target(self) -> str:
         """The planned target: ``master:<group>``, ``broker:<group>/<id>``, ``controller-leader``,
         ``controller:<index>``. Runners resolve ``master:`` and ``controller-leader`` when they act."""
-        if self.kind == "kill-master":
+        if self.kind == "kill-master" or (self.kind in CLOCK_KINDS and self.broker_id is None):
             return f"master:{self.group}"
         if self.kind in BROKER_KINDS:
             return f"broker:{self.group}/{self.broker_id}"
@@ -115,7 +125,8 @@ class NemesisStep:
         return {"at_ms": self.at_ms, "kind": self.kind, "group": self.group, "broker_id": self.broker_id,
                 "controller": self.controller, "duration_ms": self.duration_ms, "target": self.target,
                 **({"net": self.net.to_json()} if self.net else {}),
-                **({"file_class": self.file_class} if self.file_class else {})}
+                **({"file_class": self.file_class} if self.file_class else {}),
+                **({"clock_offset_s": self.clock_offset_s} if self.clock_offset_s is not None else {})}
 
 
 def make_schedule(kind: str, seed: int, *, groups: Mapping[str, Sequence[int]], controllers: int, run_ms: int,
@@ -165,6 +176,11 @@ def _draw_step(rng: random.Random, kind: str, at_ms: int, group_names: Sequence[
                            net=draw_shape(rng, kind))
     if kind == "kill-master":
         return NemesisStep(at_ms, kind, group=rng.choice(group_names))
+    if kind in CLOCK_KINDS:   # half the time the master: the scheduler's and the stamps' clock
+        group = rng.choice(group_names)
+        broker_id = None if rng.random() < 0.5 else rng.choice(replicas[group])
+        return NemesisStep(at_ms, kind, group=group, broker_id=broker_id, duration_ms=duration_ms,
+                           clock_offset_s=rng.choice(CLOCK_JUMPS_S))
     if kind in BROKER_KINDS:
         group = rng.choice(group_names)
         return NemesisStep(at_ms, kind, group=group, broker_id=rng.choice(replicas[group]),
@@ -175,6 +191,42 @@ def _draw_step(rng: random.Random, kind: str, at_ms: int, group_names: Sequence[
         return NemesisStep(at_ms, kind, group=rng.choice(group_names), duration_ms=duration_ms)
     assert kind == "kill-controller-leader", kind
     return NemesisStep(at_ms, kind)
+
+
+def clock_target(member: str, offset_s: int) -> str:
+    """The ``nemesis.jsonl`` target of a clock fault on ``member``: ``<member> clock <+/-N>s``
+    (the checker reads the offset back with :func:`clock_offset_s`; more may follow after ``;``)."""
+    return f"{member} clock {offset_s:+d}s"
+
+
+_CLOCK_TARGET = re.compile(r" clock ([+-]\d+)s(?:;|$)")
+
+
+def clock_offset_s(target: str | None) -> int | None:
+    """The offset a clock fault's target names (see :func:`clock_target`), None if it names none."""
+    match = _CLOCK_TARGET.search(target or "")
+    return None if match is None else int(match.group(1))
+
+
+def clock_windows(events: Iterable[NemesisEvent]) -> list[tuple[Number, Number, int]]:
+    """``(start_ms, end_ms, offset_ms)`` of every clock fault in a nemesis log: each start paired
+    with the next end of the same kind and group (one without an end lasts to the last event)."""
+    ordered = sorted(events, key=lambda e: e.time_ms)
+    last = ordered[-1].time_ms if ordered else 0
+    open_: dict[tuple[str, str | None], list[tuple[Number, int]]] = {}
+    out: list[tuple[Number, Number, int]] = []
+    for e in ordered:
+        if e.kind not in CLOCK_KINDS:
+            continue
+        key = (e.kind, e.group)
+        offset = clock_offset_s(e.target)
+        if e.phase == "start" and offset is not None:
+            open_.setdefault(key, []).append((e.time_ms, offset * 1000))
+        elif e.phase == "end" and open_.get(key):
+            start, offset_ms = open_[key].pop(0)
+            out.append((start, e.time_ms, offset_ms))
+    out += [(start, last, offset_ms) for starts in open_.values() for start, offset_ms in starts]
+    return sorted(out)
 
 
 def _assert_well_formed(steps: Sequence[NemesisStep], run_ms: int) -> None:
@@ -253,8 +305,6 @@ NODE_FILE_FAULTS = ("corrupt-snapshot", "truncate-snapshot", "corrupt-journal", 
 CONTROLLER_OS = ("loss", "clock") + NODE_FILE_FAULTS
 CONTROLLER_NEMESES = PARTITIONS + PROCESS_FAULTS
 CONTROLLER_KINDS_ALL = CONTROLLER_NEMESES + CONTROLLER_OS
-#: Wall-clock offsets (seconds) the clock fault jumps one node by.
-CLOCK_JUMPS_S = (-600, -30, 30, 600, 3600)
 LEADER = -1  # a kill/pause target resolved to the current Raft leader when the step runs
 LEADER_SWAPPABLE = ("partition-random-node", "partition-random-halves")
 

@@ -28,8 +28,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="comma list, all or none (default all). brokers: kill-master, kill-broker, "
                         "kill-controller-leader, kill-controller, pause-broker, pause-controller, partition-ha, "
                         "net-partition, net-oneway, net-loss, corrupt-file, truncate-file, delete-queue, "
-                        "lose-unsynced; process (the kills, pauses and partition-ha) or os (the others) draw "
-                        "from a subset; "
+                        "lose-unsynced, clock-broker; process (the kills, pauses and partition-ha) or os (the "
+                        "others) draw from a subset; "
                         "controller: partition-random-node, partition-random-halves, partition-majorities-ring, "
                         "bridge, kill, pause (all), loss, clock, corrupt-snapshot, truncate-snapshot, "
                         "corrupt-journal, truncate-journal (os)")

@@ -73,6 +73,13 @@ def failed_nack(redelivered: bool) -> Run:
     return r
 
 
+def nacked_then_failed_elsewhere() -> Run:
+    """p0 nacked ok by c0-1 and its copy delivered; c1-1, owning the queue for a while too, got p0
+    again and its nack of it failed (``unknown``); nothing delivers p0 after that."""
+    return nacked().deliver("p0", 0, poll_start=450, process="cg-0-c1-1").nack(
+        "p0", 0, copy=None, outcome="unknown", at=500, process="cg-0-c1-1")
+
+
 # -- seeks -----------------------------------------------------------------------------------------
 
 def replay(seek_to: int | None, next_offsets: tuple[int, ...] = (1, 2)) -> Run:
@@ -134,6 +141,8 @@ CASES: list[Case] = [
     ("seeded bug: a failed nack's message is never delivered again", lambda: failed_nack(False), "nacks_lost", 1,
      False),
     ("a failed nack's message delivered again", lambda: failed_nack(True), "nacks_lost", 0, True),
+    ("false alarm: a failed nack of a message another member nacked (its copy delivered)",
+     nacked_then_failed_elsewhere, "nacks_lost", 0, True),
     ("seeded bug: the copy comes back as a first delivery", lambda: nacked(count=1, copy_offset=5), "wrong_copies", 1, False),
     ("seeded bug: the copy names no origin", lambda: nacked(origin=None, copy_offset=5), "wrong_copies", 1, False),
     ("seeded bug: a dead letter at the first delivery (max 3)",

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rocketray.verify.history import NEMESIS_KINDS
-from rocketray.verify.nemesis import FAULT_KINDS, KILL_KINDS, SCHEDULE_KINDS, NemesisStep, make_schedule
+from rocketray.verify.nemesis import CLOCK_JUMPS_S, FAULT_KINDS, KILL_KINDS, SCHEDULE_KINDS, NemesisStep, make_schedule
 from rocketray.verify.nemesis import NET_KINDS, REPLICA_FILE_KINDS
 
 GROUPS = {"broker-b": [1, 2, 3], "broker-a": [1, 2, 3]}
@@ -62,6 +62,10 @@ def test_single_kind_schedules(kind):
             assert (s.group, s.controller, s.target) == (None, None, "controller-leader")
         elif kind == "kill-node":
             assert s.group in GROUPS and s.broker_id is None and s.target == f"node-of-master:{s.group}"
+        elif kind == "clock-broker":   # a replica, or the group's master resolved at run time
+            assert s.clock_offset_s in CLOCK_JUMPS_S and s.group in GROUPS
+            assert s.target == (f"master:{s.group}" if s.broker_id is None else f"broker:{s.group}/{s.broker_id}")
+            assert s.broker_id is None or s.broker_id in GROUPS[s.group]
         else:
             assert s.controller in range(3) and s.target == f"controller:{s.controller}"
         if kind in KILL_KINDS:
