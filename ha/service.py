@@ -6,8 +6,9 @@ per slave), the slave client (while slave), and the pure ``MasterReplication`` (
 It keeps no role, epoch or confirmed SyncStateSet of its own: it reads them from the broker's role
 machine (``roles``, ``rocketray.broker.role``), whose actions the one executor
 (``rocketray.broker.executor``) carries out on this service's ``HAPort`` steps (stop replicating,
-start an epoch, serve as master, follow a master). Writes go through ``put``, which applies the ack
-policy of reference 13.4. Expand/shrink proposals go up through listeners; nothing here talks to
+start an epoch, serve as master, follow a master). Writes go through ``put``/``put_start``: the put gate
+and the ack waits (reference 13.4) are the pure ``PutGate``'s (``rocketray.ha.put_gate``), which the
+simulator runs too; this service writes what it admits, arms its timers and delivers its answers. Expand/shrink proposals go up through listeners; nothing here talks to
 the controller.
 
 A service built without ``roles`` is a standalone endpoint (HA tests, benchmarks, a slave process):
@@ -29,7 +30,6 @@ back only through the public ``ConnectionOwner`` methods (``rocketray.ha.serving
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
 import time
 from typing import TYPE_CHECKING, Callable, Iterable, Sequence
@@ -38,10 +38,12 @@ from rocketray.border import Border, LimitsConfig, install_accept_error_filter
 from rocketray.broker.message import Message, MessageCodecError
 from rocketray.broker.batch import EncodedBatch, TopicRefused, encode_batch
 from rocketray.broker.role import Role, RoleMachine, StoreFacts
-from rocketray.ha.ack import AckPolicy, PutResult, PutStatus, after_write, refused
+from rocketray.ha.ack import AckPolicy, PutResult, PutStatus, refused
 from rocketray.ha.config import HAConfig
 from rocketray.ha.loop_monitor import OrderedIO
 from rocketray.ha.master import MasterReplication
+from rocketray.ha.promotion_hold import PromotionHold
+from rocketray.ha.put_gate import HELD, WRITE, PutGate, PutWait
 from rocketray.broker.replication_port import HAPort, WritePort
 from rocketray.ha.serving import SlaveServing
 from rocketray.ha.standalone import StandaloneSwitches, parse_address, standalone_machine
@@ -73,11 +75,12 @@ class HAService(SlaveServing, StandaloneSwitches):
                  links: MemberLinks, peers: HAPeers | None = None, group: str = "",
                  limits: LimitsConfig = LimitsConfig(), loop: asyncio.AbstractEventLoop | None = None,
                  clock_ms: Callable[[], int] = wall_clock_ms, io: OrderedIO | None = None,
-                 roles: RoleMachine | None = None) -> None:
+                 roles: RoleMachine | None = None, hold: PromotionHold | None = None) -> None:
         """``links``: how this member authenticates peers (``rocketray.links``); ``peers`` and
         ``group``: who may replicate with it (``rocketray.ha.peers``; None admits any member, as a
         standalone endpoint does). ``roles``: the broker's role machine (the owner of role, epoch
-        and SyncStateSet); None for a standalone endpoint, which then owns one."""
+        and SyncStateSet); None for a standalone endpoint, which then owns one. ``hold``: where puts wait while this replica becomes
+        master (``put_start(..., may_hold=True)``); None refuses them NOT_MASTER."""
         self.store = store
         self.broker_id = broker_id
         self.config = config or HAConfig()
@@ -108,7 +111,11 @@ class HAService(SlaveServing, StandaloneSwitches):
         self._client: SlaveClient | None = None
         self._server: asyncio.AbstractServer | None = None
         self._listeners: list[Callable[[frozenset[int]], object]] = []
-        self._puts: collections.deque[_PutWait] = collections.deque()   # oldest first
+        # the put gate, the puts held during a promotion and the ack waits (pure, ha/put_gate.py)
+        self.gate: PutGate[EncodedBatch, Callable[[PutResult], object]] = \
+            PutGate(self.roles, self.replication, self.config.slave_timeout_ms, hold)
+        self._wait_timer: asyncio.TimerHandle | None = None
+        self._hold_timer: asyncio.TimerHandle | None = None
         self._confirm_listeners: list[Callable[[int], object]] = []
         self._closed = False
         self._rejected = 0            # refused after TLS: not master, not a member, not of this group
@@ -147,6 +154,7 @@ class HAService(SlaveServing, StandaloneSwitches):
         assert self.standalone and self.role == Role.NONE, "broker id changes only before the first role change"
         self.broker_id = broker_id
         self.roles = standalone_machine(broker_id)
+        self.gate.roles = self.roles
         self.replication.rename_self(broker_id)
 
     # ------------------------------------------------------------------ lifecycle
@@ -321,17 +329,29 @@ class HAService(SlaveServing, StandaloneSwitches):
         return refusal if refusal is not None else await fut
 
     def put_start(self, msgs: EncodedBatch | Sequence[Message], now_ms: int,
-                  done: Callable[[PutResult], object]) -> PutResult | None:
+                  done: Callable[[PutResult], object], may_hold: bool = False) -> PutResult | None:
         """``put`` without a task: refuse at once (the refusal is returned, nothing written), or
         append now, hand the new bytes to every slave connection at once, and return None;
         ``done(result)`` is then called once, on the loop, from the event that decides it (the
-        ack that meets the policy, the timeout, the role change)."""
-        if self.role != Role.MASTER:
-            return refused(PutStatus.NOT_MASTER)
-        if self._switching or self._closed:
-            return refused(PutStatus.FENCED)
-        if not self.replication.put_admitted():
-            return refused(PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH)
+        ack that meets the policy, the timeout, the role change). ``may_hold``: a put that arrives
+        while this replica becomes master waits for the switch to end (the gate's hold)."""
+        if self.gate.held:
+            self.release_held()     # the switch ended: the held puts go first, in their order
+        gate = self.gate
+        verdict = gate.admit(not self._closed, msgs, done, len(msgs.data), now_ms) \
+            if may_hold and isinstance(msgs, EncodedBatch) else gate.admit(not self._closed)
+        if verdict is WRITE:
+            return self._write(msgs, now_ms, done)
+        if verdict is HELD:
+            self._arm_hold_timer()
+            return None
+        assert isinstance(verdict, PutStatus)
+        return refused(verdict)
+
+    def _write(self, msgs: EncodedBatch | Sequence[Message], now_ms: int,
+               done: Callable[[PutResult], object]) -> PutResult | None:
+        """Write a batch the gate admitted and register its ack wait (None), or refuse a batch the
+        store refuses (nothing written)."""
         try:
             batch = msgs if isinstance(msgs, EncodedBatch) else encode_batch(msgs)
             appended = self.store.put_batch(batch, now_ms)
@@ -341,38 +361,60 @@ class HAService(SlaveServing, StandaloneSwitches):
         except MessageCodecError as exc:  # MalformedBatch included: nothing was written
             log.warning("ha %s: refused a malformed batch: %s", self.broker_id, exc)
             return refused(PutStatus.MESSAGE_ILLEGAL)
-        wait = _PutWait(appended.end_offset, self.roles.master_epoch, appended.offsets(), done)
-        self._puts.append(wait)
+        now = monotonic_ms()
+        self.gate.written(appended.end_offset, appended.offsets(), now, done)
         for conn in self.connections:
             conn.send_now()
         self._update_confirm_offset()
-        self._notify_ack_waiters()
-        if wait.result is None:
-            loop = self.loop or asyncio.get_running_loop()
-            wait.timer = loop.call_later(self.config.slave_timeout_ms / 1000, self._put_timed_out, wait)
+        self._notify_ack_waiters(now)
+        if self._wait_timer is None and self.gate.waits:
+            self._arm_wait_timer()
         return None
 
-    def _notify_ack_waiters(self) -> bool:
-        """Answer the waiting puts the acks (or a role change) now decide, oldest first (a batch
-        ends after every older one, so once one is not acknowledged no newer one is); True when
-        none is left waiting."""
-        puts = self._puts
-        while puts:
-            wait = puts[0]
-            if wait.result is None:
-                still_master = self.role == Role.MASTER and self.roles.master_epoch == wait.epoch \
-                    and not self._closed
-                if still_master and not self.replication.batch_acked(wait.end):
-                    return False
-                wait.finish(after_write(still_master, still_master, wait.offsets, wait.end))
-            puts.popleft()
-        return True
+    def _notify_ack_waiters(self, now: int | None = None) -> bool:
+        """Answer the waiting puts the gate now decides (acks, a role or epoch change, the
+        deadline), oldest first; True when none is left waiting."""
+        for wait in self.gate.settle(monotonic_ms() if now is None else now, not self._closed):
+            _answer(wait)
+        return not self.gate.waits
 
-    def _put_timed_out(self, wait: "_PutWait") -> None:
-        if wait.result is None:
-            still_master = self.role == Role.MASTER and self.roles.master_epoch == wait.epoch and not self._closed
-            wait.finish(after_write(False, still_master, wait.offsets, wait.end))
+    def _arm_wait_timer(self) -> None:
+        deadline = self.gate.next_deadline_ms()
+        if deadline is not None:
+            loop = self.loop or asyncio.get_running_loop()
+            self._wait_timer = loop.call_later(max(0, deadline - monotonic_ms()) / 1000, self._wait_timer_fired)
+
+    def _wait_timer_fired(self) -> None:
+        self._wait_timer = None
         self._notify_ack_waiters()
+        self._arm_wait_timer()
+
+    def release_held(self) -> None:
+        """Once no switch to master runs: answer every held put, in arrival order, as the gate now
+        says (written if this replica is writable, else refused). The broker calls it after every
+        role input."""
+        for (batch, done), verdict in self.gate.release(not self._closed):
+            result = self._write(batch, self.now_ms(), done) if verdict is WRITE \
+                else refused(verdict)  # type: ignore[arg-type]
+            if result is not None:
+                _deliver(done, result)
+
+    def _arm_hold_timer(self) -> None:
+        expiry = self.gate.next_hold_expiry_ms()
+        if self._hold_timer is None and expiry is not None:
+            loop = self.loop or asyncio.get_running_loop()
+            self._hold_timer = loop.call_later(max(0, expiry - self.now_ms()) / 1000, self._expire_held)
+
+    def _expire_held(self) -> None:
+        """A switch that outlasts the hold: refuse the puts held that long (nothing written)."""
+        self._hold_timer = None
+        expired = self.gate.expire(self.now_ms())
+        if expired:
+            log.warning("promotion outlasted the put hold: %d put(s) refused NOT_MASTER group=%s broker_id=%s",
+                        len(expired), self.group, self.broker_id)
+        for _batch, done in expired:
+            _deliver(done, refused(PutStatus.NOT_MASTER))
+        self._arm_hold_timer()
 
     def _notify_writers(self) -> None:
         for conn in self.connections:
@@ -412,26 +454,21 @@ class HAService(SlaveServing, StandaloneSwitches):
         }
 
 
-class _PutWait:
-    """One put waiting for its acks: its batch's end offset, the epoch it was written in, its
-    messages' offsets, and who is told the result."""
+def monotonic_ms() -> int:
+    """The clock of the ack waits' deadlines (the event loop's clock)."""
+    return int(time.monotonic() * 1000)
 
-    __slots__ = ("end", "epoch", "offsets", "done", "timer", "result")
 
-    def __init__(self, end: int, epoch: int, offsets: tuple[tuple[int, int], ...],
-                 done: Callable[[PutResult], object]) -> None:
-        self.end, self.epoch, self.offsets, self.done = end, epoch, offsets, done
-        self.timer: asyncio.TimerHandle | None = None
-        self.result: PutResult | None = None
+def _deliver(done: Callable[[PutResult], object], result: PutResult) -> None:
+    try:
+        done(result)
+    except Exception:  # noqa: BLE001 - one answer's failure must not stop the others
+        log.exception("ha: a put's answer failed")
 
-    def finish(self, result: PutResult) -> None:
-        self.result = result
-        if self.timer is not None:
-            self.timer.cancel()
-        try:
-            self.done(result)
-        except Exception:  # noqa: BLE001 - one answer's failure must not stop the others
-            log.exception("ha: a put's answer failed")
+
+def _answer(wait: PutWait) -> None:
+    assert wait.result is not None
+    _deliver(wait.reply, wait.result)
 
 
 if TYPE_CHECKING:

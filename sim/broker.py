@@ -4,7 +4,7 @@ Theory of operation. A ``SimBroker`` is one broker process: the real ``MessageSt
 ``SimDisk``, the real ``RoleMachine`` (lifecycle, role, epoch, SyncStateSet: their one owner; the
 ``ha_role``/``ha_epoch`` here are views of it), the real HA sessions (``SlaveSession`` /
 ``MasterSession``) and the real master-side core (``MasterReplication``: acks, union view, confirm
-offset, put verdicts). The role machine's actions run through the production executor
+offset), the product's put gate and ack waits (``PutGate``). The role machine's actions run through the production executor
 (``rocketray.broker.executor``: the same switch steps, controller requests and answer parsing as
 ``ReplicasManager``), for which this class is both ports, simulated: ``ControllerPort`` over the
 simulated network (an answer is fed when it arrives) and ``HAPort`` over simulated connections and
@@ -19,7 +19,6 @@ a new process recovers from the disk after a restart delay.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from rocketray.broker import executor as ex
@@ -33,9 +32,10 @@ from rocketray.broker.store import MessageStore
 from rocketray.broker.executor import BrokerNames, Executor, run_now
 from rocketray.controller.api import BrokerHeartbeatRequest, Response
 from rocketray.controller.session import Hello
-from rocketray.ha import ack
 from rocketray.ha.ack import AckPolicy, PutResult, PutStatus, refused
 from rocketray.ha.master import MasterReplication
+from rocketray.ha.promotion_hold import PromotionHold
+from rocketray.ha.put_gate import HELD, WRITE, PutGate, PutWait
 from rocketray.ha.session import MasterSession
 from rocketray.ha.transport import StoreLogView
 from rocketray.sim.controller import CONTROLLER, SimController
@@ -52,13 +52,7 @@ __all__ = ["SimBroker", "BrokerTimings", "TOPIC"]
 TOPIC = "sim"
 
 
-@dataclass(slots=True)
-class _Put:
-    end: int
-    epoch: int
-    offsets: tuple
-    deadline_ms: int
-    reply: Callable[[PutResult | None], None]
+Reply = Callable[[PutResult | None], None]
 
 
 class SimBroker(SimMasterSide):
@@ -113,7 +107,9 @@ class SimBroker(SimMasterSide):
                                  stepped=self._record_epoch)
         self.sessions: dict[int, tuple[Connection, MasterSession]] = {}
         self.slave: SimSlave | None = None
-        self.puts: list[_Put] = []
+        # the product's put gate, hold and ack waits (ha/put_gate.py), over this process's cores
+        self.gate: PutGate[EncodedBatch, Reply] = PutGate(self.machine, self.master, self.t.slave_timeout_ms,
+                                                          PromotionHold())
         self.queries: list[Query] = []
         self.epochs_seen = []
         self.session = None
@@ -183,7 +179,7 @@ class SimBroker(SimMasterSide):
         self.up = False
         self.world.bump(self)
         self.net.set_down(self.name, True)
-        self.puts = []                      # never answered: the clients time out (unknown)
+        self.gate.drop()                    # never answered: the clients time out (unknown)
         self.queries = []
         self.store = None
         self.restarts += 1
@@ -215,9 +211,12 @@ class SimBroker(SimMasterSide):
                           int(self.store.confirm_offset))
 
     def feed(self, event: rm.Input | None) -> None:
-        """Apply one input through the executor (simulated ports never suspend: it runs now)."""
+        """Apply one input through the executor (simulated ports never suspend: it runs now), then
+        answer the puts held while this replica became master if its switch ended."""
         if event is not None:
             run_now(self.executor.feed(event))
+            if self.gate.held:
+                self._release_held()
 
     def _record_epoch(self) -> None:
         if self.machine.is_master and (not self.epochs_seen or self.epochs_seen[-1] != self.machine.master_epoch):
@@ -346,47 +345,58 @@ class SimBroker(SimMasterSide):
         self.slave = None
 
     # ================================================================== HA: puts
-    def put(self, batch: EncodedBatch, reply: Callable[[PutResult | None], None]) -> None:
-        """A producer's encoded batch: seal and write it as master (``put_batch``, the production
-        path), answer once the policy's acks arrive; a malformed batch writes nothing."""
+    @property
+    def puts(self) -> "list[PutWait[Reply]]":
+        """The written puts waiting for their acks, oldest first."""
+        return list(self.gate.waits)
+
+    def put(self, batch: EncodedBatch, reply: Reply) -> None:
+        """A producer's encoded batch through the product's gate (``PutGate.admit``): refused, held
+        while this replica becomes master, or sealed and written as master (``put_batch``, the
+        production path) and answered once the policy's acks arrive; a malformed batch writes nothing."""
         def run() -> None:
-            if self.ha_role != Role.MASTER:
-                reply(refused(PutStatus.NOT_MASTER))
-                return
-            if not self.machine.writable:
-                reply(refused(PutStatus.FENCED))
-                return
-            if not self.master.put_admitted():
-                reply(refused(PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH))
-                return
-            assert self.store is not None
-            try:
-                appended = self.store.put_batch(batch, self.world.now_ms)
-            except MessageCodecError:
-                reply(refused(PutStatus.MESSAGE_ILLEGAL))
-                return
-            self.puts.append(_Put(appended.end_offset, self.ha_epoch, appended.offsets(),
-                                  self.world.now_ms + self.t.slave_timeout_ms, reply))
-            self._update_confirm()
-            for key in list(self.sessions):
-                self._pump(key)
-            self._later(self.t.slave_timeout_ms, self._check_puts)
-            self._check_puts()
+            if self.gate.held:
+                self._release_held()        # the switch ended: the held puts go first, in their order
+            verdict = self.gate.admit(True, batch, reply, len(batch.data), self.world.now_ms)
+            if verdict is WRITE:
+                self._write(batch, reply)
+            elif verdict is HELD:
+                self._later(self.gate.hold.max_ms if self.gate.hold is not None else 0, self._expire_held)
+            else:
+                reply(refused(verdict))     # type: ignore[arg-type]
         self.guard(run)
+
+    def _write(self, batch: EncodedBatch, reply: Reply) -> None:
+        assert self.store is not None
+        try:
+            appended = self.store.put_batch(batch, self.world.now_ms)
+        except MessageCodecError:
+            reply(refused(PutStatus.MESSAGE_ILLEGAL))
+            return
+        self.gate.written(appended.end_offset, appended.offsets(), self.world.now_ms, reply)
+        self._update_confirm()
+        for key in list(self.sessions):
+            self._pump(key)
+        self._later(self.t.slave_timeout_ms, self._check_puts)
+        self._check_puts()
+
+    def _release_held(self) -> None:
+        """Once no switch to master runs: the held puts in arrival order, written or refused as the
+        gate says now (after every role input, as ``ReplicasManager.settled``)."""
+        for (batch, reply), verdict in self.gate.release(self.up):
+            if verdict is WRITE:
+                self._write(batch, reply)
+            else:
+                reply(refused(verdict))     # type: ignore[arg-type]
+
+    def _expire_held(self) -> None:
+        for _batch, reply in self.gate.expire(self.world.now_ms):
+            reply(refused(PutStatus.NOT_MASTER))
 
     def _check_puts(self) -> None:
         self._check_queries()
-        now = self.world.now_ms
-        keep = []
-        m = self.machine        # read once per put, not through the ha_role/ha_epoch views (hot path)
-        for p in self.puts:
-            still = self.up and m.role == Role.MASTER and m.master_epoch == p.epoch
-            acked = still and self.master.batch_acked(p.end)
-            if acked or not still or now >= p.deadline_ms:
-                p.reply(ack.after_write(acked, still, p.offsets, p.end))
-            else:
-                keep.append(p)
-        self.puts = keep
+        for wait in self.gate.settle(self.world.now_ms, self.up):
+            wait.reply(wait.result)
 
     # ================================================================== committed offsets
     def offset_table(self) -> OffsetTable:
