@@ -19,7 +19,7 @@ a new process recovers from the disk after a restart delay.
 from __future__ import annotations
 
 import random
-from typing import Callable, Iterable
+from typing import Any, Callable, Coroutine, Iterable
 
 from rocketray.broker import executor as ex
 from rocketray.broker import role as rm
@@ -53,6 +53,18 @@ TOPIC = "sim"
 
 
 Reply = Callable[[PutResult | None], None]
+
+
+class _Pause:
+    """What a simulated port awaits to take virtual time: ``feed`` resumes the executor ``ms`` later."""
+
+    __slots__ = ("ms",)
+
+    def __init__(self, ms: int) -> None:
+        self.ms = ms
+
+    def __await__(self):
+        yield self
 
 
 class SimBroker(SimMasterSide):
@@ -111,6 +123,8 @@ class SimBroker(SimMasterSide):
         self.gate: PutGate[EncodedBatch, Reply] = PutGate(self.machine, self.master, self.t.slave_timeout_ms,
                                                           PromotionHold())
         self.queries: list[Query] = []
+        self._feeding: Coroutine[Any, Any, None] | None = None   # the executor's feed, suspended in a switch step
+        self._queued: list[rm.Input] = []       # inputs that arrived meanwhile (fed in order after it)
         self.epochs_seen = []
         self.session = None
         self.latest_heartbeat = None
@@ -176,6 +190,9 @@ class SimBroker(SimMasterSide):
         if mode is CrashMode.POWER_LOSS:
             self.power_losses += 1
             self.end_before_power_loss = self.store.max_offset if self.store is not None else 0
+        feeding, self._feeding, self._queued = self._feeding, None, []
+        if feeding is not None:
+            feeding.close()                 # a switch step in progress dies with the process (its store still open)
         self.up = False
         self.world.bump(self)
         self.net.set_down(self.name, True)
@@ -211,12 +228,37 @@ class SimBroker(SimMasterSide):
                           int(self.store.confirm_offset))
 
     def feed(self, event: rm.Input | None) -> None:
-        """Apply one input through the executor (simulated ports never suspend: it runs now), then
-        answer the puts held while this replica became master if its switch ended."""
-        if event is not None:
-            run_now(self.executor.feed(event))
+        """Apply one input through the executor, one input at a time (as ``ReplicasManager``'s lock
+        does): an input that arrives while a switch step takes its time (``BrokerTimings.switch_ms``)
+        is fed after it. After each input, the puts held while this replica became master are
+        answered if its switch ended (``ReplicasManager.settled``)."""
+        if event is None:
+            return
+        if self._feeding is not None:
+            self._queued.append(event)
+            return
+        self._drive(self.executor.feed(event))
+
+    def _drive(self, feed: Coroutine[Any, Any, None]) -> None:
+        try:
+            pause = feed.send(None)
+        except StopIteration:
+            self._feeding = None
             if self.gate.held:
                 self._release_held()
+            if self._queued:
+                self.feed(self._queued.pop(0))
+            return
+        except BaseException:
+            self._feeding = None
+            raise
+        assert isinstance(pause, _Pause), pause
+        self._feeding = feed
+        self._later(pause.ms, lambda: self._drive(feed), what=f"{self.name} switch step")
+
+    def _switch_step(self) -> _Pause | None:
+        low, high = self.t.switch_ms
+        return _Pause(self.world.rng.randint(low, high)) if high > 0 else None
 
     def _record_epoch(self) -> None:
         if self.machine.is_master and (not self.epochs_seen or self.epochs_seen[-1] != self.machine.master_epoch):
@@ -293,8 +335,14 @@ class SimBroker(SimMasterSide):
     async def stop_replication(self, reason: str) -> None:
         self._stop_slave()
         self._close_sessions(reason)
+        pause = self._switch_step()      # the connections' tasks end
+        if pause is not None:
+            await pause
 
     async def start_epoch(self, epoch: int, cut_torn_tail: bool) -> None:
+        pause = self._switch_step()      # the IO thread's turn and the epoch file's fsync
+        if pause is not None:
+            await pause
         store = self.store
         assert store is not None
         if cut_torn_tail:
