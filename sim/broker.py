@@ -24,7 +24,7 @@ from typing import Any, Callable, Coroutine, Iterable
 from rocketray.broker import executor as ex
 from rocketray.broker import role as rm
 from rocketray.broker.config import FlushMode, StoreConfig
-from rocketray.broker.message import Message, MessageCodecError
+from rocketray.broker.message import Message
 from rocketray.broker.batch import EncodedBatch
 from rocketray.broker.offsets import OffsetTable
 from rocketray.broker.role import MasterInfo, Role, RoleMachine, StoreFacts
@@ -32,17 +32,17 @@ from rocketray.broker.store import MessageStore
 from rocketray.broker.executor import BrokerNames, Executor, run_now
 from rocketray.controller.api import BrokerHeartbeatRequest, Response
 from rocketray.controller.session import Hello
-from rocketray.ha.ack import AckPolicy, PutResult, PutStatus, refused
+from rocketray.ha.ack import AckPolicy
 from rocketray.ha.master import MasterReplication
 from rocketray.ha.promotion_hold import PromotionHold
-from rocketray.ha.put_gate import HELD, WRITE, PutGate, PutWait
+from rocketray.ha.put_gate import PutGate
 from rocketray.ha.session import MasterSession
 from rocketray.ha.transport import StoreLogView
 from rocketray.sim.controller import CONTROLLER, SimController
 from rocketray.sim.disk import CrashMode, SimCrash, SimDisk
 from rocketray.sim import offsets
 from rocketray.sim.net import Connection, Network
-from rocketray.sim.broker_master import Query, SimMasterSide
+from rocketray.sim.broker_master import Query, Reply, SimMasterSide
 from rocketray.sim.slave import SimSlave
 from rocketray.sim.timings import BrokerTimings
 from rocketray.sim.world import World
@@ -50,9 +50,6 @@ from rocketray.sim.world import World
 __all__ = ["SimBroker", "BrokerTimings", "TOPIC"]
 
 TOPIC = "sim"
-
-
-Reply = Callable[[PutResult | None], None]
 
 
 class _Pause:
@@ -391,60 +388,6 @@ class SimBroker(SimMasterSide):
         if self.slave is not None:
             self.slave.stop()
         self.slave = None
-
-    # ================================================================== HA: puts
-    @property
-    def puts(self) -> "list[PutWait[Reply]]":
-        """The written puts waiting for their acks, oldest first."""
-        return list(self.gate.waits)
-
-    def put(self, batch: EncodedBatch, reply: Reply) -> None:
-        """A producer's encoded batch through the product's gate (``PutGate.admit``): refused, held
-        while this replica becomes master, or sealed and written as master (``put_batch``, the
-        production path) and answered once the policy's acks arrive; a malformed batch writes nothing."""
-        def run() -> None:
-            if self.gate.held:
-                self._release_held()        # the switch ended: the held puts go first, in their order
-            verdict = self.gate.admit(True, batch, reply, len(batch.data), self.world.now_ms)
-            if verdict is WRITE:
-                self._write(batch, reply)
-            elif verdict is HELD:
-                self._later(self.gate.hold.max_ms if self.gate.hold is not None else 0, self._expire_held)
-            else:
-                reply(refused(verdict))     # type: ignore[arg-type]
-        self.guard(run)
-
-    def _write(self, batch: EncodedBatch, reply: Reply) -> None:
-        assert self.store is not None
-        try:
-            appended = self.store.put_batch(batch, self.world.now_ms)
-        except MessageCodecError:
-            reply(refused(PutStatus.MESSAGE_ILLEGAL))
-            return
-        self.gate.written(appended.end_offset, appended.offsets(), self.world.now_ms, reply)
-        self._update_confirm()
-        for key in list(self.sessions):
-            self._pump(key)
-        self._later(self.t.slave_timeout_ms, self._check_puts)
-        self._check_puts()
-
-    def _release_held(self) -> None:
-        """Once no switch to master runs: the held puts in arrival order, written or refused as the
-        gate says now (after every role input, as ``ReplicasManager.settled``)."""
-        for (batch, reply), verdict in self.gate.release(self.up):
-            if verdict is WRITE:
-                self._write(batch, reply)
-            else:
-                reply(refused(verdict))     # type: ignore[arg-type]
-
-    def _expire_held(self) -> None:
-        for _batch, reply in self.gate.expire(self.world.now_ms):
-            reply(refused(PutStatus.NOT_MASTER))
-
-    def _check_puts(self) -> None:
-        self._check_queries()
-        for wait in self.gate.settle(self.world.now_ms, self.up):
-            wait.reply(wait.result)
 
     # ================================================================== committed offsets
     def offset_table(self) -> OffsetTable:
