@@ -24,11 +24,11 @@ MODULES=(
     rocketray.broker.message rocketray.broker.role rocketray.broker.role_io rocketray.broker.offsets rocketray.broker.pull
     rocketray.client.core rocketray.client.types rocketray.client.errors rocketray.client.metrics rocketray.client.metrics_series rocketray.client.metrics_export rocketray.client.retry rocketray.client.filters rocketray.broker.tag_filter
     rocketray.broker.schedule rocketray.broker.client_access
-    rocketray.ha.ack rocketray.ha.master rocketray.wire.put_result rocketray.ha.standalone rocketray.ha.put_gate
-    rocketray.ha.promotion_hold
+    rocketray.ha.ack rocketray.ha.master rocketray.wire.put_result rocketray.ha.standalone
     rocketray.sim.world rocketray.sim.net rocketray.sim.disk
     rocketray.verify.netfaults rocketray.verify.filefaults rocketray.verify.soak rocketray.broker.queue_check
     rocketray.verify.group_actions rocketray.verify.group_action_rules
+    rocketray.ha.put_gate rocketray.ha.promotion_hold
 )
 args=()
 for m in "${MODULES[@]}"; do args+=(-m "$m"); done
