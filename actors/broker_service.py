@@ -32,7 +32,6 @@ from rocketray.actors.client_port import ClientPort
 from rocketray.actors.lookup import get_actor
 from rocketray.actors.user_directory import UserDirectory, fake_key_of, user_authenticator
 from rocketray.actors.priority import set_process_niceness
-from rocketray.actors.promotion_hold import PromotionHold
 from rocketray.actors.consumer_path import ConsumerPath
 from rocketray.actors.delay_scheduler import DelayScheduler
 from rocketray.actors.metrics import BrokerMetrics, configure_actor_logging
@@ -51,6 +50,7 @@ from rocketray.credentials import member_credentials
 from rocketray.ha.ack import PutResult, PutStatus, refused
 from rocketray.ha.loop_monitor import LoopStallMonitor, OrderedIO
 from rocketray.ha.peers import RegisteredPeers
+from rocketray.ha.promotion_hold import PromotionHold
 from rocketray.ha.service import HAService
 from rocketray.links import MemberLinks
 from rocketray.tls import MemberCredentials
@@ -106,9 +106,8 @@ class BrokerService:
             identity=FileIdentityStore(self._me.store_dir), now_ms=now_ms, ha_factory=self._make_ha,
             controller_addresses=[c.raft_address for c in self._spec.controllers],
             config=self._config.replicas_manager_config(), member=credentials.identity)
-        # puts that arrive while this replica becomes master wait for its switch (actors/promotion_hold.py)
-        self._hold: PromotionHold[tuple[EncodedBatch, Callable[[PutResult], object]]] = PromotionHold()
-        self._hold_timer: asyncio.TimerHandle | None = None
+        # the HA service's put gate answers the puts it held while this replica became master
+        # once the switch ends (ha/put_gate.py), after every role input
         self.manager.settled = self._answer_held
         self.manager.start()
         self.consumers = ConsumerPath(self.store, lambda: self.manager.role == Role.MASTER and self.ha is not None,
@@ -181,7 +180,8 @@ class BrokerService:
     async def _make_ha(self, broker_id: int, roles: RoleMachine) -> HAService:
         peers = RegisteredPeers(self._group, self._registered_members)
         ha = HAService(self.store, broker_id, self._config.ha_config(), links=self._links, peers=peers,
-                       group=self._group, limits=self._config.limits, io=self._io, roles=roles)
+                       group=self._group, limits=self._config.limits, io=self._io, roles=roles,
+                       hold=PromotionHold())   # puts wait while this replica becomes master
         await ha.start(self._me.host, self._me.bind_port)
         self.ha = ha
         return ha
@@ -206,62 +206,37 @@ class BrokerService:
 
     def put_start(self, batch: EncodedBatch, done: Callable[[PutResult], object]) -> PutResult | None:
         """``put`` without a task (the client port's path): a refusal at once, or None and
-        ``done(result)`` later, on the loop (``HAService.put_start``)."""
-        broker_id = self.manager.broker_id
-        if len(self._hold):
-            self._answer_held()     # the switch ended: the held puts go first, in their order
+        ``done(result)`` later, on the loop. The gate, the hold during a promotion and the ack wait
+        are the HA service's ``PutGate`` (``ha/put_gate.py``); here: the batch's type, metrics and
+        this replica's broker id on the answer."""
+        ha = self.ha
         if not isinstance(batch, EncodedBatch):
             result = refused(PutStatus.MESSAGE_ILLEGAL)
-        elif self.ha is None or self.manager.fenced:
-            result = refused(PutStatus.FENCED)
-        elif not self.manager.writable:
-            if self.manager.promoting and self._hold.hold((batch, done), len(batch.data), now_ms()):
-                self._arm_hold_timer()
-                return None
-            result = refused(PutStatus.NOT_MASTER)
+        elif ha is None:
+            result = refused(PutStatus.FENCED)      # no HA endpoint yet: the gate's endpoint-down rule
         else:
             started = time.monotonic()
 
             def finish(result: PutResult) -> None:
                 latency_ms = (time.monotonic() - started) * 1000
+                broker_id = self.manager.broker_id
                 done(dataclasses.replace(result, broker_id=broker_id))    # the answer first, then the metrics
                 self._metrics.put(broker_id, result.status.name, batch.count, latency_ms)
 
-            refusal = self.ha.put_start(batch, now_ms(), finish)
+            refusal = ha.put_start(batch, now_ms(), finish, may_hold=True)
             if refusal is None:
                 return None
             result = refusal
+        broker_id = self.manager.broker_id
         count = batch.count if isinstance(batch, EncodedBatch) else 0
         self._metrics.put(broker_id, result.status.name, count, 0.0)
         return dataclasses.replace(result, broker_id=broker_id)
 
     def _answer_held(self) -> None:
-        """Once no switch to master runs: answer every held put, in arrival order, as any put now
-        (written if this replica is writable, else refused). Called after every role input."""
-        if self.manager.promoting or not len(self._hold):
-            return
-        for batch, done in self._hold.release():
-            refusal = self.put_start(batch, done)
-            if refusal is not None:
-                done(refusal)
-
-    def _arm_hold_timer(self) -> None:
-        expiry = self._hold.next_expiry_ms()
-        if self._hold_timer is None and expiry is not None:
-            self._hold_timer = asyncio.get_running_loop().call_later(
-                max(0, expiry - now_ms()) / 1000, self._expire_held)
-
-    def _expire_held(self) -> None:
-        """A switch that outlasts the hold: refuse the puts held that long (nothing written)."""
-        self._hold_timer = None
-        expired = self._hold.expired(now_ms())
-        if expired:
-            log.warning("promotion outlasted the put hold: %d put(s) refused NOT_MASTER group=%s replica=%d",
-                        len(expired), self._group, self._replica)
-        for batch, done in expired:
-            self._metrics.put(self.manager.broker_id, PutStatus.NOT_MASTER.name, batch.count, 0.0)
-            done(dataclasses.replace(refused(PutStatus.NOT_MASTER), broker_id=self.manager.broker_id))
-        self._arm_hold_timer()
+        """After every role input: once no switch to master runs, the held puts are answered in
+        arrival order (``HAService.release_held``)."""
+        if self.ha is not None and self.ha.gate.held:
+            self.ha.release_held()
 
     async def get_messages(self, topic: str, queue_id: int, queue_offset: int, max_count: int) -> list[StoredMessage]:
         """Messages of one queue from ``queue_offset``, never beyond this replica's confirm offset."""

@@ -43,7 +43,7 @@ BACKOFF_AFTER_ELECTION_S = 0.002
 #: still taking its role (or its notification has not reached it yet): it is asked again after
 #: BACKOFF_AFTER_ELECTION_S each time, without doubling and without looking the master up again.
 #: The replica holds a put that arrives during its switch and answers it when the switch ends
-#: (``actors/promotion_hold.py``), so that second attempt is usually the one answered.
+#: (``ha/put_gate.py``), so that second attempt is usually the one answered.
 PROMOTION_WINDOW_S = 0.2
 
 Attempt = Callable[[], Any]

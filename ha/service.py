@@ -6,8 +6,9 @@ per slave), the slave client (while slave), and the pure ``MasterReplication`` (
 It keeps no role, epoch or confirmed SyncStateSet of its own: it reads them from the broker's role
 machine (``roles``, ``rocketray.broker.role``), whose actions the one executor
 (``rocketray.broker.executor``) carries out on this service's ``HAPort`` steps (stop replicating,
-start an epoch, serve as master, follow a master). Writes go through ``put``, which applies the ack
-policy of reference 13.4. Expand/shrink proposals go up through listeners; nothing here talks to
+start an epoch, serve as master, follow a master). Writes go through ``put``/``put_start``: the put gate
+and the ack waits (reference 13.4) are the pure ``PutGate``'s (``rocketray.ha.put_gate``), which the
+simulator runs too; this service writes what it admits, arms its timers and delivers its answers. Expand/shrink proposals go up through listeners; nothing here talks to
 the controller.
 
 A service built without ``roles`` is a standalone endpoint (HA tests, benchmarks, a slave process):
@@ -23,25 +24,27 @@ the transfer headers read.
 ``put`` answers a typed ``PutResult``: a batch written before the role changed is MASTER_CHANGED
 with ``written=UNKNOWN``, never NOT_MASTER (it may survive on the next master, so a client must
 not take it for a refusal). The connection shells (``ha/transport.py``) call
-back only through the public ``ConnectionOwner`` methods (``rocketray.ha.serving``, a base class).
+back only through the public ``ConnectionOwner`` methods (``rocketray.ha.serving``, a base class);
+the put path's IO (writing, timers, answers) is ``rocketray.ha.put_shell``, another base class.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
 import time
-from typing import TYPE_CHECKING, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from rocketray.border import Border, LimitsConfig, install_accept_error_filter
-from rocketray.broker.message import Message, MessageCodecError
-from rocketray.broker.batch import EncodedBatch, TopicRefused, encode_batch
+from rocketray.broker.batch import EncodedBatch
 from rocketray.broker.role import Role, RoleMachine, StoreFacts
-from rocketray.ha.ack import AckPolicy, PutResult, PutStatus, after_write, refused
+from rocketray.ha.ack import AckPolicy, PutResult, PutStatus
 from rocketray.ha.config import HAConfig
 from rocketray.ha.loop_monitor import OrderedIO
 from rocketray.ha.master import MasterReplication
+from rocketray.ha.promotion_hold import PromotionHold
+from rocketray.ha.put_gate import PutGate
+from rocketray.ha.put_shell import PutShell
 from rocketray.broker.replication_port import HAPort, WritePort
 from rocketray.ha.serving import SlaveServing
 from rocketray.ha.standalone import StandaloneSwitches, parse_address, standalone_machine
@@ -66,18 +69,19 @@ def _log_backup_failure(done: "asyncio.Future[None]") -> None:
         log.error("epoch file backup copy not written (the main copy is durable): %r", done.exception())
 
 
-class HAService(SlaveServing, StandaloneSwitches):
+class HAService(SlaveServing, StandaloneSwitches, PutShell):
     """See the module docstring. Coroutine methods must run on the service's event loop."""
 
     def __init__(self, store, broker_id: int, config: HAConfig | None = None, *,
                  links: MemberLinks, peers: HAPeers | None = None, group: str = "",
                  limits: LimitsConfig = LimitsConfig(), loop: asyncio.AbstractEventLoop | None = None,
                  clock_ms: Callable[[], int] = wall_clock_ms, io: OrderedIO | None = None,
-                 roles: RoleMachine | None = None) -> None:
+                 roles: RoleMachine | None = None, hold: PromotionHold | None = None) -> None:
         """``links``: how this member authenticates peers (``rocketray.links``); ``peers`` and
         ``group``: who may replicate with it (``rocketray.ha.peers``; None admits any member, as a
         standalone endpoint does). ``roles``: the broker's role machine (the owner of role, epoch
-        and SyncStateSet); None for a standalone endpoint, which then owns one."""
+        and SyncStateSet); None for a standalone endpoint, which then owns one. ``hold``: where puts wait while this replica becomes
+        master (``put_start(..., may_hold=True)``); None refuses them NOT_MASTER."""
         self.store = store
         self.broker_id = broker_id
         self.config = config or HAConfig()
@@ -108,7 +112,11 @@ class HAService(SlaveServing, StandaloneSwitches):
         self._client: SlaveClient | None = None
         self._server: asyncio.AbstractServer | None = None
         self._listeners: list[Callable[[frozenset[int]], object]] = []
-        self._puts: collections.deque[_PutWait] = collections.deque()   # oldest first
+        # the put gate, the puts held during a promotion and the ack waits (pure, ha/put_gate.py)
+        self.gate: PutGate[EncodedBatch, Callable[[PutResult], object]] = \
+            PutGate(self.roles, self.replication, self.config.slave_timeout_ms, hold)
+        self._wait_timer: asyncio.TimerHandle | None = None
+        self._hold_timer: asyncio.TimerHandle | None = None
         self._confirm_listeners: list[Callable[[int], object]] = []
         self._closed = False
         self._rejected = 0            # refused after TLS: not master, not a member, not of this group
@@ -147,6 +155,7 @@ class HAService(SlaveServing, StandaloneSwitches):
         assert self.standalone and self.role == Role.NONE, "broker id changes only before the first role change"
         self.broker_id = broker_id
         self.roles = standalone_machine(broker_id)
+        self.gate.roles = self.roles
         self.replication.rename_self(broker_id)
 
     # ------------------------------------------------------------------ lifecycle
@@ -307,73 +316,6 @@ class HAService(SlaveServing, StandaloneSwitches):
         """Call ``cb(confirm_offset)`` on the event loop whenever the master's confirm offset moves."""
         self._confirm_listeners.append(cb)
 
-    # ------------------------------------------------------------------ put (13.4)
-    async def put(self, msgs: EncodedBatch | Sequence[Message], now_ms: int) -> PutResult:
-        """Append ``msgs`` (a producer's encoded batch, or messages encoded here) as master and wait
-        for the replica acks the policy asks for (``put_start``'s result, awaited).
-
-        Refusals (NOT_MASTER, FENCED, IN_SYNC_REPLICAS_NOT_ENOUGH, MESSAGE_ILLEGAL) write nothing;
-        after the write the answer is PUT_OK, FLUSH_SLAVE_TIMEOUT (written, not acked in time) or MASTER_CHANGED
-        (written, then the role or term changed during the wait: outcome unknown).
-        """
-        fut: asyncio.Future[PutResult] = asyncio.get_running_loop().create_future()
-        refusal = self.put_start(msgs, now_ms, lambda result: fut.done() or fut.set_result(result))
-        return refusal if refusal is not None else await fut
-
-    def put_start(self, msgs: EncodedBatch | Sequence[Message], now_ms: int,
-                  done: Callable[[PutResult], object]) -> PutResult | None:
-        """``put`` without a task: refuse at once (the refusal is returned, nothing written), or
-        append now, hand the new bytes to every slave connection at once, and return None;
-        ``done(result)`` is then called once, on the loop, from the event that decides it (the
-        ack that meets the policy, the timeout, the role change)."""
-        if self.role != Role.MASTER:
-            return refused(PutStatus.NOT_MASTER)
-        if self._switching or self._closed:
-            return refused(PutStatus.FENCED)
-        if not self.replication.put_admitted():
-            return refused(PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH)
-        try:
-            batch = msgs if isinstance(msgs, EncodedBatch) else encode_batch(msgs)
-            appended = self.store.put_batch(batch, now_ms)
-        except TopicRefused as exc:     # the sender's ACL: nothing was written
-            log.info("ha %s: refused a batch: %s", self.broker_id, exc)
-            return refused(PutStatus.ACCESS_DENIED)
-        except MessageCodecError as exc:  # MalformedBatch included: nothing was written
-            log.warning("ha %s: refused a malformed batch: %s", self.broker_id, exc)
-            return refused(PutStatus.MESSAGE_ILLEGAL)
-        wait = _PutWait(appended.end_offset, self.roles.master_epoch, appended.offsets(), done)
-        self._puts.append(wait)
-        for conn in self.connections:
-            conn.send_now()
-        self._update_confirm_offset()
-        self._notify_ack_waiters()
-        if wait.result is None:
-            loop = self.loop or asyncio.get_running_loop()
-            wait.timer = loop.call_later(self.config.slave_timeout_ms / 1000, self._put_timed_out, wait)
-        return None
-
-    def _notify_ack_waiters(self) -> bool:
-        """Answer the waiting puts the acks (or a role change) now decide, oldest first (a batch
-        ends after every older one, so once one is not acknowledged no newer one is); True when
-        none is left waiting."""
-        puts = self._puts
-        while puts:
-            wait = puts[0]
-            if wait.result is None:
-                still_master = self.role == Role.MASTER and self.roles.master_epoch == wait.epoch \
-                    and not self._closed
-                if still_master and not self.replication.batch_acked(wait.end):
-                    return False
-                wait.finish(after_write(still_master, still_master, wait.offsets, wait.end))
-            puts.popleft()
-        return True
-
-    def _put_timed_out(self, wait: "_PutWait") -> None:
-        if wait.result is None:
-            still_master = self.role == Role.MASTER and self.roles.master_epoch == wait.epoch and not self._closed
-            wait.finish(after_write(False, still_master, wait.offsets, wait.end))
-        self._notify_ack_waiters()
-
     def _notify_writers(self) -> None:
         for conn in self.connections:
             conn.wake.set()
@@ -410,28 +352,6 @@ class HAService(SlaveServing, StandaloneSwitches):
             "slave_last_error": client.last_error if client else "",
             "rejected_connections": self.rejected_connections,
         }
-
-
-class _PutWait:
-    """One put waiting for its acks: its batch's end offset, the epoch it was written in, its
-    messages' offsets, and who is told the result."""
-
-    __slots__ = ("end", "epoch", "offsets", "done", "timer", "result")
-
-    def __init__(self, end: int, epoch: int, offsets: tuple[tuple[int, int], ...],
-                 done: Callable[[PutResult], object]) -> None:
-        self.end, self.epoch, self.offsets, self.done = end, epoch, offsets, done
-        self.timer: asyncio.TimerHandle | None = None
-        self.result: PutResult | None = None
-
-    def finish(self, result: PutResult) -> None:
-        self.result = result
-        if self.timer is not None:
-            self.timer.cancel()
-        try:
-            self.done(result)
-        except Exception:  # noqa: BLE001 - one answer's failure must not stop the others
-            log.exception("ha: a put's answer failed")
 
 
 if TYPE_CHECKING:

@@ -34,8 +34,9 @@ def parse_address(address: str | tuple[str, int]) -> tuple[str, int]:
 
 
 def standalone_machine(broker_id: int) -> RoleMachine:
-    """A role machine for an endpoint with no controller: registered, no role yet."""
-    return RoleMachine(f"ha-{broker_id}", broker_id=broker_id, lifecycle=Lifecycle.REGISTER_TO_CONTROLLER_DONE)
+    """A role machine for an endpoint with no controller: running (no controller fences it), no
+    role yet; its puts are refused NOT_MASTER until it is ordered master (``ha/put_gate.py``)."""
+    return RoleMachine(f"ha-{broker_id}", broker_id=broker_id, lifecycle=Lifecycle.RUNNING)
 
 
 class Switched(HAPort, Protocol):

@@ -268,3 +268,88 @@ def write_in_place(_original):
 
 def const(value):
     return lambda _original: (lambda *args, **kwargs: value)
+
+
+def gate_without(rule: str) -> Make:
+    """The put gate (``PutGate.admit``) with one rule left out: ``isr`` admits however few replicas
+    are in sync; ``fence`` writes on a master by role that is fenced or mid-switch (the role alone
+    decides, as a gate that reads ``role`` instead of ``writable`` does)."""
+    from rocketray.broker.role import Role
+    from rocketray.ha.put_gate import HELD, WRITE
+    from rocketray.wire.put_result import PutStatus
+
+    def make(original):
+        def admit(self, ready, batch=None, reply=None, size=0, now_ms=0):
+            roles = self.roles
+            if rule == "fence":
+                if not ready:
+                    return PutStatus.FENCED
+                if roles.role != Role.MASTER:
+                    hold = self.hold
+                    if batch is not None and hold is not None and roles.promoting \
+                            and hold.hold((batch, reply), size, now_ms):
+                        return HELD
+                    return PutStatus.NOT_MASTER
+                return WRITE if self.replication.put_admitted() else PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH
+            verdict = original(self, ready, batch, reply, size, now_ms)
+            return WRITE if verdict is PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH else verdict
+        return admit
+    return make
+
+
+def settle_ignoring_epoch(_original):
+    """The ack wait asks only whether this replica is master, not of which epoch."""
+    from rocketray.broker.role import Role
+    from rocketray.ha import ack
+
+    def settle(self, now_ms, ready=True):
+        out = []
+        master = ready and self.roles.role == Role.MASTER
+        while self.waits:
+            wait = self.waits[0]
+            acked = master and self.replication.batch_acked(wait.end)
+            if not acked and master and now_ms < wait.deadline_ms:
+                break
+            wait.result = ack.after_write(acked, master, wait.offsets, wait.end)
+            out.append(self.waits.popleft())
+        return out
+    return settle
+
+
+def timeout_put_ok(original):
+    """A wait whose deadline passed is answered PUT_OK (as if acknowledged)."""
+    from rocketray.ha import ack
+
+    def settle(self, now_ms, ready=True):
+        real = ack.after_write
+
+        def after_write(acked, still_master, offsets, end_offset):
+            return real(acked or still_master, still_master, offsets, end_offset)
+        ack.after_write = after_write
+        try:
+            return original(self, now_ms, ready)
+        finally:
+            ack.after_write = real
+    return settle
+
+
+def release_reversed(_original):
+    """Held puts are released newest first."""
+    def release(self, ready):
+        hold = self.hold
+        if hold is None or not len(hold) or self.roles.promoting:
+            return []
+        return [(item, self.admit(ready)) for item in reversed(hold.release())]
+    return release
+
+
+def release_writes_all(_original):
+    """Held puts are all written once the switch ends, whether it made this replica writable or not."""
+    from rocketray.ha.put_gate import WRITE
+
+    def release(self, ready):
+        hold = self.hold
+        if hold is None or not len(hold) or self.roles.promoting:
+            return []
+        return [(item, WRITE) for item in hold.release()]
+    return release

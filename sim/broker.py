@@ -4,7 +4,7 @@ Theory of operation. A ``SimBroker`` is one broker process: the real ``MessageSt
 ``SimDisk``, the real ``RoleMachine`` (lifecycle, role, epoch, SyncStateSet: their one owner; the
 ``ha_role``/``ha_epoch`` here are views of it), the real HA sessions (``SlaveSession`` /
 ``MasterSession``) and the real master-side core (``MasterReplication``: acks, union view, confirm
-offset, put verdicts). The role machine's actions run through the production executor
+offset), the product's put gate and ack waits (``PutGate``). The role machine's actions run through the production executor
 (``rocketray.broker.executor``: the same switch steps, controller requests and answer parsing as
 ``ReplicasManager``), for which this class is both ports, simulated: ``ControllerPort`` over the
 simulated network (an answer is fed when it arrives) and ``HAPort`` over simulated connections and
@@ -19,13 +19,12 @@ a new process recovers from the disk after a restart delay.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import Any, Callable, Coroutine, Iterable
 
 from rocketray.broker import executor as ex
 from rocketray.broker import role as rm
 from rocketray.broker.config import FlushMode, StoreConfig
-from rocketray.broker.message import Message, MessageCodecError
+from rocketray.broker.message import Message
 from rocketray.broker.batch import EncodedBatch
 from rocketray.broker.offsets import OffsetTable
 from rocketray.broker.role import MasterInfo, Role, RoleMachine, StoreFacts
@@ -33,16 +32,17 @@ from rocketray.broker.store import MessageStore
 from rocketray.broker.executor import BrokerNames, Executor, run_now
 from rocketray.controller.api import BrokerHeartbeatRequest, Response
 from rocketray.controller.session import Hello
-from rocketray.ha import ack
-from rocketray.ha.ack import AckPolicy, PutResult, PutStatus, refused
+from rocketray.ha.ack import AckPolicy
 from rocketray.ha.master import MasterReplication
+from rocketray.ha.promotion_hold import PromotionHold
+from rocketray.ha.put_gate import PutGate
 from rocketray.ha.session import MasterSession
 from rocketray.ha.transport import StoreLogView
 from rocketray.sim.controller import CONTROLLER, SimController
 from rocketray.sim.disk import CrashMode, SimCrash, SimDisk
 from rocketray.sim import offsets
 from rocketray.sim.net import Connection, Network
-from rocketray.sim.broker_master import Query, SimMasterSide
+from rocketray.sim.broker_master import Query, Reply, SimMasterSide
 from rocketray.sim.slave import SimSlave
 from rocketray.sim.timings import BrokerTimings
 from rocketray.sim.world import World
@@ -52,13 +52,16 @@ __all__ = ["SimBroker", "BrokerTimings", "TOPIC"]
 TOPIC = "sim"
 
 
-@dataclass(slots=True)
-class _Put:
-    end: int
-    epoch: int
-    offsets: tuple
-    deadline_ms: int
-    reply: Callable[[PutResult | None], None]
+class _Pause:
+    """What a simulated port awaits to take virtual time: ``feed`` resumes the executor ``ms`` later."""
+
+    __slots__ = ("ms",)
+
+    def __init__(self, ms: int) -> None:
+        self.ms = ms
+
+    def __await__(self):
+        yield self
 
 
 class SimBroker(SimMasterSide):
@@ -113,8 +116,12 @@ class SimBroker(SimMasterSide):
                                  stepped=self._record_epoch)
         self.sessions: dict[int, tuple[Connection, MasterSession]] = {}
         self.slave: SimSlave | None = None
-        self.puts: list[_Put] = []
+        # the product's put gate, hold and ack waits (ha/put_gate.py), over this process's cores
+        self.gate: PutGate[EncodedBatch, Reply] = PutGate(self.machine, self.master, self.t.slave_timeout_ms,
+                                                          PromotionHold())
         self.queries: list[Query] = []
+        self._feeding: Coroutine[Any, Any, None] | None = None   # the executor's feed, suspended in a switch step
+        self._queued: list[rm.Input] = []       # inputs that arrived meanwhile (fed in order after it)
         self.epochs_seen = []
         self.session = None
         self.latest_heartbeat = None
@@ -180,10 +187,13 @@ class SimBroker(SimMasterSide):
         if mode is CrashMode.POWER_LOSS:
             self.power_losses += 1
             self.end_before_power_loss = self.store.max_offset if self.store is not None else 0
+        feeding, self._feeding, self._queued = self._feeding, None, []
+        if feeding is not None:
+            feeding.close()                 # a switch step in progress dies with the process (its store still open)
         self.up = False
         self.world.bump(self)
         self.net.set_down(self.name, True)
-        self.puts = []                      # never answered: the clients time out (unknown)
+        self.gate.drop()                    # never answered: the clients time out (unknown)
         self.queries = []
         self.store = None
         self.restarts += 1
@@ -215,9 +225,37 @@ class SimBroker(SimMasterSide):
                           int(self.store.confirm_offset))
 
     def feed(self, event: rm.Input | None) -> None:
-        """Apply one input through the executor (simulated ports never suspend: it runs now)."""
-        if event is not None:
-            run_now(self.executor.feed(event))
+        """Apply one input through the executor, one input at a time (as ``ReplicasManager``'s lock
+        does): an input that arrives while a switch step takes its time (``BrokerTimings.switch_ms``)
+        is fed after it. After each input, the puts held while this replica became master are
+        answered if its switch ended (``ReplicasManager.settled``)."""
+        if event is None:
+            return
+        if self._feeding is not None:
+            self._queued.append(event)
+            return
+        self._drive(self.executor.feed(event))
+
+    def _drive(self, feed: Coroutine[Any, Any, None]) -> None:
+        try:
+            pause = feed.send(None)
+        except StopIteration:
+            self._feeding = None
+            if self.gate.held:
+                self._release_held()
+            if self._queued:
+                self.feed(self._queued.pop(0))
+            return
+        except BaseException:
+            self._feeding = None
+            raise
+        assert isinstance(pause, _Pause), pause
+        self._feeding = feed
+        self._later(pause.ms, lambda: self._drive(feed), what=f"{self.name} switch step")
+
+    def _switch_step(self) -> _Pause | None:
+        low, high = self.t.switch_ms
+        return _Pause(self.world.rng.randint(low, high)) if high > 0 else None
 
     def _record_epoch(self) -> None:
         if self.machine.is_master and (not self.epochs_seen or self.epochs_seen[-1] != self.machine.master_epoch):
@@ -294,8 +332,14 @@ class SimBroker(SimMasterSide):
     async def stop_replication(self, reason: str) -> None:
         self._stop_slave()
         self._close_sessions(reason)
+        pause = self._switch_step()      # the connections' tasks end
+        if pause is not None:
+            await pause
 
     async def start_epoch(self, epoch: int, cut_torn_tail: bool) -> None:
+        pause = self._switch_step()      # the IO thread's turn and the epoch file's fsync
+        if pause is not None:
+            await pause
         store = self.store
         assert store is not None
         if cut_torn_tail:
@@ -344,49 +388,6 @@ class SimBroker(SimMasterSide):
         if self.slave is not None:
             self.slave.stop()
         self.slave = None
-
-    # ================================================================== HA: puts
-    def put(self, batch: EncodedBatch, reply: Callable[[PutResult | None], None]) -> None:
-        """A producer's encoded batch: seal and write it as master (``put_batch``, the production
-        path), answer once the policy's acks arrive; a malformed batch writes nothing."""
-        def run() -> None:
-            if self.ha_role != Role.MASTER:
-                reply(refused(PutStatus.NOT_MASTER))
-                return
-            if not self.machine.writable:
-                reply(refused(PutStatus.FENCED))
-                return
-            if not self.master.put_admitted():
-                reply(refused(PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH))
-                return
-            assert self.store is not None
-            try:
-                appended = self.store.put_batch(batch, self.world.now_ms)
-            except MessageCodecError:
-                reply(refused(PutStatus.MESSAGE_ILLEGAL))
-                return
-            self.puts.append(_Put(appended.end_offset, self.ha_epoch, appended.offsets(),
-                                  self.world.now_ms + self.t.slave_timeout_ms, reply))
-            self._update_confirm()
-            for key in list(self.sessions):
-                self._pump(key)
-            self._later(self.t.slave_timeout_ms, self._check_puts)
-            self._check_puts()
-        self.guard(run)
-
-    def _check_puts(self) -> None:
-        self._check_queries()
-        now = self.world.now_ms
-        keep = []
-        m = self.machine        # read once per put, not through the ha_role/ha_epoch views (hot path)
-        for p in self.puts:
-            still = self.up and m.role == Role.MASTER and m.master_epoch == p.epoch
-            acked = still and self.master.batch_acked(p.end)
-            if acked or not still or now >= p.deadline_ms:
-                p.reply(ack.after_write(acked, still, p.offsets, p.end))
-            else:
-                keep.append(p)
-        self.puts = keep
 
     # ================================================================== committed offsets
     def offset_table(self) -> OffsetTable:

@@ -1,6 +1,7 @@
-"""The master side of a simulated broker (``sim/broker.py``): its slaves' HA connections and the
-consumers' committed-offset queries, as a base class of ``SimBroker`` (which holds the state these
-methods use: ``sessions``, ``master``, ``store``, ``queries``, the role machine's views).
+"""The master side of a simulated broker (``sim/broker.py``): producers' puts through the product's
+put gate, its slaves' HA connections and the consumers' committed-offset queries, as a base class of
+``SimBroker`` (which holds the state these methods use: ``gate``, ``sessions``, ``master``, ``store``,
+``queries``, the role machine's views).
 
 Theory of operation. The real ``MasterSession`` of each connection decodes the slave's packets and
 says what to send; the real ``MasterReplication`` decides acks, the union view, proposals and the
@@ -14,13 +15,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from rocketray.broker.batch import EncodedBatch
+from rocketray.broker.message import MessageCodecError
 from rocketray.broker.role import Role
+from rocketray.ha.ack import PutResult, PutStatus, refused
 from rocketray.ha.protocol import ProtocolError
+from rocketray.ha.put_gate import HELD, WRITE, PutWait
 from rocketray.ha.session import AckEvent, HandshakeEvent, MasterSession
 from rocketray.sim import offsets
 from rocketray.sim.net import Connection
 
-__all__ = ["SimMasterSide", "Query"]
+__all__ = ["SimMasterSide", "Query", "Reply"]
+
+Reply = Callable[[PutResult | None], None]
 
 
 @dataclass(slots=True)
@@ -42,6 +49,60 @@ class SimMasterSide:
             conn.reset(reason)
         for key in list(self.sessions):
             self._session_closed(key)
+
+    # ================================================================== HA: puts
+    @property
+    def puts(self) -> "list[PutWait[Reply]]":
+        """The written puts waiting for their acks, oldest first."""
+        return list(self.gate.waits)
+
+    def put(self, batch: EncodedBatch, reply: Reply) -> None:
+        """A producer's encoded batch through the product's gate (``PutGate.admit``): refused, held
+        while this replica becomes master, or sealed and written as master (``put_batch``, the
+        production path) and answered once the policy's acks arrive; a malformed batch writes nothing."""
+        def run() -> None:
+            if self.gate.held:
+                self._release_held()        # the switch ended: the held puts go first, in their order
+            verdict = self.gate.admit(True, batch, reply, len(batch.data), self.world.now_ms)
+            if verdict is WRITE:
+                self._write(batch, reply)
+            elif verdict is HELD:
+                self._later(self.gate.hold.max_ms if self.gate.hold is not None else 0, self._expire_held)
+            else:
+                reply(refused(verdict))     # type: ignore[arg-type]
+        self.guard(run)
+
+    def _write(self, batch: EncodedBatch, reply: Reply) -> None:
+        assert self.store is not None
+        try:
+            appended = self.store.put_batch(batch, self.world.now_ms)
+        except MessageCodecError:
+            reply(refused(PutStatus.MESSAGE_ILLEGAL))
+            return
+        self.gate.written(appended.end_offset, appended.offsets(), self.world.now_ms, reply)
+        self._update_confirm()
+        for key in list(self.sessions):
+            self._pump(key)
+        self._later(self.t.slave_timeout_ms, self._check_puts)
+        self._check_puts()
+
+    def _release_held(self) -> None:
+        """Once no switch to master runs: the held puts in arrival order, written or refused as the
+        gate says now (after every role input, as ``ReplicasManager.settled``)."""
+        for (batch, reply), verdict in self.gate.release(self.up):
+            if verdict is WRITE:
+                self._write(batch, reply)
+            else:
+                reply(refused(verdict))     # type: ignore[arg-type]
+
+    def _expire_held(self) -> None:
+        for _batch, reply in self.gate.expire(self.world.now_ms):
+            reply(refused(PutStatus.NOT_MASTER))
+
+    def _check_puts(self) -> None:
+        self._check_queries()
+        for wait in self.gate.settle(self.world.now_ms, self.up):
+            wait.reply(wait.result)
 
     # ================================================================== HA: master side
     def accept(self, conn: Connection) -> bool:

@@ -36,7 +36,8 @@ from rocketray.sim.broken_rules import (
     old_after_write, confirm_ignores_unknown, confirm_never_back, confirm_alone_is_max, reorder,
     consistent_point_max, flush_without_dir, header_only, keep_the_last, commit_acked_on_own_write,
     fold_whole_log, unclean_context, read_uncommitted, append_unflushed, timeout_not_written,
-    ack_untruncated_end, write_in_place, const)
+    ack_untruncated_end, write_in_place, const, gate_without, settle_ignoring_epoch, timeout_put_ok,
+    release_reversed, release_writes_all)
 
 __all__ = ["Mutant", "MutantTargetError", "MUTANTS", "NOT_REACHED", "ALL_MUTANTS", "applied", "resolve",
            "schedule", "hunt", "hunt_all", "Hunt"]
@@ -102,6 +103,8 @@ def applied(mutant: Mutant) -> Iterator[Mutant]:
 _OLD_SIM = "survived the first 120 runs of the CI schedule with the simulator before in-flight delivery and swarm"
 _WIN = "60 seeds of the windows profile (sync flush, faults waiting for rare windows)"
 _AWIN = "60 seeds of async-windows (async flush, overlapping faults, windows)"
+_GATE = ("survived the first 150 runs of the CI schedule (crashes without switch time), 250 crashes seeds with "
+         "switch time (5-60 ms a step, the CI profile), 80 default and 60 load seeds with switch time")
 
 ALL_MUTANTS: dict[str, Mutant] = {m.name: m for m in [
     # -- controller election
@@ -187,6 +190,41 @@ ALL_MUTANTS: dict[str, Mutant] = {m.name: m for m in [
     Mutant("timeout-answered-not-written", "ack",
            "a put whose acks timed out is answered FLUSH_SLAVE_TIMEOUT as not written (it was written)",
            (("rocketray.ha.ack:after_write", timeout_not_written),)),
+    # -- the put gate and the ack wait (ha/put_gate.py: what the broker actor and the simulator run)
+    Mutant("ack-timeout-put-ok", "ack",
+           "a waiting put whose deadline passed is answered PUT_OK, not FLUSH_SLAVE_TIMEOUT",
+           (("rocketray.ha.put_gate:PutGate.settle", timeout_put_ok),)),
+    Mutant("gate-admits-without-isr", "gate",
+           "a put is admitted however few replicas are in sync (min_in_sync_replicas ignored)",
+           (("rocketray.ha.put_gate:PutGate.admit", gate_without("isr")),),
+           not_reached=(_GATE + ": the simulated brokers run min_in_sync_replicas 1 (AckPolicy's default), so every "
+                        "put is admitted; with 2 the rule is decided at admission while the SyncStateSet may shrink "
+                        "before the ack, so no data-survival invariant tells it apart; tests/ha/test_put_gate.py pins it")),
+    Mutant("gate-writes-while-fenced", "gate",
+           "a master by role writes while fenced or while a switch runs (the role alone decides, not writable)",
+           (("rocketray.ha.put_gate:PutGate.admit", gate_without("fence")),),
+           not_reached=(_GATE + ": a simulated replica is fenced only before its first switch (role NONE), and a "
+                        "master by role that is not writable is switching away or to a new epoch: it closed its "
+                        "slaves' connections first, so the batch it writes is never acknowledged by another member "
+                        "(the new master is in the SyncStateSet): answered MASTER_CHANGED, truncated when it follows")),
+    Mutant("ack-wait-ignores-epoch", "ack",
+           "a waiting put asks only whether this replica is master, not whether of the epoch it was written in",
+           (("rocketray.ha.put_gate:PutGate.settle", settle_ignoring_epoch),),
+           not_reached=(_GATE + ": a second guard behind the role check: every switch away from master settles the "
+                        "waits as it follows (MASTER_CHANGED), and the same master at a new epoch keeps its log, so "
+                        "the older epoch's batch is below the new epoch's start and acknowledged by its members")),
+    Mutant("held-puts-released-newest-first", "gate",
+           "the puts held during a promotion are written newest first when the switch ends",
+           (("rocketray.ha.put_gate:PutGate.release", release_reversed),),
+           not_reached=(_GATE + ": each simulated producer keeps one batch in flight, so puts held together are "
+                        "different producers' and no invariant orders them; tests/ha/test_put_gate.py and "
+                        "tests/actors/test_promotion_hold.py pin the order")),
+    Mutant("held-puts-written-after-failed-switch", "gate",
+           "the puts held during a promotion are written when the switch ends, whether it succeeded or not",
+           (("rocketray.ha.put_gate:PutGate.release", release_writes_all),),
+           not_reached=(_GATE + ": a simulated switch fails only by a crash, which ends the process and its held "
+                        "puts with it, and a promotion while fenced (the first registration) holds nothing; "
+                        "tests/ha/test_put_gate.py and tests/actors/test_promotion_hold.py pin it")),
     # -- confirm offset
     Mutant("confirm-ignores-unknown-acks", "confirm",
            "the confirm offset is the min of the known acks; a member with no ack yet does not freeze it",

@@ -77,8 +77,10 @@ class SimConfig:
 #: concentrate on one family, which is where random search finds most broken rules (sim/scenarios.py).
 PROFILES: dict[str, SimConfig] = {
     "default": SimConfig(),
+    # role switches take 5-60 ms a step, as production's do: puts reach a replica while it becomes
+    # master (held by the put gate) or while a master switches away, and crashes land mid-switch
     "crashes": SimConfig(faults=("kill", "power-loss", "io-crash", "heal", "isolate"), fault_gap_ms=(150, 700),
-                         max_faults=40),
+                         max_faults=40, timings=BrokerTimings(switch_ms=(5, 60))),
     "network": SimConfig(faults=("reset", "one-way", "isolate", "controller-cut", "split", "heal",
                                  "leader-change", "slow"), fault_gap_ms=(100, 600), max_faults=40,
                          window_bytes=8 * 1024),

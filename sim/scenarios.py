@@ -336,9 +336,11 @@ def _masters_killed_after_commits(sim: Sim) -> None:
 
 def _no_sessions(config: SimConfig) -> SimConfig:
     """``config`` without controller sessions: the controller learns of a dead broker only by
-    heartbeat expiry (as after a power loss, across a cut link, or with a new leader). The pinned
-    seeds below were found before sessions existed; this keeps their schedules."""
-    return dataclasses.replace(config, timings=dataclasses.replace(config.timings, controller_sessions=False))
+    heartbeat expiry (as after a power loss, across a cut link, or with a new leader), and with role
+    switches that end in the step they start. The pinned seeds below were found before sessions and
+    switch time existed; this keeps their schedules."""
+    return dataclasses.replace(config, timings=dataclasses.replace(config.timings, controller_sessions=False,
+                                                                   switch_ms=(0, 0)))
 
 
 def _no_commits(config: SimConfig) -> SimConfig:

@@ -1,20 +1,25 @@
 """Puts that reach a replica while it becomes master are held and answered when its switch ends.
 
-``PromotionHold`` alone (tables), then ``BrokerService.put_start`` with it: the service's manager
-and HA service are small stand-ins (this tests the shell's gating of puts, one layer), the hold
-and the put path are the real ones."""
+``PromotionHold`` alone (tables), then ``BrokerService.put_start`` over a real HA service, store and
+role machine (the gate's rules as tables are in tests/ha/test_put_gate.py); only the manager's broker
+id and the metrics are stand-ins."""
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
+from pathlib import Path
 
 import pytest
+from ha_helpers import fast_config, node_links, open_store
 
 from rocketray.actors.broker_service import BrokerService
-from rocketray.actors.promotion_hold import PromotionHold
-from rocketray.broker.batch import EncodedBatch
+from rocketray.broker import role as rm
+from rocketray.broker.batch import encode_batch
+from rocketray.broker.message import Message
+from rocketray.broker.role import MasterInfo, Role, RoleMachine
+from rocketray.ha.promotion_hold import PromotionHold
 from rocketray.ha.ack import PutResult, PutStatus, Written
+from rocketray.ha.service import HAService
 
 
 # ------------------------------------------------------------------------------ the hold alone
@@ -61,32 +66,11 @@ def test_bad_bounds_are_refused():
 # ------------------------------------------------------------------------------ the broker's put path
 
 
-OK = PutResult(PutStatus.PUT_OK, Written.YES, ((0, 0),), 10)
-
-
 class Manager:
-    """The role state ``put_start`` reads, set by the test."""
+    """What ``BrokerService.put_start`` reads of its manager (the broker id); the role machine is real."""
 
     def __init__(self) -> None:
         self.broker_id = 2
-        self.fenced = False
-        self.writable = False
-        self.promoting = False
-        self.settled = lambda: None
-
-    def switch_ends(self, ok: bool) -> None:
-        self.promoting, self.writable = False, ok
-        self.settled()
-
-
-class HA:
-    def __init__(self) -> None:
-        self.written: list[bytes] = []
-
-    def put_start(self, batch, now, done):
-        self.written.append(batch.data)
-        done(OK)
-        return None
 
 
 class Metrics:
@@ -94,119 +78,133 @@ class Metrics:
         pass
 
 
-def service(max_ms: int = 1000) -> tuple[BrokerService, Manager, HA]:
-    s = object.__new__(BrokerService)
-    manager, ha = Manager(), HA()
-    s.manager, s.ha, s._metrics = manager, ha, Metrics()
-    s._group, s._replica = "g", 1
-    s._hold, s._hold_timer = PromotionHold(max_ms=max_ms), None
-    manager.settled = s._answer_held
-    return s, manager, ha
+class Replica:
+    """A ``BrokerService`` over a real HA service, store and role machine: a slave of broker 1 at
+    epoch 1 that the controller names master of epoch 2 (``promote``), whose switch then ends."""
+
+    def __init__(self, root: Path, max_ms: int = 1000, max_puts: int = 1024) -> None:
+        self.machine = RoleMachine(broker_address="b2", broker_id=2, lifecycle=rm.Lifecycle.RUNNING,
+                                   role=Role.SLAVE, master_broker_id=1, master_epoch=1)
+        self.store = open_store(root / "store2")
+        self.ha = HAService(self.store, 2, fast_config(all_ack_in_sync_state_set=True), links=node_links(2),
+                            roles=self.machine, hold=PromotionHold(max_puts=max_puts, max_ms=max_ms))
+        s = object.__new__(BrokerService)
+        s.manager, s.ha, s._metrics = Manager(), self.ha, Metrics()
+        s._group, s._replica = "g", 1
+        self.service, self.manager = s, s.manager
+        self.answers: list = []
+
+    def promote(self) -> None:
+        self.machine.step(rm.RoleChangeNotified(MasterInfo(2, "b2", 2, 1, frozenset({2}))))
+        assert self.machine.promoting
+
+    def switch_ends(self, ok: bool) -> None:
+        self.machine.step(rm.SwitchDone(ok))
+        self.service._answer_held()          # the manager's ``settled`` after every role input
+
+    def put(self, data: bytes) -> PutResult | None:
+        batch = encode_batch([Message("T", 0, data)])
+        return self.service.put_start(batch, lambda result: self.answers.append((data, result)))
 
 
-def put(s: BrokerService, data: bytes, answers: list) -> PutResult | None:
-    return s.put_start(EncodedBatch(data, 1), lambda result: answers.append((data, result)))
-
-
-def held(*datas: bytes, max_ms: int = 1000) -> tuple[BrokerService, Manager, HA, list]:
-    """A service whose replica is promoting, with a put of each of ``datas`` sent to it."""
-    s, manager, ha = service(max_ms)
-    manager.promoting = True
-    answers: list = []
-    for data in datas:
-        put(s, data, answers)
-    return s, manager, ha, answers
-
-
-def promotion(s: BrokerService, manager: Manager, ha: HA) -> list:
+def promotion(r: Replica) -> list:
     """Two puts while the replica is promoting, then its switch succeeds: (data, status, broker id)
     of the answers, in the order they came."""
-    manager.promoting = True
-    answers: list = []
+    r.promote()
     for data in (b"a", b"b"):
-        refusal = put(s, data, answers)
+        refusal = r.put(data)
         if refusal is not None:
-            answers.append((data, refusal))
-    manager.switch_ends(ok=True)
-    return [(d, r.status, r.broker_id) for d, r in answers]
+            r.answers.append((data, refusal))
+    r.switch_ends(ok=True)
+    return [(d, res.status, res.broker_id) for d, res in r.answers]
 
 
-def test_a_put_during_the_promotion_is_written_when_the_switch_succeeds():
+def raw_log(r: Replica) -> int:
+    return r.store.max_offset
+
+
+def test_a_put_during_the_promotion_is_written_when_the_switch_succeeds(tmp_path):
     async def go():
-        s, manager, ha = service()
-        assert promotion(s, manager, ha) == [(b"a", PutStatus.PUT_OK, 2), (b"b", PutStatus.PUT_OK, 2)]
-        assert ha.written == [b"a", b"b"] and s._hold.held_total == 2
+        r = Replica(tmp_path)
+        assert promotion(r) == [(b"a", PutStatus.PUT_OK, 2), (b"b", PutStatus.PUT_OK, 2)]
+        assert r.ha.gate.hold is not None and r.ha.gate.hold.held_total == 2
+        assert [res.offsets[0][0] for _d, res in r.answers] == [0, 1]     # written in arrival order
     asyncio.run(go())
 
 
-def test_the_old_rule_refuses_during_the_promotion_and_the_test_sees_it(monkeypatch):
+def test_the_old_rule_refuses_during_the_promotion_and_the_test_sees_it(tmp_path, monkeypatch):
     """The rule before: not writable means NOT_MASTER, promoting or not (no hold)."""
     async def go():
-        s, manager, ha = service()
-        monkeypatch.setattr(s._hold, "hold", lambda *a: False)
-        assert promotion(s, manager, ha) == [(b"a", PutStatus.NOT_MASTER, 2), (b"b", PutStatus.NOT_MASTER, 2)]
-        assert ha.written == []
+        r = Replica(tmp_path)
+        monkeypatch.setattr(r.ha.gate.hold, "hold", lambda *a: False)
+        assert promotion(r) == [(b"a", PutStatus.NOT_MASTER, 2), (b"b", PutStatus.NOT_MASTER, 2)]
+        assert raw_log(r) == 0
     asyncio.run(go())
 
 
-def test_a_put_during_a_failed_promotion_is_refused_with_nothing_written():
+def test_a_put_during_a_failed_promotion_is_refused_with_nothing_written(tmp_path):
     async def go():
-        s, manager, ha, answers = held(b"a")
-        manager.switch_ends(ok=False)
-        assert ha.written == []
-        assert [(r.status, r.written) for _d, r in answers] == [(PutStatus.NOT_MASTER, Written.NO)]
+        r = Replica(tmp_path)
+        r.promote()
+        assert r.put(b"a") is None
+        r.switch_ends(ok=False)
+        assert raw_log(r) == 0
+        assert [(res.status, res.written) for _d, res in r.answers] == [(PutStatus.NOT_MASTER, Written.NO)]
     asyncio.run(go())
 
 
-def test_held_puts_go_before_a_put_that_arrives_after_the_switch():
+def test_held_puts_go_before_a_put_that_arrives_after_the_switch(tmp_path):
     """The switch ended but its input's other actions still run: a new put does not overtake."""
     async def go():
-        s, manager, ha, answers = held(b"a")
-        manager.promoting, manager.writable = False, True     # settled() not called yet
-        assert put(s, b"c", answers) is None
-        assert ha.written == [b"a", b"c"]
+        r = Replica(tmp_path)
+        r.promote()
+        assert r.put(b"a") is None
+        r.machine.step(rm.SwitchDone(True))      # settled() not called yet
+        assert r.put(b"c") is None
+        assert [(d, res.offsets[0][0]) for d, res in r.answers] == [(b"a", 0), (b"c", 1)]
     asyncio.run(go())
 
 
-def test_a_slave_that_is_not_promoting_refuses_at_once():
+def test_a_slave_that_is_not_promoting_refuses_at_once(tmp_path):
     async def go():
-        s, manager, ha = service()
-        answers: list = []
-        refusal = put(s, b"a", answers)
-        assert refusal is not None and refusal.status is PutStatus.NOT_MASTER and len(s._hold) == 0
+        r = Replica(tmp_path)
+        refusal = r.put(b"a")
+        assert refusal is not None and refusal.status is PutStatus.NOT_MASTER and r.ha.gate.held == 0
     asyncio.run(go())
 
 
-def test_a_switch_that_outlasts_the_hold_refuses_the_held_puts():
+def test_a_switch_that_outlasts_the_hold_refuses_the_held_puts(tmp_path):
     async def go():
-        s, manager, ha, answers = held(b"a", max_ms=20)
+        r = Replica(tmp_path, max_ms=20)
+        r.promote()
+        assert r.put(b"a") is None
         deadline = asyncio.get_running_loop().time() + 5
-        while not answers and asyncio.get_running_loop().time() < deadline:
+        while not r.answers and asyncio.get_running_loop().time() < deadline:
             await asyncio.sleep(0.005)
-        assert [(d, r.status, r.written) for d, r in answers] == [(b"a", PutStatus.NOT_MASTER, Written.NO)]
-        manager.switch_ends(ok=True)           # nothing is left to answer twice
-        assert ha.written == [] and len(answers) == 1
+        assert [(d, res.status, res.written) for d, res in r.answers] == [(b"a", PutStatus.NOT_MASTER, Written.NO)]
+        r.switch_ends(ok=True)           # nothing is left to answer twice
+        assert raw_log(r) == 0 and len(r.answers) == 1
     asyncio.run(go())
 
 
-def test_a_full_hold_refuses_at_once():
+def test_a_full_hold_refuses_at_once(tmp_path):
     async def go():
-        s, manager, ha = service()
-        s._hold = PromotionHold(max_puts=1)
-        manager.promoting = True
-        answers: list = []
-        assert put(s, b"a", answers) is None
-        refusal = put(s, b"b", answers)
+        r = Replica(tmp_path, max_puts=1)
+        r.promote()
+        assert r.put(b"a") is None
+        refusal = r.put(b"b")
         assert refusal is not None and refusal.status is PutStatus.NOT_MASTER
-        manager.switch_ends(ok=True)
-        assert ha.written == [b"a"]
+        r.switch_ends(ok=True)
+        assert [(d, res.status) for d, res in r.answers] == [(b"a", PutStatus.PUT_OK)]
     asyncio.run(go())
 
 
-def test_held_put_answers_carry_no_stale_broker_id():
+def test_held_put_answers_carry_no_stale_broker_id(tmp_path):
     async def go():
-        s, manager, ha, answers = held(b"a")
-        manager.broker_id = 3      # (a re-registration between: the answer names the id at write time)
-        manager.switch_ends(ok=True)
-        assert dataclasses.replace(answers[0][1], broker_id=None) == OK and answers[0][1].broker_id == 3
+        r = Replica(tmp_path)
+        r.promote()
+        assert r.put(b"a") is None
+        r.manager.broker_id = 3      # (a re-registration between: the answer names the id at answer time)
+        r.switch_ends(ok=True)
+        assert r.answers[0][1].status is PutStatus.PUT_OK and r.answers[0][1].broker_id == 3
     asyncio.run(go())

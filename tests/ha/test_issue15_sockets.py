@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-import rocketray.ha.service as service_mod
+import rocketray.ha.ack as ack_mod
 from ha_helpers import (commitlog_bytes, fast_config, messages, put_all, run, served, start_node,
                         stop_node, switch, wait_caught_up, wait_for)
 from ha_old_rules import old_after_write, old_compute_confirm_offset
@@ -94,7 +94,7 @@ def test_violation_4_a_written_batch_is_never_reported_as_not_written(tmp_path):
 
 
 def test_violation_4_old_rule_is_caught_over_sockets(tmp_path, monkeypatch):
-    monkeypatch.setattr(service_mod, "after_write", old_after_write)
+    monkeypatch.setattr(ack_mod, "after_write", old_after_write)
     result, in_log = run(violation_4(tmp_path))
     assert in_log and result.status == PutStatus.NOT_MASTER and result.retriable
 

@@ -1,4 +1,4 @@
-"""Puts held while a replica becomes master, answered when its switch ends (``actors/broker_service.py``).
+"""Puts held while a replica becomes master, answered when its switch ends (``ha/put_gate.py``).
 
 A client learns of a new master from the controller's watch at about the moment the elected replica
 learns it from its notification. The replica then switches: it stops following and starts its epoch
