@@ -39,7 +39,9 @@ from rocketray.chaos.replica_reader import now_ms
 from rocketray.chaos.nft import KernelNet
 from rocketray.fs_undo import LOST_REPORT, TRIGGER
 from rocketray.spec import ClusterSpec
+from rocketray.controller.api import GetReplicaInfoRequest
 from rocketray.verify import nemesis as sched
+from rocketray.verify.damage_model import DamageLedger
 from rocketray.verify.filefaults import FILE_ACTIONS, StoredFile, apply_fault, classify, plan_file_fault
 from rocketray.verify.netfaults import NetFault, broker_grudge
 
@@ -101,6 +103,8 @@ class OsNemesis:
         self.clock_files = clock_files
         self.clock_target: str | None = None
         self._clock_victim: tuple[str, int] | None = None
+        #: replicas damaged and not yet back in their SyncStateSet (``verify/damage_model.py``)
+        self.ledger = DamageLedger()
 
     # -- processes ---------------------------------------------------------------------------------
     def _pid(self, actor) -> int | None:
@@ -163,12 +167,37 @@ class OsNemesis:
         spec = self.cluster.spec.brokers_of(step.group)[replica]
         return replica, Path(spec.store_dir), self.cluster.broker(step.group, replica)
 
+    def _within_model(self, step: sched.NemesisStep, replica: int) -> int | None:
+        """The SyncStateSet epoch if damaging ``step``'s replica keeps a majority of its group's
+        SyncStateSet undamaged (the fault model's precondition); None, logged, if it does not or the
+        controller cannot say."""
+        try:
+            resp = self.cluster.call_controller(GetReplicaInfoRequest(broker_name=step.group), timeout_s=3.0)
+        except Exception as e:  # noqa: BLE001 - no answer: the precondition cannot be checked
+            log.warning("%s: %s/r%d: no SyncStateSet from the controller (%s); skipped", step.kind, step.group,
+                        replica, e)
+            return None
+        body = resp.body or {}
+        if not resp.ok or "sync_state_set" not in body:
+            log.warning("%s: %s/r%d: no SyncStateSet from the controller; skipped", step.kind, step.group, replica)
+            return None
+        sss, epoch = body["sync_state_set"], int(body["sync_state_set_epoch"])
+        if not self.ledger.allows(step.group, sss, epoch, step.broker_id):
+            log.warning("%s: %s/r%d (broker %d): SyncStateSet %s with %s damaged: outside the fault model; "
+                        "skipped", step.kind, step.group, replica, step.broker_id, sorted(sss),
+                        sorted(self.ledger.damaged(step.group)) or "none")
+            return None
+        return epoch
+
     def damage(self, step: sched.NemesisStep) -> bool:
         """SIGSTOP the replica, damage one file, read it back, SIGKILL the replica (Ray restarts it)."""
         replica, root, actor = self._victim(step)
         pid = self._pid(actor)
         if pid is None:
             log.warning("%s: %s/r%d is restarting; skipped", step.kind, step.group, replica)
+            return False
+        sss_epoch = self._within_model(step, replica)
+        if sss_epoch is None:
             return False
         os.kill(pid, signal.SIGSTOP)
         try:
@@ -182,6 +211,7 @@ class OsNemesis:
             self.runlog.event(step.kind, "start", target, step.group)
             on_disk = _apply(root / fault.path, fault)
             os.kill(pid, signal.SIGKILL)
+            self.ledger.record(step.group, step.broker_id, sss_epoch)
         except BaseException:
             _signal(pid, signal.SIGCONT)
             raise
@@ -194,10 +224,14 @@ class OsNemesis:
         if pid is None:
             log.warning("lose-unsynced: %s/r%d is restarting; skipped", step.group, replica)
             return False
+        sss_epoch = self._within_model(step, replica)
+        if sss_epoch is None:
+            return False
         target = f"broker:{step.group}/r{replica}"
         (root / LOST_REPORT).unlink(missing_ok=True)
         self.runlog.event(step.kind, "start", target, step.group)
         (root / TRIGGER).touch()
+        self.ledger.record(step.group, step.broker_id, sss_epoch)
         deadline = time.monotonic() + LOSE_TIMEOUT_S
         while _alive(pid) and time.monotonic() < deadline:
             time.sleep(0.02)
