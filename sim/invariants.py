@@ -160,7 +160,8 @@ class Invariants(LossChecks, LogChecks, CommitChecks, AckChecks):
     def check_step(self) -> None:
         self._steps += 1
         if self._isr_n > 1:
-            self._sample_isr()
+            if not self.controller.world.quiet:
+                self._sample_isr()
             if self._answered:
                 self._check_answers()
         elections = self.controller.elections
