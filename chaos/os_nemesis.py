@@ -167,10 +167,17 @@ class OsNemesis:
         spec = self.cluster.spec.brokers_of(step.group)[replica]
         return replica, Path(spec.store_dir), self.cluster.broker(step.group, replica)
 
-    def _within_model(self, step: sched.NemesisStep, replica: int) -> int | None:
-        """The SyncStateSet epoch if damaging ``step``'s replica keeps a majority of its group's
-        SyncStateSet undamaged (the fault model's precondition); None, logged, if it does not or the
-        controller cannot say."""
+    def _within_model(self, step: sched.NemesisStep, replica: int) -> tuple[int, int] | None:
+        """(the victim's broker id, the SyncStateSet epoch) if damaging ``replica`` keeps a majority
+        of its group's SyncStateSet undamaged (the fault model's precondition); None, logged, if it
+        does not or the broker id or the set is unknown. The id is the replica's own (its status):
+        the step's broker id names whom the schedule meant, and ``_victim`` falls back to a replica
+        by index when that broker is not reachable."""
+        status = self.cluster.broker_status(step.group, replica)
+        if status is None or status.broker_id is None or status.broker_id < 0:
+            log.warning("%s: %s/r%d: broker id unknown right now; skipped", step.kind, step.group, replica)
+            return None
+        victim = int(status.broker_id)
         try:
             resp = self.cluster.call_controller(GetReplicaInfoRequest(broker_name=step.group), timeout_s=3.0)
         except Exception as e:  # noqa: BLE001 - no answer: the precondition cannot be checked
@@ -182,12 +189,12 @@ class OsNemesis:
             log.warning("%s: %s/r%d: no SyncStateSet from the controller; skipped", step.kind, step.group, replica)
             return None
         sss, epoch = body["sync_state_set"], int(body["sync_state_set_epoch"])
-        if not self.ledger.allows(step.group, sss, epoch, step.broker_id):
+        if not self.ledger.allows(step.group, sss, epoch, victim):
             log.warning("%s: %s/r%d (broker %d): SyncStateSet %s with %s damaged: outside the fault model; "
-                        "skipped", step.kind, step.group, replica, step.broker_id, sorted(sss),
+                        "skipped", step.kind, step.group, replica, victim, sorted(sss),
                         sorted(self.ledger.damaged(step.group)) or "none")
             return None
-        return epoch
+        return victim, epoch
 
     def damage(self, step: sched.NemesisStep) -> bool:
         """SIGSTOP the replica, damage one file, read it back, SIGKILL the replica (Ray restarts it)."""
@@ -196,9 +203,10 @@ class OsNemesis:
         if pid is None:
             log.warning("%s: %s/r%d is restarting; skipped", step.kind, step.group, replica)
             return False
-        sss_epoch = self._within_model(step, replica)
-        if sss_epoch is None:
+        checked = self._within_model(step, replica)
+        if checked is None:
             return False
+        victim, sss_epoch = checked
         os.kill(pid, signal.SIGSTOP)
         try:
             fault = plan_file_fault(random.Random(self.seed * 1_000_003 + step.at_ms), FILE_ACTIONS[step.kind],
@@ -211,7 +219,7 @@ class OsNemesis:
             self.runlog.event(step.kind, "start", target, step.group)
             on_disk = _apply(root / fault.path, fault)
             os.kill(pid, signal.SIGKILL)
-            self.ledger.record(step.group, step.broker_id, sss_epoch)
+            self.ledger.record(step.group, victim, sss_epoch)
         except BaseException:
             _signal(pid, signal.SIGCONT)
             raise
@@ -224,14 +232,15 @@ class OsNemesis:
         if pid is None:
             log.warning("lose-unsynced: %s/r%d is restarting; skipped", step.group, replica)
             return False
-        sss_epoch = self._within_model(step, replica)
-        if sss_epoch is None:
+        checked = self._within_model(step, replica)
+        if checked is None:
             return False
+        victim, sss_epoch = checked
         target = f"broker:{step.group}/r{replica}"
         (root / LOST_REPORT).unlink(missing_ok=True)
         self.runlog.event(step.kind, "start", target, step.group)
         (root / TRIGGER).touch()
-        self.ledger.record(step.group, step.broker_id, sss_epoch)
+        self.ledger.record(step.group, victim, sss_epoch)
         deadline = time.monotonic() + LOSE_TIMEOUT_S
         while _alive(pid) and time.monotonic() < deadline:
             time.sleep(0.02)

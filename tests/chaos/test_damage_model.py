@@ -41,3 +41,47 @@ def test_groups_are_counted_apart():
     ledger.record("a", 1, sss_epoch=1)
     assert ledger.allows("b", [1, 2, 3], 1, 2)
     assert not ledger.allows("a", [1, 2, 3], 1, 2)
+
+
+class _Status:
+    def __init__(self, broker_id):
+        self.broker_id = broker_id
+
+
+class _Answer:
+    ok = True
+
+    def __init__(self, sss, epoch):
+        self.body = {"sync_state_set": sss, "sync_state_set_epoch": epoch}
+
+
+class _Cluster:
+    """The two calls the precondition makes: a replica's status and the controller's answer."""
+
+    def __init__(self, ids, sss, epoch):
+        self.ids, self.sss, self.epoch = ids, sss, epoch
+
+    def broker_status(self, group, replica):
+        return None if self.ids[replica] is None else _Status(self.ids[replica])
+
+    def call_controller(self, request, timeout_s):
+        return _Answer(self.sss, self.epoch)
+
+
+def _nemesis(cluster):
+    from rocketray.chaos.os_nemesis import OsNemesis
+    return OsNemesis(cluster, runlog=None, seed=1, kernel=None, master_of=lambda g: None,
+                     replica_of=lambda g, b: None)
+
+
+def test_the_precondition_counts_the_replica_damaged_not_the_broker_the_schedule_named():
+    """Soak seed 1 (guarded, 2026-11-28): the schedule named broker 2, which was restarting, so the
+    fault fell back to replica r1 by index; r1 was broker 1, the set's only member, and lost its
+    unsynced writes because the check was made for broker 2."""
+    from rocketray.verify.nemesis import NemesisStep
+    step = NemesisStep(at_ms=0, kind="lose-unsynced", group="broker-b", broker_id=2)
+    cluster = _Cluster(ids=[2, 1, 3], sss=[1], epoch=41)
+    assert _nemesis(cluster)._within_model(step, replica=1) is None          # r1 is broker 1: the only copy
+    assert _nemesis(cluster)._within_model(step, replica=2) == (3, 41)       # r2 is broker 3: outside the set
+    cluster.ids[1] = None                                                    # r1 not answering: id unknown
+    assert _nemesis(cluster)._within_model(step, replica=1) is None
