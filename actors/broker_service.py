@@ -320,7 +320,8 @@ class BrokerService:
             queues=tuple(QueuePosition(**q) for q in self.store.queue_positions()),
             ha=HAStatus.from_dict(self.ha.status()) if self.ha is not None else None,
             pid=os.getpid(), controller_session=self.session.connected_to,
-            max_loop_stall_ms=round(self._stall.max_stall_ms, 1))
+            max_loop_stall_ms=round(self._stall.max_stall_ms, 1),
+            lost_confirmed_bytes=self.store.lost_confirmed_bytes)
 
     # --- samples for the analytics -----------------------------------------------------------
     def _sample(self) -> dict:
