@@ -253,11 +253,12 @@ class ConsumerLoop(threading.Thread):
             replica = self.rng.choice(self.replicas)
             for q in self.queue_ids:
                 try:
-                    msgs = self.reader.read_queue(self.group, replica, q, self.next_offset[q])
+                    self.reader.read_queue(self.group, replica, q, self.next_offset[q])
                 except Exception:  # noqa: BLE001 - dead or paused replica: try another next pass
                     break
-                if msgs:
-                    self.next_offset[q] = msgs[-1].queue_offset + 1
+                finally:   # what a pass recorded before a call failed counts: the tail never steps back
+                    self.next_offset[q] = max(self.next_offset[q],
+                                              self.reader.recorded_up_to.get((self.group, q), 0))
             self.stop.wait(self.period_s)
 
 

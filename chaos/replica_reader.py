@@ -54,6 +54,9 @@ class ReplicaReader:
         self.call_timeout_s = call_timeout_s
         self.batch = batch
         self._op_ids = itertools.count(1)
+        #: per (group, queue id): one past the highest queue offset this reader recorded, also when a
+        #: later call of the same ``read_queue`` failed (a tail goes on from there, never back)
+        self.recorded_up_to: dict[tuple[str, int], int] = {}
 
     def read_queue(self, group: str, replica: int, queue_id: int, from_offset: int = 0) -> list[StoredMessage]:
         """Every message of one queue on one replica from ``from_offset`` up to its confirm offset
@@ -74,6 +77,8 @@ class ReplicaReader:
             offset = msgs[-1].queue_offset + 1
 
     def _record(self, group: str, queue_id: int, m: StoredMessage, start: float, end: float) -> None:
+        key = (group, queue_id)
+        self.recorded_up_to[key] = max(self.recorded_up_to.get(key, 0), m.queue_offset + 1)
         pid = m.properties.get("pid")
         self.recorder({"op_id": f"{self.process}-{next(self._op_ids)}", "process": self.process, "f": "read",
                        "group": group, "queue_id": queue_id, "payload_id": checked_payload_id(pid, m.body),

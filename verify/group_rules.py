@@ -27,7 +27,7 @@ from rocketray.verify.history import OpRecord
 
 __all__ = ["undelivered_payloads", "misplaced_deliveries", "conflicting_positions", "failed_but_delivered",
            "redelivered_payloads", "out_of_order", "unowned_deliveries", "shared_ownership", "rereads_below_commit",
-           "commit_regressions", "id_key"]
+           "pull_floors", "commit_regressions", "id_key"]
 
 QueueKey = tuple[str, str, int]  # (consumer_group, topic, queue_id)
 
@@ -225,17 +225,64 @@ class AckedCommits:
         return min(lower, key=lambda r: r.offset) if lower else best
 
 
+def pull_floors(deliveries: Sequence[Delivery], assignments: Sequence[Assignment]) -> dict[int, Number]:
+    """Per delivery (its index), the earliest time the pull that returned it can have been sent, where
+    the member's assignment rows tell. A member keeps one pull in flight per queue, sends pulls at
+    the start of a poll's wait, and a poll that took messages returns without sending another
+    (``client/consumer.py`` ``poll``). So a delivery's pull was sent: no earlier than the member's
+    latest assignment of the queue; in the delivery's own poll when the member took from that queue
+    in the poll just before; else no earlier than the return of the last earlier poll that took from
+    it. Deliveries whose member has no assignment of the queue before them have no floor."""
+    assigned: dict[tuple[Ident, str, str, int], list[Number]] = defaultdict(list)
+    for a in assignments:
+        if a.event == "assigned":
+            assigned[(a.process, a.consumer_group, a.topic, a.queue_id)].append(a.time_ms)
+    for times in assigned.values():
+        times.sort()
+    last: dict[tuple[Ident, str, str, int], tuple[int | None, Number, Number, Number]] = {}  # poll, start, end, floor
+    floors: dict[int, Number] = {}
+    order = sorted(range(len(deliveries)), key=lambda i: (deliveries[i].poll_start_ms, deliveries[i].time_ms))
+    for i in order:
+        d = deliveries[i]
+        key = (d.process, d.consumer_group, d.topic, d.queue_id)
+        times = assigned.get(key, [])
+        j = bisect.bisect_right(times, d.poll_start_ms)
+        if not j:
+            continue
+        since = times[j - 1]
+        prev = last.get(key)
+        if prev is not None and prev[1] == d.poll_start_ms:
+            floors[i] = prev[3]                        # the same poll's answer: the same pull
+            continue
+        if prev is None or prev[1] < since:
+            floor = since                              # the first pull since the assignment
+        elif d.poll is not None and prev[0] is not None and d.poll == prev[0] + 1:
+            floor = d.poll_start_ms
+        else:
+            floor = max(since, prev[2])
+        last[key] = (d.poll, d.poll_start_ms, d.time_ms, floor)
+        floors[i] = floor
+    return floors
+
+
 def rereads_below_commit(deliveries: Sequence[Delivery], commits: Sequence[CommitRecord], poll_timeout_ms: Number,
-                         slack_ms: Number, replayed: Callable[[Delivery], bool] = lambda d: False
-                         ) -> list[dict[str, Any]]:
+                         slack_ms: Number, replayed: Callable[[Delivery], bool] = lambda d: False,
+                         assignments: Sequence[Assignment] = ()) -> list[dict[str, Any]]:
     """Deliveries below a commit acknowledged more than ``poll_timeout_ms + slack_ms`` before their
-    poll began, but those ``replayed`` says a seek of their member explains."""
+    poll began and more than ``slack_ms`` before their pull can have been sent (``pull_floors``),
+    but those ``replayed`` says a seek of their member explains. A pull sent before the commit was
+    acknowledged may return below it: the new owner of a queue, whose pull went out at its
+    assignment, while the previous owner, not yet told, still commits (the ownership overlap)."""
     acked = AckedCommits(commits)
+    floors = pull_floors(deliveries, assignments)
     out = []
-    for d in deliveries:
+    for i, d in enumerate(deliveries):
         if replayed(d):
             continue
-        c = acked.highest_before((d.consumer_group, d.topic, d.queue_id), d.poll_start_ms - poll_timeout_ms - slack_ms)
+        cutoff = d.poll_start_ms - poll_timeout_ms - slack_ms
+        if i in floors:
+            cutoff = min(cutoff, floors[i] - slack_ms)
+        c = acked.highest_before((d.consumer_group, d.topic, d.queue_id), cutoff)
         if c is not None and d.queue_offset < c.offset:
             out.append({**_where(d), "consumer_group": d.consumer_group, "commit_offset": c.offset,
                         "commit_process": c.process, "commit_end_ms": c.end_ms})

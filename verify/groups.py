@@ -24,8 +24,11 @@ declared or any row names, pure (no IO, no clock). The rules (``rocketray.verify
   received again only by another owner (after a crash, a leave or a rebalance) or through a failover.
 - **redelivered** (reported, allowed: at-least-once): payloads delivered to the group more than once.
 - **rereads_below_commit** (failure): a delivery at ``queue_offset < o`` whose poll started after
-  ``T + poll_timeout_ms + slack_ms``, where a commit of ``o`` of that queue by any member of the group
-  was acknowledged at ``T`` (a pull is held at most one poll timeout).
+  ``T + poll_timeout_ms + slack_ms`` and whose pull was sent after ``T + slack_ms``, where a commit of
+  ``o`` of that queue by any member of the group was acknowledged at ``T`` (a pull is held at most one
+  poll timeout, and is sent no earlier than the member's assignment of the queue and than the end of
+  its last earlier poll that took from it, ``group_rules.pull_floors``: an answer may wait for the
+  member's next poll, so a new owner's first pull may precede the last commits of the owner before it).
 - **commit_regressions** (failure): a progress sample of a broker group (whose master answered) begun
   after a commit of ``o`` was acknowledged that shows that queue below ``o`` or not at all. A broker
   group that did not answer drops only its own sample (counted in ``progress_samples_failed``).
@@ -239,7 +242,7 @@ def _report(group: str, acked: list[OpRecord], failed: set, queue_groups: dict[t
         "shared_ownership": rules.shared_ownership(h.assignments, h.consumer_events, limits["overlap_allowance_ms"],
                                                    limits["history_end_ms"]),
         "rereads_below_commit": rules.rereads_below_commit(good, h.commits, limits["poll_timeout_ms"],
-                                                           limits["slack_ms"], seeks.explains),
+                                                           limits["slack_ms"], seeks.explains, h.assignments),
         "commit_regressions": regressions,
         "corrupt": [{"payload_id": d.payload_id, "topic": d.topic, "queue_id": d.queue_id,
                      "queue_offset": d.queue_offset, "process": d.process} for d in corrupt],

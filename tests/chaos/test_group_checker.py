@@ -47,6 +47,14 @@ def owned_reading(offsets=(0, 1, 2)) -> Run:
     return r
 
 
+def new_owner(assigned_at: float = 1000) -> Run:
+    """Acked p0..p2 in queue 0, read by c0-1 (no assignment rows); c1-1 starts and is assigned queue 0
+    in its poll 1 at ``assigned_at``."""
+    r = delivered_everywhere(("cg-0",))
+    return r.consumer("start", process="cg-0-c1-1", at=assigned_at).assign("assigned", poll=1, at=assigned_at,
+                                                                           process="cg-0-c1-1")
+
+
 def two_owners(overlap_end: float) -> Run:
     """Members c0-1 and c1-1 both own queue 0 from 100 ms; c0-1 gives it up at ``overlap_end``."""
     r = owned_reading()
@@ -148,6 +156,19 @@ CASES: list[Case] = [
     ("a failed ordinary commit lowers nothing",
      lambda: delivered_everywhere(("cg-0",)).commit(3, end=500).commit(1, end=1000, outcome="failed")
      .progress({0: 1}, start=1001), "cg-0", "commit_regressions", 1, False),
+    # the 30-minute soak of seed 1 (2026-11-28): c1-17 was assigned queue 5 and sent its pull at once; the
+    # previous owner, not yet told (the controller leader had just been killed), committed 14400; the
+    # answer, from 14390, waited for c1-17's next poll 2.8 s later
+    ("a new owner's first pull, sent at its assignment, may return below the previous owner's later commit",
+     lambda: new_owner().commit(3, end=1700).deliver("p1", 1, poll=2, poll_start=4200, process="cg-0-c1-1"),
+     "cg-0", "rereads_below_commit", 0, True),
+    ("a commit acknowledged before the new owner's assignment binds its first pull",
+     lambda: new_owner(assigned_at=5000).commit(3, end=1000).deliver("p1", 1, poll=2, poll_start=8000,
+                                                                     process="cg-0-c1-1"),
+     "cg-0", "rereads_below_commit", 1, False),
+    ("a pull sent in the poll after the one that took from the queue is bound by commits before that poll",
+     lambda: new_owner().commit(3, end=1700).deliver("p0", 0, poll=2, poll_start=4000, process="cg-0-c1-1")
+     .deliver("p1", 1, poll=3, poll_start=9000, process="cg-0-c1-1"), "cg-0", "rereads_below_commit", 1, False),
     ("rereads after an acknowledged reset to 0 are a replay, not a reread below a commit",
      lambda: delivered_everywhere(("cg-0",)).commit(3, end=1000).commit(0, end=2000, process="admin", reset=True)
      .deliver("p1", 1, poll_start=9000, process="cg-0-c0-2"), "cg-0", "rereads_below_commit", 0, True),

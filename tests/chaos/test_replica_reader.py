@@ -22,3 +22,34 @@ def test_a_read_row_per_stored_message_and_corrupt_bodies_are_marked():
         "queue_offset": 7, "physical_offset": 640, "start_ms": 10.0, "end_ms": 11.0, "outcome": "ok",
         "broker_id": 3, "error": None}
     assert rows[2]["broker_id"] is None
+
+
+def test_a_tail_goes_on_from_what_a_failed_pass_recorded():
+    """A pass whose second call times out has recorded the first call's messages: the tail's next pass
+    starts after them (it stepped back to the pass's start before, and the checker counted each such
+    step as a nonmonotonic read: 8 in the 30-minute soak of seed 1, 2026-11-28)."""
+    import threading
+    from types import SimpleNamespace
+
+    from rocketray.chaos.broker_workload import ConsumerLoop, TopicLayout
+
+    rows: list[dict] = []
+    stop = threading.Event()
+    cluster = SimpleNamespace(spec=SimpleNamespace(brokers_of=lambda g: [SimpleNamespace(replica=0)]))
+    loop = ConsumerLoop(cluster, TopicLayout("T", ("g",)), "g", SimpleNamespace(record=rows.append), stop, seed=1)
+    asked: list[int] = []
+
+    def read_queue(group: str, replica: int, queue_id: int, from_offset: int = 0) -> list:
+        asked.append(from_offset)
+        for offset in range(from_offset, from_offset + 10):   # the first call's batch is recorded ...
+            loop.reader._record(group, queue_id, StoredMessage("T", queue_id, offset, offset * 60, b"x",
+                                                               {"pid": "p"}, 5, 1), 1.0, 2.0)
+        if len(asked) == 2:
+            stop.set()
+        raise TimeoutError("the second call of the pass timed out")   # ... then the pass fails
+
+    loop.reader.read_queue = read_queue   # type: ignore[method-assign]
+    loop.period_s = 0
+    loop.run()
+    assert asked == [0, 10]
+    assert [r["queue_offset"] for r in rows] == list(range(20))
