@@ -25,7 +25,9 @@ the transfer headers read.
 with ``written=UNKNOWN``, never NOT_MASTER (it may survive on the next master, so a client must
 not take it for a refusal). The connection shells (``ha/transport.py``) call
 back only through the public ``ConnectionOwner`` methods (``rocketray.ha.serving``, a base class);
-the put path's IO (writing, timers, answers) is ``rocketray.ha.put_shell``, another base class.
+the put path's IO (writing, timers, answers) is the ``PutShell`` (``rocketray.ha.put_shell``) the
+simulator runs too, over this service's ports: ``LoopTimers`` (the event loop's clock and timers)
+and the service itself (``ReplicaPort``: the endpoint up, the bytes just appended sent at once).
 """
 
 from __future__ import annotations
@@ -33,10 +35,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 from rocketray.border import Border, LimitsConfig, install_accept_error_filter
 from rocketray.broker.batch import EncodedBatch
+from rocketray.broker.message import Message
 from rocketray.broker.role import Role, RoleMachine, StoreFacts
 from rocketray.ha.ack import AckPolicy, PutResult, PutStatus
 from rocketray.ha.config import HAConfig
@@ -44,7 +47,7 @@ from rocketray.ha.loop_monitor import OrderedIO
 from rocketray.ha.master import MasterReplication
 from rocketray.ha.promotion_hold import PromotionHold
 from rocketray.ha.put_gate import PutGate
-from rocketray.ha.put_shell import PutShell
+from rocketray.ha.put_shell import PutShell, Reply, ReplicaPort, Timers
 from rocketray.broker.replication_port import HAPort, WritePort
 from rocketray.ha.serving import SlaveServing
 from rocketray.ha.standalone import StandaloneSwitches, parse_address, standalone_machine
@@ -55,7 +58,7 @@ from rocketray.ha.transport import STREAM_LIMIT, ConnectionOwner, MasterConnecti
 from rocketray.links import MemberLinks
 from rocketray.listener import start_listener
 
-__all__ = ["HAService", "PutStatus", "PutResult", "Role"]
+__all__ = ["HAService", "LoopTimers", "PutStatus", "PutResult", "Role"]
 
 log = logging.getLogger(__name__)
 
@@ -64,12 +67,26 @@ def wall_clock_ms() -> int:
     return int(time.time() * 1000)
 
 
+class LoopTimers:
+    """The put shell's ``Timers`` on an event loop: the loop's clock (``time.monotonic``) in ms.
+    ``loop_of`` gives the loop when a timer is armed (the service learns its loop when it starts)."""
+
+    def __init__(self, loop_of: Callable[[], asyncio.AbstractEventLoop]) -> None:
+        self._loop_of = loop_of
+
+    def now_ms(self) -> int:
+        return int(time.monotonic() * 1000)
+
+    def call_at(self, at_ms: int, fn: Callable[[], object]) -> asyncio.TimerHandle:
+        return self._loop_of().call_later(max(0, at_ms - self.now_ms()) / 1000, fn)
+
+
 def _log_backup_failure(done: "asyncio.Future[None]") -> None:
     if not done.cancelled() and done.exception() is not None:
         log.error("epoch file backup copy not written (the main copy is durable): %r", done.exception())
 
 
-class HAService(SlaveServing, StandaloneSwitches, PutShell):
+class HAService(SlaveServing, StandaloneSwitches):
     """See the module docstring. Coroutine methods must run on the service's event loop."""
 
     def __init__(self, store, broker_id: int, config: HAConfig | None = None, *,
@@ -113,10 +130,11 @@ class HAService(SlaveServing, StandaloneSwitches, PutShell):
         self._server: asyncio.AbstractServer | None = None
         self._listeners: list[Callable[[frozenset[int]], object]] = []
         # the put gate, the puts held during a promotion and the ack waits (pure, ha/put_gate.py)
-        self.gate: PutGate[EncodedBatch, Callable[[PutResult], object]] = \
-            PutGate(self.roles, self.replication, self.config.slave_timeout_ms, hold)
-        self._wait_timer: asyncio.TimerHandle | None = None
-        self._hold_timer: asyncio.TimerHandle | None = None
+        self.gate: PutGate[EncodedBatch, Reply] = PutGate(self.roles, self.replication, self.config.slave_timeout_ms,
+                                                          hold)
+        # the put path's IO, shared with the simulator (ha/put_shell.py)
+        self.puts = PutShell(self.gate, store, LoopTimers(lambda: self.loop or asyncio.get_running_loop()), self,
+                             clock_ms, label=f"{broker_id} group={group}")
         self._confirm_listeners: list[Callable[[int], object]] = []
         self._closed = False
         self._rejected = 0            # refused after TLS: not master, not a member, not of this group
@@ -156,6 +174,7 @@ class HAService(SlaveServing, StandaloneSwitches, PutShell):
         self.broker_id = broker_id
         self.roles = standalone_machine(broker_id)
         self.gate.roles = self.roles
+        self.puts.label = f"{broker_id} group={self.group}"
         self.replication.rename_self(broker_id)
 
     # ------------------------------------------------------------------ lifecycle
@@ -182,9 +201,49 @@ class HAService(SlaveServing, StandaloneSwitches, PutShell):
             await self._server.wait_closed()
             self._server = None
         self._notify_ack_waiters()
+        self.puts.cancel_timers()
         self.reader.close()
         if self._owns_io:
             self.io.close()
+
+    # ------------------------------------------------------------------ puts (ha/put_shell.py)
+    async def put(self, msgs: EncodedBatch | Sequence[Message], now_ms: int) -> PutResult:
+        """Append ``msgs`` (a producer's encoded batch, or messages encoded here) as master and wait
+        for the replica acks the policy asks for (``put_start``'s result, awaited).
+
+        Refusals (NOT_MASTER, FENCED, IN_SYNC_REPLICAS_NOT_ENOUGH, MESSAGE_ILLEGAL) write nothing;
+        after the write the answer is PUT_OK, FLUSH_SLAVE_TIMEOUT (written, not acked in time) or
+        MASTER_CHANGED (written, then the role or term changed during the wait: outcome unknown).
+        """
+        fut: asyncio.Future[PutResult] = asyncio.get_running_loop().create_future()
+        refusal = self.put_start(msgs, now_ms, lambda result: fut.done() or fut.set_result(result))
+        return refusal if refusal is not None else await fut
+
+    def put_start(self, msgs: EncodedBatch | Sequence[Message], now_ms: int, done: Reply,
+                  may_hold: bool = False) -> PutResult | None:
+        """``put`` without a task: a refusal at once (nothing written), or None and ``done(result)``
+        once, later, on the loop (``PutShell.put_start``)."""
+        return self.puts.put_start(msgs, now_ms, done, may_hold)
+
+    def release_held(self) -> None:
+        """Once no switch to master runs: answer the held puts in arrival order (the broker calls it
+        after every role input; ``PutShell.release_held``)."""
+        self.puts.release_held()
+
+    def _notify_ack_waiters(self) -> bool:
+        """Answer the waiting puts now decided; True when none is left waiting."""
+        return self.puts.settle()
+
+    def endpoint_up(self) -> bool:
+        """ReplicaPort: puts are admitted and waits kept while the service is not closed."""
+        return not self._closed
+
+    def appended(self) -> None:
+        """ReplicaPort: a put was just written: every slave connection sends it in this step, then the
+        confirm offset moves."""
+        for conn in self.connections:
+            conn.send_now()
+        self._update_confirm_offset()
 
     # ------------------------------------------------------------------ role switch steps (12.5)
     async def stop_replication(self, reason: str) -> None:
@@ -355,6 +414,7 @@ class HAService(SlaveServing, StandaloneSwitches, PutShell):
 
 
 if TYPE_CHECKING:
-    def _implements_the_ports(ha: HAService) -> tuple[HAPort, WritePort, ConnectionOwner]:
+    def _implements_the_ports(ha: HAService, timers: LoopTimers) -> tuple[HAPort, WritePort, ConnectionOwner,
+                                                                            ReplicaPort, Timers]:
         """mypy checks here that HAService implements the ports it is used through."""
-        return ha, ha, ha
+        return ha, ha, ha, ha, timers
