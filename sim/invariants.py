@@ -33,7 +33,9 @@ so 1 covers their records; 8 folds each member's whole log at every acknowledged
    before it was asked and at least every value read before; an admin's reset record
    (``consumer_reset_p``) is the one allowed regression, in 8 and 9 alike: an acknowledged one sets
    the bound, one that may be in the log uncounted lowers it to its offset (sim/commit_checks.py);
-10. liveness: after healing, every consumer group's commits are acknowledged again.
+10. liveness: after healing, every consumer group's commits are acknowledged again;
+11. liveness of the put path: a live broker answers every put it wrote by the put's deadline
+    (sim/put_checks.py), after every step of that broker.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from rocketray.sim.commit_checks import CommitChecks
 from rocketray.sim.log_checks import LogChecks
 from rocketray.sim.loss_checks import LossChecks, log_bytes as _log_bytes
 from rocketray.sim.offsets import LogFold
+from rocketray.sim.put_checks import PutChecks
 from rocketray.sim.step_inputs import broker_step_inputs, group_inputs, verify_skip
 from rocketray.sim.world import Violation
 
@@ -69,7 +72,7 @@ def full_checks(verify: bool = False) -> Iterator[None]:
         Invariants.incremental, Invariants.verify_skips = before
 
 
-class Invariants(LossChecks, LogChecks, CommitChecks):
+class Invariants(LossChecks, LogChecks, CommitChecks, PutChecks):
     #: skip a group's per-step checks after a step that changed none of their inputs
     #: (sim/step_inputs.py), and read only what ``check_logs`` has not found yet (sim/log_checks.py);
     #: False: every check in full after every step (``full_checks``)
@@ -155,6 +158,7 @@ class Invariants(LossChecks, LogChecks, CommitChecks):
 
     def check_step(self) -> None:
         self._steps += 1
+        self._check_put_deadline()
         elections = self.controller.elections
         if self.controller.world.quiet and self.incremental and len(elections) == self._seen_elections \
                 and len(self._inputs) == len(self.groups):
