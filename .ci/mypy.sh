@@ -26,7 +26,7 @@ MODULES=(
     rocketray.broker.schedule rocketray.broker.client_access rocketray.client.outgoing rocketray.client.consumer_commits rocketray.client.committer
     rocketray.ha.ack rocketray.ha.master rocketray.wire.put_result rocketray.ha.standalone
     rocketray.sim.world rocketray.sim.net rocketray.sim.disk
-    rocketray.verify.netfaults rocketray.verify.filefaults rocketray.verify.soak rocketray.broker.queue_check
+    rocketray.verify.netfaults rocketray.verify.filefaults rocketray.verify.damage_model rocketray.verify.soak rocketray.broker.queue_check
     rocketray.verify.group_actions rocketray.verify.group_action_rules
     rocketray.ha.put_gate rocketray.ha.promotion_hold rocketray.ha.put_shell
 )

@@ -39,7 +39,9 @@ from rocketray.chaos.replica_reader import now_ms
 from rocketray.chaos.nft import KernelNet
 from rocketray.fs_undo import LOST_REPORT, TRIGGER
 from rocketray.spec import ClusterSpec
+from rocketray.controller.api import GetReplicaInfoRequest
 from rocketray.verify import nemesis as sched
+from rocketray.verify.damage_model import DamageLedger
 from rocketray.verify.filefaults import FILE_ACTIONS, StoredFile, apply_fault, classify, plan_file_fault
 from rocketray.verify.netfaults import NetFault, broker_grudge
 
@@ -101,6 +103,8 @@ class OsNemesis:
         self.clock_files = clock_files
         self.clock_target: str | None = None
         self._clock_victim: tuple[str, int] | None = None
+        #: replicas damaged and not yet back in their SyncStateSet (``verify/damage_model.py``)
+        self.ledger = DamageLedger()
 
     # -- processes ---------------------------------------------------------------------------------
     def _pid(self, actor) -> int | None:
@@ -163,6 +167,35 @@ class OsNemesis:
         spec = self.cluster.spec.brokers_of(step.group)[replica]
         return replica, Path(spec.store_dir), self.cluster.broker(step.group, replica)
 
+    def _within_model(self, step: sched.NemesisStep, replica: int) -> tuple[int, int] | None:
+        """(the victim's broker id, the SyncStateSet epoch) if damaging ``replica`` keeps a majority
+        of its group's SyncStateSet undamaged (the fault model's precondition); None, logged, if it
+        does not or the broker id or the set is unknown. The id is the replica's own (its status):
+        the step's broker id names whom the schedule meant, and ``_victim`` falls back to a replica
+        by index when that broker is not reachable."""
+        status = self.cluster.broker_status(step.group, replica)
+        if status is None or status.broker_id is None or status.broker_id < 0:
+            log.warning("%s: %s/r%d: broker id unknown right now; skipped", step.kind, step.group, replica)
+            return None
+        victim = int(status.broker_id)
+        try:
+            resp = self.cluster.call_controller(GetReplicaInfoRequest(broker_name=step.group), timeout_s=3.0)
+        except Exception as e:  # noqa: BLE001 - no answer: the precondition cannot be checked
+            log.warning("%s: %s/r%d: no SyncStateSet from the controller (%s); skipped", step.kind, step.group,
+                        replica, e)
+            return None
+        body = resp.body or {}
+        if not resp.ok or "sync_state_set" not in body:
+            log.warning("%s: %s/r%d: no SyncStateSet from the controller; skipped", step.kind, step.group, replica)
+            return None
+        sss, epoch = body["sync_state_set"], int(body["sync_state_set_epoch"])
+        if not self.ledger.allows(step.group, sss, epoch, victim):
+            log.warning("%s: %s/r%d (broker %d): SyncStateSet %s with %s damaged: outside the fault model; "
+                        "skipped", step.kind, step.group, replica, victim, sorted(sss),
+                        sorted(self.ledger.damaged(step.group)) or "none")
+            return None
+        return victim, epoch
+
     def damage(self, step: sched.NemesisStep) -> bool:
         """SIGSTOP the replica, damage one file, read it back, SIGKILL the replica (Ray restarts it)."""
         replica, root, actor = self._victim(step)
@@ -170,6 +203,10 @@ class OsNemesis:
         if pid is None:
             log.warning("%s: %s/r%d is restarting; skipped", step.kind, step.group, replica)
             return False
+        checked = self._within_model(step, replica)
+        if checked is None:
+            return False
+        victim, sss_epoch = checked
         os.kill(pid, signal.SIGSTOP)
         try:
             fault = plan_file_fault(random.Random(self.seed * 1_000_003 + step.at_ms), FILE_ACTIONS[step.kind],
@@ -182,6 +219,7 @@ class OsNemesis:
             self.runlog.event(step.kind, "start", target, step.group)
             on_disk = _apply(root / fault.path, fault)
             os.kill(pid, signal.SIGKILL)
+            self.ledger.record(step.group, victim, sss_epoch)
         except BaseException:
             _signal(pid, signal.SIGCONT)
             raise
@@ -194,10 +232,15 @@ class OsNemesis:
         if pid is None:
             log.warning("lose-unsynced: %s/r%d is restarting; skipped", step.group, replica)
             return False
+        checked = self._within_model(step, replica)
+        if checked is None:
+            return False
+        victim, sss_epoch = checked
         target = f"broker:{step.group}/r{replica}"
         (root / LOST_REPORT).unlink(missing_ok=True)
         self.runlog.event(step.kind, "start", target, step.group)
         (root / TRIGGER).touch()
+        self.ledger.record(step.group, victim, sss_epoch)
         deadline = time.monotonic() + LOSE_TIMEOUT_S
         while _alive(pid) and time.monotonic() < deadline:
             time.sleep(0.02)

@@ -112,7 +112,7 @@ class SimBroker(SimMasterSide):
         self.net.set_down(self.name, False)
         self.up = True
         self.machine = RoleMachine(broker_address=self.name)
-        self.master = MasterReplication(self.id, AckPolicy(all_ack_in_sync_state_set=True),
+        self.master = MasterReplication(self.id, AckPolicy(True, min_in_sync_replicas=self.t.min_in_sync_replicas),
                                         self.t.not_catchup_ms, confirmed=lambda: self.machine.sync_state_set)
         self.executor = Executor(self.machine, self.names, controller=self, ha=self, facts=self.facts,
                                  now_ms=lambda: self.world.now_ms, alive=lambda: self.up,

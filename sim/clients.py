@@ -140,6 +140,10 @@ class SimProducer:
         self.acked_end = 0          # end of the furthest acknowledged message
         self.busy = False
         self.stopped = False
+        #: the checker's list of (broker, bodies, result, step the put arrived in) of each PUT_OK a
+        #: broker answers, taken at the broker as it answers (invariant 11, sim/ack_checks.py); None:
+        #: not kept
+        self.answered: list | None = None
 
     def start(self) -> None:
         self.world.at(self.interval_ms, self._tick, owner=self)
@@ -174,7 +178,21 @@ class SimProducer:
             self.busy = False
             self._record(bodies, result)
         batch = encode_batch([Message(TOPIC, 0, body) for body in bodies])
-        request(self, target, lambda reply: target.put(batch, reply), finish, self.timeout_ms)
+        answered = self.answered
+
+        def put(reply: Callable[[Any], None]) -> None:
+            if answered is None:
+                target.put(batch, reply)
+                return
+
+            arrived = self.world.steps
+
+            def answer(result: PutResult | None) -> None:
+                if result is not None and result.ok:
+                    answered.append((target, bodies, result, arrived))
+                reply(result)
+            target.put(batch, answer)
+        request(self, target, put, finish, self.timeout_ms)
 
     def _record(self, bodies: list[bytes], result: PutResult | None) -> None:
         if result is not None and result.ok:

@@ -107,7 +107,9 @@ class SimFile:
 
     def pread(self, offset: int, length: int) -> bytes:
         node = self._live()
-        return bytes(node.data[offset:offset + max(0, length)])
+        if length <= 0:
+            return b""
+        return bytes(memoryview(node.data)[offset:offset + length])    # one copy, not two
 
     def pwrite(self, data: bytes | memoryview, offset: int) -> None:
         node = self._live()
@@ -412,9 +414,11 @@ class SimDisk:
         if d is not node:
             return 0
         data, durable = node.data, node.durable
-        n = min(len(data), len(durable))
-        if data[:n] == durable[:n]:
-            return n
+        if len(durable) <= len(data):
+            if data.startswith(durable):        # compared in place: no copy of either prefix
+                return len(durable)
+        elif durable.startswith(data):
+            return len(data)
         i = 0
         while data[i] == durable[i]:
             i += 1

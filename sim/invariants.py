@@ -34,7 +34,9 @@ so 1 covers their records; 8 folds each member's whole log at every acknowledged
    (``consumer_reset_p``) is the one allowed regression, in 8 and 9 alike: an acknowledged one sets
    the bound, one that may be in the log uncounted lowers it to its offset (sim/commit_checks.py);
 10. liveness: after healing, every consumer group's commits are acknowledged again;
-11. liveness of the put path: a live broker answers every put it wrote by the put's deadline
+11. with ``min_in_sync_replicas`` N > 1 (sync flush), every PUT_OK a broker answers is held, as it
+    answers, by N replicas, but in the admission rule's window (sim/ack_checks.py);
+12. liveness of the put path: a live broker answers every put it wrote by the put's deadline
     (sim/put_checks.py), after every step of that broker.
 """
 
@@ -49,6 +51,7 @@ from rocketray.sim.broker import SimBroker
 from rocketray.sim.clients import SimConsumer, SimProducer
 from rocketray.sim.controller import SimController
 from rocketray.sim.loss import LossOracle
+from rocketray.sim.ack_checks import AckChecks
 from rocketray.sim.commit_checks import CommitChecks
 from rocketray.sim.log_checks import LogChecks
 from rocketray.sim.loss_checks import LossChecks, log_bytes as _log_bytes
@@ -72,7 +75,7 @@ def full_checks(verify: bool = False) -> Iterator[None]:
         Invariants.incremental, Invariants.verify_skips = before
 
 
-class Invariants(LossChecks, LogChecks, CommitChecks, PutChecks):
+class Invariants(LossChecks, LogChecks, CommitChecks, AckChecks, PutChecks):
     #: skip a group's per-step checks after a step that changed none of their inputs
     #: (sim/step_inputs.py), and read only what ``check_logs`` has not found yet (sim/log_checks.py);
     #: False: every check in full after every step (``full_checks``)
@@ -129,6 +132,7 @@ class Invariants(LossChecks, LogChecks, CommitChecks, PutChecks):
         self._parts = {g: (groups[g], self._producers_of[g], self._consumers_of[g]) for g in groups}
         self._by_id = {g: {b.id: b for b in brokers} for g, brokers in groups.items()}
         self._index = {b: i for brokers in groups.values() for i, b in enumerate(brokers)}   # broker -> its place
+        self._setup_ack_checks()      # 11 (sim/ack_checks.py)
 
     # -- after every step ---------------------------------------------------------------------------
     def exempt(self, b: SimBroker) -> bool:
@@ -159,6 +163,11 @@ class Invariants(LossChecks, LogChecks, CommitChecks, PutChecks):
     def check_step(self) -> None:
         self._steps += 1
         self._check_put_deadline()
+        if self._isr_n > 1:
+            if not self.controller.world.quiet:
+                self._sample_isr()
+            if self._answered:
+                self._check_answers()
         elections = self.controller.elections
         if self.controller.world.quiet and self.incremental and len(elections) == self._seen_elections \
                 and len(self._inputs) == len(self.groups):

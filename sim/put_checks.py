@@ -1,4 +1,4 @@
-"""Invariant 11 of ``sim/invariants.py``: a live broker answers every put it wrote by the put's
+"""Invariant 12 of ``sim/invariants.py``: a live broker answers every put it wrote by the put's
 deadline (``slave_timeout_ms`` after the write).
 
 Theory of operation. The product's put shell (``ha/put_shell.py``) arms one timer for the oldest ack

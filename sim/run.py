@@ -118,8 +118,9 @@ def swarm(seed: int, base: SimConfig) -> SimConfig:
     generator of its own so the run's schedule stays the seed's. A random subset of the fault kinds
     (a mix without some kinds reaches states the full mix interrupts: a long run of only resets, a
     congested link nobody heals), its rates, bursts of faults close together, the network's loss and
-    window, the load, the shrink and catch-up limits, restart delays and whether brokers hold
-    controller sessions (sync flush: overlapping faults under async flush are ``async-overlap``'s)."""
+    window, the load, the shrink and catch-up limits, restart delays, whether brokers hold
+    controller sessions and ``min_in_sync_replicas`` 1 or 2 (invariant 11, sim/ack_checks.py, checks
+    what a PUT_OK promised) (sync flush: overlapping faults under async flush are ``async-overlap``'s)."""
     rng = random.Random(f"swarm-{seed}")
     kinds = [k for k in FAULTS + EXTRA_FAULTS if k != "heal"]
     chosen = tuple(k for k in kinds if rng.random() < 0.5) or (rng.choice(kinds),)
@@ -137,7 +138,8 @@ def swarm(seed: int, base: SimConfig) -> SimConfig:
         timings=dataclasses.replace(t, shrink_ms=rng.choice((100, 500)), not_catchup_ms=rng.choice((800, 1500, 3000)),
                                     segment_bytes=rng.choice((1024, 4096)),
                                     controller_sessions=rng.random() < 0.75,
-                                    restart_min_ms=restart_min, restart_max_ms=restart_min * rng.choice((2, 8))))
+                                    restart_min_ms=restart_min, restart_max_ms=restart_min * rng.choice((2, 8)),
+                                    min_in_sync_replicas=rng.choice((1, 2))))
 
 
 #: The CI budget: seeds per fault mix (2,064 in all); ``tests/sim/test_simulator.py`` runs them with

@@ -33,3 +33,6 @@ class BrokerTimings:
     #: brokers hold controller sessions, so a killed process is noticed at once (production); off:
     #: the controller learns of deaths by heartbeat expiry only (a power loss, a cut link)
     controller_sessions: bool = True
+    #: the product's ``ha.min_in_sync_replicas``: a put is admitted only while this many replicas are
+    #: in sync (invariant 11 checks what its PUT_OK promised)
+    min_in_sync_replicas: int = 1

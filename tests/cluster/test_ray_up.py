@@ -1,4 +1,4 @@
-"""The README's cluster walkthrough, for real, against 127.0.0.1 (docs/cluster.md runs the same).
+"""The cluster walkthrough of docs/cluster.md (the README points to it), for real, against 127.0.0.1.
 
 ``ray up -y cluster.yaml`` (the shipped file as is: local provider, head 127.0.0.1, ssh user root)
 -> ``ray job submit --address http://127.0.0.1:8265 --working-dir . -- python driver.py --json
