@@ -40,7 +40,8 @@ class DamageLedger:
         return frozenset(self.pending.get(group, {}))
 
     def allows(self, group: str, sync_state_set: Iterable[int], sss_epoch: int, victim: int) -> bool:
-        """Whether damaging ``victim`` leaves a strict majority of ``sync_state_set`` undamaged."""
+        """Whether damaging ``victim`` leaves a strict majority of ``sync_state_set`` undamaged, after
+        forgetting the damage of members re-admitted since (``observe``)."""
         self.observe(group, sync_state_set, sss_epoch)
         members = set(sync_state_set)
         undamaged = members - self.damaged(group) - {victim}
