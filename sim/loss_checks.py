@@ -68,10 +68,10 @@ class LossChecks:
         The same for a *stand-in*: a live SyncStateSet member that lost power and whose recovered
         log the new master's contains (``contains_log``: same last epoch, more bytes). The new term a
         restarted master asks for elects such a replica in its stead (``decide._elect_new_term``),
-        and electing the member itself would have lost the same records. ``async-overlap`` seed 352:
-        all three members lost power in turn; the restarted master g0-2 (log 7299, in the set {1, 2})
-        asked for a new term and g0-3 (log 7729, outside the set) was elected in its stead, while
-        g0-1, the one replica holding the records to 7987 on disk, was down."""
+        and electing the member itself would have lost the same records. ``async-overlap`` seed 255
+        (``tests/sim/test_loss.py``): master g0-1, alone in the set {1}, lost power holding 7729 and
+        came back with 5537; restarted, it asked for a new term and g0-2 (log 6827, outside the set)
+        was elected in its stead: [6827, 7729) is g0-1's loss."""
         assert self.oracle is not None
         master = next((b for b in brokers if b.id == master_id), None)
         if master is None or not master.up or master.store is None:
