@@ -122,8 +122,10 @@ class Invariants(LossChecks, LogChecks, CommitChecks, AckChecks, PutChecks):
         self._ends: dict[str, tuple[tuple[int, ...], int]] = {}   # group -> (record counts, end) after a loss
         self._seen_elections = 0
         # group -> (offset, body) of the records an election forgave, as the live replicas held them
-        # then: a replica that has not heard of the election yet may still serve them to a reader
+        # then (and a replica down then, once back up): one that has not heard of the election yet
+        # may still serve them to a reader
         self._stale: dict[str, set[tuple[int, bytes]]] = {}
+        self._down_since: dict[str, int] = {}      # name of a broker down -> its group's oracle events then
         # name -> (last epoch, log end) its store recovered with after its last power loss: what the
         # new term it asks for then carries (the controller's contains_log compares that)
         self._recovered: dict[str, tuple[int, int] | None] = {}
@@ -259,6 +261,8 @@ class Invariants(LossChecks, LogChecks, CommitChecks, AckChecks, PutChecks):
                     self._power_lost(group, b, brokers)
                     self._exempt_until[b.name] = max(self._group_end(group), b.end_before_power_loss)
                     self._recovered[b.name] = None
+            if self.oracle is not None:
+                self._stale_after_restart(group, b)
             if not b.up:
                 continue
             if self.oracle is not None and b.store is not None:

@@ -212,6 +212,28 @@ def test_async_overlap_seed_710_a_holder_cut_off_and_ranked_by_its_last_report_f
     assert ("g0-1", 13720, 13981) in forgiven, forgiven
 
 
+def test_async_overlap_seed_558_a_replica_down_at_the_election_serves_stale_copies_when_back():
+    """``async-overlap`` seed 558: g0-2, killed holding 11374 (its page cache kept), was down when the
+    restarted g0-1 was elected with 10591 ([10591, 11374) forgiven); back up, g0-2 served that range
+    to a consumer before it followed g0-1 and truncated it. Those reads are stale copies, forgiven
+    with the records, as a replica's that was up at the election (the oracle took only those and
+    reported invariant 1: g0-2 ends at 10591 below what was read)."""
+    from rocketray.sim.clients import Read
+    from rocketray.sim.run import PROFILES, Sim
+
+    sim = Sim(558, PROFILES["async-overlap"])
+    r = sim.run()
+    assert r.ok, r.violation
+    inv = sim.invariants
+    assert inv.oracle is not None
+    after = [f.at_ms for f in inv.oracle.events["g0"] if (f.broker, f.end, f.below) == ("g0-1", 10591, 11374)]
+    stale_reads = [x for c in inv._consumers_of["g0"] for x in c.read if isinstance(x, Read) and x.replica == "g0-2"
+                   and 10591 <= x.physical_offset < 11374 and after and x.at_ms > min(after)]
+    assert stale_reads and all((x.physical_offset, x.body) in inv._stale["g0"] for x in stale_reads)
+    assert not any(inv.oracle.forgiven("g0", x.at_ms, x.physical_offset) for x in stale_reads), \
+        "read after the election: only the stale rule forgives them"
+
+
 def _election_forgiveness_of_async_overlap_seed(seed: int) -> list[tuple[str, int, int | None]]:
     """Run ``async-overlap`` ``seed`` (it must pass) and return the oracle's election forgiveness of
     g0 as ``(broker, end, below)``."""
