@@ -80,6 +80,10 @@ class BrokerService:
         self._replica = replica
         self._me = next(b for b in self._spec.brokers_of(group) if b.replica == replica)
         self._config = load_config(self._spec.profile, dict(self._spec.config_overrides))
+        # Ray started this process at nice 15: a server's every hand-off would wait, and so would the
+        # store's recovery below, which a restart after a kill waits for (actors/priority.py); the
+        # threads started from here on inherit the niceness
+        set_process_niceness(self._config.broker.process_niceness, f"broker {group}/{replica}")
         credentials = member_credentials(credentials, self._config.tls, self._spec.broker_actor_name(group, replica))
         self._links = MemberLinks(credentials, tls=self._config.tls.enabled,
                                   preauth_timeout_ms=self._config.limits.preauth_timeout_ms)
@@ -128,8 +132,6 @@ class BrokerService:
             self._client_port_task = asyncio.get_running_loop().create_task(self._serve_clients())
         log.info("broker started group=%s replica=%d ha=%s pid=%d max_offset=%d", group, replica,
                  self._me.ha_address, os.getpid(), self.store.max_offset)
-        # Ray started this process at nice 15: a server's every hand-off would wait (actors/priority.py)
-        set_process_niceness(self._config.broker.process_niceness, f"broker {group}/{replica}")
 
     async def _serve_clients(self) -> None:
         """Serve producers and consumers on the client port (``actors/client_port.py``). A port that
@@ -320,7 +322,8 @@ class BrokerService:
             queues=tuple(QueuePosition(**q) for q in self.store.queue_positions()),
             ha=HAStatus.from_dict(self.ha.status()) if self.ha is not None else None,
             pid=os.getpid(), controller_session=self.session.connected_to,
-            max_loop_stall_ms=round(self._stall.max_stall_ms, 1))
+            max_loop_stall_ms=round(self._stall.max_stall_ms, 1),
+            lost_confirmed_bytes=self.store.lost_confirmed_bytes)
 
     # --- samples for the analytics -----------------------------------------------------------
     def _sample(self) -> dict:

@@ -83,6 +83,9 @@ class ControllerService:
         node_config, skipped = config_update.apply_persisted(self._config.controller_node_config(), self._updates)
         if skipped:
             log.warning("controller ignored persisted config keys=%s file=%s", ";".join(skipped), self._properties)
+        # Ray started this process at nice 15: a server's every hand-off would wait, and so would the
+        # journal's replay below (actors/priority.py); the threads started from here on inherit it
+        set_process_niceness(node_config.process_niceness, f"controller {index}")
         self._metrics = ControllerMetrics(self._spec.name, index, on_error=lambda name, exc: log.warning(
             "metrics disabled after error metric=%s error=%r", name, exc))
         self._node = ControllerNode({c.index: c.raft_address for c in self._spec.controllers}, me.store_dir,
@@ -113,8 +116,6 @@ class ControllerService:
         if self._sessions is not None:
             threading.Thread(target=self._session_grace_loop, name="controller-session-grace", daemon=True).start()
         log.info("controller started index=%d raft=%s pid=%d", index, me.raft_address, os.getpid())
-        # Ray started this process at nice 15: a server's every hand-off would wait (actors/priority.py)
-        set_process_niceness(node_config.process_niceness, f"controller {index}")
 
     def _hello_problem(self, hello: Hello, peer: Identity | None) -> str | None:
         """Why ``peer`` may not open ``hello``'s session (``session.hello_problem`` on this node's

@@ -118,6 +118,8 @@ class BrokerStatus:
     pid: int
     controller_session: str | None
     max_loop_stall_ms: float
+    #: acknowledged bytes the store's start-up recovery did not find (``MessageStore.lost_confirmed_bytes``)
+    lost_confirmed_bytes: int = 0
 
     @property
     def is_master(self) -> bool:

@@ -26,7 +26,9 @@ and ``get_messages`` also stops at the confirm offset, so a consumer never sees 
 message even if the confirm offset was lowered (the reads are ``rocketray.broker.store_read``).
 
 Start-up recovery: scan from the checkpoint's verified offset, cut a torn or invalid tail
-(``recovered_cut_bytes``), clamp the confirm offset into ``[min, max]``, cut consume queues back to
+(``recovered_cut_bytes``), report at ERROR, with code ``STORE_LOST_CONFIRMED``, a log that ends below
+the checkpoint's confirm offset (``lost_confirmed_bytes``: acknowledged records this replica lost),
+clamp the confirm offset into ``[min, max]``, cut consume queues back to
 the checkpoint's dispatched offset and dispatch again from there (a missing checkpoint rebuilds all
 queues from the start of the log).
 
@@ -136,6 +138,14 @@ class MessageStore(StoreReading, StoreFlushing):
         if rebuild:
             self.cqs.clear()
         lo, hi = self.min_offset, self.max_offset
+        #: Bytes below the checkpoint's confirm offset that recovery did not find: acknowledged records
+        #: this replica no longer holds (a damaged or torn log, or writes lost before their fsync).
+        self.lost_confirmed_bytes = max(0, checkpoint.confirm_offset - hi) if checkpoint else 0
+        if self.lost_confirmed_bytes:
+            log.error("store %s: STORE_LOST_CONFIRMED: the log recovered to %d, below the confirm offset %d "
+                      "its checkpoint recorded; this replica no longer holds %d bytes of acknowledged records, "
+                      "which survive only on the group's other in-sync replicas", self.root, hi,
+                      checkpoint.confirm_offset if checkpoint else 0, self.lost_confirmed_bytes)
         self._confirm = min(max(checkpoint.confirm_offset if checkpoint else lo, lo), hi)
         dispatched = lo if rebuild or checkpoint is None else min(max(checkpoint.dispatched_offset, lo), hi)
         self.repaired_queues: list[str] = []   # queues start-up found damaged and rebuilt from the log

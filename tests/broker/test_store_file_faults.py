@@ -113,6 +113,37 @@ def test_flipped_bit_in_an_old_segment_is_cut_there(tmp_path: Path) -> None:
         assert store.confirm_offset == victim.physical_offset
 
 
+def test_a_log_cut_below_the_checkpointed_confirm_offset_is_reported_as_lost_acknowledged_bytes(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The cut of the test above removes confirmed (acknowledged) records: the store says how many
+    bytes, at ERROR with code STORE_LOST_CONFIRMED, so an operator learns that this replica lost
+    acknowledged data rather than a torn tail nobody was promised."""
+    stored = fill(tmp_path)
+    with MessageStore(tmp_path, CFG) as store:
+        confirmed = store.confirm_offset
+        assert store.lost_confirmed_bytes == 0
+    victim = stored[3]
+    flip(sorted((tmp_path / "commitlog").iterdir())[0], victim.physical_offset + 70)
+    with caplog.at_level("ERROR", logger="rocketray.broker.store"), MessageStore(tmp_path, CFG) as store:
+        assert store.lost_confirmed_bytes == confirmed - victim.physical_offset > 0
+    (line,) = [r.getMessage() for r in caplog.records if "STORE_LOST_CONFIRMED" in r.getMessage()]
+    assert f"recovered to {victim.physical_offset}, below the confirm offset {confirmed}" in line
+
+
+def test_a_torn_tail_above_the_confirm_offset_loses_nothing_acknowledged(tmp_path: Path) -> None:
+    """Cutting records the group never confirmed is ordinary recovery, not a loss."""
+    stored = fill(tmp_path)
+    with MessageStore(tmp_path, CFG) as store:
+        store.confirm_offset = stored[-2].physical_offset
+        store.flush()
+    last = sorted((tmp_path / "commitlog").iterdir())[-1]
+    with open(last, "r+b") as fh:
+        fh.truncate(stored[-1].physical_offset - int(last.name) + 30)
+    with MessageStore(tmp_path, CFG) as store:
+        assert store.max_offset == stored[-1].physical_offset and store.recovered_cut_bytes > 0
+        assert store.lost_confirmed_bytes == 0
+
+
 def test_truncated_tail_of_the_active_segment_is_cut_to_the_last_whole_record(tmp_path: Path) -> None:
     stored = fill(tmp_path)
     last = sorted((tmp_path / "commitlog").iterdir())[-1]
