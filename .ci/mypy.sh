@@ -28,7 +28,7 @@ MODULES=(
     rocketray.sim.world rocketray.sim.net rocketray.sim.disk
     rocketray.verify.netfaults rocketray.verify.filefaults rocketray.verify.damage_model rocketray.verify.soak rocketray.broker.queue_check
     rocketray.verify.group_actions rocketray.verify.group_action_rules
-    rocketray.ha.put_gate rocketray.ha.promotion_hold
+    rocketray.ha.put_gate rocketray.ha.promotion_hold rocketray.ha.put_shell rocketray.ha.switch_steps
 )
 args=()
 for m in "${MODULES[@]}"; do args+=(-m "$m"); done

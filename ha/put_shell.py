@@ -1,18 +1,38 @@
-"""The put path of an ``HAService``: what the put gate (``rocketray.ha.put_gate``) admits is written
-here, the timers it names are armed here and its answers delivered from here.
+"""The put shell: the IO around the put gate (``rocketray.ha.put_gate``), one copy that the broker's
+HA service (``ha/service.py``, on its event loop) and the simulated broker (``sim/broker.py``, in
+virtual time) both run.
 
-Part of ``HAService`` (its base class; the service module's docstring is the theory of operation).
-Nothing here decides: refusals, the hold during a promotion, the order of answers and every result
-are the gate's. One timer serves the ack waits (armed for the oldest wait's deadline, re-armed when
-it fires) and one the held puts (the oldest held put's expiry).
+Theory of operation. Nothing here decides: refusals, the hold during a promotion, the order of the
+answers and every result are the gate's. The shell writes what the gate admits, arms the timers the
+gate names and delivers the answers the gate returns, through three ports (typing Protocols below):
+
+- ``Timers``: the clock of the deadlines and of the hold (``now_ms``: monotonic) and one-shot
+  timers at an absolute time on that clock (``call_at``, ``cancel``). The broker's are the event
+  loop's (``ha/service.py`` ``LoopTimers``), the simulator's the world's (``sim/broker_master.py``);
+- ``ReplicaPort``: the replica around the shell: whether its HA endpoint is up, and what follows an
+  append (the new bytes handed to every slave connection now, the confirm offset moved);
+- the store: the real ``MessageStore`` (over real files, or over the simulated disk); its
+  timestamps come from the replica's wall clock (``wall_ms``).
+
+The rules the shell keeps (each broken by a mutant of ``sim/mutants.py``):
+
+1. a refusal is answered at once and writes nothing; an admitted put is written, then registered
+   as a wait, and answered only from ``settle`` (the acks, a role or epoch change, the deadline),
+   never from its own write;
+2. the held puts go before any new put: ``put_start`` releases them first once the switch ended,
+   and the replica calls ``release_held`` after every role input; each is written only if the gate's
+   verdict at its release is WRITE, else refused with that verdict;
+3. one timer serves the ack waits: armed for the oldest wait's deadline whenever a wait exists and
+   none is armed, and armed again for the new oldest one each time it fires;
+4. one timer serves the held puts: armed for the oldest held put's expiry, armed again each time it
+   fires; an expired held put is refused NOT_MASTER (nothing written);
+5. one answer's failure never stops the others.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Protocol, Sequence
 
 from rocketray.broker.batch import EncodedBatch, TopicRefused, encode_batch
 from rocketray.broker.message import Message, MessageCodecError
@@ -21,54 +41,71 @@ from rocketray.ha.put_gate import HELD, WRITE, PutGate, PutWait
 
 if TYPE_CHECKING:
     from rocketray.broker.store import MessageStore
-    from rocketray.ha.transport import MasterConnection
 
-__all__ = ["PutShell", "monotonic_ms"]
+__all__ = ["PutShell", "Reply", "ReplicaPort", "Timer", "Timers"]
 
 log = logging.getLogger("rocketray.ha.service")
 
+#: How the shell answers a put (called once, with the put's result).
+Reply = Callable[[PutResult], object]
+
+
+class Timer(Protocol):
+    """An armed timer."""
+
+    def cancel(self) -> None:
+        """It does not fire (a no-op once it fired)."""
+
+
+class Timers(Protocol):
+    """The clock and timers of the put shell (see the module docstring)."""
+
+    def now_ms(self) -> int:
+        """Now on the clock of the deadlines and of the hold (monotonic, ms)."""
+
+    def call_at(self, at_ms: int, fn: Callable[[], object]) -> Timer:
+        """Call ``fn()`` once, at ``at_ms`` on ``now_ms``'s clock or at once after it if that passed."""
+
+
+class ReplicaPort(Protocol):
+    """What the put shell needs of the replica it writes for (see the module docstring)."""
+
+    def endpoint_up(self) -> bool:
+        """The replica's HA endpoint is up (not closed, the process alive)."""
+
+    def appended(self) -> None:
+        """Bytes were just appended as master: hand them to every slave connection now and move
+        the confirm offset (its listeners run before the puts it decides are answered)."""
+
 
 class PutShell:
-    """Puts (see the module docstring); the attributes below are the service's."""
+    """Puts of one replica process (see the module docstring). ``wall_ms``: the clock of the
+    store's timestamps; ``label``: how the logs name the replica."""
 
-    broker_id: int
-    group: str
-    store: MessageStore
-    loop: asyncio.AbstractEventLoop | None
-    now_ms: Callable[[], int]
-    connections: set[MasterConnection]
-    gate: PutGate[EncodedBatch, Callable[[PutResult], object]]
-    _wait_timer: asyncio.TimerHandle | None
-    _hold_timer: asyncio.TimerHandle | None
-    _closed: bool
+    def __init__(self, gate: PutGate[EncodedBatch, Reply], store: MessageStore, timers: Timers,
+                 replica: ReplicaPort, wall_ms: Callable[[], int], label: str = "") -> None:
+        self.gate = gate
+        self.store = store
+        self.timers = timers
+        self.replica = replica
+        self.wall_ms = wall_ms
+        self.label = label
+        self._wait_timer: Timer | None = None
+        self._hold_timer: Timer | None = None
 
-    if TYPE_CHECKING:
-        def _update_confirm_offset(self) -> None: ...
-
-    async def put(self, msgs: EncodedBatch | Sequence[Message], now_ms: int) -> PutResult:
-        """Append ``msgs`` (a producer's encoded batch, or messages encoded here) as master and wait
-        for the replica acks the policy asks for (``put_start``'s result, awaited).
-
-        Refusals (NOT_MASTER, FENCED, IN_SYNC_REPLICAS_NOT_ENOUGH, MESSAGE_ILLEGAL) write nothing;
-        after the write the answer is PUT_OK, FLUSH_SLAVE_TIMEOUT (written, not acked in time) or MASTER_CHANGED
-        (written, then the role or term changed during the wait: outcome unknown).
-        """
-        fut: asyncio.Future[PutResult] = asyncio.get_running_loop().create_future()
-        refusal = self.put_start(msgs, now_ms, lambda result: fut.done() or fut.set_result(result))
-        return refusal if refusal is not None else await fut
-
-    def put_start(self, msgs: EncodedBatch | Sequence[Message], now_ms: int,
-                  done: Callable[[PutResult], object], may_hold: bool = False) -> PutResult | None:
-        """``put`` without a task: refuse at once (the refusal is returned, nothing written), or
-        append now, hand the new bytes to every slave connection at once, and return None;
-        ``done(result)`` is then called once, on the loop, from the event that decides it (the
-        ack that meets the policy, the timeout, the role change). ``may_hold``: a put that arrives
-        while this replica becomes master waits for the switch to end (the gate's hold)."""
-        if self.gate.held:
-            self.release_held()     # the switch ended: the held puts go first, in their order
+    def put_start(self, msgs: EncodedBatch | Sequence[Message], now_ms: int, done: Reply,
+                  may_hold: bool = False) -> PutResult | None:
+        """Refuse at once (the refusal is returned, nothing written), or append now, hand the new
+        bytes to every slave connection at once, and return None; ``done(result)`` is then called
+        once, from the event that decides it (the ack that meets the policy, the timeout, the role
+        change). ``now_ms``: the put's wall-clock time (the store's timestamp). ``may_hold``: a put
+        that arrives while this replica becomes master waits for the switch to end (the gate's hold)."""
         gate = self.gate
-        verdict = gate.admit(not self._closed, msgs, done, len(msgs.data), now_ms) \
-            if may_hold and isinstance(msgs, EncodedBatch) else gate.admit(not self._closed)
+        if gate.held:
+            self.release_held()     # the switch ended: the held puts go first, in their order
+        up = self.replica.endpoint_up()
+        verdict = gate.admit(up, msgs, done, len(msgs.data), self.timers.now_ms()) \
+            if may_hold and isinstance(msgs, EncodedBatch) else gate.admit(up)
         if verdict is WRITE:
             return self._write(msgs, now_ms, done)
         if verdict is HELD:
@@ -77,53 +114,50 @@ class PutShell:
         assert isinstance(verdict, PutStatus)
         return refused(verdict)
 
-    def _write(self, msgs: EncodedBatch | Sequence[Message], now_ms: int,
-               done: Callable[[PutResult], object]) -> PutResult | None:
+    def _write(self, msgs: EncodedBatch | Sequence[Message], now_ms: int, done: Reply) -> PutResult | None:
         """Write a batch the gate admitted and register its ack wait (None), or refuse a batch the
         store refuses (nothing written)."""
         try:
             batch = msgs if isinstance(msgs, EncodedBatch) else encode_batch(msgs)
             appended = self.store.put_batch(batch, now_ms)
         except TopicRefused as exc:     # the sender's ACL: nothing was written
-            log.info("ha %s: refused a batch: %s", self.broker_id, exc)
+            log.info("ha %s: refused a batch: %s", self.label, exc)
             return refused(PutStatus.ACCESS_DENIED)
         except MessageCodecError as exc:  # MalformedBatch included: nothing was written
-            log.warning("ha %s: refused a malformed batch: %s", self.broker_id, exc)
+            log.warning("ha %s: refused a malformed batch: %s", self.label, exc)
             return refused(PutStatus.MESSAGE_ILLEGAL)
-        now = monotonic_ms()
+        now = self.timers.now_ms()
         self.gate.written(appended.end_offset, appended.offsets(), now, done)
-        for conn in self.connections:
-            conn.send_now()
-        self._update_confirm_offset()
-        self._notify_ack_waiters(now)
+        self.replica.appended()
+        self.settle(now)
         if self._wait_timer is None and self.gate.waits:
             self._arm_wait_timer()
         return None
 
-    def _notify_ack_waiters(self, now: int | None = None) -> bool:
-        """Answer the waiting puts the gate now decides (acks, a role or epoch change, the
-        deadline), oldest first; True when none is left waiting."""
-        for wait in self.gate.settle(monotonic_ms() if now is None else now, not self._closed):
+    def settle(self, now: int | None = None) -> bool:
+        """Answer the waiting puts the gate now decides (acks, a role or epoch change, the endpoint
+        closing, the deadline), oldest first; True when none is left waiting. The replica calls it
+        on every input that can decide one."""
+        for wait in self.gate.settle(self.timers.now_ms() if now is None else now, self.replica.endpoint_up()):
             _answer(wait)
         return not self.gate.waits
 
     def _arm_wait_timer(self) -> None:
         deadline = self.gate.next_deadline_ms()
         if deadline is not None:
-            loop = self.loop or asyncio.get_running_loop()
-            self._wait_timer = loop.call_later(max(0, deadline - monotonic_ms()) / 1000, self._wait_timer_fired)
+            self._wait_timer = self.timers.call_at(deadline, self._wait_timer_fired)
 
     def _wait_timer_fired(self) -> None:
         self._wait_timer = None
-        self._notify_ack_waiters()
+        self.settle()
         self._arm_wait_timer()
 
     def release_held(self) -> None:
         """Once no switch to master runs: answer every held put, in arrival order, as the gate now
-        says (written if this replica is writable, else refused). The broker calls it after every
+        says (written if this replica is writable, else refused). The replica calls it after every
         role input."""
-        for (batch, done), verdict in self.gate.release(not self._closed):
-            result = self._write(batch, self.now_ms(), done) if verdict is WRITE \
+        for (batch, done), verdict in self.gate.release(self.replica.endpoint_up()):
+            result = self._write(batch, self.wall_ms(), done) if verdict is WRITE \
                 else refused(verdict)  # type: ignore[arg-type]
             if result is not None:
                 _deliver(done, result)
@@ -131,33 +165,34 @@ class PutShell:
     def _arm_hold_timer(self) -> None:
         expiry = self.gate.next_hold_expiry_ms()
         if self._hold_timer is None and expiry is not None:
-            loop = self.loop or asyncio.get_running_loop()
-            self._hold_timer = loop.call_later(max(0, expiry - self.now_ms()) / 1000, self._expire_held)
+            self._hold_timer = self.timers.call_at(expiry, self._expire_held)
 
     def _expire_held(self) -> None:
         """A switch that outlasts the hold: refuse the puts held that long (nothing written)."""
         self._hold_timer = None
-        expired = self.gate.expire(self.now_ms())
+        expired = self.gate.expire(self.timers.now_ms())
         if expired:
-            log.warning("promotion outlasted the put hold: %d put(s) refused NOT_MASTER group=%s broker_id=%s",
-                        len(expired), self.group, self.broker_id)
+            log.warning("promotion outlasted the put hold: %d put(s) refused NOT_MASTER %s",
+                        len(expired), self.label)
         for _batch, done in expired:
             _deliver(done, refused(PutStatus.NOT_MASTER))
         self._arm_hold_timer()
 
+    def cancel_timers(self) -> None:
+        """The replica closed: no timer of this shell fires any more."""
+        for timer in (self._wait_timer, self._hold_timer):
+            if timer is not None:
+                timer.cancel()
+        self._wait_timer = self._hold_timer = None
 
-def monotonic_ms() -> int:
-    """The clock of the ack waits' deadlines (the event loop's clock)."""
-    return int(time.monotonic() * 1000)
 
-
-def _deliver(done: Callable[[PutResult], object], result: PutResult) -> None:
+def _deliver(done: Reply, result: PutResult) -> None:
     try:
         done(result)
     except Exception:  # noqa: BLE001 - one answer's failure must not stop the others
         log.exception("ha: a put's answer failed")
 
 
-def _answer(wait: PutWait) -> None:
+def _answer(wait: PutWait[Reply]) -> None:
     assert wait.result is not None
     _deliver(wait.reply, wait.result)

@@ -6,10 +6,11 @@ per slave), the slave client (while slave), and the pure ``MasterReplication`` (
 It keeps no role, epoch or confirmed SyncStateSet of its own: it reads them from the broker's role
 machine (``roles``, ``rocketray.broker.role``), whose actions the one executor
 (``rocketray.broker.executor``) carries out on this service's ``HAPort`` steps (stop replicating,
-start an epoch, serve as master, follow a master). Writes go through ``put``/``put_start``: the put gate
+start an epoch, serve as master, follow a master, adopt or report a SyncStateSet:
+``rocketray.ha.switch_steps``, a base class). Writes go through ``put``/``put_start``: the put gate
 and the ack waits (reference 13.4) are the pure ``PutGate``'s (``rocketray.ha.put_gate``), which the
-simulator runs too; this service writes what it admits, arms its timers and delivers its answers. Expand/shrink proposals go up through listeners; nothing here talks to
-the controller.
+simulator runs too; this service writes what it admits, arms its timers and delivers its answers.
+Expand/shrink proposals go up through listeners; nothing here talks to the controller.
 
 A service built without ``roles`` is a standalone endpoint (HA tests, benchmarks, a slave process):
 it owns a role machine of its own, and ``change_to_master``/``change_to_master_same``/
@@ -25,7 +26,9 @@ the transfer headers read.
 with ``written=UNKNOWN``, never NOT_MASTER (it may survive on the next master, so a client must
 not take it for a refusal). The connection shells (``ha/transport.py``) call
 back only through the public ``ConnectionOwner`` methods (``rocketray.ha.serving``, a base class);
-the put path's IO (writing, timers, answers) is ``rocketray.ha.put_shell``, another base class.
+the put path's IO (writing, timers, answers) is the ``PutShell`` (``rocketray.ha.put_shell``) the
+simulator runs too, over this service's ports: ``LoopTimers`` (the event loop's clock and timers)
+and the service itself (``ReplicaPort``: the endpoint up, the bytes just appended sent at once).
 """
 
 from __future__ import annotations
@@ -33,10 +36,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from rocketray.border import Border, LimitsConfig, install_accept_error_filter
 from rocketray.broker.batch import EncodedBatch
+from rocketray.broker.message import Message
 from rocketray.broker.role import Role, RoleMachine, StoreFacts
 from rocketray.ha.ack import AckPolicy, PutResult, PutStatus
 from rocketray.ha.config import HAConfig
@@ -44,10 +48,11 @@ from rocketray.ha.loop_monitor import OrderedIO
 from rocketray.ha.master import MasterReplication
 from rocketray.ha.promotion_hold import PromotionHold
 from rocketray.ha.put_gate import PutGate
-from rocketray.ha.put_shell import PutShell
+from rocketray.ha.put_shell import PutShell, Reply, ReplicaPort, Timers
 from rocketray.broker.replication_port import HAPort, WritePort
 from rocketray.ha.serving import SlaveServing
-from rocketray.ha.standalone import StandaloneSwitches, parse_address, standalone_machine
+from rocketray.ha.standalone import StandaloneSwitches, standalone_machine
+from rocketray.ha.switch_steps import SwitchSteps
 from rocketray.ha.peers import HAPeers
 from rocketray.ha.sync_state import SyncStateTracker
 from rocketray.ha.slave_client import SlaveClient
@@ -55,7 +60,7 @@ from rocketray.ha.transport import STREAM_LIMIT, ConnectionOwner, MasterConnecti
 from rocketray.links import MemberLinks
 from rocketray.listener import start_listener
 
-__all__ = ["HAService", "PutStatus", "PutResult", "Role"]
+__all__ = ["HAService", "LoopTimers", "PutStatus", "PutResult", "Role"]
 
 log = logging.getLogger(__name__)
 
@@ -64,12 +69,21 @@ def wall_clock_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _log_backup_failure(done: "asyncio.Future[None]") -> None:
-    if not done.cancelled() and done.exception() is not None:
-        log.error("epoch file backup copy not written (the main copy is durable): %r", done.exception())
+class LoopTimers:
+    """The put shell's ``Timers`` on an event loop: the loop's clock (``time.monotonic``) in ms.
+    ``loop_of`` gives the loop when a timer is armed (the service learns its loop when it starts)."""
+
+    def __init__(self, loop_of: Callable[[], asyncio.AbstractEventLoop]) -> None:
+        self._loop_of = loop_of
+
+    def now_ms(self) -> int:
+        return int(time.monotonic() * 1000)
+
+    def call_at(self, at_ms: int, fn: Callable[[], object]) -> asyncio.TimerHandle:
+        return self._loop_of().call_later(max(0, at_ms - self.now_ms()) / 1000, fn)
 
 
-class HAService(SlaveServing, StandaloneSwitches, PutShell):
+class HAService(SlaveServing, SwitchSteps, StandaloneSwitches):
     """See the module docstring. Coroutine methods must run on the service's event loop."""
 
     def __init__(self, store, broker_id: int, config: HAConfig | None = None, *,
@@ -113,10 +127,11 @@ class HAService(SlaveServing, StandaloneSwitches, PutShell):
         self._server: asyncio.AbstractServer | None = None
         self._listeners: list[Callable[[frozenset[int]], object]] = []
         # the put gate, the puts held during a promotion and the ack waits (pure, ha/put_gate.py)
-        self.gate: PutGate[EncodedBatch, Callable[[PutResult], object]] = \
-            PutGate(self.roles, self.replication, self.config.slave_timeout_ms, hold)
-        self._wait_timer: asyncio.TimerHandle | None = None
-        self._hold_timer: asyncio.TimerHandle | None = None
+        self.gate: PutGate[EncodedBatch, Reply] = PutGate(self.roles, self.replication, self.config.slave_timeout_ms,
+                                                          hold)
+        # the put path's IO, shared with the simulator (ha/put_shell.py)
+        self.puts = PutShell(self.gate, store, LoopTimers(lambda: self.loop or asyncio.get_running_loop()), self,
+                             clock_ms, label=f"{broker_id} group={group}")
         self._confirm_listeners: list[Callable[[int], object]] = []
         self._closed = False
         self._rejected = 0            # refused after TLS: not master, not a member, not of this group
@@ -156,6 +171,7 @@ class HAService(SlaveServing, StandaloneSwitches, PutShell):
         self.broker_id = broker_id
         self.roles = standalone_machine(broker_id)
         self.gate.roles = self.roles
+        self.puts.label = f"{broker_id} group={self.group}"
         self.replication.rename_self(broker_id)
 
     # ------------------------------------------------------------------ lifecycle
@@ -182,117 +198,49 @@ class HAService(SlaveServing, StandaloneSwitches, PutShell):
             await self._server.wait_closed()
             self._server = None
         self._notify_ack_waiters()
+        self.puts.cancel_timers()
         self.reader.close()
         if self._owns_io:
             self.io.close()
 
-    # ------------------------------------------------------------------ role switch steps (12.5)
-    async def stop_replication(self, reason: str) -> None:
-        """HAPort: stop the slave client and close every slave's connection."""
-        await self._stop_client()
-        await self._close_connections(reason)
+    # ------------------------------------------------------------------ puts (ha/put_shell.py)
+    async def put(self, msgs: EncodedBatch | Sequence[Message], now_ms: int) -> PutResult:
+        """Append ``msgs`` (a producer's encoded batch, or messages encoded here) as master and wait
+        for the replica acks the policy asks for (``put_start``'s result, awaited).
 
-    async def start_epoch(self, epoch: int, cut_torn_tail: bool) -> None:
-        """HAPort: on the IO thread, (cut a torn tail, then) start ``epoch`` at the max offset. The
-        switch goes on once the epoch file's main copy is durable; its ``.bak`` copy is the IO
-        thread's next job (``EpochFileCache.write_backup``), off the failover's path."""
-        await self.io.run(self._start_master_epoch, epoch, cut_torn_tail)
-        self.io.submit(self.store.epoch_file.write_backup).add_done_callback(_log_backup_failure)
+        Refusals (NOT_MASTER, FENCED, IN_SYNC_REPLICAS_NOT_ENOUGH, MESSAGE_ILLEGAL) write nothing;
+        after the write the answer is PUT_OK, FLUSH_SLAVE_TIMEOUT (written, not acked in time) or
+        MASTER_CHANGED (written, then the role or term changed during the wait: outcome unknown).
+        """
+        fut: asyncio.Future[PutResult] = asyncio.get_running_loop().create_future()
+        refusal = self.put_start(msgs, now_ms, lambda result: fut.done() or fut.set_result(result))
+        return refusal if refusal is not None else await fut
 
-    def _start_master_epoch(self, epoch: int, cut_torn_tail: bool) -> None:
-        """IO thread: (cut a torn tail to the last whole message, then) start ``epoch`` durably at
-        the max offset."""
-        ef = self.store.epoch_file
-        if cut_torn_tail:
-            cut = self.store.truncate_invalid_tail()
-            if cut >= 0:
-                ef.truncate_suffix_by_offset(cut)
-        ef.start_epoch(epoch, self.store.max_offset, backup_later=True)
+    def put_start(self, msgs: EncodedBatch | Sequence[Message], now_ms: int, done: Reply,
+                  may_hold: bool = False) -> PutResult | None:
+        """``put`` without a task: a refusal at once (nothing written), or None and ``done(result)``
+        once, later, on the loop (``PutShell.put_start``)."""
+        return self.puts.put_start(msgs, now_ms, done, may_hold)
 
-    def serve_as_master(self, new_term: bool) -> None:
-        """HAPort: the role machine made this broker master: serve slaves, confirm, wake puts."""
-        if new_term:
-            self.replication.new_term()
+    def release_held(self) -> None:
+        """Once no switch to master runs: answer the held puts in arrival order (the broker calls it
+        after every role input; ``PutShell.release_held``)."""
+        self.puts.release_held()
+
+    def _notify_ack_waiters(self) -> bool:
+        """Answer the waiting puts now decided; True when none is left waiting."""
+        return self.puts.settle()
+
+    def endpoint_up(self) -> bool:
+        """ReplicaPort: puts are admitted and waits kept while the service is not closed."""
+        return not self._closed
+
+    def appended(self) -> None:
+        """ReplicaPort: a put was just written: every slave connection sends it in this step, then the
+        confirm offset moves."""
+        for conn in self.connections:
+            conn.send_now()
         self._update_confirm_offset()
-        self._notify_writers()
-        self._notify_ack_waiters()
-        log.info("ha %s: master of epoch %d at offset %d", self.broker_id, self.epoch, self.store.max_offset)
-
-    def follow(self, master_address: str | None, epoch: int) -> None:
-        """HAPort: the role machine made this broker a slave of ``master_address`` at ``epoch``."""
-        address = parse_address(master_address) if master_address is not None else None
-        client = self._client
-        if client is not None and address is not None and client.master_address == address:
-            client.expect_epoch(epoch)       # checked at the next handshake
-            return
-        assert client is None, "the slave link is stopped before a switch to another master"
-        self._notify_ack_waiters()
-        if address is not None:
-            self._client = SlaveClient(self, address, expected_epoch=epoch)
-            self._client.start()
-        log.info("ha %s: slave of %s at epoch %d", self.broker_id, master_address, epoch)
-
-    async def _stop_client(self) -> None:
-        if self._client is not None:
-            await self._client.stop()
-            self._client = None
-
-    async def _close_connections(self, reason: str) -> None:
-        for conn in list(self.connections):
-            conn.close(reason)
-        tasks = list(self._conn_tasks)
-        if tasks:
-            _, pending = await asyncio.wait(tasks, timeout=2.0)
-            for task in pending:
-                task.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
-
-    # ------------------------------------------------------------------ SyncStateSet
-    def set_sync_state_set(self, ids: Iterable[int]) -> None:
-        """HAPort: the role machine adopted this confirmed SyncStateSet. Standalone: order the
-        machine to adopt it (there is no controller)."""
-        if self.standalone and frozenset(ids) != self.roles.sync_state_set:
-            self._order_sync_state_set(ids)
-            return
-        self.replication.confirmed(ids)
-        self._update_confirm_offset()
-        self._notify_ack_waiters()
-
-    def mark_in_flight(self, proposal: Iterable[int]) -> frozenset[int] | None:
-        """A SyncStateSet report carrying ``proposal`` is about to be sent (the role machine's
-        ``ReportSyncStateSet``): returns the vetted proposal (``MasterReplication.in_flight``), which
-        counts in the union view until the controller answers, or None (send nothing)."""
-        last = self.store.epoch_file.last_entry()
-        vetted = self.replication.in_flight(proposal, self.store.confirm_offset,
-                                            last.start_offset if last is not None else 0)
-        self._update_confirm_offset()
-        return vetted
-
-    def add_sss_listener(self, cb: Callable[[frozenset[int]], object]) -> None:
-        """``cb(proposed_set)`` is called when the master proposes an expand or a shrink."""
-        self._listeners.append(cb)
-
-    def maybe_shrink_sync_state_set(self, now_ms: int) -> set[int]:
-        """Members not caught up within ``ha_max_time_slave_not_catchup_ms`` leave; returns the
-        candidate set (the caller reports it if it differs from the confirmed one)."""
-        candidate = set(self.replication.shrink(now_ms))
-        self._update_confirm_offset()
-        return candidate
-
-    def sync_state_set(self) -> frozenset[int]:
-        """The union view (confirmed set | pending proposals)."""
-        return self.replication.view()
-
-    def _propose(self, proposal: frozenset[int] | None) -> None:
-        if proposal is None:
-            return
-        log.info("ha %s: proposing SyncStateSet %s", self.broker_id, sorted(proposal))
-        self._update_confirm_offset()
-        for cb in list(self._listeners):
-            try:
-                cb(frozenset(proposal))
-            except Exception:  # noqa: BLE001 - a listener failure must not stop replication
-                log.exception("ha %s: SyncStateSet listener failed", self.broker_id)
 
     # ------------------------------------------------------------------ confirm offset
     def acks(self) -> dict[int, int]:
@@ -355,6 +303,7 @@ class HAService(SlaveServing, StandaloneSwitches, PutShell):
 
 
 if TYPE_CHECKING:
-    def _implements_the_ports(ha: HAService) -> tuple[HAPort, WritePort, ConnectionOwner]:
+    def _implements_the_ports(ha: HAService, timers: LoopTimers) -> tuple[HAPort, WritePort, ConnectionOwner,
+                                                                            ReplicaPort, Timers]:
         """mypy checks here that HAService implements the ports it is used through."""
-        return ha, ha, ha
+        return ha, ha, ha, ha, timers

@@ -4,14 +4,16 @@ Theory of operation. A ``SimBroker`` is one broker process: the real ``MessageSt
 ``SimDisk``, the real ``RoleMachine`` (lifecycle, role, epoch, SyncStateSet: their one owner; the
 ``ha_role``/``ha_epoch`` here are views of it), the real HA sessions (``SlaveSession`` /
 ``MasterSession``) and the real master-side core (``MasterReplication``: acks, union view, confirm
-offset), the product's put gate and ack waits (``PutGate``). The role machine's actions run through the production executor
-(``rocketray.broker.executor``: the same switch steps, controller requests and answer parsing as
-``ReplicasManager``), for which this class is both ports, simulated: ``ControllerPort`` over the
-simulated network (an answer is fed when it arrives) and ``HAPort`` over simulated connections and
-the simulated disk. What is left here is IO for virtual time: timers, HA bytes over simulated
-connections, answering puts with ``after_write``; the master side's connections and
-committed-offset queries are in ``sim/broker_master.py`` (a base class). Every decision that decides whether data survives
-is made by the cores, so a rule reverted in a core is seen here. A crash (kill or power loss, or a crash the disk raises between two IO steps) ends the
+offset), the product's put gate and ack waits (``PutGate``) and the product's put shell around them
+(``PutShell``: the write, the timers, the answers; the one ``HAService`` runs). The role machine's
+actions run through the production executor (``rocketray.broker.executor``: the same switch steps,
+controller requests and answer parsing as ``ReplicasManager``), for which this class is both ports,
+simulated: ``ControllerPort`` over the simulated network (an answer is fed when it arrives) and
+``HAPort`` over simulated connections and the simulated disk. What is left here is IO for virtual
+time: timers, HA bytes over simulated connections; the put shell's ports, the master side's
+connections and the committed-offset queries are in ``sim/broker_master.py`` (a base class). Every
+decision that decides whether data survives is made by the cores, and every put is written and
+answered by the product's shell, so a rule reverted in either is seen here. A crash (kill or power loss, or a crash the disk raises between two IO steps) ends the
 process: timers die with its generation, connections break, pending puts are never answered, and
 a new process recovers from the disk after a restart delay.
 """
@@ -36,13 +38,14 @@ from rocketray.ha.ack import AckPolicy
 from rocketray.ha.master import MasterReplication
 from rocketray.ha.promotion_hold import PromotionHold
 from rocketray.ha.put_gate import PutGate
+from rocketray.ha.put_shell import PutShell
 from rocketray.ha.session import MasterSession
 from rocketray.ha.transport import StoreLogView
 from rocketray.sim.controller import CONTROLLER, SimController
 from rocketray.sim.disk import CrashMode, SimCrash, SimDisk
 from rocketray.sim import offsets
 from rocketray.sim.net import Connection, Network
-from rocketray.sim.broker_master import Query, Reply, SimMasterSide
+from rocketray.sim.broker_master import Query, Reply, SimMasterSide, SimTimers
 from rocketray.sim.slave import SimSlave
 from rocketray.sim.timings import BrokerTimings
 from rocketray.sim.world import World
@@ -116,7 +119,8 @@ class SimBroker(SimMasterSide):
                                  stepped=self._record_epoch)
         self.sessions: dict[int, tuple[Connection, MasterSession]] = {}
         self.slave: SimSlave | None = None
-        # the product's put gate, hold and ack waits (ha/put_gate.py), over this process's cores
+        # the product's put gate, hold and ack waits (ha/put_gate.py), over this process's cores; the
+        # product's put shell over them once the store is open (_open_store)
         self.gate: PutGate[EncodedBatch, Reply] = PutGate(self.machine, self.master, self.t.slave_timeout_ms,
                                                           PromotionHold())
         self.queries: list[Query] = []
@@ -164,6 +168,8 @@ class SimBroker(SimMasterSide):
     def _open_store(self) -> None:
         self.store = MessageStore(f"/{self.name}/store", self.store_config, disk=self.disk)
         self.log_view = StoreLogView(self.store, lambda: self.store.confirm_offset)
+        self.put_shell = PutShell(self.gate, self.store, SimTimers(self), self, lambda: self.world.now_ms,
+                                  label=self.name)
 
     def _flush(self) -> None:
         if self.store is not None:
@@ -242,7 +248,7 @@ class SimBroker(SimMasterSide):
         except StopIteration:
             self._feeding = None
             if self.gate.held:
-                self._release_held()
+                self.put_shell.release_held()
             if self._queued:
                 self.feed(self._queued.pop(0))
             return
@@ -353,20 +359,21 @@ class SimBroker(SimMasterSide):
         if new_term:
             self.master.new_term()
             self._update_confirm()
-        self._check_puts()
+        self._settle()
 
     def follow(self, master_address: str | None, epoch: int) -> None:
         if self.slave is not None and self.slave.master == master_address:
             self.slave.expect(epoch)
             return
         assert self.slave is None and master_address is not None
-        self._check_puts()
+        self._settle()
         self.slave = SimSlave(self, master_address, epoch)
         self._slave_connect()
 
     def set_sync_state_set(self, ids: Iterable[int]) -> None:
         self.master.confirmed(ids)
         self._update_confirm()
+        self._settle()
 
     def mark_in_flight(self, proposal: Iterable[int]) -> frozenset[int] | None:
         assert self.store is not None
@@ -424,7 +431,7 @@ class SimBroker(SimMasterSide):
                 self._pump(key)
         if self.slave is not None:
             self.slave.tick(now)
-        self._check_puts()
+        self._check_queries()
 
     # ================================================================== reads
     def read(self, queue_offset: int, max_count: int) -> list[Message]:

@@ -1,13 +1,17 @@
-"""The master side of a simulated broker (``sim/broker.py``): producers' puts through the product's
-put gate, its slaves' HA connections and the consumers' committed-offset queries, as a base class of
-``SimBroker`` (which holds the state these methods use: ``gate``, ``sessions``, ``master``, ``store``,
-``queries``, the role machine's views).
+"""The master side of a simulated broker (``sim/broker.py``): the ports of the product's put shell
+in virtual time, its slaves' HA connections and the consumers' committed-offset queries, as a base
+class of ``SimBroker`` (which holds the state these methods use: ``gate``, ``put_shell``,
+``sessions``, ``master``, ``store``, ``queries``, the role machine's views).
 
-Theory of operation. The real ``MasterSession`` of each connection decodes the slave's packets and
-says what to send; the real ``MasterReplication`` decides acks, the union view, proposals and the
-confirm offset; here only the simulated IO is done (bytes over ``sim.net`` connections, at most a few
-batches per pump while the simulated socket buffer takes them). A committed-offset query waits for
-the wait rule (``offsets.answerable``) and is answered with the fold of the confirmed commit records.
+Theory of operation. Producers' puts run through the product's ``PutShell`` (``ha/put_shell.py``:
+the gate, the hold, the write, the ack waits and their timers), the one the broker's HA service
+runs; here are its ports: ``SimTimers`` (the world's clock; a timer is an event of the broker
+process, so it dies with it) and the ``ReplicaPort`` (``endpoint_up``, ``appended``). The real
+``MasterSession`` of each connection decodes the slave's packets and says what to send; the real
+``MasterReplication`` decides acks, the union view, proposals and the confirm offset; here only the
+simulated IO is done (bytes over ``sim.net`` connections, at most a few batches per pump while the
+simulated socket buffer takes them). A committed-offset query waits for the wait rule
+(``offsets.answerable``) and is answered with the fold of the confirmed commit records.
 """
 
 from __future__ import annotations
@@ -16,18 +20,51 @@ from dataclasses import dataclass
 from typing import Callable
 
 from rocketray.broker.batch import EncodedBatch
-from rocketray.broker.message import MessageCodecError
 from rocketray.broker.role import Role
-from rocketray.ha.ack import PutResult, PutStatus, refused
 from rocketray.ha.protocol import ProtocolError
-from rocketray.ha.put_gate import HELD, WRITE, PutWait
+from rocketray.ha.put_gate import PutWait
+from rocketray.ha.put_shell import Reply
 from rocketray.ha.session import AckEvent, HandshakeEvent, MasterSession
 from rocketray.sim import offsets
 from rocketray.sim.net import Connection
+from rocketray.sim.world import QUIET
 
-__all__ = ["SimMasterSide", "Query", "Reply"]
+__all__ = ["SimMasterSide", "SimTimers", "Query", "Reply"]
 
-Reply = Callable[[PutResult | None], None]
+
+class SimTimer:
+    """An armed timer of ``SimTimers``."""
+
+    __slots__ = ("cancelled",)
+
+    def __init__(self) -> None:
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class SimTimers:
+    """The put shell's ``Timers`` in virtual time: the world's clock; a timer is an event owned by
+    the broker process (a crash drops it) and runs as one of its steps (``SimBroker.guard``)."""
+
+    def __init__(self, broker) -> None:
+        self.b = broker
+
+    def now_ms(self) -> int:
+        return self.b.world.now_ms
+
+    def call_at(self, at_ms: int, fn: Callable[[], object]) -> SimTimer:
+        timer = SimTimer()
+        b = self.b
+
+        def fire() -> object:
+            if timer.cancelled:
+                return QUIET
+            b.guard(fn)
+            return None
+        b.world.at(max(0, at_ms - b.world.now_ms), fire, owner=b)
+        return timer
 
 
 @dataclass(slots=True)
@@ -50,59 +87,39 @@ class SimMasterSide:
         for key in list(self.sessions):
             self._session_closed(key)
 
-    # ================================================================== HA: puts
+    # ================================================================== puts (ha/put_shell.py)
     @property
     def puts(self) -> "list[PutWait[Reply]]":
         """The written puts waiting for their acks, oldest first."""
         return list(self.gate.waits)
 
     def put(self, batch: EncodedBatch, reply: Reply) -> None:
-        """A producer's encoded batch through the product's gate (``PutGate.admit``): refused, held
-        while this replica becomes master, or sealed and written as master (``put_batch``, the
-        production path) and answered once the policy's acks arrive; a malformed batch writes nothing."""
+        """A producer's encoded batch, through the product's put shell (``PutShell.put_start``: the
+        gate, the hold while this replica becomes master, the write, the ack wait); a refusal is
+        answered at once."""
         def run() -> None:
-            if self.gate.held:
-                self._release_held()        # the switch ended: the held puts go first, in their order
-            verdict = self.gate.admit(True, batch, reply, len(batch.data), self.world.now_ms)
-            if verdict is WRITE:
-                self._write(batch, reply)
-            elif verdict is HELD:
-                self._later(self.gate.hold.max_ms if self.gate.hold is not None else 0, self._expire_held)
-            else:
-                reply(refused(verdict))     # type: ignore[arg-type]
+            refusal = self.put_shell.put_start(batch, self.world.now_ms, reply, may_hold=True)
+            if refusal is not None:
+                reply(refusal)
         self.guard(run)
 
-    def _write(self, batch: EncodedBatch, reply: Reply) -> None:
-        assert self.store is not None
-        try:
-            appended = self.store.put_batch(batch, self.world.now_ms)
-        except MessageCodecError:
-            reply(refused(PutStatus.MESSAGE_ILLEGAL))
-            return
-        self.gate.written(appended.end_offset, appended.offsets(), self.world.now_ms, reply)
+    def endpoint_up(self) -> bool:
+        """ReplicaPort: the process is alive."""
+        return self.up
+
+    def appended(self) -> None:
+        """ReplicaPort: a put was just written: the confirm offset moves and every slave's session
+        sends what it can now; a committed-offset query it makes answerable is answered."""
         self._update_confirm()
         for key in list(self.sessions):
             self._pump(key)
-        self._later(self.t.slave_timeout_ms, self._check_puts)
-        self._check_puts()
-
-    def _release_held(self) -> None:
-        """Once no switch to master runs: the held puts in arrival order, written or refused as the
-        gate says now (after every role input, as ``ReplicasManager.settled``)."""
-        for (batch, reply), verdict in self.gate.release(self.up):
-            if verdict is WRITE:
-                self._write(batch, reply)
-            else:
-                reply(refused(verdict))     # type: ignore[arg-type]
-
-    def _expire_held(self) -> None:
-        for _batch, reply in self.gate.expire(self.world.now_ms):
-            reply(refused(PutStatus.NOT_MASTER))
-
-    def _check_puts(self) -> None:
         self._check_queries()
-        for wait in self.gate.settle(self.world.now_ms, self.up):
-            wait.reply(wait.result)
+
+    def _settle(self) -> None:
+        """An input that may decide waiting puts or queries (an ack, a closed session, a role or
+        SyncStateSet change): the queries, then the puts (``PutShell.settle``)."""
+        self._check_queries()
+        self.put_shell.settle()
 
     # ================================================================== HA: master side
     def accept(self, conn: Connection) -> bool:
@@ -140,7 +157,7 @@ class SimMasterSide:
                                                  last.start_offset if last is not None else 0)
                     self._propose(proposal)
                     self._update_confirm()
-                    self._check_puts()
+                    self._settle()
         except ProtocolError as exc:
             conn.reset(f"protocol error: {exc}")
             self._session_closed(conn.id)
@@ -153,7 +170,7 @@ class SimMasterSide:
         proposal = self.master.closed(key, still_master=self.ha_role == Role.MASTER)
         if self.ha_role == Role.MASTER:
             self._propose(proposal)
-        self._check_puts()
+        self._settle()
 
     def _pump(self, key: int) -> None:
         """Send what the master session has for its slave (a few batches at most)."""
@@ -192,7 +209,7 @@ class SimMasterSide:
                 return
             now = self.world.now_ms
             self.queries.append(Query(group, self.store.max_offset, now, now + self.t.slave_timeout_ms, reply))
-            self._later(self.t.slave_timeout_ms, self._check_puts)
+            self._later(self.t.slave_timeout_ms, self._check_queries)
             self._check_queries()
         self.guard(run)
 

@@ -35,7 +35,9 @@ so 1 covers their records; 8 folds each member's whole log at every acknowledged
    the bound, one that may be in the log uncounted lowers it to its offset (sim/commit_checks.py);
 10. liveness: after healing, every consumer group's commits are acknowledged again;
 11. with ``min_in_sync_replicas`` N > 1 (sync flush), every PUT_OK a broker answers is held, as it
-    answers, by N replicas, but in the admission rule's window (sim/ack_checks.py).
+    answers, by N replicas, but in the admission rule's window (sim/ack_checks.py);
+12. liveness of the put path: a live broker answers every put it wrote by the put's deadline
+    (sim/put_checks.py), after every step of that broker.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ from rocketray.sim.commit_checks import CommitChecks
 from rocketray.sim.log_checks import LogChecks
 from rocketray.sim.loss_checks import LossChecks, log_bytes as _log_bytes
 from rocketray.sim.offsets import LogFold
+from rocketray.sim.put_checks import PutChecks
 from rocketray.sim.step_inputs import broker_step_inputs, group_inputs, verify_skip
 from rocketray.sim.world import Violation
 
@@ -72,7 +75,7 @@ def full_checks(verify: bool = False) -> Iterator[None]:
         Invariants.incremental, Invariants.verify_skips = before
 
 
-class Invariants(LossChecks, LogChecks, CommitChecks, AckChecks):
+class Invariants(LossChecks, LogChecks, CommitChecks, AckChecks, PutChecks):
     #: skip a group's per-step checks after a step that changed none of their inputs
     #: (sim/step_inputs.py), and read only what ``check_logs`` has not found yet (sim/log_checks.py);
     #: False: every check in full after every step (``full_checks``)
@@ -119,8 +122,10 @@ class Invariants(LossChecks, LogChecks, CommitChecks, AckChecks):
         self._ends: dict[str, tuple[tuple[int, ...], int]] = {}   # group -> (record counts, end) after a loss
         self._seen_elections = 0
         # group -> (offset, body) of the records an election forgave, as the live replicas held them
-        # then: a replica that has not heard of the election yet may still serve them to a reader
+        # then (and a replica down then, once back up): one that has not heard of the election yet
+        # may still serve them to a reader
         self._stale: dict[str, set[tuple[int, bytes]]] = {}
+        self._down_since: dict[str, int] = {}      # name of a broker down -> its group's oracle events then
         # name -> (last epoch, log end) its store recovered with after its last power loss: what the
         # new term it asks for then carries (the controller's contains_log compares that)
         self._recovered: dict[str, tuple[int, int] | None] = {}
@@ -159,6 +164,7 @@ class Invariants(LossChecks, LogChecks, CommitChecks, AckChecks):
 
     def check_step(self) -> None:
         self._steps += 1
+        self._check_put_deadline()
         if self._isr_n > 1:
             if not self.controller.world.quiet:
                 self._sample_isr()
@@ -255,6 +261,8 @@ class Invariants(LossChecks, LogChecks, CommitChecks, AckChecks):
                     self._power_lost(group, b, brokers)
                     self._exempt_until[b.name] = max(self._group_end(group), b.end_before_power_loss)
                     self._recovered[b.name] = None
+            if self.oracle is not None:
+                self._stale_after_restart(group, b)
             if not b.up:
                 continue
             if self.oracle is not None and b.store is not None:

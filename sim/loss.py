@@ -18,11 +18,11 @@ at a moment when no other member of the group's SyncStateSet held it:
   RocketMQ elects among the SyncStateSet members the controller hears from; so does rocketray
   (``async-overlap`` seeds 1, 24 and 36, docs/simulation.md). The same when a replica whose log
   contains that member's is elected in its stead (the new term a restarted master asks for,
-  ``contains_log``): it loses no more than electing the member would (``async-overlap`` seed 352;
-  the invariants call ``elected`` for such a member too, ``loss_checks._elected``). And a holder
-  the controller had not heard from for two heartbeat intervals, whose last report ranked it
-  below the elected broker's actual log, was not one it could have preferred (``async-overlap``
-  seed 710: a cut-off holder's row had not expired yet).
+  ``contains_log``): it loses no more than electing the member would (``async-overlap`` seed 255,
+  ``tests/sim/test_loss.py``; the invariants call ``elected`` for such a member too,
+  ``loss_checks._elected``). And a holder the controller had not heard from for two heartbeat
+  intervals, whose last report ranked it below the elected broker's actual log, was not one it
+  could have preferred (``async-overlap`` seed 710: a cut-off holder's row had not expired yet).
 
 ``LossOracle.power_lost`` is called at the step a broker lost power, with the world as it is at
 that moment. The records that broker may have lost are those that end past its flushed end (the

@@ -5,8 +5,8 @@ async flush may have lost (at a power loss, and at an election of a broker that 
 methods feed it from the world at the step a power loss or an election is seen, read the records
 and logs it needs (which replicas the controller could have elected; the stale copies of records an
 election forgave), and take what it forgives out of invariants 1, 2, 8 and 9. They use the state
-``Invariants.__init__`` sets up (``oracle``, ``_ends``, ``_before``, ``_stale``, ``_recovered`` and
-the commit tables).
+``Invariants.__init__`` sets up (``oracle``, ``_ends``, ``_before``, ``_stale``, ``_down_since``,
+``_recovered`` and the commit tables).
 """
 
 from __future__ import annotations
@@ -68,10 +68,10 @@ class LossChecks:
         The same for a *stand-in*: a live SyncStateSet member that lost power and whose recovered
         log the new master's contains (``contains_log``: same last epoch, more bytes). The new term a
         restarted master asks for elects such a replica in its stead (``decide._elect_new_term``),
-        and electing the member itself would have lost the same records. ``async-overlap`` seed 352:
-        all three members lost power in turn; the restarted master g0-2 (log 7299, in the set {1, 2})
-        asked for a new term and g0-3 (log 7729, outside the set) was elected in its stead, while
-        g0-1, the one replica holding the records to 7987 on disk, was down."""
+        and electing the member itself would have lost the same records. ``async-overlap`` seed 255
+        (``tests/sim/test_loss.py``): master g0-1, alone in the set {1}, lost power holding 7729 and
+        came back with 5537; restarted, it asked for a new term and g0-2 (log 6827, outside the set)
+        was elected in its stead: [6827, 7729) is g0-1's loss."""
         assert self.oracle is not None
         master = next((b for b in brokers if b.id == master_id), None)
         if master is None or not master.up or master.store is None:
@@ -128,6 +128,25 @@ class LossChecks:
                     if b.up and b.store is not None and f.below is not None:
                         stale.update(_records_in(b.store, f.end, min(f.below, b.store.max_offset)))
                 self._forgive(group)
+
+    def _stale_after_restart(self, group: str, b: SimBroker) -> None:
+        """What ``b``, back up, holds of a range an election forgave while it was down is a stale copy
+        too, as a replica up at that election holds one: until it follows the new master it may serve
+        it to a reader (a killed broker keeps its page cache). ``async-overlap`` seed 558: g0-2,
+        killed holding 11374, was down when the restarted g0-1 was elected with 10591; back up, it
+        served [10591, 11374) to a consumer before it followed g0-1. State changes only as ``b``
+        goes down and comes up (steps the incremental checks never skip)."""
+        assert self.oracle is not None
+        events = self.oracle.events.get(group, [])
+        if not b.up:
+            self._down_since.setdefault(b.name, len(events))
+            return
+        if b.store is None or b.name not in self._down_since:
+            return
+        stale = self._stale.setdefault(group, set())
+        for f in events[self._down_since.pop(b.name):]:
+            if f.below is not None:
+                stale.update(_records_in(b.store, f.end, min(f.below, b.store.max_offset)))
 
     def _forgive(self, group: str) -> None:
         """What the oracle forgave in ``group`` leaves the checks from now on."""

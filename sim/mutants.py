@@ -38,6 +38,7 @@ from rocketray.sim.broken_rules import (
     fold_whole_log, unclean_context, read_uncommitted, append_unflushed, timeout_not_written,
     ack_untruncated_end, write_in_place, const, gate_without, settle_ignoring_epoch, timeout_put_ok,
     release_reversed, release_writes_all)
+from rocketray.sim.broken_shell import answered_on_write, wait_timer_kept, wait_timer_not_rearmed, release_ignoring_verdict
 
 __all__ = ["Mutant", "MutantTargetError", "MUTANTS", "NOT_REACHED", "ALL_MUTANTS", "applied", "resolve",
            "schedule", "hunt", "hunt_all", "Hunt"]
@@ -329,6 +330,22 @@ ALL_MUTANTS: dict[str, Mutant] = {m.name: m for m in [
            not_reached="not caught in the first 200 runs of the CI schedule; async-overlap first reaches it at seed 456 "
                        "(an exception in the offsets fold), past the 60 in the budget; "
                        "tests/broker/test_queue_name_durable.py pins it"),
+    # -- the put shell (ha/put_shell.py: the IO around the gate, what the broker actor and the simulator run)
+    Mutant("shell-answers-on-write", "shell",
+           "a written put is answered PUT_OK from its own write, not from its ack wait",
+           (("rocketray.ha.put_shell:PutShell._write", answered_on_write),)),
+    Mutant("shell-wait-timer-kept", "shell",
+           "the ack-wait timer, once fired, keeps its handle and is never armed again (no wait times out)",
+           (("rocketray.ha.put_shell:PutShell._wait_timer_fired", wait_timer_kept),)),
+    Mutant("shell-wait-timer-not-rearmed", "shell",
+           "the ack-wait timer is not armed again when it fires (the waits left time out only once a later write arms it)",
+           (("rocketray.ha.put_shell:PutShell._wait_timer_fired", wait_timer_not_rearmed),)),
+    Mutant("shell-writes-held-puts-whatever-the-verdict", "shell",
+           "the shell writes every held put when the switch ends, ignoring the gate's verdict at the release",
+           (("rocketray.ha.put_shell:PutShell.release_held", release_ignoring_verdict),),
+           not_reached=("survived the first 150 runs of the CI schedule: a simulated switch fails only by a crash, "
+                        "which ends the process and its held puts, so every release's verdict is WRITE (15 held puts "
+                        "released in 40 crashes seeds, all WRITE); tests/ha/test_put_shell.py pins it")),
 ]}
 
 #: The mutants the CI budget catches (the mutation check requires each to be caught).

@@ -368,7 +368,7 @@ _ASYNC_QUICK_RESTART = _quiet(flush_mode=FlushMode.ASYNC, restart_min_ms=300, re
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     Scenario("violation-1-confirm-offset-covers-a-joining-member",
              "the confirm offset covers a message a joining member lacks; consumers read it",
-             _in_flight_dropped(_no_commits(_no_sessions(PROFILES["default"]))), 3),
+             _in_flight_dropped(_no_commits(_no_sessions(PROFILES["default"]))), 5),
     Scenario("violation-6-restarted-master-ranked-by-lost-progress",
              "a master that lost unflushed bytes in a power loss wins the new-term election with the "
              "progress it reported before, and its slaves truncate acknowledged messages",
@@ -388,7 +388,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
              _elected_slave_loses_power_before_taking_the_term),
     Scenario("restarted-master-resumes-its-old-term",
              "a master restarted before the controller noticed resumes its term (#9689)",
-             _in_flight_dropped(_no_commits(_no_sessions(PROFILES["default"]))), 12),
+             _in_flight_dropped(_no_commits(_no_sessions(PROFILES["default"]))), 32),
     Scenario("violation-2-lagging-member-dropped-while-an-expand-waits",
              "the shrink check replaced a pending expand; a put was acknowledged without the member "
              "the controller had just added",
@@ -401,7 +401,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     Scenario("violation-5-recovery-trusts-unsynced-bytes",
              "recovery after a kill trusts a tail it never synced; a later power loss tears what "
              "was replicated and read",
-             _in_flight_dropped(_no_commits(_no_sessions(PROFILES["crashes"]))), 36),
+             _in_flight_dropped(_no_commits(_no_sessions(PROFILES["crashes"]))), 47),
     Scenario("committed-offsets-survive-failover",
              "apache/rocketmq#7790, #9711: after the master is killed, the elected slave, and later the "
              "restarted old master, answer the group's committed offset with every acknowledged commit "

@@ -107,6 +107,21 @@ class Replica:
         return self.service.put_start(batch, lambda result: self.answers.append((data, result)))
 
 
+@pytest.fixture
+def replica(tmp_path):
+    """Opens ``Replica(tmp_path, **bounds)``; closes its HA service and store after the test (a store
+    left open keeps flushing on its own thread for the rest of the session)."""
+    opened: list[Replica] = []
+
+    def make(**bounds) -> Replica:
+        opened.append(Replica(tmp_path, **bounds))
+        return opened[-1]
+    yield make
+    for r in opened:
+        asyncio.run(r.ha.close())
+        r.store.close()
+
+
 def promotion(r: Replica) -> list:
     """Two puts while the replica is promoting, then its switch succeeds: (data, status, broker id)
     of the answers, in the order they came."""
@@ -123,28 +138,28 @@ def raw_log(r: Replica) -> int:
     return r.store.max_offset
 
 
-def test_a_put_during_the_promotion_is_written_when_the_switch_succeeds(tmp_path):
+def test_a_put_during_the_promotion_is_written_when_the_switch_succeeds(replica):
     async def go():
-        r = Replica(tmp_path)
+        r = replica()
         assert promotion(r) == [(b"a", PutStatus.PUT_OK, 2), (b"b", PutStatus.PUT_OK, 2)]
         assert r.ha.gate.hold is not None and r.ha.gate.hold.held_total == 2
         assert [res.offsets[0][0] for _d, res in r.answers] == [0, 1]     # written in arrival order
     asyncio.run(go())
 
 
-def test_the_old_rule_refuses_during_the_promotion_and_the_test_sees_it(tmp_path, monkeypatch):
+def test_the_old_rule_refuses_during_the_promotion_and_the_test_sees_it(replica, monkeypatch):
     """The rule before: not writable means NOT_MASTER, promoting or not (no hold)."""
     async def go():
-        r = Replica(tmp_path)
+        r = replica()
         monkeypatch.setattr(r.ha.gate.hold, "hold", lambda *a: False)
         assert promotion(r) == [(b"a", PutStatus.NOT_MASTER, 2), (b"b", PutStatus.NOT_MASTER, 2)]
         assert raw_log(r) == 0
     asyncio.run(go())
 
 
-def test_a_put_during_a_failed_promotion_is_refused_with_nothing_written(tmp_path):
+def test_a_put_during_a_failed_promotion_is_refused_with_nothing_written(replica):
     async def go():
-        r = Replica(tmp_path)
+        r = replica()
         r.promote()
         assert r.put(b"a") is None
         r.switch_ends(ok=False)
@@ -153,10 +168,10 @@ def test_a_put_during_a_failed_promotion_is_refused_with_nothing_written(tmp_pat
     asyncio.run(go())
 
 
-def test_held_puts_go_before_a_put_that_arrives_after_the_switch(tmp_path):
+def test_held_puts_go_before_a_put_that_arrives_after_the_switch(replica):
     """The switch ended but its input's other actions still run: a new put does not overtake."""
     async def go():
-        r = Replica(tmp_path)
+        r = replica()
         r.promote()
         assert r.put(b"a") is None
         r.machine.step(rm.SwitchDone(True))      # settled() not called yet
@@ -165,17 +180,17 @@ def test_held_puts_go_before_a_put_that_arrives_after_the_switch(tmp_path):
     asyncio.run(go())
 
 
-def test_a_slave_that_is_not_promoting_refuses_at_once(tmp_path):
+def test_a_slave_that_is_not_promoting_refuses_at_once(replica):
     async def go():
-        r = Replica(tmp_path)
+        r = replica()
         refusal = r.put(b"a")
         assert refusal is not None and refusal.status is PutStatus.NOT_MASTER and r.ha.gate.held == 0
     asyncio.run(go())
 
 
-def test_a_switch_that_outlasts_the_hold_refuses_the_held_puts(tmp_path):
+def test_a_switch_that_outlasts_the_hold_refuses_the_held_puts(replica):
     async def go():
-        r = Replica(tmp_path, max_ms=20)
+        r = replica(max_ms=20)
         r.promote()
         assert r.put(b"a") is None
         deadline = asyncio.get_running_loop().time() + 5
@@ -187,9 +202,9 @@ def test_a_switch_that_outlasts_the_hold_refuses_the_held_puts(tmp_path):
     asyncio.run(go())
 
 
-def test_a_full_hold_refuses_at_once(tmp_path):
+def test_a_full_hold_refuses_at_once(replica):
     async def go():
-        r = Replica(tmp_path, max_puts=1)
+        r = replica(max_puts=1)
         r.promote()
         assert r.put(b"a") is None
         refusal = r.put(b"b")
@@ -199,9 +214,9 @@ def test_a_full_hold_refuses_at_once(tmp_path):
     asyncio.run(go())
 
 
-def test_held_put_answers_carry_no_stale_broker_id(tmp_path):
+def test_held_put_answers_carry_no_stale_broker_id(replica):
     async def go():
-        r = Replica(tmp_path)
+        r = replica()
         r.promote()
         assert r.put(b"a") is None
         r.manager.broker_id = 3      # (a re-registration between: the answer names the id at answer time)

@@ -190,15 +190,16 @@ def test_a_tail_held_between_two_losses_is_not_forgiven_by_the_first():
     assert oracle.elected("g0", three, electable=[], now_ms=6000) == []
 
 
-def test_async_overlap_seed_352_a_stand_in_elected_for_a_restarted_master_loses_only_what_it_lost():
-    """``async-overlap`` seed 352: every member of g0 lost power in turn; the restarted master g0-2 (in
-    the SyncStateSet {1, 2}, log 7299) asked for a new term and the controller elected g0-3 (outside
-    the set, log 7729 in the same epoch, so it contains g0-2's) in its stead while g0-1, the only
-    replica holding the records to 7987, was down. Electing g0-2 itself would have lost [7299, 7987);
-    electing g0-3 loses [7729, 7987) of it, which the oracle forgives as g0-2's loss (the stand-in
-    rule of ``loss_checks._elected``) and nothing else."""
-    forgiven = _election_forgiveness_of_async_overlap_seed(352)
-    assert ("g0-2", 7729, 7987) in forgiven, forgiven
+def test_async_overlap_seed_255_a_stand_in_elected_for_a_restarted_master_loses_only_what_it_lost():
+    """``async-overlap`` seed 255: master g0-1, alone in the SyncStateSet {1}, lost power holding 7729
+    and came back with 5537 (g0-3 had lost power before, back with 3861); restarted, it asked for a new
+    term and the controller elected g0-2 (outside the set, log 6827 in the same epoch, so it contains
+    g0-1's) in its stead. Electing g0-1 itself would have lost [5537, 7729); electing g0-2 loses
+    [6827, 7729) of it, which the oracle forgives as g0-1's loss (the stand-in rule of
+    ``loss_checks._elected``) and nothing else. Without the stand-in rule the seed reports
+    invariant 1 (g0-2 ends at 6827, below what was acknowledged)."""
+    forgiven = _election_forgiveness_of_async_overlap_seed(255)
+    assert ("g0-1", 6827, 7729) in forgiven, forgiven
 
 
 def test_async_overlap_seed_710_a_holder_cut_off_and_ranked_by_its_last_report_forgives_the_lost_tail():
@@ -209,6 +210,28 @@ def test_async_overlap_seed_710_a_holder_cut_off_and_ranked_by_its_last_report_f
     oracle counted g0-3 as an electable holder and reported a loss)."""
     forgiven = _election_forgiveness_of_async_overlap_seed(710)
     assert ("g0-1", 13720, 13981) in forgiven, forgiven
+
+
+def test_async_overlap_seed_558_a_replica_down_at_the_election_serves_stale_copies_when_back():
+    """``async-overlap`` seed 558: g0-2, killed holding 11374 (its page cache kept), was down when the
+    restarted g0-1 was elected with 10591 ([10591, 11374) forgiven); back up, g0-2 served that range
+    to a consumer before it followed g0-1 and truncated it. Those reads are stale copies, forgiven
+    with the records, as a replica's that was up at the election (the oracle took only those and
+    reported invariant 1: g0-2 ends at 10591 below what was read)."""
+    from rocketray.sim.clients import Read
+    from rocketray.sim.run import PROFILES, Sim
+
+    sim = Sim(558, PROFILES["async-overlap"])
+    r = sim.run()
+    assert r.ok, r.violation
+    inv = sim.invariants
+    assert inv.oracle is not None
+    after = [f.at_ms for f in inv.oracle.events["g0"] if (f.broker, f.end, f.below) == ("g0-1", 10591, 11374)]
+    stale_reads = [x for c in inv._consumers_of["g0"] for x in c.read if isinstance(x, Read) and x.replica == "g0-2"
+                   and 10591 <= x.physical_offset < 11374 and after and x.at_ms > min(after)]
+    assert stale_reads and all((x.physical_offset, x.body) in inv._stale["g0"] for x in stale_reads)
+    assert not any(inv.oracle.forgiven("g0", x.at_ms, x.physical_offset) for x in stale_reads), \
+        "read after the election: only the stale rule forgives them"
 
 
 def _election_forgiveness_of_async_overlap_seed(seed: int) -> list[tuple[str, int, int | None]]:

@@ -89,7 +89,7 @@ OLD_RULES = {
     # #9689: a master restarted before the controller noticed resumes its term (the registration
     # and first-term rules would also catch the restart, so all three are reverted; tests/broker/test_role.py pins the
     # epoch-file rule alone on a notification after registering). The resumed term loses
-    # acknowledged messages (seed 12). Seed 4 used to show it as a confirm offset beyond a member:
+    # acknowledged messages (seed 32). Seed 4 used to show it as a confirm offset beyond a member:
     # the resumed master computed its confirm offset against a SyncStateSet of itself alone before
     # the controller's set reached the HA tracker; since the tracker reads the role machine's set
     # (one owner, issue 28) that window is gone, and seed 4 shows nothing.
