@@ -39,8 +39,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from rocketray.broker.config import StoreConfig  # noqa: E402
-from rocketray.broker.message import Message  # noqa: E402
-from rocketray.broker.batch import RECORDS_IMPLEMENTATION, encode_batch  # noqa: E402
+from rocketray.wire.message import Message  # noqa: E402
+from rocketray.wire.batch import RECORDS_IMPLEMENTATION, encode_batch  # noqa: E402
 from rocketray.broker.store import MessageStore  # noqa: E402
 from rocketray.ha.config import HAConfig  # noqa: E402
 from rocketray.ha.loop_monitor import LoopStallMonitor  # noqa: E402

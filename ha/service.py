@@ -38,10 +38,11 @@ import time
 from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 from rocketray.border import Border, LimitsConfig, install_accept_error_filter
-from rocketray.broker.batch import EncodedBatch
-from rocketray.broker.message import Message
+from rocketray.wire.batch import EncodedBatch
+from rocketray.wire.message import Message
 from rocketray.broker.role import Role, RoleMachine, StoreFacts
-from rocketray.ha.ack import AckPolicy, PutResult, PutStatus
+from rocketray.wire.put_result import PutResult, PutStatus
+from rocketray.ha.ack import AckPolicy
 from rocketray.ha.config import HAConfig
 from rocketray.ha.loop_monitor import OrderedIO
 from rocketray.ha.master import MasterReplication
