@@ -44,7 +44,8 @@ from rocketray.wire.batch import RECORDS_IMPLEMENTATION, encode_batch  # noqa: E
 from rocketray.broker.store import MessageStore  # noqa: E402
 from rocketray.ha.config import HAConfig  # noqa: E402
 from rocketray.ha.loop_monitor import LoopStallMonitor  # noqa: E402
-from rocketray.ha.service import HAService, PutStatus  # noqa: E402
+from rocketray.ha.service import HAService  # noqa: E402
+from rocketray.wire.put_result import PutStatus  # noqa: E402
 from rocketray.identity import Identity  # noqa: E402
 from rocketray.links import MemberLinks  # noqa: E402
 from rocketray.tls import CertificateAuthority, MemberCredentials  # noqa: E402

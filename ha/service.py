@@ -41,7 +41,7 @@ from rocketray.border import Border, LimitsConfig, install_accept_error_filter
 from rocketray.wire.batch import EncodedBatch
 from rocketray.wire.message import Message
 from rocketray.broker.role import Role, RoleMachine, StoreFacts
-from rocketray.wire.put_result import PutResult, PutStatus
+from rocketray.wire.put_result import PutResult
 from rocketray.ha.ack import AckPolicy
 from rocketray.ha.config import HAConfig
 from rocketray.ha.loop_monitor import OrderedIO
@@ -59,7 +59,7 @@ from rocketray.ha.transport import STREAM_LIMIT, ConnectionOwner, MasterConnecti
 from rocketray.links import MemberLinks
 from rocketray.listener import start_listener
 
-__all__ = ["HAService", "LoopTimers", "PutStatus", "PutResult", "Role"]
+__all__ = ["HAService", "LoopTimers", "Role"]
 
 log = logging.getLogger(__name__)
 
