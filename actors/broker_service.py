@@ -37,17 +37,18 @@ from rocketray.actors.delay_scheduler import DelayScheduler
 from rocketray.actors.metrics import BrokerMetrics, configure_actor_logging
 from rocketray.actors.views import BrokerStatus, EpochEntry, HAStatus, QueuePosition, StoredMessage
 from rocketray.spec import ClusterSpec
-from rocketray.broker.message import Message
-from rocketray.broker.batch import EncodedBatch
+from rocketray.wire.message import Message
+from rocketray.wire.batch import EncodedBatch
 from rocketray.broker.register import FileIdentityStore
 from rocketray.broker.replicas_manager import ReplicasManager, Role, State
 from rocketray.broker.role import MasterInfo, RoleMachine
-from rocketray.broker.pull import OffsetsResult, PullResult
+from rocketray.wire.pull_result import OffsetsResult, PullResult
 from rocketray.broker.store import MessageStore
-from rocketray.controller.api import GetSyncStateDataRequest
+from rocketray.wire.controller_api import GetSyncStateDataRequest
 from rocketray.controller.session import Hello
 from rocketray.credentials import member_credentials
-from rocketray.ha.ack import PutResult, PutStatus, refused
+from rocketray.wire.put_result import PutResult, PutStatus
+from rocketray.ha.ack import refused
 from rocketray.ha.loop_monitor import LoopStallMonitor, OrderedIO
 from rocketray.ha.peers import RegisteredPeers
 from rocketray.ha.promotion_hold import PromotionHold
@@ -199,7 +200,7 @@ class BrokerService:
     # --- data path ------------------------------------------------------------------------
     async def put(self, batch: EncodedBatch) -> PutResult:
         """Append a producer's encoded batch as master and wait for the ack policy; see
-        ``rocketray.ha.ack.PutResult`` (``written`` NO/YES/UNKNOWN, ``retriable``; ``broker_id`` is
+        ``rocketray.wire.put_result.PutResult`` (``written`` NO/YES/UNKNOWN, ``retriable``; ``broker_id`` is
         this replica's).  The batch is one ``bytes`` object through Ray (no per-message objects);
         anything else, or a malformed batch, is refused with MESSAGE_ILLEGAL and nothing written."""
         fut: asyncio.Future[PutResult] = asyncio.get_running_loop().create_future()

@@ -1,4 +1,4 @@
-"""The broker's answers to the client port's control frames (``rocketray.broker.client_control``).
+"""The broker's answers to the client port's control frames (``rocketray.wire.client_control``).
 
 A client outside Ray asks any broker for the cluster's metadata, waits on a broker for a group's
 next master, and sends its topic and consumer-group requests through a broker to the controller
@@ -18,8 +18,8 @@ import asyncio
 import logging
 from typing import Any, Awaitable, Callable
 
-from rocketray.broker.client_control import GroupView, Metadata
-from rocketray.controller.api import Response
+from rocketray.wire.client_control import GroupView, Metadata
+from rocketray.wire.controller_api import Response
 from rocketray.spec import ClusterSpec
 
 __all__ = ["ClientControl"]

@@ -9,7 +9,7 @@ The port is a border (``rocketray.border``): a connection is counted against the
 address's limits from its accept; within ``limits.preauth_timeout_ms`` it completes TLS (the
 broker's member certificate; the client verifies it names a broker of the cluster it wants and
 presents none of its own) and authenticates its user (``ClientAuthenticator``); then frames of
-``rocketray.broker.client_wire``, handled in the transport's read event (``rocketray.direct_reads``:
+``rocketray.wire.client_frames``, handled in the transport's read event (``rocketray.direct_reads``:
 no loop pass between the socket and the frame). A put runs in that step (``put_start``: checked,
 appended and written to the slaves before the next frame is read, so puts are appended in arrival
 order) and its answer leaves from the event that decides it (the slaves' acks); a pull too
@@ -35,23 +35,24 @@ from typing import Callable, Protocol
 
 from rocketray.acl import AccessDecision, Action, ResourceType
 from rocketray.border import Border, Flow, LimitsConfig, flow_decision, install_accept_error_filter
-from rocketray.broker.batch import EncodedBatch, TopicRefused
+from rocketray.wire.batch import EncodedBatch, TopicRefused
 from rocketray.broker.client_access import (Need, first_denied, group_needs, guarded, needs, pull_needs,
                                             route_visible)
-from rocketray.broker.client_control import (Metadata, decode_control, decode_watch, encode_control_answer,
-                                             encode_metadata, encode_watch_answer)
-from rocketray.broker.client_wire import (Frame, FrameDecoder, FrameType, WireError, answer_type, encode_frame,
+from rocketray.wire.client_control import (Metadata, decode_control, decode_watch, encode_control_answer,
+                                           encode_metadata, encode_watch_answer)
+from rocketray.wire.client_frames import (Frame, FrameDecoder, FrameType, WireError, answer_type, encode_frame,
                                           decode_commit_request, decode_pull_request, decode_put_request,
                                           decode_search_request,
                                           encode_offsets_answer, encode_pull_answer, encode_put_answer, pack,
                                           unpack)
-from rocketray.broker.pull import OffsetsResult, OffsetsStatus, PullResult, PullStatus
-from rocketray.controller.api import GetTopicRouteRequest, ListTopicsRequest, Response
-from rocketray.controller.codes import ResponseCode
-from rocketray.controller.headers import ListTopicsResponseHeader
+from rocketray.wire.pull_result import OffsetsResult, OffsetsStatus, PullResult, PullStatus
+from rocketray.wire.controller_api import GetTopicRouteRequest, ListTopicsRequest, Response
+from rocketray.wire.controller_codes import ResponseCode
+from rocketray.wire.controller_headers import ListTopicsResponseHeader
 from rocketray.direct_reads import DirectReads
 from rocketray.listener import start_listener
-from rocketray.ha.ack import PutResult, PutStatus, refused
+from rocketray.wire.put_result import PutResult, PutStatus
+from rocketray.ha.ack import refused
 
 __all__ = ["ClientPort", "ClientEndpoints", "ClientAuthenticator", "ControlEndpoints", "Principal"]
 

@@ -426,7 +426,7 @@ OPERATOR_USER = "operator"
 
 
 def _create_operator_user(cluster: Cluster, access: DriverAccess, timeout_s: float) -> None:
-    from rocketray.controller.api import CreateUserRequest
+    from rocketray.wire.controller_api import CreateUserRequest
     from rocketray.scram import DEFAULT_SALT_BYTES, ScramCredential
 
     assert access.user is not None and access.secret is not None

@@ -27,15 +27,17 @@ import logging
 import time
 from typing import Callable, Protocol
 
-from rocketray.broker.batch import EncodedBatch, encode_batch
-from rocketray.broker.message import MessageCodecError, decode_record
-from rocketray.broker.offsets import (MAX_COMMITS_PER_RECORD, OFFSETS_QUEUE, OFFSETS_TOPIC, OffsetRecordError,
-                                      OffsetTable, commit_message, reset_message)
-from rocketray.broker.pull import (OffsetsResult, OffsetsStatus, PullResult, PullStatus, check_pull)
+from rocketray.wire.batch import EncodedBatch, encode_batch
+from rocketray.wire.message import MessageCodecError, decode_record
+from rocketray.wire.offset_records import (MAX_COMMITS_PER_RECORD, OFFSETS_QUEUE, OFFSETS_TOPIC, OffsetRecordError,
+                                           commit_message, reset_message)
+from rocketray.broker.offsets import OffsetTable
+from rocketray.wire.pull_result import (OffsetsResult, OffsetsStatus, PullResult, PullStatus, check_pull)
 from rocketray.broker.store import MessageStore
 from rocketray.broker.store_read import FILTER_SCAN_ENTRIES
 from rocketray.broker.tag_filter import TagExpressionError, parse_expression
-from rocketray.ha.ack import PutResult, PutStatus, refused
+from rocketray.wire.put_result import PutResult, PutStatus
+from rocketray.ha.ack import refused
 
 log = logging.getLogger("rocketray.broker")
 

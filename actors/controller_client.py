@@ -40,7 +40,7 @@ from typing import Any, Callable
 import ray
 
 from rocketray.config import load_config
-from rocketray.controller.api import Response
+from rocketray.wire.controller_api import Response
 from rocketray.controller.leadership import Attempts, Leader, LeaderStatus, LeaderView
 from rocketray.spec import ClusterSpec
 

@@ -27,11 +27,11 @@ from rocketray.actors.metrics import ControllerMetrics, configure_actor_logging
 from rocketray.actors.priority import set_process_niceness
 from rocketray.actors.views import ControllerMetadata, MasterView
 from rocketray.spec import ClusterSpec
-from rocketray.controller.api import (AlterSyncStateSetRequest, CleanBrokerDataRequest, ConsumerHeartbeatRequest,
-                                      CreateTopicRequest, DeleteTopicRequest, ElectMasterRequest, Response)
-from rocketray.controller.codes import ResponseCode
-from rocketray.controller.headers import (AlterSyncStateSetResponseHeader, ControllerConfigResponseHeader,
-                                          CreateTopicResponseHeader, ElectMasterResponseHeader)
+from rocketray.wire.controller_api import (AlterSyncStateSetRequest, CleanBrokerDataRequest, ConsumerHeartbeatRequest,
+                                           CreateTopicRequest, DeleteTopicRequest, ElectMasterRequest, Response)
+from rocketray.wire.controller_codes import ResponseCode
+from rocketray.wire.controller_headers import (AlterSyncStateSetResponseHeader, ControllerConfigResponseHeader,
+                                               CreateTopicResponseHeader, ElectMasterResponseHeader)
 from rocketray.controller.leadership import LeaderStatus
 from rocketray.controller.node import ControllerNode
 from rocketray.controller.session import Hello, LeaderSessionGrace, hello_problem, masters_without_session

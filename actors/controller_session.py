@@ -31,7 +31,7 @@ import time
 from typing import Any, Awaitable, Callable
 
 from rocketray.auth import SESSION_LABEL
-from rocketray.controller.api import BrokerHeartbeatRequest, MasterInfo
+from rocketray.wire.controller_api import BrokerHeartbeatRequest, MasterInfo
 from rocketray.controller.session import (Ack, ControllerFrameDecoder, Hello, SessionProtocolError, encode_bye,
                                           encode_heartbeat, encode_hello, heartbeat_of)
 from rocketray.links import LinkRefused, MemberLinks

@@ -18,11 +18,12 @@ import asyncio
 import logging
 from typing import Callable, Protocol
 
-from rocketray.broker.batch import EncodedBatch, encode_batch
-from rocketray.broker.message import Message
-from rocketray.broker.pull import OffsetsResult, OffsetsStatus
-from rocketray.broker.schedule import SCHEDULE_PREFIX, SCHEDULER_GROUP, deliver_at_of, delivered, plan_queue
-from rocketray.ha.ack import PutResult
+from rocketray.wire.batch import EncodedBatch, encode_batch
+from rocketray.wire.message import Message
+from rocketray.wire.pull_result import OffsetsResult, OffsetsStatus
+from rocketray.wire.delayed import SCHEDULE_PREFIX, SCHEDULER_GROUP, deliver_at_of
+from rocketray.broker.schedule import delivered, plan_queue
+from rocketray.wire.put_result import PutResult
 
 __all__ = ["DelayScheduler", "STEP_S"]
 

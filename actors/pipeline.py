@@ -21,7 +21,7 @@ import ray
 from rocketray.actors.cluster import Cluster, ClusterError, wait_for
 from rocketray.actors.views import to_json
 from rocketray.actors.workload import BATCH, Workload
-from rocketray.controller.api import GetReplicaInfoRequest
+from rocketray.wire.controller_api import GetReplicaInfoRequest
 from rocketray.waiting import NotYet
 
 __all__ = ["Workload", "BATCH", "kill_master_and_time", "kill_controller_leader_and_time", "lose_node_and_time",

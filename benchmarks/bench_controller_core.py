@@ -14,7 +14,7 @@ import argparse
 import time
 from typing import Any
 
-from rocketray.controller.api import AlterSyncStateSetRequest, ElectMasterRequest
+from rocketray.wire.controller_api import AlterSyncStateSetRequest, ElectMasterRequest
 from rocketray.controller.decide import DecideContext, decide_alter_sync_state_set, decide_elect_master
 from rocketray.controller.events import ApplyBrokerIdEvent, AlterSyncStateSetEvent, ElectMasterEvent
 from rocketray.controller.state import ControllerState

@@ -62,8 +62,8 @@ def measure_clients(rounds: int, profile: str, data_dir: str) -> dict:
     import ray
 
     from rocketray.actors.cluster import start_cluster
-    from rocketray.controller.api import ApplyBrokerIdRequest
-    from rocketray.controller.codes import ResponseCode
+    from rocketray.wire.controller_api import ApplyBrokerIdRequest
+    from rocketray.wire.controller_codes import ResponseCode
 
     started = not ray.is_initialized()
     if started:

@@ -94,7 +94,7 @@ class WriteProbe:
             self.failures += 1
 
     def _run(self) -> None:
-        from rocketray.controller.api import CreateTopicRequest, DeleteTopicRequest
+        from rocketray.wire.controller_api import CreateTopicRequest, DeleteTopicRequest
 
         next_s = time.monotonic()
         while not self._stop.is_set():

@@ -44,7 +44,7 @@ from typing import Any, Callable
 from pysyncobj import SyncObj, SyncObjConf, replicated
 
 from rocketray import ports
-from rocketray.controller.api import ApplyBrokerIdRequest, ElectMasterRequest, RegisterBrokerRequest
+from rocketray.wire.controller_api import ApplyBrokerIdRequest, ElectMasterRequest, RegisterBrokerRequest
 from rocketray.controller.config import ControllerConfig
 from rocketray.controller.proc import InProcessControllers
 

@@ -71,7 +71,7 @@ def master_beside_leader(cluster, group: str) -> None:
     and wait until it serves with every replica in sync: the next node loss takes both."""
     from rocketray.actors import pipeline
     from rocketray.actors.pipeline import node_label
-    from rocketray.controller.api import ElectMasterRequest
+    from rocketray.wire.controller_api import ElectMasterRequest
     from rocketray.waiting import wait_for
 
     leader = cluster.wait_for_leader(60)
@@ -93,7 +93,7 @@ def master_beside_leader(cluster, group: str) -> None:
 
 def floor_ms(cluster, w) -> float:
     """Median of (a controller round trip with a Raft commit + one acknowledged put) on a live group."""
-    from rocketray.controller.api import GetReplicaInfoRequest
+    from rocketray.wire.controller_api import GetReplicaInfoRequest
 
     samples = []
     for _ in range(FLOOR_SAMPLES):
@@ -156,7 +156,7 @@ class ElectionClock:
     def __init__(self, cluster) -> None:
         import threading
 
-        from rocketray.controller.api import GetReplicaInfoRequest
+        from rocketray.wire.controller_api import GetReplicaInfoRequest
 
         epoch = cluster.call_controller(GetReplicaInfoRequest(broker_name=GROUP), timeout_s=10.0).header.master_epoch
         refs = [cluster.controller(c.index).watch_master.remote(GROUP, epoch, 60) for c in cluster.spec.controllers]

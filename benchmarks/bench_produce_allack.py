@@ -39,12 +39,13 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from rocketray.broker.config import StoreConfig  # noqa: E402
-from rocketray.broker.message import Message  # noqa: E402
-from rocketray.broker.batch import RECORDS_IMPLEMENTATION, encode_batch  # noqa: E402
+from rocketray.wire.message import Message  # noqa: E402
+from rocketray.wire.batch import RECORDS_IMPLEMENTATION, encode_batch  # noqa: E402
 from rocketray.broker.store import MessageStore  # noqa: E402
 from rocketray.ha.config import HAConfig  # noqa: E402
 from rocketray.ha.loop_monitor import LoopStallMonitor  # noqa: E402
-from rocketray.ha.service import HAService, PutStatus  # noqa: E402
+from rocketray.ha.service import HAService  # noqa: E402
+from rocketray.wire.put_result import PutStatus  # noqa: E402
 from rocketray.identity import Identity  # noqa: E402
 from rocketray.links import MemberLinks  # noqa: E402
 from rocketray.tls import CertificateAuthority, MemberCredentials  # noqa: E402

@@ -50,7 +50,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from rocketray.broker.config import StoreConfig  # noqa: E402
-from rocketray.broker.message import Message  # noqa: E402
+from rocketray.wire.message import Message  # noqa: E402
 from rocketray.broker.store import MessageStore  # noqa: E402
 from rocketray.ha.config import DEFAULT_TRANSFER_BATCH_SIZE, HAConfig  # noqa: E402
 from rocketray.ha.loop_monitor import LoopStallMonitor  # noqa: E402

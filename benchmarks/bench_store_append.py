@@ -20,7 +20,7 @@ so neither pays for the other's writeback, and their medians are compared.
 ``ratio`` = store/plain **throughput** = plain_time / store_async_time (higher is better; 1.0 would
 be "free"; the target is ``target_ratio`` = 0.3); ``ratio_with_dispatch`` the same for
 ``store_async_dispatch``; ``sync_ratio`` = plain_sync_time / store_sync_time.  ``records`` names the
-record loops the store ran (``c+isal``: the C extension ``rocketray.broker._records`` with ISA-L's
+record loops the store ran (``c+isal``: the C extension ``rocketray.wire._records`` with ISA-L's
 CRC-32; ``python+...``: the pure-Python loops, when the extension was not built).
 
 Usage: ``python benchmarks/run.py store-append [--json] [--messages N] [--batch B] [--size BYTES]
@@ -38,8 +38,8 @@ import time
 from pathlib import Path
 
 from rocketray.broker.config import FlushMode, StoreConfig
-from rocketray.broker.message import Message
-from rocketray.broker.batch import RECORDS_IMPLEMENTATION, EncodedBatch, encode_batch
+from rocketray.wire.message import Message
+from rocketray.wire.batch import RECORDS_IMPLEMENTATION, EncodedBatch, encode_batch
 from rocketray.broker.store import MessageStore
 
 TARGET_RATIO = 0.3

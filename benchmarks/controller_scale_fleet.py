@@ -121,9 +121,9 @@ class Fleet:
                     ray_heartbeats: bool = False) -> dict:
         """``ca``: the cluster CA (``cert``, ``key`` PEM) and the members' ``secret``, from the process
         that started the controllers (the operator's): each replica gets its member certificate."""
-        from rocketray.controller.api import (AlterSyncStateSetRequest, ApplyBrokerIdRequest, ElectMasterRequest,
-                                              GetNextBrokerIdRequest, RegisterBrokerRequest)
-        from rocketray.controller.codes import ResponseCode
+        from rocketray.wire.controller_api import (AlterSyncStateSetRequest, ApplyBrokerIdRequest, ElectMasterRequest,
+                                                   GetNextBrokerIdRequest, RegisterBrokerRequest)
+        from rocketray.wire.controller_codes import ResponseCode
         from rocketray.identity import check_code
 
         from rocketray.tls import CertificateAuthority
@@ -186,7 +186,7 @@ class Fleet:
         """A request, retried while the controller answers SYSTEM_ERROR (busy: its request queue timed out)
         or none answers in time (the requests here are idempotent, as a broker's registrar's are)."""
         from rocketray.actors.controller_client import ControllerUnavailable
-        from rocketray.controller.codes import ResponseCode
+        from rocketray.wire.controller_codes import ResponseCode
 
         for attempt in range(attempts):
             try:
@@ -294,7 +294,7 @@ class Fleet:
 
     # -- heartbeats --------------------------------------------------------------------------------
     def _request(self, rep: Replica):
-        from rocketray.controller.api import BrokerHeartbeatRequest
+        from rocketray.wire.controller_api import BrokerHeartbeatRequest
 
         b = self.config.broker
         return BrokerHeartbeatRequest(self.spec.cluster_name, rep.group, rep.address, rep.broker_id, 1, 4096, 4096,

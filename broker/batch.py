@@ -1,92 +1,44 @@
-"""Batches of commit-log records: the write path and the receive path (pure).
+"""Batches of records in the commit log: the master's seal of a put and the index of stored records (pure).
 
-The record layout is :mod:`rocketray.broker.message`'s.
+The record layout is :mod:`rocketray.wire.message`'s; a producer's batch (:class:`EncodedBatch`) and
+the checks of a record's topic and properties are :mod:`rocketray.wire.batch`'s.
 
-A producer encodes its messages once into an :class:`EncodedBatch`: the records, back to back, in
-exactly the record layout, with ``queue_offset`` and ``physical_offset`` -1 and
-``store_timestamp_ms`` 0.  The master never builds a :class:`Message` for them: ``seal_batch``
-walks a copy of the bytes once, checks every record (magic, sizes, topic, properties, body CRC),
-fills its queue offset, physical offset and store timestamp with ``struct.pack_into`` and
-recomputes its header CRC in place; the result is the bytes to write plus the consume-queue
-entries (:class:`QueueRun`, 20 packed bytes a record); ``record_offsets`` reads the
-``(queue offset, physical offset)`` pairs of the put result back from the sealed bytes.  A slave's received bytes go through
-``index_records(..., verify=True)`` (both CRCs, position, topic, properties), which builds the same
-queue runs in the same pass; ``verify=False`` is the dispatcher's trusted scan of the log.
+The master never builds a :class:`Message` for a producer's records: ``seal_batch`` walks a copy of
+the bytes once, checks every record (magic, sizes, topic, properties, body CRC), fills its queue
+offset, physical offset and store timestamp with ``struct.pack_into`` and recomputes its header CRC
+in place; the result is the bytes to write plus the consume-queue entries (:class:`QueueRun`, 20
+packed bytes a record). A slave's received bytes go through ``index_records(..., verify=True)``
+(both CRCs, position, topic, properties), which builds the same queue runs in the same pass;
+``verify=False`` is the dispatcher's trusted scan of the log.
 
-``encode_new_record`` is the producer's encoding of one new message (``encode_fields``'s bytes).
-Both loops and that encoding run in C (``broker/_records.c``, the extension
-``rocketray.broker._records`` that setup.py builds, with ISA-L's CRC-32 when libisal is
-installed): about 0.3 us a 1 KiB record instead of 1.2-1.8 us (2 us with a client's UNIQ_KEY,
-whose properties differ per record: the C loop checks plain properties itself). ``seal_batch_py`` and ``index_records_py`` are the same loops in Python:
-the reference the C ones are tested against (tests/broker/test_records_c.py) and what runs when
-the extension was not built. ``RECORDS_IMPLEMENTATION`` says which runs.
+Both loops run in C (the ``scan`` of ``rocketray.wire._records``, :data:`rocketray.wire.batch.C_LOOPS`,
+with ISA-L's CRC-32 when libisal is installed): about 0.3 us a 1 KiB record instead of 1.2-1.8 us
+(2 us with a client's UNIQ_KEY, whose properties differ per record: the C loop checks plain
+properties itself). ``seal_batch_py`` and ``index_records_py`` are the same loops in Python: the
+reference the C ones are tested against (tests/broker/test_records_c.py) and what runs when the
+extension was not built (``rocketray.wire.batch.RECORDS_IMPLEMENTATION`` says which runs).
 """
 
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
-from typing import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Callable, Mapping
 
-from rocketray.broker.message import (CRC32_IMPLEMENTATION, HEADER_SIZE, MAGIC, MAX_RECORD_SIZE, MAX_TOPIC_BYTES,
-                                      Message, MessageCodecError, tag_hash, valid_topic)
-# the record layout's pieces, which the batch loops share with the one-record codec
-from rocketray.broker.message import (RECORD_HEADER, SIZE_FIELD, decode_properties,  # noqa: F401
-                                      encode_parts, encode_fields, topic_bytes)
-from rocketray.broker.message import crc32 as crc32_impl
-
-try:  # the record loops in C (broker/_records.c, built by setup.py when a compiler is present)
-    from rocketray.broker import _records
-    RECORDS_IMPLEMENTATION = "c+" + _records.CRC32
-except ImportError:  # pure Python: seal_batch_py / index_records_py
-    _records = None  # type: ignore[assignment]
-    RECORDS_IMPLEMENTATION = "python+" + CRC32_IMPLEMENTATION
+from rocketray.wire.batch import C_LOOPS as _records
+from rocketray.wire.batch import EncodedBatch, properties_tag_hash, topic_of
+from rocketray.wire.message import (HEADER_SIZE, MAGIC, MAX_RECORD_SIZE, MAX_TOPIC_BYTES, RECORD_HEADER, SIZE_FIELD,
+                                    MessageCodecError)
+from rocketray.wire.message import crc32 as crc32_impl
 
 __all__ = [
     "CQ_ENTRY",
-    "EncodedBatch",
     "IndexedRecords",
     "QueueRun",
-    "RECORDS_IMPLEMENTATION",
-    "TopicRefused",
-    "encode_batch",
-    "encode_new_record",
+    "SealedBatch",
     "index_records",
-    "record_offsets",
     "seal_batch",
-    "whole_records_length",
 ]
-
-
-def encode_new_record(topic: bytes, props: bytes, body: bytes, queue_id: int, born_ms: int) -> bytes:
-    """``encode_fields(topic, props, body, queue_id, born_ms)``, a new message's record (the
-    producer's one encoding of each message): the same bytes, made in C when the extension is
-    built; what the C case does not take (not bytes, out of range) goes to ``encode_fields``,
-    which raises its own error."""
-    if _records is not None:
-        record = _records.encode(topic, props, body, queue_id, born_ms)
-        if record is not None:
-            return record
-    return encode_fields(topic, props, body, queue_id, born_ms)
-
-
-def whole_records_length(buf: bytes | memoryview, max_bytes: int) -> int:
-    """Length of the longest prefix of (trusted) records in ``buf`` within ``max_bytes``, but at least
-    the first record if it is whole (in C when the extension is built)."""
-    if _records is not None:
-        return _records.whole_length(buf, max_bytes)
-    return whole_records_length_py(buf, max_bytes)
-
-
-def whole_records_length_py(buf: bytes | memoryview, max_bytes: int) -> int:
-    """:func:`whole_records_length` in Python."""
-    end = 0
-    while end + HEADER_SIZE <= len(buf):
-        size = SIZE_FIELD.unpack_from(buf, end)[0]
-        if size < HEADER_SIZE or end + size > len(buf) or (end > 0 and end + size > max_bytes):
-            break
-        end += size
-    return end
 
 
 # ---------------------------------------------------------------------------------------- batches
@@ -94,43 +46,7 @@ def whole_records_length_py(buf: bytes | memoryview, max_bytes: int) -> int:
 CQ_ENTRY = struct.Struct(">qIQ")
 _POSITIONS = struct.Struct(">qqqq")  # queue_offset, physical_offset, born, store at bytes [24, 56)
 _POSITIONS_AT = 24
-_TAGS_NAME = b"TAGS\x01"
-_NOT_SEPARATORS = bytes(b for b in range(256) if b not in (1, 2))   # deleted: the separators remain
-_PAIR_SEPARATORS = b"\x01\x02"
-_TOPICS_CACHE_MAX = 4096
-_topics_cache: dict[bytes, str] = {}  # valid topics (bounded, cleared when full)
 _I64 = 2**63
-
-
-class TopicRefused(MessageCodecError):
-    """A record of a topic its sender may not write (``EncodedBatch.topic_check``): nothing written."""
-
-
-@dataclass(frozen=True, slots=True)
-class EncodedBatch:
-    """Records encoded once by the producer, back to back (``encode_batch``); the master checks them
-    and fills in their positions without decoding them (``seal_batch``). ``topic_check(topic)``, if
-    given, is asked once per distinct topic the seal finds and raises :class:`TopicRefused` for one
-    the sender may not write (the client port's ACL check of a put)."""
-
-    data: bytes
-    count: int
-    topic_check: Callable[[str], None] | None = field(default=None, compare=False)
-
-
-def encode_batch(messages: Iterable[Message]) -> EncodedBatch:
-    """Encode messages as one batch (positions as given: -1 / -1 / 0 for a new message); each
-    distinct topic is checked once."""
-    parts: list[bytes] = []
-    topics: dict[str, bytes] = {}
-    count = 0
-    for msg in messages:
-        topic = topics.get(msg.topic) if isinstance(msg.topic, str) else None
-        if topic is None:
-            topic = topics[msg.topic] = topic_bytes(msg.topic)
-        encode_parts(msg, topic, parts)
-        count += 1
-    return EncodedBatch(b"".join(parts), count)
 
 
 @dataclass(slots=True)
@@ -182,49 +98,10 @@ class SealedBatch:
     index: IndexedRecords
 
 
-def properties_tag_hash(raw: bytes) -> int:
-    """Check encoded properties (``name 0x01 value 0x02`` pairs, names non-empty, UTF-8) and return
-    the tag hash; :class:`MessageCodecError` if malformed. Run on every stored record (a client's
-    ``UNIQ_KEY`` makes each message's properties unique), so the check is a few C-speed byte
-    operations: the separators alone must read ``0x01 0x02`` per pair, the last byte is a ``0x02``
-    and no name may be empty."""
-    if raw and (raw.translate(None, _NOT_SEPARATORS) != _PAIR_SEPARATORS * raw.count(b"\x02")
-                or raw[0] == 1 or raw[-1] != 2 or b"\x02\x01" in raw):
-        raise MessageCodecError(f"malformed properties {raw[:64]!r}")
-    if _TAGS_NAME in raw:
-        return tag_hash(decode_properties(raw))
-    try:
-        raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise MessageCodecError(f"properties are not UTF-8: {exc}") from None
-    return 0
-
-
-def _topic_of(raw: bytes, where: int) -> str:
-    topic = _topics_cache.get(raw)
-    if topic is not None:
-        return topic
-    topic = _check_topic(raw, where)
-    if len(_topics_cache) >= _TOPICS_CACHE_MAX:
-        _topics_cache.clear()
-    _topics_cache[raw] = topic
-    return topic
-
-
-def _check_topic(raw: bytes, where: int) -> str:
-    try:
-        topic = raw.decode("ascii")
-    except UnicodeDecodeError:
-        raise MessageCodecError(f"topic at {where} is not ASCII") from None
-    if not valid_topic(topic):
-        raise MessageCodecError(f"invalid topic {topic!r} at {where}")
-    return topic
-
-
 def seal_batch(batch: EncodedBatch, physical_offset: int, next_queue_offsets: Mapping[tuple[str, int], int],
                now_ms: int, max_size: int) -> SealedBatch:
     """The master's one pass over a producer's batch (see the module docstring): the C loop of
-    ``rocketray.broker._records`` when it is built, else :func:`seal_batch_py`; same result."""
+    ``rocketray.wire._records`` when it is built, else :func:`seal_batch_py`; same result."""
     if _records is None:
         return seal_batch_py(batch, physical_offset, next_queue_offsets, now_ms, max_size)
     data = _writable_copy(batch, physical_offset, now_ms)
@@ -234,13 +111,13 @@ def seal_batch(batch: EncodedBatch, physical_offset: int, next_queue_offsets: Ma
 
 
 def _topic_reader(batch: EncodedBatch) -> Callable[[bytes, int], str]:
-    """The seal's topic reader: ``_topic_of``, then the batch's ``topic_check`` if it has one."""
+    """The seal's topic reader: ``topic_of``, then the batch's ``topic_check`` if it has one."""
     check = batch.topic_check
     if check is None:
-        return _topic_of
+        return topic_of
 
     def checked(raw: bytes, where: int) -> str:
-        topic = _topic_of(raw, where)
+        topic = topic_of(raw, where)
         check(topic)
         return topic
 
@@ -343,7 +220,7 @@ def seal_batch_py(batch: EncodedBatch, physical_offset: int, next_queue_offsets:
 
 def _run_for(runs: dict[tuple[bytes, int], QueueRun], ordered: list[QueueRun], topic_bytes: bytes,
              queue_id: int, next_queue_offsets: Mapping[tuple[str, int], int], pos: int,
-             topic_of: Callable[[bytes, int], str] = _topic_of) -> QueueRun:
+             topic_of: Callable[[bytes, int], str] = topic_of) -> QueueRun:
     """The batch's run of (topic, queue id); created (topic checked, appended to ``ordered``) at
     its first record."""
     run = runs.get((topic_bytes, queue_id))
@@ -355,36 +232,14 @@ def _run_for(runs: dict[tuple[bytes, int], QueueRun], ordered: list[QueueRun], t
     return run
 
 
-_OFFSETS = struct.Struct(">I20xqq")  # total_size, then queue_offset and physical_offset at 24
-
-
-def record_offsets(data: bytes | bytearray | memoryview) -> tuple[tuple[int, int], ...]:
-    """``(queue_offset, physical_offset)`` of every record in ``data`` (trusted, e.g. a sealed batch)."""
-    if _records is not None:
-        return _records.offsets(data)
-    return record_offsets_py(data)
-
-
-def record_offsets_py(data: bytes | bytearray | memoryview) -> tuple[tuple[int, int], ...]:
-    """:func:`record_offsets` in Python."""
-    out = []
-    pos, n = 0, len(data)
-    unpack = _OFFSETS.unpack_from
-    while pos < n:
-        total, queue_offset, physical = unpack(data, pos)
-        out.append((queue_offset, physical))
-        pos += total
-    return tuple(out)
-
-
 def index_records(buf: bytes | bytearray | memoryview, base_offset: int, verify: bool,
                   max_size: int = MAX_RECORD_SIZE) -> IndexedRecords:
     """Consume-queue runs of the whole records in ``buf`` (see :func:`index_records_py`): the C loop
-    of ``rocketray.broker._records`` when it is built; same result."""
+    of ``rocketray.wire._records`` when it is built; same result."""
     if _records is None:
         return index_records_py(buf, base_offset, verify, max_size)
     end, count, runs, error = _records.scan(buf, base_offset, 1 if verify else 2, max_size, 0, None,
-                                            _topic_of, properties_tag_hash, MessageCodecError)
+                                            topic_of, properties_tag_hash, MessageCodecError)
     return IndexedRecords(base_offset, base_offset + end, count, [QueueRun(*run) for run in runs], error)
 
 
@@ -442,7 +297,7 @@ def index_records_py(buf: bytes | bytearray | memoryview, base_offset: int, veri
                 run = known[1]
             else:
                 topic_bytes = bytes(mv[topic_start:props_start])
-                run = QueueRun(_topic_of(topic_bytes, base_offset + pos), queue_id, queue_offset, bytearray())
+                run = QueueRun(topic_of(topic_bytes, base_offset + pos), queue_id, queue_offset, bytearray())
                 by_queue_id[queue_id] = (topic_bytes, run)
                 ordered.append(run)
             if props_len:

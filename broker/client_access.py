@@ -18,9 +18,9 @@ from __future__ import annotations
 from typing import Any, Callable, Iterable
 
 from rocketray.acl import AccessDecision, Action, ResourceType
-from rocketray.broker.schedule import is_schedule_name, real_topic
-from rocketray.controller.api import (ConsumerHeartbeatRequest, CreateTopicRequest, DeleteTopicRequest,
-                                      GetTopicRouteRequest, ListTopicsRequest)
+from rocketray.wire.delayed import is_schedule_name, real_topic
+from rocketray.wire.controller_api import (ConsumerHeartbeatRequest, CreateTopicRequest, DeleteTopicRequest,
+                                           GetTopicRouteRequest, ListTopicsRequest)
 
 __all__ = ["Need", "needs", "first_denied", "route_visible", "guarded"]
 

@@ -47,7 +47,7 @@ from pathlib import Path
 
 from rocketray.broker.checkpoint import nonzero_end, sync_files
 from rocketray.fs import OS_DISK, Disk, DiskFile
-from rocketray.broker.message import MessageCodecError, decode_index, verify_record
+from rocketray.wire.message import MessageCodecError, decode_index, verify_record
 from rocketray.broker.batch import IndexedRecords, index_records
 from rocketray.broker.segments import (Segment, first_gap, first_scanned, records_within, segment_name,
                                        unlink_order)

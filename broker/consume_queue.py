@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rocketray.fs import OS_DISK, Disk, DiskFile, ensure_dir, remove_tree
-from rocketray.broker.message import valid_topic
+from rocketray.wire.message import valid_topic
 from rocketray.broker.batch import CQ_ENTRY, QueueRun
 
 __all__ = ["ConsumeQueue", "ConsumeQueues", "CqEntry", "ENTRY_SIZE", "name_needs_sync", "names_to_sync"]

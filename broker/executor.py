@@ -33,10 +33,10 @@ from typing import Any, Callable, Coroutine, Protocol, TypeAlias, TypeVar
 
 from rocketray.broker import role as rm
 from rocketray.broker.role import MasterInfo, RoleMachine, StoreFacts
-from rocketray.controller.api import (AlterSyncStateSetRequest, BrokerHeartbeatRequest, ElectMasterRequest,
-                                      GetReplicaInfoRequest, RegisterBrokerRequest, Response)
-from rocketray.controller.headers import AlterSyncStateSetResponseHeader
-from rocketray.controller.codes import ResponseCode
+from rocketray.wire.controller_api import (AlterSyncStateSetRequest, BrokerHeartbeatRequest, ElectMasterRequest,
+                                           GetReplicaInfoRequest, RegisterBrokerRequest, Response)
+from rocketray.wire.controller_headers import AlterSyncStateSetResponseHeader
+from rocketray.wire.controller_codes import ResponseCode
 from rocketray.broker.replication_port import HAPort
 from rocketray.schema import INT_MAX
 

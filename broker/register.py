@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from typing import Awaitable, Callable, Protocol
 
 from rocketray.broker.identity import BrokerIdentity, TempBrokerIdentity
-from rocketray.controller.api import ApplyBrokerIdRequest, GetNextBrokerIdRequest, Response
-from rocketray.controller.codes import is_retriable
+from rocketray.wire.controller_api import ApplyBrokerIdRequest, GetNextBrokerIdRequest, Response
+from rocketray.wire.controller_codes import is_retriable
 from rocketray.identity import Identity, check_code as make_check_code
 
 log = logging.getLogger(__name__)

@@ -45,9 +45,9 @@ from rocketray.broker.register import IdentityStore, Registrar, RegisterState
 from rocketray.broker.replicas_model import (ControllerCallError, ControllerClient, EpochFileView, HAFactory,
                                              ReplicasManagerConfig, Role, RoleChangeNotification, State, StorePort)
 from rocketray.broker.role import MasterInfo, RoleMachine, StoreFacts
-from rocketray.controller.api import BrokerHeartbeatRequest, Response
-from rocketray.controller.codes import ResponseCode
-from rocketray.controller.headers import NotLeaderResponseHeader
+from rocketray.wire.controller_api import BrokerHeartbeatRequest, Response
+from rocketray.wire.controller_codes import ResponseCode
+from rocketray.wire.controller_headers import NotLeaderResponseHeader
 from rocketray.broker.replication_port import HAPort
 from rocketray.identity import Identity
 

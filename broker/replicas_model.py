@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Mapping, Protocol
 
 from rocketray.broker.role import Lifecycle, MasterInfo, Role, RoleMachine
-from rocketray.controller.api import BrokerHeartbeatRequest, Response
+from rocketray.wire.controller_api import BrokerHeartbeatRequest, Response
 from rocketray.broker.replication_port import HAPort
 from rocketray.schema import INT_MAX, key, niceness_key, niceness_problem
 

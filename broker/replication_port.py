@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Protocol, Sequence
 from rocketray.wire.put_result import PutResult
 
 if TYPE_CHECKING:
-    from rocketray.broker.batch import EncodedBatch
+    from rocketray.wire.batch import EncodedBatch
 
 __all__ = ["HAPort", "WritePort"]
 

@@ -2,7 +2,7 @@
 and the two views it reads (the controller's ``MasterInfo`` and the store's ``StoreFacts``).
 
 Plain frozen dataclasses; the rules live in ``role.py``. ``MasterInfo`` is the controller API's
-(``rocketray.controller.api``: it is what the controller notifies and answers), re-exported here.
+(``rocketray.wire.controller_api``: it is what the controller notifies and answers), re-exported here.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import enum
 from dataclasses import dataclass
 from typing import Union
 
-from rocketray.controller.api import MasterInfo
+from rocketray.wire.controller_api import MasterInfo
 
 __all__ = [
     "Role", "Lifecycle", "StoreFacts", "MasterInfo", "ReportOutcome",

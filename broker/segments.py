@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from rocketray.broker.message import HEADER_SIZE
+from rocketray.wire.message import HEADER_SIZE
 from rocketray.fs import DiskFile
 
 __all__ = ["Segment", "first_gap", "first_scanned", "records_within", "recovery_scan_start", "segment_name",

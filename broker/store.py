@@ -66,8 +66,9 @@ from rocketray.broker.segments import recovery_scan_start
 from rocketray.broker.epoch_file import EPOCH_FILE_NAME, EpochFileCache
 from rocketray.fs import OS_DISK, Disk, ensure_dir
 from rocketray.fs_undo import UndoDisk
-from rocketray.broker.message import Message, MessageCodecError
-from rocketray.broker.batch import EncodedBatch, encode_batch, index_records, record_offsets, seal_batch
+from rocketray.wire.message import Message, MessageCodecError
+from rocketray.wire.batch import EncodedBatch, encode_batch, record_offsets
+from rocketray.broker.batch import index_records, seal_batch
 from rocketray.broker.store_flush import FLUSH_LEAST_BYTES, FLUSH_TICK_MS, StoreFlushing  # noqa: F401
 from rocketray.broker.store_read import StoreReading
 

@@ -13,9 +13,10 @@ import bisect
 import struct
 from typing import TYPE_CHECKING, Any, Collection
 
-from rocketray.broker.batch import CQ_ENTRY, whole_records_length
+from rocketray.wire.batch import whole_records_length
+from rocketray.broker.batch import CQ_ENTRY
 from rocketray.broker.commitlog import StoreError
-from rocketray.broker.message import Message, decode_record
+from rocketray.wire.message import Message, decode_record
 
 if TYPE_CHECKING:
     from rocketray.broker.commitlog import CommitLog
@@ -31,7 +32,7 @@ __all__ = ["StoreReading", "FILTER_SCAN_ENTRIES"]
 FILTER_SCAN_ENTRIES = 16_384
 _FILTER_CHUNK = 1024
 _STORE_TIMESTAMP = struct.Struct(">q")
-_STORE_TIMESTAMP_AT = 48   # the record layout's store_timestamp_ms (rocketray.broker.message)
+_STORE_TIMESTAMP_AT = 48   # the record layout's store_timestamp_ms (rocketray.wire.message)
 
 
 class StoreReading:

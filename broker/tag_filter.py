@@ -3,7 +3,7 @@
 Theory of operation. A consumer subscribes to a topic with an expression: ``*`` (every message) or
 tags separated by ``||`` (``"paid || refunded"``), as RocketMQ's ``SubscriptionData``. A message
 carries at most one tag (its ``TAGS`` property); every consume-queue entry keeps that tag's code,
-``crc32(tag)`` (0 for a message without a tag: ``rocketray.broker.message.tag_hash``). A filtered
+``crc32(tag)`` (0 for a message without a tag: ``rocketray.wire.message.tag_hash``). A filtered
 pull is decided in two places, as in RocketMQ:
 
 - the broker keeps an entry only when its code is one of the subscribed tags' codes
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rocketray.broker.message import tag_hash
+from rocketray.wire.message import tag_hash
 
 __all__ = ["ALL", "MAX_EXPRESSION_CHARS", "MAX_TAGS", "TagExpressionError", "TagFilter", "parse_expression",
            "tag_code"]

@@ -25,7 +25,7 @@ from rocketray.chaos.broker_workload import RunLog
 from rocketray.chaos.ha_proxy import HaProxies
 from rocketray.chaos.os_nemesis import OsNemesis
 from rocketray.chaos.replica_reader import now_ms
-from rocketray.controller.api import GetReplicaInfoRequest
+from rocketray.wire.controller_api import GetReplicaInfoRequest
 from rocketray.verify import nemesis as sched
 
 log = logging.getLogger("rocketray.chaos.brokers")

@@ -19,8 +19,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Protocol, Sequence
 
-from rocketray.controller.headers import (NO_HEADER, HeaderCodecError, NotLeaderResponseHeader, ResponseHeader,
-                                          header_from_fields)
+from rocketray.wire.controller_headers import (NO_HEADER, HeaderCodecError, NotLeaderResponseHeader, ResponseHeader,
+                                               header_from_fields)
 from rocketray.chaos.proxy import Topology
 from rocketray.controller.proc import NodeProcess
 from rocketray.controller.proc_wire import NOT_LEADER, Lost, NodeClient, NotSent

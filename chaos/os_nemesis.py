@@ -39,7 +39,7 @@ from rocketray.chaos.replica_reader import now_ms
 from rocketray.chaos.nft import KernelNet
 from rocketray.fs_undo import LOST_REPORT, TRIGGER
 from rocketray.spec import ClusterSpec
-from rocketray.controller.api import GetReplicaInfoRequest
+from rocketray.wire.controller_api import GetReplicaInfoRequest
 from rocketray.verify import nemesis as sched
 from rocketray.verify.damage_model import DamageLedger
 from rocketray.verify.filefaults import FILE_ACTIONS, StoredFile, apply_fault, classify, plan_file_fault

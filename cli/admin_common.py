@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from rocketray.cli import admin_format as fmt
 from rocketray.cli.options import add_cluster_flags
-from rocketray.controller.headers import header_fields
+from rocketray.wire.controller_headers import header_fields
 
 __all__ = ["AdminError", "EXIT_ERROR", "EXIT_OK", "EXIT_USAGE", "ResponseError", "add_common_flags",
            "add_repeat_flags", "call", "code_name", "connect_cluster", "dumps", "response_json", "run", "run_request"]
@@ -47,7 +47,7 @@ class ResponseError(RuntimeError):
 
 
 def code_name(code: int) -> str:
-    from rocketray.controller.codes import ResponseCode
+    from rocketray.wire.controller_codes import ResponseCode
 
     try:
         return ResponseCode(code).name

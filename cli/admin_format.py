@@ -24,7 +24,7 @@ from __future__ import annotations
 import datetime
 from typing import Any, Iterable, Mapping, Sequence
 
-from rocketray.controller.codes import ResponseCode
+from rocketray.wire.controller_codes import ResponseCode
 
 CONFIG_KEY_WIDTH = 50
 

@@ -18,15 +18,15 @@ import time
 import uuid
 from typing import Any, Callable, Iterable
 
-from rocketray.broker.pull import OffsetsResult, OffsetsStatus
+from rocketray.wire.pull_result import OffsetsResult, OffsetsStatus
 from rocketray.client.committer import commit_offsets
 from rocketray.client.errors import AdminError, CommitFailed, InvalidRequest, TopicNotFound
 from rocketray.client.retry import dlq_topic, retry_topic
 from rocketray.client.routes import raise_for, route_from_header
 from rocketray.client.transport import Transport, Unanswered, connect_transport
 from rocketray.client.types import OffsetChange, QueueProgress, RetryStats, TopicQueue, TopicRoute
-from rocketray.controller.api import (ConsumerHeartbeatRequest, CreateTopicRequest, DeleteTopicRequest,
-                                      GetTopicRouteRequest, ListTopicsRequest)
+from rocketray.wire.controller_api import (ConsumerHeartbeatRequest, CreateTopicRequest, DeleteTopicRequest,
+                                           GetTopicRouteRequest, ListTopicsRequest)
 
 __all__ = ["Admin", "epoch_ms"]
 
@@ -64,7 +64,7 @@ class Admin:
         self.close()
 
     def _call(self, request: Any, what: str, topic: str | None = None) -> Any:
-        """The answer's typed header (``rocketray.controller.headers``), or the matching error."""
+        """The answer's typed header (``rocketray.wire.controller_headers``), or the matching error."""
         try:
             response = self._transport.call_controller(request, timeout_s=self._timeout_s)
         except Exception as exc:  # noqa: BLE001 - no controller answered in time

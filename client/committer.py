@@ -20,7 +20,7 @@ from typing import Mapping
 from rocketray.client.errors import AccessDenied, CommitFailed
 from rocketray.client.transport import Transport, Unanswered
 from rocketray.client.types import TopicQueue
-from rocketray.ha.ack import PutResult, PutStatus
+from rocketray.wire.put_result import PutResult, PutStatus
 
 __all__ = ["CommitOutcome", "commit_offsets", "BACKOFF_MIN_S", "BACKOFF_MAX_S"]
 

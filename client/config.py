@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Any, Callable
 
-from rocketray.broker.pull import MAX_PULL_BYTES, MAX_PULL_COUNT
+from rocketray.wire.pull_result import MAX_PULL_BYTES, MAX_PULL_COUNT
 from rocketray.client.errors import InvalidRequest
 from rocketray.client.retry import DEFAULT_RETRY_DELAYS, FAST_RETRY_DELAYS, delays_problem
 from rocketray.schema import KIB, MIB, key

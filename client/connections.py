@@ -21,7 +21,7 @@ import threading
 from dataclasses import dataclass
 from typing import Callable
 
-from rocketray.broker.client_wire import Frame, FrameDecoder, FrameType, WireError, encode_frame, unpack
+from rocketray.wire.client_frames import Frame, FrameDecoder, FrameType, WireError, encode_frame, unpack
 from rocketray.client.errors import AuthenticationFailed
 from rocketray.client.tls_stream import PlainStream, TlsStream
 from rocketray.scram import NONCE_SIZE as SCRAM_NONCE_SIZE

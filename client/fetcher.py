@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Collection, Mapping
 
-from rocketray.broker.pull import OffsetsResult, OffsetsStatus, PullResult, PullStatus
+from rocketray.wire.pull_result import OffsetsResult, OffsetsStatus, PullResult, PullStatus
 from rocketray.client.config import ClientConfig
 from rocketray.client.errors import ClientError, InvalidRequest, access_denied
 from rocketray.client.filters import Subscriptions, expression_of, keep_subscribed

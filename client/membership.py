@@ -27,9 +27,9 @@ from typing import Sequence
 from rocketray.client.errors import AccessDenied, ClientError, access_denied
 from rocketray.client.routes import Routes
 from rocketray.client.transport import Transport
-from rocketray.controller.api import ConsumerHeartbeatRequest
-from rocketray.controller.headers import ConsumerHeartbeatResponseHeader
-from rocketray.controller.codes import ResponseCode
+from rocketray.wire.controller_api import ConsumerHeartbeatRequest
+from rocketray.wire.controller_headers import ConsumerHeartbeatResponseHeader
+from rocketray.wire.controller_codes import ResponseCode
 
 __all__ = ["Membership", "HEARTBEAT_TIMEOUT_S", "LEAVE_TIMEOUT_S"]
 

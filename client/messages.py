@@ -8,8 +8,8 @@ import socket
 import uuid
 from typing import Mapping
 
-from rocketray.broker.message import MessageCodecError, decode_record, encode_properties
-from rocketray.broker.schedule import P_DELIVER_AT, SCHEDULE_PROPERTIES, deliver_at_of
+from rocketray.wire.message import MessageCodecError, decode_record, encode_properties
+from rocketray.wire.delayed import P_DELIVER_AT, SCHEDULE_PROPERTIES, deliver_at_of
 from rocketray.client.errors import InvalidMessage
 from rocketray.client.retry import RETRY_PROPERTIES, redelivery_fields
 from rocketray.client.types import ReceivedMessage

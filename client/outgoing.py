@@ -17,9 +17,9 @@ import itertools
 import time
 from typing import Mapping
 
-from rocketray.broker.batch import encode_new_record
-from rocketray.broker.message import MessageCodecError, topic_bytes
-from rocketray.broker.schedule import plan_delay
+from rocketray.wire.batch import encode_new_record
+from rocketray.wire.message import MessageCodecError, topic_bytes
+from rocketray.wire.delayed import plan_delay
 from rocketray.client.config import ClientConfig
 from rocketray.client.core import select_queue
 from rocketray.client.errors import AccessDenied, InvalidMessage, SendUnknown

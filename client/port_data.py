@@ -2,7 +2,7 @@
 
 :class:`PortData` is the half of a ``rocketray.client.transport.Transport`` that moves data: put,
 pull, commit, committed offsets and queue max offsets go to the group master's client port
-(``actors/client_port.py``, frames of ``rocketray.broker.client_wire``) over the connections of
+(``actors/client_port.py``, frames of ``rocketray.wire.client_frames``) over the connections of
 ``rocketray.client.connections``. The other half (finding masters, watching for a new one,
 controller requests) is the transport's own: Ray calls for a Ray driver
 (``rocketray.client.socket_transport``), control frames on the ports for an application outside
@@ -18,15 +18,16 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
-from rocketray.broker.batch import EncodedBatch
-from rocketray.broker.client_wire import (PUT_COUNT, Frame, FrameType, PullRequest, WireError, decode_offsets_answer,
+from rocketray.wire.batch import EncodedBatch
+from rocketray.wire.client_frames import (PUT_COUNT, Frame, FrameType, PullRequest, WireError, decode_offsets_answer,
                                           decode_pull_answer, decode_put_answer, decode_queue_offsets,
                                           encode_commit_request, encode_pull_request, encode_search_request,
                                           pack)
-from rocketray.broker.pull import OffsetsResult
+from rocketray.wire.pull_result import OffsetsResult
 from rocketray.client.connections import Connection, ConnectionLost, Dialer, DirectConnection
 from rocketray.client.unanswered import Unanswered
-from rocketray.ha.ack import PutResult, PutStatus, refused
+from rocketray.wire.put_result import PutResult, PutStatus
+from rocketray.ha.ack import refused
 
 __all__ = ["PortData"]
 

@@ -2,7 +2,7 @@
 
 :class:`PortTransport` needs only a :class:`~rocketray.client.bootstrap.Bootstrap`: one or more
 brokers' client addresses, the cluster's CA and the application's user credential. Its control
-plane uses the control frames every broker answers (``rocketray.broker.client_control``) on one
+plane uses the control frames every broker answers (``rocketray.wire.client_control``) on one
 connection to a bootstrap broker (the next one when it fails): METADATA for the groups, their
 brokers' client addresses, their masters and the cluster's client settings; one WATCH per group in
 use, always outstanding, which the broker answers the moment the controllers apply a newer master;
@@ -18,14 +18,14 @@ import threading
 import time
 from typing import Any
 
-from rocketray.broker.client_control import (Metadata, decode_control_answer, decode_metadata, decode_watch_answer,
-                                             encode_control, encode_watch)
-from rocketray.broker.client_wire import Frame, FrameType, WireError, pack
+from rocketray.wire.client_control import (Metadata, decode_control_answer, decode_metadata, decode_watch_answer,
+                                           encode_control, encode_watch)
+from rocketray.wire.client_frames import Frame, FrameType, WireError, pack
 from rocketray.client.bootstrap import Bootstrap
 from rocketray.client.connections import Connection, ConnectionLost, Dialer, user_login
 from rocketray.client.errors import AuthenticationFailed, ClusterNotFound
 from rocketray.client.port_data import PortData
-from rocketray.controller.api import Response
+from rocketray.wire.controller_api import Response
 
 __all__ = ["PortTransport"]
 

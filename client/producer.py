@@ -38,7 +38,7 @@ import threading
 import time
 from typing import Any, Callable, Mapping
 
-from rocketray.broker.batch import EncodedBatch
+from rocketray.wire.batch import EncodedBatch
 from rocketray.client.config import ClientConfig, client_config
 from rocketray.client.core import Accumulator, Batch
 from rocketray.client.errors import AccessDenied, BufferFull, ClientClosed, FlushTimeout, InvalidRequest, SendUnknown

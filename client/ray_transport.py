@@ -28,11 +28,11 @@ from typing import Any, Callable, Protocol
 
 import ray
 
-from rocketray.broker.batch import EncodedBatch
-from rocketray.broker.pull import OffsetsResult, PullResult
+from rocketray.wire.batch import EncodedBatch
+from rocketray.wire.pull_result import OffsetsResult, PullResult
 from rocketray.client.unanswered import Unanswered
-from rocketray.controller.api import Response
-from rocketray.ha.ack import PutResult
+from rocketray.wire.controller_api import Response
+from rocketray.wire.put_result import PutResult
 
 __all__ = ["RayTransport"]
 

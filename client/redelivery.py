@@ -28,7 +28,7 @@ from rocketray.client.retry import RetryHold, RetryPlan, is_retry_topic, parse_d
 from rocketray.client.routes import Routes, raise_for, route_from_header
 from rocketray.client.transport import Transport
 from rocketray.client.types import ReceivedMessage, SendResult, TopicQueue, TopicRoute
-from rocketray.controller.api import CreateTopicRequest
+from rocketray.wire.controller_api import CreateTopicRequest
 
 __all__ = ["Redelivery", "wall_ms"]
 

@@ -13,9 +13,9 @@ import time
 from rocketray.client.errors import AdminError, ClientError, TopicNotFound, access_denied
 from rocketray.client.transport import Transport
 from rocketray.client.types import QueueRoute, TopicRoute
-from rocketray.controller.api import GetTopicRouteRequest, Response
-from rocketray.controller.codes import ResponseCode, is_retriable
-from rocketray.controller.headers import CreateTopicResponseHeader, ResponseHeader, TopicRouteResponseHeader
+from rocketray.wire.controller_api import GetTopicRouteRequest, Response
+from rocketray.wire.controller_codes import ResponseCode, is_retriable
+from rocketray.wire.controller_headers import CreateTopicResponseHeader, ResponseHeader, TopicRouteResponseHeader
 
 __all__ = ["Routes", "raise_for", "route_from_header", "ROUTE_TTL_S"]
 

@@ -24,12 +24,12 @@ import threading
 import time
 from typing import Any, Callable
 
-from rocketray.broker.batch import EncodedBatch
+from rocketray.wire.batch import EncodedBatch
 from rocketray.client.errors import AccessDenied, InvalidMessage, SendFailed, SendUnknown
 from rocketray.client.metrics import Tally
 from rocketray.client.transport import Transport, Unanswered
 from rocketray.client.types import SendStatus
-from rocketray.ha.ack import PutResult, PutStatus
+from rocketray.wire.put_result import PutResult, PutStatus
 
 __all__ = ["send_with_retries", "BACKOFF_MIN_S", "BACKOFF_MAX_S", "BACKOFF_AFTER_ELECTION_S", "PROMOTION_WINDOW_S"]
 

@@ -25,11 +25,11 @@ from __future__ import annotations
 import concurrent.futures
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
-from rocketray.broker.batch import EncodedBatch
-from rocketray.broker.pull import OffsetsResult
-from rocketray.controller.api import Response
+from rocketray.wire.batch import EncodedBatch
+from rocketray.wire.pull_result import OffsetsResult
+from rocketray.wire.controller_api import Response
 from rocketray.client.unanswered import Unanswered
-from rocketray.ha.ack import PutResult
+from rocketray.wire.put_result import PutResult
 
 if TYPE_CHECKING:
     from rocketray.client.bootstrap import Bootstrap

@@ -27,7 +27,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from rocketray.controller.codes import ResponseCode
+from rocketray.wire.controller_codes import ResponseCode
 from rocketray.controller.config import ControllerConfig
 from rocketray.durable import write_durably
 

@@ -21,9 +21,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from rocketray.controller.api import ConsumerHeartbeatRequest, Response
-from rocketray.controller.codes import ResponseCode
-from rocketray.controller.headers import ConsumerHeartbeatResponseHeader
+from rocketray.wire.controller_api import ConsumerHeartbeatRequest, Response
+from rocketray.wire.controller_codes import ResponseCode
+from rocketray.wire.controller_headers import ConsumerHeartbeatResponseHeader
 from rocketray.controller.limits import check_request_limits
 from rocketray.controller.topics import topic_name_problem
 

@@ -34,17 +34,17 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional
 
 from rocketray.controller import users
-from rocketray.controller.api import (AlterSyncStateSetRequest, ApplyBrokerIdRequest, CleanBrokerDataRequest,
-                            CreateTopicRequest, DeleteTopicRequest, ElectMasterRequest, ElectMastersRequest,
-                            GetNextBrokerIdRequest,
-                            GetReplicaInfoRequest, GetSyncStateDataRequest, GetTopicRouteRequest,
-                            ListTopicsRequest, RegisterBrokerRequest, Response)
-from rocketray.controller.codes import ResponseCode as C
+from rocketray.wire.controller_api import (AlterSyncStateSetRequest, ApplyBrokerIdRequest, CleanBrokerDataRequest,
+                                           CreateTopicRequest, DeleteTopicRequest, ElectMasterRequest,
+                                           ElectMastersRequest, GetNextBrokerIdRequest, GetReplicaInfoRequest,
+                                           GetSyncStateDataRequest, GetTopicRouteRequest, ListTopicsRequest,
+                                           RegisterBrokerRequest, Response)
+from rocketray.wire.controller_codes import ResponseCode as C
 from rocketray.controller.election import contains_log, elect, rank_key
-from rocketray.controller.headers import (NO_HEADER, AlterSyncStateSetResponseHeader, ApplyBrokerIdResponseHeader,
-                                          ElectMasterResponseHeader, ElectMastersResponseHeader,
-                                          GetNextBrokerIdResponseHeader, GetReplicaInfoResponseHeader,
-                                          RegisterBrokerToControllerResponseHeader)
+from rocketray.wire.controller_headers import (NO_HEADER, AlterSyncStateSetResponseHeader, ApplyBrokerIdResponseHeader,
+                                               ElectMasterResponseHeader, ElectMastersResponseHeader,
+                                               GetNextBrokerIdResponseHeader, GetReplicaInfoResponseHeader,
+                                               RegisterBrokerToControllerResponseHeader)
 from rocketray.controller.events import (AlterSyncStateSetEvent, ApplyBrokerIdEvent, CleanBrokerDataEvent,
                                ElectMasterEvent, Event, UpdateBrokerAddressEvent)
 from rocketray.controller.heartbeat import BrokerLiveInfo, HeartbeatTable

@@ -21,8 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from rocketray.controller.api import INT32_MAX, BrokerHeartbeatRequest, Response
-from rocketray.controller.codes import ResponseCode
+from rocketray.wire.controller_api import INT32_MAX, BrokerHeartbeatRequest, Response
+from rocketray.wire.controller_codes import ResponseCode
 
 
 @dataclass(frozen=True, slots=True)

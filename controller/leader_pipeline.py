@@ -20,8 +20,8 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
-from rocketray.controller.api import ConsumerHeartbeatRequest, ElectMasterRequest, Response
-from rocketray.controller.codes import ResponseCode
+from rocketray.wire.controller_api import ConsumerHeartbeatRequest, ElectMasterRequest, Response
+from rocketray.wire.controller_codes import ResponseCode
 from rocketray.controller.config import ControllerConfig
 from rocketray.controller.decide import DecideContext, decide, is_write
 from rocketray.controller.events import Event, encode_events

@@ -26,8 +26,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rocketray.controller.api import Response
-from rocketray.controller.codes import ResponseCode
+from rocketray.wire.controller_api import Response
+from rocketray.wire.controller_codes import ResponseCode
 
 __all__ = ["Attempts", "Leader", "LeaderStatus", "LeaderView"]
 

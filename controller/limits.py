@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import fields, is_dataclass
 from typing import Any
 
-from rocketray.controller.api import Response
-from rocketray.controller.codes import ResponseCode as C
+from rocketray.wire.controller_api import Response
+from rocketray.wire.controller_codes import ResponseCode as C
 
 __all__ = ["MAX_SET_SIZE", "MAX_STRING_BYTES", "check_request_limits"]
 

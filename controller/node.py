@@ -40,13 +40,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Callable
 
-from rocketray.controller.api import ConsumerHeartbeatRequest, GetAuthTableRequest, Response
-from rocketray.controller.codes import ResponseCode
+from rocketray.wire.controller_api import ConsumerHeartbeatRequest, GetAuthTableRequest, Response
+from rocketray.wire.controller_codes import ResponseCode
 from rocketray.controller.config import ControllerConfig
 from rocketray.controller.consumers import ConsumerGroups
 from rocketray.controller.event_log import EventLog, EventLogError, EventLogRecord
 from rocketray.controller.events import Event, broker_name_of, decode_events
-from rocketray.controller.headers import NotLeaderResponseHeader
+from rocketray.wire.controller_headers import NotLeaderResponseHeader
 from rocketray.controller.heartbeat import HeartbeatTable
 from rocketray.controller.leader_pipeline import LeaderPipeline
 from rocketray.controller.notify import RoleChangeNotice

@@ -15,9 +15,9 @@ import enum
 from dataclasses import dataclass
 from typing import Callable
 
-from rocketray.controller.api import ElectMasterRequest, MasterInfo, Response
-from rocketray.controller.codes import ResponseCode
-from rocketray.controller.headers import ElectMasterResponseHeader
+from rocketray.wire.controller_api import ElectMasterRequest, MasterInfo, Response
+from rocketray.wire.controller_codes import ResponseCode
+from rocketray.wire.controller_headers import ElectMasterResponseHeader
 
 Alive = Callable[[str, int], bool]
 

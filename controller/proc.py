@@ -12,7 +12,7 @@ Request bodies are maps ``{"id", "op", "args"}``; ops: ``status`` (``node.metada
 (the replicated tables), ``request`` (one controller API call, see ``build_request``).
 
 A ``request`` answer is ``{"code", "header_type", "header", "body", "remark", ...}``: the header as its
-class name and fields (``rocketray.controller.headers.header_fields``; the client rebuilds it with
+class name and fields (``rocketray.wire.controller_headers.header_fields``; the client rebuilds it with
 ``header_from_fields``, which refuses anything malformed). ``request`` adds what the runner's checks
 need: the Raft term observed just before and just after ``handle`` and whether the node was a ready
 leader before it was called. A node that is not a ready leader answers 2007 with ``precheck: true``
@@ -41,7 +41,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from rocketray.controller.headers import NotLeaderResponseHeader, header_fields
+from rocketray.wire.controller_headers import NotLeaderResponseHeader, header_fields
 from rocketray.controller.proc_wire import MAX_CONNECTIONS, NOT_LEADER, Lost, NodeClient, NotSent, serve_connection
 from rocketray.tls import CertificateAuthority, Identity, MemberCredentials
 
@@ -58,8 +58,8 @@ if TYPE_CHECKING:
 
 def build_request(args: dict[str, Any]) -> Any:
     """A controller API request from a plain map (only the operations the chaos workload uses)."""
-    from rocketray.controller.api import (AlterSyncStateSetRequest, ApplyBrokerIdRequest, ElectMasterRequest,
-                                GetReplicaInfoRequest, RegisterBrokerRequest)
+    from rocketray.wire.controller_api import (AlterSyncStateSetRequest, ApplyBrokerIdRequest, ElectMasterRequest,
+                                               GetReplicaInfoRequest, RegisterBrokerRequest)
     kind, name = args["type"], str(args["broker_name"])
     if kind == "read":
         return GetReplicaInfoRequest(name)

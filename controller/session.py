@@ -76,7 +76,7 @@ from typing import Callable, Collection, Iterator, Mapping
 
 import msgpack
 
-from rocketray.controller.api import BrokerHeartbeatRequest, MasterInfo
+from rocketray.wire.controller_api import BrokerHeartbeatRequest, MasterInfo
 from rocketray.identity import Identity, member_of_check_code
 
 __all__ = ["Ack", "Bye", "ControllerFrameDecoder", "Heartbeat", "Hello", "LeaderSessionGrace", "MAX_FRAME_BYTES",

@@ -29,7 +29,7 @@ from typing import Callable
 
 from rocketray.auth import SESSION_LABEL
 from rocketray.border import Border, LimitsConfig, install_accept_error_filter
-from rocketray.controller.api import BrokerHeartbeatRequest, MasterInfo
+from rocketray.wire.controller_api import BrokerHeartbeatRequest, MasterInfo
 from rocketray.controller.session import (Bye, Heartbeat, Hello, SessionDecoder, SessionErrorCode, SessionProtocolError,
                                           SessionTable, encode_ack, encode_role, heartbeat_request)
 from rocketray.identity import Identity

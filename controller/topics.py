@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import re
 
-from rocketray.controller.api import (CreateTopicRequest, DeleteTopicRequest, GetTopicRouteRequest,
-                                      ListTopicsRequest, Response)
-from rocketray.controller.codes import ResponseCode as C
-from rocketray.controller.headers import (CreateTopicResponseHeader, DeleteTopicResponseHeader,
-                                          ListTopicsResponseHeader, TopicRouteResponseHeader)
+from rocketray.wire.controller_api import (CreateTopicRequest, DeleteTopicRequest, GetTopicRouteRequest,
+                                           ListTopicsRequest, Response)
+from rocketray.wire.controller_codes import ResponseCode as C
+from rocketray.wire.controller_headers import (CreateTopicResponseHeader, DeleteTopicResponseHeader,
+                                               ListTopicsResponseHeader, TopicRouteResponseHeader)
 from rocketray.controller.events import CreateTopicEvent, DeleteTopicEvent, Event
 from rocketray.controller.state import ControllerState
 

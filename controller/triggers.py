@@ -20,9 +20,9 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
-from rocketray.controller.api import ElectMasterRequest, ElectMastersRequest, Response
+from rocketray.wire.controller_api import ElectMasterRequest, ElectMastersRequest, Response
 from rocketray.controller.consumers import ConsumerGroups
-from rocketray.controller.codes import ResponseCode
+from rocketray.wire.controller_codes import ResponseCode
 from rocketray.controller.config import ControllerConfig
 from rocketray.controller.decide import (DecideContext, election_answers, master_session_closed,
                                         scan_need_reelect_broker_sets)

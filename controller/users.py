@@ -20,14 +20,14 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from rocketray.acl import MAX_RULES_PER_USER, AclParseError, AclRule, parse_resources, parse_rules, user_name_problem
-from rocketray.controller.api import (CreateAclRequest, CreateUserRequest, DeleteAclRequest, DeleteUserRequest,
-                                      GetAclRequest, GetAuthTableRequest, ListAclsRequest, ListUsersRequest,
-                                      Response, UpdateAclRequest, UpdateUserRequest)
+from rocketray.wire.controller_api import (CreateAclRequest, CreateUserRequest, DeleteAclRequest, DeleteUserRequest,
+                                           GetAclRequest, GetAuthTableRequest, ListAclsRequest, ListUsersRequest,
+                                           Response, UpdateAclRequest, UpdateUserRequest)
 from rocketray.controller.auth_table import MAX_USERS, AuthTable, UserRecord, rule_rows, sorted_rules
-from rocketray.controller.codes import ResponseCode as C
+from rocketray.wire.controller_codes import ResponseCode as C
 from rocketray.controller.events import DeleteUserEvent, Event, PutUserEvent, SetAclEvent
-from rocketray.controller.headers import (AclRulesResponseHeader, AuthTableResponseHeader, ListUsersResponseHeader,
-                                          UserResponseHeader)
+from rocketray.wire.controller_headers import (AclRulesResponseHeader, AuthTableResponseHeader, ListUsersResponseHeader,
+                                               UserResponseHeader)
 from rocketray.controller.state import ControllerState
 from rocketray.scram import ScramCredential
 

@@ -31,10 +31,7 @@ from typing import Iterable, Mapping
 
 from rocketray.wire.put_result import PutResult, PutStatus, Written
 
-__all__ = [
-    "PutStatus", "Written", "PutResult", "AckPolicy", "union_view", "confirm_offset",
-    "put_admitted", "batch_acked", "refused", "after_write",
-]
+__all__ = ["AckPolicy", "union_view", "confirm_offset", "put_admitted", "batch_acked", "refused", "after_write"]
 
 
 def refused(status: PutStatus) -> PutResult:

@@ -34,9 +34,10 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Callable, Protocol, Sequence
 
-from rocketray.broker.batch import EncodedBatch, TopicRefused, encode_batch
-from rocketray.broker.message import Message, MessageCodecError
-from rocketray.ha.ack import PutResult, PutStatus, refused
+from rocketray.wire.batch import EncodedBatch, TopicRefused, encode_batch
+from rocketray.wire.message import Message, MessageCodecError
+from rocketray.wire.put_result import PutResult, PutStatus
+from rocketray.ha.ack import refused
 from rocketray.ha.put_gate import HELD, WRITE, PutGate, PutWait
 
 if TYPE_CHECKING:

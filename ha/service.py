@@ -39,10 +39,11 @@ import time
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from rocketray.border import Border, LimitsConfig, install_accept_error_filter
-from rocketray.broker.batch import EncodedBatch
-from rocketray.broker.message import Message
+from rocketray.wire.batch import EncodedBatch
+from rocketray.wire.message import Message
 from rocketray.broker.role import Role, RoleMachine, StoreFacts
-from rocketray.ha.ack import AckPolicy, PutResult, PutStatus
+from rocketray.wire.put_result import PutResult
+from rocketray.ha.ack import AckPolicy
 from rocketray.ha.config import HAConfig
 from rocketray.ha.loop_monitor import OrderedIO
 from rocketray.ha.master import MasterReplication
@@ -60,7 +61,7 @@ from rocketray.ha.transport import STREAM_LIMIT, ConnectionOwner, MasterConnecti
 from rocketray.links import MemberLinks
 from rocketray.listener import start_listener
 
-__all__ = ["HAService", "LoopTimers", "PutStatus", "PutResult", "Role"]
+__all__ = ["HAService", "LoopTimers", "Role"]
 
 log = logging.getLogger(__name__)
 

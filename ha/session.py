@@ -27,12 +27,10 @@ import bisect
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
-from rocketray.ha.protocol import (
-    DEFAULT_MAX_BODY_BYTES, MAX_EPOCH_ENTRIES, ConnState, EpochPoint, MasterHandshake,
-    MasterPacketDecoder, MasterTransfer, ProtocolError, SlaveAck, SlaveHandshake,
-    SlavePacketDecoder, encode_master_handshake, encode_master_transfer_header,
-    encode_slave_ack, encode_slave_handshake,
-)
+from rocketray.wire.ha_protocol import (DEFAULT_MAX_BODY_BYTES, MAX_EPOCH_ENTRIES, ConnState, EpochPoint,
+                                        MasterHandshake, MasterPacketDecoder, MasterTransfer, ProtocolError, SlaveAck,
+                                        SlaveHandshake, SlavePacketDecoder, encode_master_handshake,
+                                        encode_master_transfer_header, encode_slave_ack, encode_slave_handshake)
 from rocketray.ha.truncation import decide_truncation
 
 __all__ = [

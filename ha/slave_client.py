@@ -36,7 +36,7 @@ import threading
 from typing import TYPE_CHECKING, Callable
 
 from rocketray.auth import HA_LABEL
-from rocketray.ha.protocol import ProtocolError, master_packet_length
+from rocketray.wire.ha_protocol import ProtocolError, master_packet_length
 from rocketray.ha.session import (
     Append, Close, LocalLog, RecordEpoch, Send, SetConfirmOffset, SlaveAction, SlaveSession, Truncate,
 )

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Callable, Protocol
 from rocketray.direct_reads import DirectReads
 from rocketray.ha.config import HAConfig
 from rocketray.ha.loop_monitor import OrderedIO
-from rocketray.ha.protocol import EpochPoint
+from rocketray.wire.ha_protocol import EpochPoint
 from rocketray.ha.session import MasterSession, Outgoing
 
 if TYPE_CHECKING:

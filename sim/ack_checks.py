@@ -25,7 +25,7 @@ from __future__ import annotations
 from bisect import bisect_right
 
 from rocketray.broker.commitlog import StoreError
-from rocketray.broker.message import MessageCodecError, decode_record
+from rocketray.wire.message import MessageCodecError, decode_record
 from rocketray.broker.segments import segment_name
 from rocketray.sim.broker import SimBroker
 from rocketray.sim.world import Violation

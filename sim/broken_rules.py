@@ -85,7 +85,7 @@ def acked_by_confirmed_set(_original):
 
 
 def old_after_write(_original):
-    from rocketray.ha.ack import PutResult, PutStatus, Written
+    from rocketray.wire.put_result import PutResult, PutStatus, Written
 
     def after_write(acked, still_master, offsets, end_offset):
         if acked:
@@ -155,7 +155,7 @@ def flush_without_dir(_original):
 
 
 def header_only(_original):
-    from rocketray.broker import message
+    from rocketray.wire import message
 
     def verify_record(buf, pos=0):
         fields = message._check_header(memoryview(buf), pos)
@@ -170,11 +170,12 @@ def keep_the_last(_original):
 
 
 def commit_acked_on_own_write(original):
-    from rocketray.broker.message import decode_record
-    from rocketray.broker.offsets import OFFSETS_TOPIC
+    from rocketray.wire.message import decode_record
+    from rocketray.wire.offset_records import OFFSETS_TOPIC
     from rocketray.broker.role import Role
     from rocketray.ha import ack
-    from rocketray.ha.ack import PutStatus, refused
+    from rocketray.wire.put_result import PutStatus
+    from rocketray.ha.ack import refused
 
     def put(self, batch, reply):
         if decode_record(batch.data)[0].topic != OFFSETS_TOPIC:
@@ -233,7 +234,7 @@ def append_unflushed(original):
 
 
 def timeout_not_written(original):
-    from rocketray.ha.ack import PutResult, PutStatus, Written
+    from rocketray.wire.put_result import PutResult, PutStatus, Written
 
     def after_write(acked, still_master, offsets, end_offset):
         result = original(acked, still_master, offsets, end_offset)
@@ -244,7 +245,7 @@ def timeout_not_written(original):
 
 
 def ack_untruncated_end(original):
-    from rocketray.ha.protocol import encode_slave_ack
+    from rocketray.wire.ha_protocol import encode_slave_ack
     from rocketray.ha.session import Send, Truncate
 
     def on_handshake(self, packet, local, now_ms):

@@ -26,13 +26,13 @@ from typing import Any, Callable, Coroutine, Iterable
 from rocketray.broker import executor as ex
 from rocketray.broker import role as rm
 from rocketray.broker.config import FlushMode, StoreConfig
-from rocketray.broker.message import Message
-from rocketray.broker.batch import EncodedBatch
+from rocketray.wire.message import Message
+from rocketray.wire.batch import EncodedBatch
 from rocketray.broker.offsets import OffsetTable
 from rocketray.broker.role import MasterInfo, Role, RoleMachine, StoreFacts
 from rocketray.broker.store import MessageStore
 from rocketray.broker.executor import BrokerNames, Executor, run_now
-from rocketray.controller.api import BrokerHeartbeatRequest, Response
+from rocketray.wire.controller_api import BrokerHeartbeatRequest, Response
 from rocketray.controller.session import Hello
 from rocketray.ha.ack import AckPolicy
 from rocketray.ha.master import MasterReplication

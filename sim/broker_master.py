@@ -19,9 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from rocketray.broker.batch import EncodedBatch
+from rocketray.wire.batch import EncodedBatch
 from rocketray.broker.role import Role
-from rocketray.ha.protocol import ProtocolError
+from rocketray.wire.ha_protocol import ProtocolError
 from rocketray.ha.put_gate import PutWait
 from rocketray.ha.put_shell import Reply
 from rocketray.ha.session import AckEvent, HandshakeEvent, MasterSession

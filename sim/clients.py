@@ -18,11 +18,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from rocketray.broker.message import Message
-from rocketray.broker.batch import encode_batch
-from rocketray.broker.offsets import commit_message, reset_message
-from rocketray.controller.api import GetReplicaInfoRequest
-from rocketray.ha.ack import PutResult, Written
+from rocketray.wire.message import Message
+from rocketray.wire.batch import encode_batch
+from rocketray.wire.offset_records import commit_message, reset_message
+from rocketray.wire.controller_api import GetReplicaInfoRequest
+from rocketray.wire.put_result import PutResult, Written
 from rocketray.sim.broker import TOPIC, SimBroker
 from rocketray.sim.controller import CONTROLLER, SimController
 from rocketray.sim.net import Network

@@ -29,8 +29,8 @@ from __future__ import annotations
 from typing import Callable
 
 from rocketray.broker.role import MasterInfo
-from rocketray.controller.api import (ApplyBrokerIdRequest, BrokerHeartbeatRequest, ElectMasterRequest,
-                                      ElectMastersRequest, GetReplicaInfoRequest, Response)
+from rocketray.wire.controller_api import (ApplyBrokerIdRequest, BrokerHeartbeatRequest, ElectMasterRequest,
+                                           ElectMastersRequest, GetReplicaInfoRequest, Response)
 from rocketray.controller.decide import (DecideContext, decide, decide_elect_master, decide_elect_masters,
                                          is_write, master_session_closed, scan_need_reelect_broker_sets)
 from rocketray.controller.events import ElectMasterEvent

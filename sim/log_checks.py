@@ -26,7 +26,7 @@ import struct
 from itertools import islice
 
 from rocketray.broker.commitlog import StoreError
-from rocketray.broker.message import MessageCodecError, decode_record
+from rocketray.wire.message import MessageCodecError, decode_record
 from rocketray.sim.broker import SimBroker
 from rocketray.sim.loss_checks import log_bytes
 from rocketray.sim.world import Violation

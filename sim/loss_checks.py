@@ -12,7 +12,7 @@ election forgave), and take what it forgives out of invariants 1, 2, 8 and 9. Th
 from __future__ import annotations
 
 from rocketray.broker.commitlog import StoreError
-from rocketray.broker.message import MessageCodecError, decode_record
+from rocketray.wire.message import MessageCodecError, decode_record
 from rocketray.broker.role import Role
 from rocketray.sim.broker import SimBroker
 from rocketray.sim.clients import Read

@@ -21,8 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rocketray.broker.batch import CQ_ENTRY, index_records
-from rocketray.broker.message import MessageCodecError, decode_record
-from rocketray.broker.offsets import OFFSETS_QUEUE, OFFSETS_TOPIC, OffsetRecordError, OffsetTable, decode_commit
+from rocketray.wire.message import MessageCodecError, decode_record
+from rocketray.wire.offset_records import OFFSETS_QUEUE, OFFSETS_TOPIC, OffsetRecordError, decode_commit
+from rocketray.broker.offsets import OffsetTable
 
 __all__ = ["CONSUMER_GROUP", "CommittedOffsets", "OffsetAnswer", "LogFold", "answerable", "fold_confirmed"]
 

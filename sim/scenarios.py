@@ -20,7 +20,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Callable
 
-from rocketray.controller.api import AlterSyncStateSetRequest
+from rocketray.wire.controller_api import AlterSyncStateSetRequest
 from rocketray.broker.config import FlushMode
 from rocketray.sim.broker import SimBroker
 from rocketray.sim.disk import CrashMode

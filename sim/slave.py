@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Callable, Mapping, Protocol
 
 from rocketray.broker.store import MessageStore
-from rocketray.ha.protocol import ProtocolError
+from rocketray.wire.ha_protocol import ProtocolError
 from rocketray.ha.session import Close, Send, SlaveSession, Truncate
 from rocketray.ha.slave_client import apply_to_store, local_log
 from rocketray.sim.net import Connection, Network

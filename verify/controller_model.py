@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from typing import Any, Hashable
 
-from rocketray.controller.headers import (AlterSyncStateSetResponseHeader, ElectMasterResponseHeader,
-                                          GetReplicaInfoResponseHeader, ResponseHeader)
+from rocketray.wire.controller_headers import (AlterSyncStateSetResponseHeader, ElectMasterResponseHeader,
+                                               GetReplicaInfoResponseHeader, ResponseHeader)
 from rocketray.controller.proc import build_request
 from rocketray.verify.linearizability import (AlterInput, AlterOutput, ElectInput, ElectOutput, GroupState,
                                           Operation, Outcome, ReadOutput)

@@ -31,7 +31,7 @@ from rocketray.cli.admin_common import (EXIT_USAGE, AdminError, ResponseError, a
                                         call, response_json, run, run_request)
 from rocketray.cli.commands.admin_auth import add_auth_parsers
 from rocketray.cli.commands.admin_groups import add_group_parsers
-from rocketray.controller.headers import header_fields
+from rocketray.wire.controller_headers import header_fields
 
 DEFAULT_TOPIC_QUEUES = 8  # mqadmin updateTopic's default read/write queue numbers
 
@@ -164,7 +164,7 @@ def run_get_controller_metadata(args: argparse.Namespace) -> int:
 
 
 def run_get_sync_state_set(args: argparse.Namespace) -> int:
-    from rocketray.controller.api import GetSyncStateDataRequest
+    from rocketray.wire.controller_api import GetSyncStateDataRequest
 
     def once(cluster):
         response = call(cluster, GetSyncStateDataRequest(broker_names=tuple(_groups(cluster, args))))
@@ -206,7 +206,7 @@ def run_get_broker_epoch(args: argparse.Namespace) -> int:
 
 
 def run_elect_master(args: argparse.Namespace) -> int:
-    from rocketray.controller.api import ElectMasterRequest
+    from rocketray.wire.controller_api import ElectMasterRequest
 
     def once(cluster):
         cluster_name = args.cluster_name or cluster.spec.cluster_name
@@ -219,7 +219,7 @@ def run_elect_master(args: argparse.Namespace) -> int:
 
 
 def run_clean_broker_metadata(args: argparse.Namespace) -> int:
-    from rocketray.controller.api import CleanBrokerDataRequest
+    from rocketray.wire.controller_api import CleanBrokerDataRequest
 
     def once(cluster):
         cluster_name = args.cluster_name or cluster.spec.cluster_name
@@ -305,26 +305,26 @@ def run_update_controller_config(args: argparse.Namespace) -> int:
 # --- topics ----------------------------------------------------------------------------------------
 
 def run_update_topic(args: argparse.Namespace) -> int:
-    from rocketray.controller.api import CreateTopicRequest
+    from rocketray.wire.controller_api import CreateTopicRequest
 
     return run_request(args, CreateTopicRequest(args.topic, args.queues),
                        lambda response: fmt.format_update_topic(header_fields(response.header)))
 
 
 def run_delete_topic(args: argparse.Namespace) -> int:
-    from rocketray.controller.api import DeleteTopicRequest
+    from rocketray.wire.controller_api import DeleteTopicRequest
 
     return run_request(args, DeleteTopicRequest(args.topic), lambda response: fmt.format_delete_topic(args.topic))
 
 
 def run_topic_route(args: argparse.Namespace) -> int:
-    from rocketray.controller.api import GetTopicRouteRequest
+    from rocketray.wire.controller_api import GetTopicRouteRequest
 
     return run_request(args, GetTopicRouteRequest(args.topic),
                        lambda response: fmt.format_topic_route(header_fields(response.header)))
 
 
 def run_topic_list(args: argparse.Namespace) -> int:
-    from rocketray.controller.api import ListTopicsRequest
+    from rocketray.wire.controller_api import ListTopicsRequest
 
     return run_request(args, ListTopicsRequest(), lambda response: fmt.format_topic_list(response.header.counts()))

@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 from rocketray.cli import admin_format as fmt
 from rocketray.cli.admin_common import EXIT_USAGE, add_common_flags, call, response_json, run, run_request
-from rocketray.controller.headers import header_fields
+from rocketray.wire.controller_headers import header_fields
 from rocketray.scram import DEFAULT_ITERATIONS, DEFAULT_SALT_BYTES, MAX_ITERATIONS, MIN_ITERATIONS, ScramCredential
 
 __all__ = ["GENERATED_SECRET_BYTES", "MIN_SECRET_CHARS", "SecretError", "add_auth_parsers", "read_secret"]
@@ -191,13 +191,13 @@ def _user_command(args: argparse.Namespace, generate: bool, build: Callable[[Scr
 
 
 def run_user_create(args: argparse.Namespace) -> int:
-    from rocketray.controller.api import CreateUserRequest
+    from rocketray.wire.controller_api import CreateUserRequest
 
     return _user_command(args, True, lambda cred: CreateUserRequest(args.user_name, cred, args.superuser), "create")
 
 
 def run_user_update(args: argparse.Namespace) -> int:
-    from rocketray.controller.api import UpdateUserRequest
+    from rocketray.wire.controller_api import UpdateUserRequest
 
     if args.new_secret and args.secret_file is not None:
         print("error: give --new-secret or --secret-file, not both", file=sys.stderr)
@@ -210,13 +210,13 @@ def run_user_update(args: argparse.Namespace) -> int:
 
 
 def run_user_delete(args: argparse.Namespace) -> int:
-    from rocketray.controller.api import DeleteUserRequest
+    from rocketray.wire.controller_api import DeleteUserRequest
 
     return run_request(args, DeleteUserRequest(args.user_name), lambda response: fmt.format_user_deleted(args.user_name))
 
 
 def run_user_list(args: argparse.Namespace) -> int:
-    from rocketray.controller.api import ListUsersRequest
+    from rocketray.wire.controller_api import ListUsersRequest
 
     return run_request(args, ListUsersRequest(), lambda response: fmt.format_users(response.header.users))
 
@@ -233,32 +233,32 @@ def _acl_command(args: argparse.Namespace, request: Any, first_line: str | None)
 
 
 def run_acl_create(args: argparse.Namespace) -> int:
-    from rocketray.controller.api import CreateAclRequest
+    from rocketray.wire.controller_api import CreateAclRequest
 
     request = CreateAclRequest(args.user, _split(args.resources), _split(args.actions), args.decision)
     return _acl_command(args, request, "create acl to controller success.")
 
 
 def run_acl_update(args: argparse.Namespace) -> int:
-    from rocketray.controller.api import UpdateAclRequest
+    from rocketray.wire.controller_api import UpdateAclRequest
 
     request = UpdateAclRequest(args.user, _split(args.resources), _split(args.actions), args.decision)
     return _acl_command(args, request, "update acl to controller success.")
 
 
 def run_acl_delete(args: argparse.Namespace) -> int:
-    from rocketray.controller.api import DeleteAclRequest
+    from rocketray.wire.controller_api import DeleteAclRequest
 
     return _acl_command(args, DeleteAclRequest(args.user, _split(args.resources)), "delete acl from controller success.")
 
 
 def run_acl_get(args: argparse.Namespace) -> int:
-    from rocketray.controller.api import GetAclRequest
+    from rocketray.wire.controller_api import GetAclRequest
 
     return _acl_command(args, GetAclRequest(args.user), None)
 
 
 def run_acl_list(args: argparse.Namespace) -> int:
-    from rocketray.controller.api import ListAclsRequest
+    from rocketray.wire.controller_api import ListAclsRequest
 
     return _acl_command(args, ListAclsRequest(args.user, args.resource), None)

@@ -62,7 +62,7 @@ def run_start(args: argparse.Namespace) -> int:
 
 def _controller_view(cluster) -> dict:
     """Each group's master, epochs and SyncStateSet as the controller leader has them ({} if none answers)."""
-    from rocketray.controller.api import GetSyncStateDataRequest
+    from rocketray.wire.controller_api import GetSyncStateDataRequest
 
     try:
         response = cluster.call_controller(GetSyncStateDataRequest(broker_names=tuple(cluster.spec.groups)),

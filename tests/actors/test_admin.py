@@ -13,9 +13,9 @@ import json
 
 import pytest
 
-from rocketray.controller.headers import ConsumerHeartbeatResponseHeader
+from rocketray.wire.controller_headers import ConsumerHeartbeatResponseHeader
 from rocketray.controller import config_update as cu
-from rocketray.controller.codes import ResponseCode
+from rocketray.wire.controller_codes import ResponseCode
 from rocketray.controller.config import ControllerConfig
 from rocketray.actors.views import Role
 
@@ -75,7 +75,7 @@ def test_persisted_updates_round_trip_and_bad_ones_are_skipped(tmp_path):
 
 def wait_all_in_sync(c):
     from rocketray.actors.cluster import wait_for
-    from rocketray.controller.api import GetSyncStateDataRequest
+    from rocketray.wire.controller_api import GetSyncStateDataRequest
 
     def all_in_sync():
         resp = c.call_controller(GetSyncStateDataRequest(broker_names=(GROUP,)))
@@ -307,7 +307,7 @@ def test_topic_commands_and_consumer_heartbeats_on_a_real_cluster(cluster, capsy
     request (``Cluster.call_controller``: ControllerService.handle hands it to the leader's local
     membership table, not to Raft). Runs before the metadata wipe below."""
     from rocketray.actors.controller_service import NONBLOCKING_GROUP, ControllerService
-    from rocketray.controller.api import ConsumerHeartbeatRequest
+    from rocketray.wire.controller_api import ConsumerHeartbeatRequest
 
     code, out, err = admin(capsys, cluster, "update-topic", "-t", "admin-orders", "-q", "3")
     assert code == 0, err

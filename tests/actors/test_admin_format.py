@@ -17,7 +17,7 @@ from rocketray.cli.admin_format import (
     format_update_controller_config,
     java_str,
 )
-from rocketray.controller.codes import ResponseCode
+from rocketray.wire.controller_codes import ResponseCode
 
 
 def test_controller_metadata_with_rocketmq_peer_string():

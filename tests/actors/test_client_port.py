@@ -16,12 +16,12 @@ import pytest
 
 from rocketray.actors.client_port import ClientPort
 from rocketray.auth import AuthError
-from rocketray.broker.client_wire import (HEADER, PUT_COUNT, FrameType, PullRequest, decode_pull_answer,
+from rocketray.wire.client_frames import (HEADER, PUT_COUNT, FrameType, PullRequest, decode_pull_answer,
                                           decode_put_answer, decode_queue_offsets, encode_pull_request,
                                           encode_search_request, pack)
-from rocketray.broker.pull import OffsetsResult, OffsetsStatus, PullResult, PullStatus
+from rocketray.wire.pull_result import OffsetsResult, OffsetsStatus, PullResult, PullStatus
 from rocketray.client.connections import Connection, ConnectionLost, Dialer, DirectConnection
-from rocketray.ha.ack import PutResult, PutStatus, Written
+from rocketray.wire.put_result import PutResult, PutStatus, Written
 from rocketray.tls import ClientTrust
 from rocketray.waiting import wait_for
 from rr_users import authenticator, directory_of, login, table_of

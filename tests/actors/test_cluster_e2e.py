@@ -12,7 +12,7 @@ import ray
 
 from rocketray.actors import pipeline, remote
 from rocketray.actors.pipeline import Workload
-from rocketray.controller.api import GetReplicaInfoRequest
+from rocketray.wire.controller_api import GetReplicaInfoRequest
 from rocketray.actors.views import Role
 from rr_testing import wait_until
 

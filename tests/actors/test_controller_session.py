@@ -18,7 +18,7 @@ from rocketray.actors.controller_session import ControllerSession
 from rocketray.auth import SESSION_LABEL
 from rocketray.border import Border, LimitsConfig
 from rocketray.listener import start_listener
-from rocketray.controller.api import BrokerHeartbeatRequest, MasterInfo
+from rocketray.wire.controller_api import BrokerHeartbeatRequest, MasterInfo
 from rocketray.controller.session import Hello, SessionDecoder, encode_ack, encode_role
 from rocketray.controller.session_server import SessionServer
 from rocketray.spec import ClusterSpec, ControllerSpec

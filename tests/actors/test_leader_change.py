@@ -15,7 +15,7 @@ import ray
 
 from rocketray.actors import pipeline
 from rocketray.actors.pipeline import Workload
-from rocketray.controller.api import ApplyBrokerIdRequest, GetReplicaInfoRequest
+from rocketray.wire.controller_api import ApplyBrokerIdRequest, GetReplicaInfoRequest
 from rr_testing import wait_until
 
 pytestmark = pytest.mark.slow

@@ -14,11 +14,11 @@ from ha_helpers import fast_config, node_links, open_store
 
 from rocketray.actors.broker_service import BrokerService
 from rocketray.broker import role as rm
-from rocketray.broker.batch import encode_batch
-from rocketray.broker.message import Message
+from rocketray.wire.batch import encode_batch
+from rocketray.wire.message import Message
 from rocketray.broker.role import MasterInfo, Role, RoleMachine
 from rocketray.ha.promotion_hold import PromotionHold
-from rocketray.ha.ack import PutResult, PutStatus, Written
+from rocketray.wire.put_result import PutResult, PutStatus, Written
 from rocketray.ha.service import HAService
 
 

@@ -14,9 +14,9 @@ import ray
 
 from rocketray.actors import pipeline, remote
 from rocketray.actors.pipeline import Workload
-from rocketray.broker.message import Message
-from rocketray.broker.batch import encode_batch
-from rocketray.controller.api import GetReplicaInfoRequest, GetSyncStateDataRequest
+from rocketray.wire.message import Message
+from rocketray.wire.batch import encode_batch
+from rocketray.wire.controller_api import GetReplicaInfoRequest, GetSyncStateDataRequest
 from rocketray.actors.views import Role
 from rr_testing import wait_until
 

@@ -11,11 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rocketray.acl import Action, ResourceType, parse_rules
-from rocketray.controller.api import (CreateAclRequest, CreateUserRequest, DeleteAclRequest, DeleteUserRequest,
-                                      GetAclRequest, GetAuthTableRequest, ListAclsRequest, ListUsersRequest,
-                                      UpdateAclRequest, UpdateUserRequest)
+from rocketray.wire.controller_api import (CreateAclRequest, CreateUserRequest, DeleteAclRequest, DeleteUserRequest,
+                                           GetAclRequest, GetAuthTableRequest, ListAclsRequest, ListUsersRequest,
+                                           UpdateAclRequest, UpdateUserRequest)
 from rocketray.controller.auth_table import AuthTable, UserRecord
-from rocketray.controller.codes import ResponseCode as C
+from rocketray.wire.controller_codes import ResponseCode as C
 from rocketray.controller.decide import DecideContext, decide, is_write
 from rocketray.controller.events import (CreateTopicEvent, DeleteUserEvent, EventCodecError, PutUserEvent, SetAclEvent, decode_event,
                                          decode_events, encode_event, encode_events)

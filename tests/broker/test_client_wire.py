@@ -6,15 +6,16 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, strategies as st
 
-from rocketray.broker.client_wire import (HEADER, MAX_BODY_BYTES, FrameDecoder, FrameType, WireError,
+from rocketray.wire.client_frames import (HEADER, MAX_BODY_BYTES, FrameDecoder, FrameType, WireError,
                                           decode_commit_request, encode_commit_request,
                                           decode_offsets_answer, decode_pull_answer, decode_put_answer,
                                           decode_put_request, encode_frame, encode_offsets_answer,
                                           encode_pull_answer, encode_put_answer, PUT_COUNT, PullRequest,
                                           decode_pull_request, decode_queue_offsets, decode_search_request,
                                           encode_pull_request, encode_search_request, pack, unpack)
-from rocketray.broker.pull import OffsetsResult, OffsetsStatus, PullResult, PullStatus
-from rocketray.ha.ack import PutResult, PutStatus, Written, refused
+from rocketray.wire.pull_result import OffsetsResult, OffsetsStatus, PullResult, PullStatus
+from rocketray.wire.put_result import PutResult, PutStatus, Written
+from rocketray.ha.ack import refused
 
 
 def joined(parts) -> bytes:

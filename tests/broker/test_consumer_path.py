@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 
 from rocketray.actors.consumer_path import ConsumerPath
-from rocketray.broker.batch import encode_batch
+from rocketray.wire.batch import encode_batch
 from rocketray.broker.config import StoreConfig
-from rocketray.broker.message import Message, decode_record
-from rocketray.broker.offsets import OFFSETS_QUEUE, OFFSETS_TOPIC
-from rocketray.broker.pull import OffsetsStatus, PullStatus
+from rocketray.wire.message import Message, decode_record
+from rocketray.wire.offset_records import OFFSETS_QUEUE, OFFSETS_TOPIC
+from rocketray.wire.pull_result import OffsetsStatus, PullStatus
 from rocketray.broker.store import MessageStore
-from rocketray.ha.ack import PutStatus
+from rocketray.wire.put_result import PutStatus
 from store_fakes import FakeHA
 
 
@@ -223,7 +223,8 @@ def test_idle_groups_offsets_are_appended_again_before_retention(path):
 
 
 def test_stale_groups_follow_the_newest_record_of_each_group():
-    from rocketray.broker.offsets import OffsetTable, encode_commit
+    from rocketray.wire.offset_records import encode_commit
+    from rocketray.broker.offsets import OffsetTable
 
     table = OffsetTable()
     table.fold(0, encode_commit("a", [("T", 0, 1)]), store_timestamp_ms=1_000)

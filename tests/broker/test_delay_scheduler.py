@@ -13,12 +13,13 @@ import pytest
 
 from rocketray.actors.consumer_path import ConsumerPath
 from rocketray.actors.delay_scheduler import STEP_MESSAGES, DelayScheduler
-from rocketray.broker.batch import encode_batch
+from rocketray.wire.batch import encode_batch
 from rocketray.broker.config import StoreConfig
-from rocketray.broker.message import Message
-from rocketray.broker.schedule import SCHEDULER_GROUP, plan_delay
+from rocketray.wire.message import Message
+from rocketray.wire.delayed import SCHEDULER_GROUP, plan_delay
 from rocketray.broker.store import MessageStore
-from rocketray.ha.ack import PutStatus, refused
+from rocketray.wire.put_result import PutStatus
+from rocketray.ha.ack import refused
 from store_fakes import FakeHA
 
 T0 = 1_700_000_000_000

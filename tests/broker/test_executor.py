@@ -13,9 +13,9 @@ from rocketray.broker import executor as ex
 from rocketray.broker import role as rm
 from rocketray.broker.executor import BrokerNames, Executor, run_now
 from rocketray.broker.role import Lifecycle, MasterInfo, Role, RoleMachine, StoreFacts
-from rocketray.controller.headers import AlterSyncStateSetResponseHeader, ElectMasterResponseHeader
-from rocketray.controller.api import AlterSyncStateSetRequest, ElectMasterRequest, Response
-from rocketray.controller.codes import ResponseCode
+from rocketray.wire.controller_headers import AlterSyncStateSetResponseHeader, ElectMasterResponseHeader
+from rocketray.wire.controller_api import AlterSyncStateSetRequest, ElectMasterRequest, Response
+from rocketray.wire.controller_codes import ResponseCode
 
 NAMES = BrokerNames("c", "g", "h:1", heartbeat_timeout_ms=1500)
 

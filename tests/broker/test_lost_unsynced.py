@@ -14,7 +14,7 @@ import textwrap
 from pathlib import Path
 
 from rocketray.broker.config import FlushMode, StoreConfig
-from rocketray.broker.message import Message
+from rocketray.wire.message import Message
 from rocketray.broker.store import MessageStore
 from rocketray.fs_undo import LOST_REPORT, TRIGGER, UNDO_DIR, UndoDisk
 from rocketray.waiting import wait_for
@@ -98,7 +98,7 @@ def test_a_store_keeps_what_it_flushed_and_nothing_after(tmp_path: Path) -> None
 CHILD = textwrap.dedent("""
     import sys, time
     from rocketray.broker.config import StoreConfig
-    from rocketray.broker.message import Message
+    from rocketray.wire.message import Message
     from rocketray.broker.store import MessageStore
     store = MessageStore(sys.argv[1], StoreConfig(segment_size_bytes=4096, track_unsynced=True,
                                                   flush_interval_ms=60_000))

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rocketray.broker.message import (HEADER_SIZE, Message, MessageCodecError, decode_index, decode_record, encode_record,
-                            record_size, tag_hash, verify_record)
+from rocketray.wire.message import (HEADER_SIZE, Message, MessageCodecError, decode_index, decode_record, encode_record,
+                                    record_size, tag_hash, verify_record)
 
 topics = st.from_regex(r"[A-Za-z0-9_%|\-]{1,20}", fullmatch=True)
 prop_text = st.text(st.characters(blacklist_characters="\x01\x02", blacklist_categories=("Cs",)), max_size=10)
@@ -123,7 +123,7 @@ def test_the_record_crc_is_zlibs_crc32_whichever_implementation_is_loaded() -> N
     import os
     import zlib
 
-    from rocketray.broker.message import crc32
+    from rocketray.wire.message import crc32
 
     data = os.urandom(3000)
     view = memoryview(bytearray(data))

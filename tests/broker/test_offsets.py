@@ -7,10 +7,11 @@ import msgpack
 import pytest
 from hypothesis import given, strategies as st
 
-from rocketray.broker.message import decode_record
-from rocketray.broker.batch import encode_batch
-from rocketray.broker.offsets import (OFFSETS_TOPIC, OffsetCommit, OffsetRecordError, OffsetTable, commit_message,
-                                      decode_commit, encode_commit, encode_reset, fold_all, reset_message)
+from rocketray.wire.message import decode_record
+from rocketray.wire.batch import encode_batch
+from rocketray.wire.offset_records import (OFFSETS_TOPIC, OffsetCommit, OffsetRecordError, commit_message,
+                                           decode_commit, encode_commit, encode_reset, reset_message)
+from rocketray.broker.offsets import OffsetTable, fold_all
 
 
 def test_golden_bytes():

@@ -14,7 +14,7 @@ import pytest
 
 from rocketray.broker import consume_queue
 from rocketray.broker.config import FlushMode, StoreConfig
-from rocketray.broker.message import Message
+from rocketray.wire.message import Message
 from rocketray.broker.store import MessageStore
 from rocketray.sim.disk import CrashMode, SimDisk
 

@@ -1,4 +1,5 @@
-"""The C record loops (broker/_records.c) against their Python reference in message.py.
+"""The C record loops (wire/_records.c) against their Python reference: the ``*_py`` loops of
+broker/batch.py and wire/batch.py.
 
 ``seal_batch`` / ``index_records`` run the C loop; ``seal_batch_py`` / ``index_records_py`` the
 Python one. On valid batches, damaged ones (flipped bytes, cuts, spliced garbage, bad topics and
@@ -16,9 +17,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rocketray.broker import batch as b
-from rocketray.broker import message as m
-from rocketray.broker.message import Message, MessageCodecError
-from rocketray.broker.batch import EncodedBatch, encode_batch
+from rocketray.wire import batch as wb
+from rocketray.wire import message as m
+from rocketray.wire.message import Message, MessageCodecError
+from rocketray.wire.batch import EncodedBatch, encode_batch
 
 MAX = 4 << 20
 
@@ -26,7 +28,7 @@ MAX = 4 << 20
 def test_the_c_loops_are_built():
     """CI installs a compiler and libisal-dev: the product runs the C loops there, so this suite
     tests them (a user without a compiler gets the Python loops, also tested here)."""
-    assert b.RECORDS_IMPLEMENTATION == "c+isal", b.RECORDS_IMPLEMENTATION
+    assert wb.RECORDS_IMPLEMENTATION == "c+isal", wb.RECORDS_IMPLEMENTATION
 
 
 def outcome(fn, *args):
@@ -78,9 +80,9 @@ def assert_same_everywhere(data: bytes, count: int, rng: random.Random) -> None:
     assert c == py
     stored = c[1][0] if c[0] == "ok" else data
     if c[0] == "ok":
-        assert b.record_offsets(stored) == b.record_offsets_py(stored)
+        assert wb.record_offsets(stored) == wb.record_offsets_py(stored)
     for limit in (0, 1, 70, 300, len(stored) // 2, len(stored), 1 << 30):
-        assert b.whole_records_length(stored, limit) == b.whole_records_length_py(stored, limit)
+        assert wb.whole_records_length(stored, limit) == wb.whole_records_length_py(stored, limit)
     for verify in (True, False):
         for buf in (stored, bytearray(stored), memoryview(stored)):
             assert outcome(b.index_records, buf, base, verify, 600) == outcome(b.index_records_py, buf, base, verify, 600)
@@ -182,11 +184,11 @@ def test_a_client_record_s_properties_need_no_callback() -> None:
 
     def tag_of(raw: bytes) -> int:
         calls.append(raw)
-        return b.properties_tag_hash(raw)
+        return wb.properties_tag_hash(raw)
 
     def scan(props: list[bytes]) -> list:
         data = bytearray(raw_props_batch(props))
-        return b._records.scan(data, 0, 0, MAX, 1234, {}, b._topic_of, tag_of, MessageCodecError)[2]
+        return wb.C_LOOPS.scan(data, 0, 0, MAX, 1234, {}, wb.topic_of, tag_of, MessageCodecError)[2]
 
     plain = [b"UNIQ_KEY\x01%020X\x02" % i for i in range(50)] + [b"KEYS\x01k\x02pid\x01p-1\x02UNIQ_KEY\x01ID\x02"]
     runs = scan(plain)
@@ -207,12 +209,12 @@ def test_a_new_record_is_encoded_as_encode_fields_does() -> None:
                 rng.randbytes(rng.randrange(0, 3000)),
                 rng.choice([0, 7, -1, 2**31 - 1, -2**31, rng.randrange(-2**31, 2**31)]),
                 rng.choice([0, -1, 2**63 - 1, -2**63, rng.randrange(-2**63, 2**63)]))
-        assert b._records.encode(*args) == b.encode_new_record(*args) == m.encode_fields(*args)
+        assert wb.C_LOOPS.encode(*args) == wb.encode_new_record(*args) == m.encode_fields(*args)
     for odd in [(b"t", b"", b"x", 2**31, 0), (b"t", b"", b"x", 0, 2**63), (b"t", b"", b"x", -2**31 - 1, 0),
                 (b"t" * 70000, b"", b"", 0, 0), (b"t", b"", b"x" * (64 << 20), 0, 0)]:
-        assert b._records.encode(*odd) is None
-        assert outcome(b.encode_new_record, *odd) == outcome(m.encode_fields, *odd)
-        assert outcome(b.encode_new_record, *odd)[0] == "error"
+        assert wb.C_LOOPS.encode(*odd) is None
+        assert outcome(wb.encode_new_record, *odd) == outcome(m.encode_fields, *odd)
+        assert outcome(wb.encode_new_record, *odd)[0] == "error"
     for taken_by_python in [(bytearray(b"t"), b"", b"x", 0, 0), (b"t", b"", b"x", True, 5)]:
-        assert b._records.encode(*taken_by_python) is None
-        assert b.encode_new_record(*taken_by_python) == m.encode_fields(*taken_by_python)
+        assert wb.C_LOOPS.encode(*taken_by_python) is None
+        assert wb.encode_new_record(*taken_by_python) == m.encode_fields(*taken_by_python)

@@ -10,8 +10,8 @@ import asyncio
 import pytest
 
 from rocketray.broker.register import FileIdentityStore, Registrar, RegisterState
-from rocketray.controller.api import ApplyBrokerIdRequest, Response
-from rocketray.controller.codes import ResponseCode
+from rocketray.wire.controller_api import ApplyBrokerIdRequest, Response
+from rocketray.wire.controller_codes import ResponseCode
 from rocketray.controller.decide import DecideContext, decide
 from rocketray.controller.state import ControllerState
 

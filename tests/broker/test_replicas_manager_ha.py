@@ -15,13 +15,14 @@ import asyncio
 from pathlib import Path
 
 from rocketray.broker.config import FlushMode, StoreConfig
-from rocketray.broker.message import Message
+from rocketray.wire.message import Message
 from rocketray.broker.register import FileIdentityStore
 from rocketray.broker.replicas_manager import ReplicasManager, Role
 from rocketray.broker.store import MessageStore
-from rocketray.controller.api import ElectMasterRequest
+from rocketray.wire.controller_api import ElectMasterRequest
 from rocketray.ha.config import HAConfig
-from rocketray.ha.service import HAService, PutStatus
+from rocketray.wire.put_result import PutStatus
+from rocketray.ha.service import HAService
 from rocketray.waiting import wait_for_async
 import replicas_manager_fakes as fakes
 

@@ -13,8 +13,8 @@ import pytest
 
 from rocketray.broker.register import Identity, RegisterState
 from rocketray.broker.replicas_manager import Role, State
-from rocketray.controller.api import Response
-from rocketray.controller.codes import ResponseCode
+from rocketray.wire.controller_api import Response
+from rocketray.wire.controller_codes import ResponseCode
 import replicas_manager_fakes as fakes
 
 CLUSTER, GROUP = fakes.CLUSTER, fakes.GROUP

@@ -11,9 +11,10 @@ import asyncio
 
 import pytest
 
-from rocketray.broker.replicas_manager import ReplicasManager, ReplicasManagerConfig, RoleChangeNotification, Role, State
-from rocketray.controller.api import ElectMasterRequest, Response
-from rocketray.controller.codes import ResponseCode
+from rocketray.broker.replicas_manager import (ReplicasManager, ReplicasManagerConfig, RoleChangeNotification, Role,
+                                               State)
+from rocketray.wire.controller_api import ElectMasterRequest, Response
+from rocketray.wire.controller_codes import ResponseCode
 import replicas_manager_fakes as fakes
 
 GROUP = fakes.GROUP
@@ -163,7 +164,7 @@ def test_polling_adopts_a_newer_sss_for_the_same_epoch():
     async def scenario():
         clock, ctl, (b1, b2, b3) = await group_of_three()
         # the controller moved on without us seeing the answer (e.g. the reply was lost)
-        from rocketray.controller.api import AlterSyncStateSetRequest
+        from rocketray.wire.controller_api import AlterSyncStateSetRequest
 
         req = AlterSyncStateSetRequest(GROUP, 1, 1, frozenset({1, 3}), 2)
         assert (await ctl.call(req, address=ctl.leader)).ok

@@ -383,8 +383,8 @@ def test_every_slave_switch_carries_the_controller_epoch():
 
 
 def test_master_info_from_controller_answers():
-    from rocketray.controller.api import Response
-    from rocketray.controller.headers import ElectMasterResponseHeader, GetReplicaInfoResponseHeader
+    from rocketray.wire.controller_api import Response
+    from rocketray.wire.controller_headers import ElectMasterResponseHeader, GetReplicaInfoResponseHeader
 
     elect = Response(0, ElectMasterResponseHeader(2, A2, 4, 5), {"sync_state_set": [2], "sync_state_set_epoch": 5})
     poll = Response(0, GetReplicaInfoResponseHeader(None, None, 3), {"sync_state_set": [1, 2], "sync_state_set_epoch": 6})

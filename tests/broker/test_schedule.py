@@ -3,10 +3,10 @@ schedule entries are due, and the put-then-commit plan replayed after a failover
 
 import pytest
 
-from rocketray.broker.message import Message
-from rocketray.broker.schedule import (LEVELS_MS, MAX_DELAY_MS, P_DELIVER_AT, P_REAL_QID, PAST_TOLERANCE_MS,
-                                       deliver_at_of, delivered, level_of, plan_delay, plan_queue, real_topic,
-                                       schedule_topic)
+from rocketray.wire.message import Message
+from rocketray.wire.delayed import (LEVELS_MS, MAX_DELAY_MS, P_DELIVER_AT, P_REAL_QID, PAST_TOLERANCE_MS,
+                                    deliver_at_of, level_of, plan_delay, real_topic, schedule_topic)
+from rocketray.broker.schedule import delivered, plan_queue
 
 NOW = 1_700_000_000_000
 

@@ -9,7 +9,7 @@ import pytest
 
 from rocketray.broker.config import FlushMode, StoreConfig
 from rocketray.broker.epoch_file import EpochEntry
-from rocketray.broker.message import Message, decode_record
+from rocketray.wire.message import Message, decode_record
 from rocketray.broker.store import MessageStore, StoreError
 
 SMALL = StoreConfig(segment_size_bytes=4096, background_thread=False)

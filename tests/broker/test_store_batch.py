@@ -14,9 +14,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rocketray.broker.config import StoreConfig
-from rocketray.broker.message import (HEADER_SIZE, Message, MessageCodecError, decode_record, encode_record,
-                                      verify_record)
-from rocketray.broker.batch import EncodedBatch, encode_batch, index_records, seal_batch
+from rocketray.wire.message import (HEADER_SIZE, Message, MessageCodecError, decode_record, encode_record,
+                                    verify_record)
+from rocketray.wire.batch import EncodedBatch, encode_batch
+from rocketray.broker.batch import index_records, seal_batch
 from rocketray.broker.store import MalformedBatch, MessageStore, StoreError
 
 SMALL = StoreConfig(segment_size_bytes=4096, background_thread=False)
@@ -393,8 +394,8 @@ def test_the_properties_check_is_the_grammar() -> None:
     alphabet rich in separators, and the malformed shapes by name."""
     import re
 
-    from rocketray.broker.batch import properties_tag_hash
-    from rocketray.broker.message import MessageCodecError
+    from rocketray.wire.batch import properties_tag_hash
+    from rocketray.wire.message import MessageCodecError
 
     grammar = re.compile(rb"(?:[^\x01\x02]+\x01[^\x01\x02]*\x02)*")
 

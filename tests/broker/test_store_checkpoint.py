@@ -6,7 +6,7 @@ from pathlib import Path
 
 from rocketray.broker.checkpoint import CHECKPOINT_FILE, StoreCheckpoint, load_checkpoint, save_checkpoint
 from rocketray.broker.config import StoreConfig
-from rocketray.broker.message import Message
+from rocketray.wire.message import Message
 from rocketray.broker.store import MessageStore
 
 

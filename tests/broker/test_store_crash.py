@@ -13,7 +13,7 @@ from rocketray.broker.checkpoint import load_checkpoint
 from rocketray.broker.commitlog import CommitLog, StoreError
 from rocketray.broker.segments import first_gap
 from rocketray.broker.config import FlushMode, StoreConfig
-from rocketray.broker.message import Message, MessageCodecError
+from rocketray.wire.message import Message, MessageCodecError
 from rocketray.broker.store import MessageStore
 from rocketray.sim.disk import CrashMode, SimCrash, SimDisk
 

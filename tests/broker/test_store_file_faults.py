@@ -12,7 +12,7 @@ import pytest
 from rocketray.broker.checkpoint import CHECKPOINT_FILE, load_checkpoint
 from rocketray.broker.config import StoreConfig
 from rocketray.broker.epoch_file import EPOCH_FILE_NAME
-from rocketray.broker.message import Message
+from rocketray.wire.message import Message
 from rocketray.broker.store import MessageStore, StoreCorrupt
 
 SEG = 4096

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from rocketray.broker.config import StoreConfig
-from rocketray.broker.message import Message, decode_record
+from rocketray.wire.message import Message, decode_record
 from rocketray.broker.store import MessageStore
 from rocketray.broker.tag_filter import parse_expression
 

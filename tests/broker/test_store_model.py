@@ -17,7 +17,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from rocketray.broker.config import StoreConfig
 from rocketray.broker.epoch_file import MAX_END_OFFSET
-from rocketray.broker.message import Message, decode_record, encode_record
+from rocketray.wire.message import Message, decode_record, encode_record
 from rocketray.broker.store import MessageStore
 
 SEG = 1024

@@ -15,7 +15,7 @@ import pytest
 
 from rocketray.broker.checkpoint import CHECKPOINT_FILE
 from rocketray.broker.config import StoreConfig
-from rocketray.broker.message import Message, decode_record
+from rocketray.wire.message import Message, decode_record
 from rocketray.broker.store import MessageStore
 
 SEG = 4096
@@ -187,7 +187,7 @@ def test_truncate_then_crash_in_process(tmp_path: Path) -> None:
 WRITER = textwrap.dedent("""
     import sys
     from rocketray.broker.config import StoreConfig
-    from rocketray.broker.message import Message
+    from rocketray.wire.message import Message
     from rocketray.broker.store import MessageStore
     root, mode = sys.argv[1], sys.argv[2]
     store = MessageStore(root, StoreConfig(segment_size_bytes=4096, flush_interval_ms=5))

@@ -6,7 +6,7 @@ import zlib
 
 import pytest
 
-from rocketray.broker.message import tag_hash
+from rocketray.wire.message import tag_hash
 from rocketray.broker.tag_filter import (MAX_EXPRESSION_CHARS, MAX_TAGS, TagExpressionError, TagFilter,
                                          parse_expression, tag_code)
 

@@ -15,7 +15,8 @@ from rocketray.chaos.replica_reader import now_ms, payload_body
 from rocketray.client import Admin, Producer
 from rocketray.client.transport import Unanswered
 from rocketray.config import load_config
-from rocketray.ha.ack import PutStatus, refused
+from rocketray.wire.put_result import PutStatus
+from rocketray.ha.ack import refused
 from rocketray.verify.group_action_rules import payload_tag
 from rocketray.verify.group_history import GroupHistory, parse_group_row
 from rocketray.verify.groups import check_groups

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rocketray.broker.config import StoreConfig
-from rocketray.broker.message import Message
+from rocketray.wire.message import Message
 from rocketray.broker.store import MessageStore
 from rocketray.chaos.controller_faults import direct_topology
 from rocketray.chaos.os_nemesis import CLIENT, members_of, store_files

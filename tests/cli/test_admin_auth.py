@@ -14,7 +14,7 @@ import pytest
 
 from rocketray.cli import admin_common
 from rocketray.cli.commands import admin_auth
-from rocketray.controller.api import CreateUserRequest, Response, UpdateUserRequest
+from rocketray.wire.controller_api import CreateUserRequest, Response, UpdateUserRequest
 from rocketray.controller.users import auth_table_of
 from rocketray.scram import ClientState, ScramClient, ScramServer, ServerState, derive_keys
 

@@ -124,7 +124,7 @@ def test_consumer_progress_shows_the_groups_retries_and_dead_letters(fake, capsy
 def test_reset_offset_to_a_time_moves_each_queue_to_its_first_message_stored_then(fake, capsys):
     """--to an ISO-8601 time or @EPOCH_MS: each queue's first offset stored at or after it (its end
     when all are older), back or forward."""
-    from rocketray.broker.message import decode_record
+    from rocketray.wire.message import decode_record
 
     c, _ = fake
     times = [decode_record(r)[0].store_timestamp_ms for r in c.records[("orders", 0)]]

@@ -10,8 +10,8 @@ import pytest
 from rocketray.client import (AdminError, ClientError, Consumer, InvalidRequest, OffsetChange, Producer,
                               TopicNotFound, TopicQueue)
 from rocketray.client.routes import Routes
-from rocketray.controller.api import GetTopicRouteRequest, Response
-from rocketray.controller.codes import ResponseCode
+from rocketray.wire.controller_api import GetTopicRouteRequest, Response
+from rocketray.wire.controller_codes import ResponseCode
 from rocketray.waiting import wait_for
 from tests.support.fake_client_cluster import FakeCluster, FakeTransport
 
@@ -138,7 +138,7 @@ def test_reset_offsets_to_a_time_uses_each_queues_store_times():
     search by store time), back or forward; a naive datetime is refused (its zone is unknown)."""
     import datetime
 
-    from rocketray.broker.message import Message, encode_record
+    from rocketray.wire.message import Message, encode_record
     from rocketray.client import Admin
 
     c, t = cluster(2)

@@ -10,7 +10,7 @@ import time
 
 from rocketray.client import SendStatus, TopicQueue
 from rocketray.client.aio import AsyncConsumer, AsyncProducer
-from rocketray.controller.api import GetTopicRouteRequest
+from rocketray.wire.controller_api import GetTopicRouteRequest
 from rocketray.waiting import wait_for, wait_for_async
 from tests.support.fake_client_cluster import FakeCluster, FakeTransport
 
@@ -162,7 +162,7 @@ def test_nack_redelivers_and_commit_waits_for_the_copy():
     gate = threading.Event()
 
     def hold_retry_puts(group, batch):
-        from rocketray.broker.message import decode_record
+        from rocketray.wire.message import decode_record
 
         if decode_record(batch.data, 0)[0].topic.startswith("%RETRY%"):
             gate.wait(10)

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from rocketray.broker.pull import PullResult, PullStatus
+from rocketray.wire.pull_result import PullResult, PullStatus
 from rocketray.client import (Admin, ClientClosed, CommitFailed, Consumer, InvalidRequest, Producer, TopicNotFound,
                               TopicQueue)
 from rocketray.client.transport import Unanswered

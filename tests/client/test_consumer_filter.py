@@ -9,8 +9,8 @@ import zlib
 
 import pytest
 
-from rocketray.broker.message import Message, encode_record
-from rocketray.broker.pull import PullResult
+from rocketray.wire.message import Message, encode_record
+from rocketray.wire.pull_result import PullResult
 from rocketray.client import Consumer, InvalidRequest, Producer, TopicQueue
 from rocketray.client.aio import AsyncConsumer
 from rocketray.waiting import wait_for

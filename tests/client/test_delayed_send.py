@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from rocketray.broker.message import decode_record
-from rocketray.broker.schedule import LEVELS_MS, MAX_DELAY_MS, P_DELIVER_AT
+from rocketray.wire.message import decode_record
+from rocketray.wire.delayed import LEVELS_MS, MAX_DELAY_MS, P_DELIVER_AT
 from rocketray.client import Consumer, InvalidMessage, Producer
 from rocketray.client.aio import AsyncProducer
 from rocketray.waiting import wait_for

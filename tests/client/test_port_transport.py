@@ -10,15 +10,15 @@ import threading
 import pytest
 
 from rocketray.actors.client_port import ClientPort
-from rocketray.broker.batch import encode_batch
-from rocketray.broker.client_control import GroupView, Metadata
-from rocketray.broker.message import Message
+from rocketray.wire.batch import encode_batch
+from rocketray.wire.client_control import GroupView, Metadata
+from rocketray.wire.message import Message
 from rocketray.client.bootstrap import Bootstrap
 from rocketray.client.port_transport import PortTransport
-from rocketray.controller.api import ConsumerHeartbeatRequest, GetTopicRouteRequest, Response
-from rocketray.controller.codes import ResponseCode
-from rocketray.controller.headers import ConsumerHeartbeatResponseHeader, TopicRouteResponseHeader
-from rocketray.ha.ack import PutResult, PutStatus, Written
+from rocketray.wire.controller_api import ConsumerHeartbeatRequest, GetTopicRouteRequest, Response
+from rocketray.wire.controller_codes import ResponseCode
+from rocketray.wire.controller_headers import ConsumerHeartbeatResponseHeader, TopicRouteResponseHeader
+from rocketray.wire.put_result import PutResult, PutStatus, Written
 from rr_users import authenticator, directory_of, login, table_of
 from rr_members import CLUSTER, broker, ca_for, member
 from rr_testing import wait_until

@@ -17,7 +17,8 @@ import pytest
 from rocketray.client import (BufferFull, ClientClosed, ClientError, FlushTimeout, InvalidRequest, Producer,
                               SendFailed, SendStatus, SendUnknown)
 from rocketray.client.transport import Unanswered
-from rocketray.ha.ack import PutStatus, refused
+from rocketray.wire.put_result import PutStatus
+from rocketray.ha.ack import refused
 from rocketray.waiting import wait_for
 from tests.support.fake_client_cluster import FakeCluster, FakeTransport
 

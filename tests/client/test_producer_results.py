@@ -11,14 +11,15 @@ import time
 
 import pytest
 
-from rocketray.broker.batch import EncodedBatch
-from rocketray.broker.message import decode_record
+from rocketray.wire.batch import EncodedBatch
+from rocketray.wire.message import decode_record
 from rocketray.client import InvalidMessage, Producer, SendFailed, SendStatus, SendUnknown, TopicNotFound
 from rocketray.client.transport import Unanswered
-from rocketray.controller.headers import TopicRouteResponseHeader
-from rocketray.controller.api import GetTopicRouteRequest, Response
-from rocketray.controller.codes import ResponseCode
-from rocketray.ha.ack import PutResult, PutStatus, Written, after_write, refused
+from rocketray.wire.controller_headers import TopicRouteResponseHeader
+from rocketray.wire.controller_api import GetTopicRouteRequest, Response
+from rocketray.wire.controller_codes import ResponseCode
+from rocketray.wire.put_result import PutResult, PutStatus, Written
+from rocketray.ha.ack import after_write, refused
 
 
 class ScriptedTransport:

@@ -11,10 +11,11 @@ import time
 
 import pytest
 
-from rocketray.broker.message import decode_record
+from rocketray.wire.message import decode_record
 from rocketray.client import Consumer, InvalidRequest, Producer, SendFailed, TopicQueue
 from rocketray.client.retry import FAST_RETRY_DELAYS
-from rocketray.ha.ack import PutStatus, refused
+from rocketray.wire.put_result import PutStatus
+from rocketray.ha.ack import refused
 from rocketray.waiting import wait_for
 from tests.support.fake_client_cluster import FakeCluster, FakeTransport
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from rocketray.broker.batch import encode_new_record
-from rocketray.broker.message import topic_bytes
+from rocketray.wire.batch import encode_new_record
+from rocketray.wire.message import topic_bytes
 from rocketray.client.core import Positions
 from rocketray.client.errors import InvalidMessage
 from rocketray.client.messages import decode_messages, message_properties

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from rocketray.controller.headers import ConsumerHeartbeatResponseHeader
+from rocketray.wire.controller_headers import ConsumerHeartbeatResponseHeader
 from rocketray.controller import consumers as cg
-from rocketray.controller.api import ConsumerHeartbeatRequest
-from rocketray.controller.codes import ResponseCode
+from rocketray.wire.controller_api import ConsumerHeartbeatRequest
+from rocketray.wire.controller_codes import ResponseCode
 
 TIMEOUT_MS = 3000
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from rocketray.controller.api import BrokerHeartbeatRequest
-from rocketray.controller.codes import ResponseCode, is_retriable
+from rocketray.wire.controller_api import BrokerHeartbeatRequest
+from rocketray.wire.controller_codes import ResponseCode, is_retriable
 from rocketray.controller.heartbeat import HeartbeatTable
 
 

@@ -7,10 +7,11 @@ from typing import Any
 
 import pytest
 
-from rocketray.controller.api import (AlterSyncStateSetRequest, ApplyBrokerIdRequest, BrokerHeartbeatRequest,
-                            CleanBrokerDataRequest, ElectMasterRequest, GetNextBrokerIdRequest,
-                            GetReplicaInfoRequest, GetSyncStateDataRequest, RegisterBrokerRequest, Response)
-from rocketray.controller.codes import ResponseCode as C
+from rocketray.wire.controller_api import (AlterSyncStateSetRequest, ApplyBrokerIdRequest, BrokerHeartbeatRequest,
+                                           CleanBrokerDataRequest, ElectMasterRequest, GetNextBrokerIdRequest,
+                                           GetReplicaInfoRequest, GetSyncStateDataRequest, RegisterBrokerRequest,
+                                           Response)
+from rocketray.wire.controller_codes import ResponseCode as C
 from rocketray.controller.decide import DecideContext, decide, is_write, scan_need_reelect_broker_sets
 from rocketray.controller.events import CleanBrokerDataEvent, ElectMasterEvent
 from rocketray.controller.election import contains_log

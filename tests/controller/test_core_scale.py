@@ -7,9 +7,9 @@ import random
 
 import pytest
 
-from rocketray.controller.api import (AlterSyncStateSetRequest, ApplyBrokerIdRequest, BrokerHeartbeatRequest,
-                                      ElectMasterRequest, ElectMastersRequest)
-from rocketray.controller.codes import ResponseCode as C
+from rocketray.wire.controller_api import (AlterSyncStateSetRequest, ApplyBrokerIdRequest, BrokerHeartbeatRequest,
+                                           ElectMasterRequest, ElectMastersRequest)
+from rocketray.wire.controller_codes import ResponseCode as C
 from rocketray.controller.decide import DecideContext, decide, election_answers, is_write
 from rocketray.controller.events import ElectMasterEvent
 from rocketray.controller.heartbeat import HeartbeatTable

@@ -13,10 +13,10 @@ from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from rocketray.controller.api import (AlterSyncStateSetRequest, ApplyBrokerIdRequest, BrokerHeartbeatRequest,
-                            CleanBrokerDataRequest, ElectMasterRequest, GetNextBrokerIdRequest,
-                            RegisterBrokerRequest, Response)
-from rocketray.controller.codes import ResponseCode as C
+from rocketray.wire.controller_api import (AlterSyncStateSetRequest, ApplyBrokerIdRequest, BrokerHeartbeatRequest,
+                                           CleanBrokerDataRequest, ElectMasterRequest, GetNextBrokerIdRequest,
+                                           RegisterBrokerRequest, Response)
+from rocketray.wire.controller_codes import ResponseCode as C
 from rocketray.controller.decide import DecideContext, decide, scan_need_reelect_broker_sets
 from rocketray.controller.events import decode_events, encode_events
 from rocketray.controller.heartbeat import HeartbeatTable

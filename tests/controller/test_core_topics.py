@@ -11,12 +11,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rocketray.controller.api import (AlterSyncStateSetRequest, ApplyBrokerIdRequest, ConsumerHeartbeatRequest,
-                                      CreateTopicRequest, DeleteTopicRequest, ElectMasterRequest,
-                                      GetTopicRouteRequest, ListTopicsRequest, RegisterBrokerRequest, Response)
-from rocketray.controller.codes import ResponseCode as C
-from rocketray.controller.codes import is_retriable
-from rocketray.controller.headers import ListTopicsResponseHeader, TopicRouteResponseHeader, header_fields
+from rocketray.wire.controller_api import (AlterSyncStateSetRequest, ApplyBrokerIdRequest, ConsumerHeartbeatRequest,
+                                           CreateTopicRequest, DeleteTopicRequest, ElectMasterRequest,
+                                           GetTopicRouteRequest, ListTopicsRequest, RegisterBrokerRequest, Response)
+from rocketray.wire.controller_codes import ResponseCode as C
+from rocketray.wire.controller_codes import is_retriable
+from rocketray.wire.controller_headers import ListTopicsResponseHeader, TopicRouteResponseHeader, header_fields
 from rocketray.controller.decide import DecideContext, decide, is_write
 from rocketray.controller.events import (ApplyBrokerIdEvent, CleanBrokerDataEvent, CreateTopicEvent, DeleteTopicEvent,
                                          decode_events, encode_events)

@@ -1,4 +1,4 @@
-"""Typed response headers (issue 28, controller/headers.py): each request kind answers its own frozen
+"""Typed response headers (issue 28, wire/controller_headers.py): each request kind answers its own frozen
 header, a Response refuses anything else, and the field codec that carries a header through a map
 (the chaos runner's msgpack wire, the admin CLI's JSON) round-trips every header and refuses a
 malformed map with a HeaderCodecError (code SYSTEM_ERROR) instead of building a wrong header."""
@@ -13,13 +13,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rocketray.controller import headers as h
-from rocketray.controller.api import (AlterSyncStateSetRequest, ApplyBrokerIdRequest, CleanBrokerDataRequest,
-                                      CreateTopicRequest, DeleteTopicRequest, ElectMasterRequest, ElectMastersRequest,
-                                      GetNextBrokerIdRequest, GetReplicaInfoRequest, GetSyncStateDataRequest,
-                                      GetTopicRouteRequest, ListTopicsRequest, MasterInfo, RegisterBrokerRequest,
-                                      Response)
-from rocketray.controller.codes import ResponseCode as C
+from rocketray.wire import controller_headers as h
+from rocketray.wire.controller_api import (AlterSyncStateSetRequest, ApplyBrokerIdRequest, CleanBrokerDataRequest,
+                                           CreateTopicRequest, DeleteTopicRequest, ElectMasterRequest,
+                                           ElectMastersRequest, GetNextBrokerIdRequest, GetReplicaInfoRequest,
+                                           GetSyncStateDataRequest, GetTopicRouteRequest, ListTopicsRequest,
+                                           MasterInfo, RegisterBrokerRequest, Response)
+from rocketray.wire.controller_codes import ResponseCode as C
 from rocketray.controller.config import ControllerConfig
 from rocketray.controller.decide import DecideContext, decide, election_answers
 from rocketray.controller.proc import InProcessControllers, _Server
@@ -162,7 +162,7 @@ def _state_with_group() -> tuple[ControllerState, DecideContext]:
     (ListTopicsRequest(), C.SUCCESS, h.ListTopicsResponseHeader),
 ], ids=lambda v: type(v).__name__ if not isinstance(v, (C, type)) else str(v))
 def test_each_request_kind_answers_its_header(request_, code, header_type):
-    """The table of controller/headers.py's docstring, decided on a registered group of two."""
+    """The table of wire/controller_headers.py's docstring, decided on a registered group of two."""
     state, ctx = _state_with_group()
     response, _events = decide(state, request_, ctx)
     assert (response.code, type(response.header)) == (code, header_type), response

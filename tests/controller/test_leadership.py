@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from rocketray.controller.headers import NotLeaderResponseHeader
-from rocketray.controller.api import Response
-from rocketray.controller.codes import ResponseCode
+from rocketray.wire.controller_headers import NotLeaderResponseHeader
+from rocketray.wire.controller_api import Response
+from rocketray.wire.controller_codes import ResponseCode
 from rocketray.controller.leadership import Attempts, Leader, LeaderStatus, LeaderView
 
 OK = Response(ResponseCode.SUCCESS)

@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from rocketray.controller.api import ApplyBrokerIdRequest, GetNextBrokerIdRequest, GetReplicaInfoRequest
-from rocketray.controller.codes import ResponseCode
+from rocketray.wire.controller_api import ApplyBrokerIdRequest, GetNextBrokerIdRequest, GetReplicaInfoRequest
+from rocketray.wire.controller_codes import ResponseCode
 from rocketray.controller.config import ControllerConfig
 from rocketray.controller.events import ApplyBrokerIdEvent, ElectMasterEvent, encode_events
 from rocketray.controller.proc import InProcessControllers

@@ -4,9 +4,9 @@ GetAuthTable from its applied state without a Raft round trip."""
 
 from __future__ import annotations
 
-from rocketray.controller.api import (CreateAclRequest, CreateUserRequest, DeleteUserRequest, GetAclRequest,
-                                      UpdateUserRequest)
-from rocketray.controller.codes import ResponseCode
+from rocketray.wire.controller_api import (CreateAclRequest, CreateUserRequest, DeleteUserRequest, GetAclRequest,
+                                           UpdateUserRequest)
+from rocketray.wire.controller_codes import ResponseCode
 from rocketray.controller.users import auth_table_of
 from rocketray.scram import ScramCredential
 from rocketray.snapshot.format import SECTION_AUTH, decode_snapshot

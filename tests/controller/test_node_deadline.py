@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from rocketray.controller.api import ApplyBrokerIdRequest
-from rocketray.controller.codes import ResponseCode
+from rocketray.wire.controller_api import ApplyBrokerIdRequest
+from rocketray.wire.controller_codes import ResponseCode
 from rocketray.controller.config import ControllerConfig
 from rocketray.controller.proc import InProcessControllers
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import threading
 import time
 
-from rocketray.controller.api import ApplyBrokerIdRequest, GetReplicaInfoRequest
-from rocketray.controller.codes import ResponseCode
+from rocketray.wire.controller_api import ApplyBrokerIdRequest, GetReplicaInfoRequest
+from rocketray.wire.controller_codes import ResponseCode
 from tests.support.controller_cluster import make_cluster  # noqa: F401 - fixture
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from rocketray.controller.api import (AlterSyncStateSetRequest, ApplyBrokerIdRequest, ElectMasterRequest,
-                                      RegisterBrokerRequest)
-from rocketray.controller.codes import ResponseCode as C
+from rocketray.wire.controller_api import (AlterSyncStateSetRequest, ApplyBrokerIdRequest, ElectMasterRequest,
+                                           RegisterBrokerRequest)
+from rocketray.wire.controller_codes import ResponseCode as C
 from rocketray.controller.config import ControllerConfig
 from rocketray.controller.notify import ElectionTrigger
 from rocketray.controller.proc import InProcessControllers
@@ -73,8 +73,8 @@ def test_trigger_labels():
 ])
 def test_the_new_master_is_told_first(master, alive_ids, order):
     """It has a switch to make before it takes writes; the others only follow it."""
-    from rocketray.controller.api import Response
-    from rocketray.controller.headers import ElectMasterResponseHeader
+    from rocketray.wire.controller_api import Response
+    from rocketray.wire.controller_headers import ElectMasterResponseHeader
     from rocketray.controller.notify import role_change_notice
 
     response = Response(C.SUCCESS, ElectMasterResponseHeader(master, f"h:{master}", 4, 5),

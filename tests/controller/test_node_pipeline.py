@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from rocketray.controller.api import ApplyBrokerIdRequest, ElectMasterRequest, GetNextBrokerIdRequest, RegisterBrokerRequest
-from rocketray.controller.codes import ResponseCode
+from rocketray.wire.controller_api import (ApplyBrokerIdRequest, ElectMasterRequest, GetNextBrokerIdRequest,
+                                           RegisterBrokerRequest)
+from rocketray.wire.controller_codes import ResponseCode
 from rocketray.controller.events import ApplyBrokerIdEvent, ElectMasterEvent, encode_events
 from rocketray.controller.pipeline import Speculation, copy_state
 from rocketray.controller.raft import RaftHost, SyncingTransport, encode_payload

@@ -19,7 +19,7 @@ import time
 import pytest
 
 from rocketray.fs import Disk, DiskFile
-from rocketray.controller.api import ApplyBrokerIdRequest, GetReplicaInfoRequest
+from rocketray.wire.controller_api import ApplyBrokerIdRequest, GetReplicaInfoRequest
 from rocketray.controller.config import ControllerConfig
 from rocketray.controller.node import ControllerNode
 from rocketray.controller.proc import member_credentials

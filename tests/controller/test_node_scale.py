@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
-from rocketray.controller.api import (AlterSyncStateSetRequest, ApplyBrokerIdRequest, ElectMasterRequest,
-                                      RegisterBrokerRequest)
+from rocketray.wire.controller_api import (AlterSyncStateSetRequest, ApplyBrokerIdRequest, ElectMasterRequest,
+                                           RegisterBrokerRequest)
 from rocketray.controller.config import ControllerConfig
 from rocketray.controller.notify import ElectionTrigger
 from rocketray.controller.proc import InProcessControllers

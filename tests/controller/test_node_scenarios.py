@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from rocketray.controller.api import (AlterSyncStateSetRequest, ApplyBrokerIdRequest, ElectMasterRequest,
-                            GetNextBrokerIdRequest, GetReplicaInfoRequest, RegisterBrokerRequest)
-from rocketray.controller.codes import ResponseCode
+from rocketray.wire.controller_api import (AlterSyncStateSetRequest, ApplyBrokerIdRequest, ElectMasterRequest,
+                                           GetNextBrokerIdRequest, GetReplicaInfoRequest, RegisterBrokerRequest)
+from rocketray.wire.controller_codes import ResponseCode
 from rocketray.controller.config import ControllerConfig
 from rocketray.controller.events import ApplyBrokerIdEvent, encode_events
 from rocketray.controller.proc import InProcessControllers

@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from rocketray.controller.api import (AlterSyncStateSetRequest, ApplyBrokerIdRequest, ElectMasterRequest,
-                            RegisterBrokerRequest)
+from rocketray.wire.controller_api import (AlterSyncStateSetRequest, ApplyBrokerIdRequest, ElectMasterRequest,
+                                           RegisterBrokerRequest)
 from rocketray.controller.config import ControllerConfig
 from rocketray.controller.event_log import merge_logs, read_whole_log
 from rocketray.controller.node import ControllerNode

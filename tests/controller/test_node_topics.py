@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from rocketray.controller.headers import ConsumerHeartbeatResponseHeader
-from rocketray.controller.api import (ApplyBrokerIdRequest, ConsumerHeartbeatRequest, CreateTopicRequest,
-                                      DeleteTopicRequest, GetTopicRouteRequest, ListTopicsRequest)
-from rocketray.controller.codes import ResponseCode
+from rocketray.wire.controller_headers import ConsumerHeartbeatResponseHeader
+from rocketray.wire.controller_api import (ApplyBrokerIdRequest, ConsumerHeartbeatRequest, CreateTopicRequest,
+                                           DeleteTopicRequest, GetTopicRouteRequest, ListTopicsRequest)
+from rocketray.wire.controller_codes import ResponseCode
 from rocketray.snapshot.format import SECTION_TOPICS, decode_snapshot
 
 CLUSTER = "c"

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rocketray.controller.api import BrokerHeartbeatRequest, MasterInfo
+from rocketray.wire.controller_api import BrokerHeartbeatRequest, MasterInfo
 from rocketray.controller.notify import ElectionTrigger, RoleChangeNotice
 from rocketray.controller.session import (MAX_FRAME_BYTES, Ack, Bye, ControllerFrameDecoder, Heartbeat, Hello,
                                           SessionDecoder, SessionErrorCode, SessionProtocolError, SessionTable,

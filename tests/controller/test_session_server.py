@@ -18,8 +18,8 @@ import textwrap
 
 import pytest
 
-from rocketray.controller.api import (AlterSyncStateSetRequest, ApplyBrokerIdRequest, BrokerHeartbeatRequest,
-                                      ElectMasterRequest, GetReplicaInfoRequest, RegisterBrokerRequest)
+from rocketray.wire.controller_api import (AlterSyncStateSetRequest, ApplyBrokerIdRequest, BrokerHeartbeatRequest,
+                                           ElectMasterRequest, GetReplicaInfoRequest, RegisterBrokerRequest)
 from rocketray.controller.config import ControllerConfig
 from rocketray.controller.proc import InProcessControllers
 from rocketray.controller.session import hello_problem
@@ -246,7 +246,7 @@ def test_notify_writes_a_role_frame_to_the_brokers_current_session_from_any_thre
     import threading
 
     from rocketray.auth import SESSION_LABEL
-    from rocketray.controller.api import MasterInfo
+    from rocketray.wire.controller_api import MasterInfo
     from rocketray.controller.session import ControllerFrameDecoder, Hello, encode_bye, encode_hello
 
     _node, server, _open = group

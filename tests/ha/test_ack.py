@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from ha_old_rules import old_compute_confirm_offset, old_maybe_shrink
-from rocketray.ha.ack import (AckPolicy, PutResult, PutStatus, Written, after_write, batch_acked,
-                              confirm_offset, put_admitted, refused, union_view)
+from rocketray.wire.put_result import PutResult, PutStatus, Written
+from rocketray.ha.ack import AckPolicy, after_write, batch_acked, confirm_offset, put_admitted, refused, union_view
 from rocketray.ha.sync_state import SyncStateTracker
 
 ALL_ACK = AckPolicy(all_ack_in_sync_state_set=True)

@@ -6,7 +6,7 @@ holds exactly 10 test messages, as the upstream 1700-byte files do.
 
 from __future__ import annotations
 
-from rocketray.ha.service import PutStatus
+from rocketray.wire.put_result import PutStatus
 from ha_helpers import (commitlog_bytes, fast_config, messages, open_store, put_all, run, served,
                         start_node, stop_node, switch, wait_caught_up, wait_for)
 

@@ -10,8 +10,8 @@ from ha_helpers import (node_links, commitlog_bytes, fast_config, messages, put_
                         stop_node, wait_caught_up)
 
 from rocketray.auth import HA_LABEL
-from rocketray.ha.protocol import (SLAVE_ACK_SIZE, SLAVE_HANDSHAKE_SIZE, EpochPoint,
-                                   encode_master_handshake, encode_master_transfer_header)
+from rocketray.wire.ha_protocol import (SLAVE_ACK_SIZE, SLAVE_HANDSHAKE_SIZE, EpochPoint,
+                                        encode_master_handshake, encode_master_transfer_header)
 
 
 def test_catch_up_with_large_and_small_transfers_copies_the_log_on_one_connection(tmp_path):

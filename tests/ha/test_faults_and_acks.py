@@ -9,8 +9,8 @@ import random
 
 import pytest
 
-from rocketray.ha.protocol import encode_slave_ack, encode_slave_handshake
-from rocketray.ha.ack import PutStatus, Written
+from rocketray.wire.ha_protocol import encode_slave_ack, encode_slave_handshake
+from rocketray.wire.put_result import PutStatus, Written
 from rocketray.auth import HA_LABEL
 from ha_helpers import (node_links, commitlog_bytes, fast_config, messages, put_all, run, start_node,
                         stop_node, switch, wait_caught_up, wait_for)

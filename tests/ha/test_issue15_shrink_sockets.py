@@ -10,7 +10,7 @@ import time
 from ha_helpers import (fast_config, messages, put_all, run, start_node, stop_node, switch,
                         wait_caught_up, wait_for)
 from ha_old_rules import old_maybe_shrink
-from rocketray.ha.ack import PutStatus
+from rocketray.wire.put_result import PutStatus
 from rocketray.ha.sync_state import SyncStateTracker
 
 

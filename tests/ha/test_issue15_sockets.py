@@ -9,7 +9,7 @@ import rocketray.ha.ack as ack_mod
 from ha_helpers import (commitlog_bytes, fast_config, messages, put_all, run, served, start_node,
                         stop_node, switch, wait_caught_up, wait_for)
 from ha_old_rules import old_after_write, old_compute_confirm_offset
-from rocketray.ha.ack import PutStatus, Written
+from rocketray.wire.put_result import PutStatus, Written
 from rocketray.ha.sync_state import SyncStateTracker
 
 RECORD = 172

@@ -8,9 +8,9 @@ import random
 
 import pytest
 
-from rocketray.ha.protocol import (EpochPoint, MasterPacketDecoder, MasterTransfer, ProtocolError,
-                                   encode_master_handshake, encode_master_transfer,
-                                   master_packet_length)
+from rocketray.wire.ha_protocol import (EpochPoint, MasterPacketDecoder, MasterTransfer, ProtocolError,
+                                        encode_master_handshake, encode_master_transfer,
+                                        master_packet_length)
 from rocketray.ha.slave_client import RECV_BUFFER, RECV_MIN_FREE, PacketBuffers
 
 MAX_BODY = 64 << 20

@@ -10,11 +10,10 @@ from hypothesis import strategies as st
 
 from ha_helpers import chunked
 
-from rocketray.ha.protocol import (
-    ConnState, EpochPoint, MasterHandshake, MasterPacketDecoder, MasterTransfer, ProtocolError,
-    SlaveAck, SlaveHandshake, SlavePacketDecoder, encode_master_handshake,
-    encode_master_transfer, encode_slave_ack, encode_slave_handshake,
-)
+from rocketray.wire.ha_protocol import (ConnState, EpochPoint, MasterHandshake, MasterPacketDecoder, MasterTransfer,
+                                        ProtocolError, SlaveAck, SlaveHandshake, SlavePacketDecoder,
+                                        encode_master_handshake, encode_master_transfer, encode_slave_ack,
+                                        encode_slave_handshake)
 
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

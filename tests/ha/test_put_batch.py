@@ -7,9 +7,9 @@ from __future__ import annotations
 import asyncio
 import struct
 
-from rocketray.broker.message import Message
-from rocketray.broker.batch import EncodedBatch, encode_batch
-from rocketray.ha.ack import PutStatus, Written
+from rocketray.wire.message import Message
+from rocketray.wire.batch import EncodedBatch, encode_batch
+from rocketray.wire.put_result import PutStatus, Written
 from ha_helpers import (TOPIC, commitlog_bytes, fast_config, put_all, run, start_node, stop_node, switch,
                         wait_caught_up, wait_for)
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from rocketray.broker.batch import encode_batch
-from rocketray.broker.message import Message
+from rocketray.wire.batch import encode_batch
+from rocketray.wire.message import Message
 from rocketray.broker.role import Role
 from rocketray.ha.promotion_hold import PromotionHold
 from rocketray.ha.put_gate import PutGate

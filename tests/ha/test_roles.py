@@ -73,7 +73,7 @@ def test_master_housekeeping_closes_a_silent_slave(tmp_path):
     async def body():
         import asyncio
 
-        from rocketray.ha.protocol import encode_slave_ack, encode_slave_handshake
+        from rocketray.wire.ha_protocol import encode_slave_ack, encode_slave_handshake
         from rocketray.auth import HA_LABEL
         from ha_helpers import node_links
         cfg = fast_config(ha_send_heartbeat_interval_ms=100, ha_housekeeping_interval_ms=500)

@@ -9,10 +9,9 @@ from hypothesis import strategies as st
 from ha_helpers import chunked
 
 from memory_log import MemoryLog, apply_slave_actions
-from rocketray.ha.protocol import (
-    ConnState, EpochPoint, MasterPacketDecoder, MasterTransfer, ProtocolError,
-    encode_master_handshake, encode_master_transfer, encode_slave_ack, encode_slave_handshake,
-)
+from rocketray.wire.ha_protocol import (ConnState, EpochPoint, MasterPacketDecoder, MasterTransfer, ProtocolError,
+                                        encode_master_handshake, encode_master_transfer, encode_slave_ack,
+                                        encode_slave_handshake)
 from rocketray.ha.session import (
     AckEvent, Append, Close, HandshakeEvent, LocalLog, MasterSession, RecordEpoch, Send,
     SetConfirmOffset, SlaveSession, Truncate,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import rocketray.ha.session as session_mod
 from memory_log import MemoryLog, apply_slave_actions
-from rocketray.ha.protocol import EpochPoint, encode_master_handshake, encode_master_transfer
+from rocketray.wire.ha_protocol import EpochPoint, encode_master_handshake, encode_master_transfer
 from rocketray.ha.session import Append, Close, SlaveSession, Truncate
 
 

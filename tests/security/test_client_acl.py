@@ -13,21 +13,23 @@ import time
 import pytest
 
 from rocketray.actors.client_port import ClientPort
-from rocketray.broker.batch import TopicRefused, encode_batch, seal_batch
-from rocketray.broker.client_control import GroupView, Metadata, encode_control
-from rocketray.broker.client_wire import PUT_COUNT, FrameType, decode_offsets_answer, decode_pull_answer, \
+from rocketray.wire.batch import TopicRefused, encode_batch
+from rocketray.broker.batch import seal_batch
+from rocketray.wire.client_control import GroupView, Metadata, encode_control
+from rocketray.wire.client_frames import PUT_COUNT, FrameType, decode_offsets_answer, decode_pull_answer, \
     decode_put_answer, pack
-from rocketray.broker.message import Message
-from rocketray.broker.pull import OffsetsResult, OffsetsStatus, PullResult, PullStatus
+from rocketray.wire.message import Message
+from rocketray.wire.pull_result import OffsetsResult, OffsetsStatus, PullResult, PullStatus
 from rocketray.client import AccessDenied, Bootstrap, Consumer, Producer, SendStatus, TopicQueue
 from rocketray.client.connections import AuthenticationFailed, Connection, Dialer
-from rocketray.controller.api import (ConsumerHeartbeatRequest, CreateTopicRequest, GetTopicRouteRequest,
-                                      ListTopicsRequest, Response)
-from rocketray.broker.client_control import decode_control_answer
-from rocketray.controller.codes import ResponseCode
-from rocketray.controller.headers import ConsumerHeartbeatResponseHeader, ListTopicsResponseHeader, \
+from rocketray.wire.controller_api import (ConsumerHeartbeatRequest, CreateTopicRequest, GetTopicRouteRequest,
+                                           ListTopicsRequest, Response)
+from rocketray.wire.client_control import decode_control_answer
+from rocketray.wire.controller_codes import ResponseCode
+from rocketray.wire.controller_headers import ConsumerHeartbeatResponseHeader, ListTopicsResponseHeader, \
     TopicRouteResponseHeader
-from rocketray.ha.ack import PutResult, PutStatus, Written, refused
+from rocketray.wire.put_result import PutResult, PutStatus, Written
+from rocketray.ha.ack import refused
 from rocketray.tls import ClientTrust
 from rocketray.waiting import wait_for
 from rr_members import CLUSTER, broker, ca_for, member
@@ -162,7 +164,7 @@ def test_a_consumer_reads_and_commits_only_what_its_rules_allow(port):
     committed = decode_offsets_answer(conn.request(FrameType.COMMITTED, pack(["fraud", None])).result(5).body)
     assert committed.status is OffsetsStatus.ACCESS_DENIED
     maxes = conn.request(FrameType.QUEUE_MAX, pack([["orders", 0], ["secret", 0]])).result(5)
-    from rocketray.broker.client_wire import unpack
+    from rocketray.wire.client_frames import unpack
     assert unpack(maxes.body, "t") == [["orders", 0, 5]], "a topic it may not read is left out"
     by_time = conn.request(FrameType.SEARCH_OFFSET, pack([[["orders", 0], ["secret", 0]], 9])).result(5)
     assert unpack(by_time.body, "t") == [["orders", 0, 2]], "a topic it may not read is left out"

@@ -17,10 +17,10 @@ import pytest
 
 from rocketray.actors.client_port import ClientPort
 from rocketray.border import LimitsConfig
-from rocketray.broker.client_wire import PUT_COUNT, FrameType, encode_frame, pack
-from rocketray.broker.pull import PullResult, PullStatus
+from rocketray.wire.client_frames import PUT_COUNT, FrameType, encode_frame, pack
+from rocketray.wire.pull_result import PullResult, PullStatus
 from rocketray.client.connections import Connection, Dialer
-from rocketray.ha.ack import PutResult, PutStatus, Written
+from rocketray.wire.put_result import PutResult, PutStatus, Written
 from rocketray.tls import ClientTrust
 from rr_users import authenticator, directory_of, login, table_of
 from rr_members import CLUSTER, broker, ca_for, member

@@ -13,13 +13,13 @@ from hypothesis import strategies as st
 
 import functools
 
-from rocketray.broker import client_control as cc
-from rocketray.broker import client_wire as cw
-from rocketray.broker.client_wire import WireError
-from rocketray.controller.api import (ConsumerHeartbeatRequest, CreateTopicRequest, GetTopicRouteRequest,
-                                      ListTopicsRequest, Response)
-from rocketray.controller.codes import ResponseCode
-from rocketray.controller.headers import ListTopicsResponseHeader
+from rocketray.wire import client_control as cc
+from rocketray.wire import client_frames as cw
+from rocketray.wire.client_frames import WireError
+from rocketray.wire.controller_api import (ConsumerHeartbeatRequest, CreateTopicRequest, GetTopicRouteRequest,
+                                           ListTopicsRequest, Response)
+from rocketray.wire.controller_codes import ResponseCode
+from rocketray.wire.controller_headers import ListTopicsResponseHeader
 from rocketray.controller.proc_wire import FRAME_HEADER, REQ, ProtocolError, Sealer
 
 # msgpack values of every shape a peer could send

@@ -8,7 +8,7 @@ import asyncio
 
 from rocketray.auth import HA_LABEL
 from rocketray.ha.peers import RegisteredPeers, handshake_problem, master_problem
-from rocketray.ha.protocol import encode_slave_ack, encode_slave_handshake
+from rocketray.wire.ha_protocol import encode_slave_ack, encode_slave_handshake
 from ha_helpers import fast_config, messages, put_all, run, start_node, stop_node, wait_caught_up, wait_for
 from rr_members import broker, links
 

@@ -29,7 +29,7 @@ from pysyncobj.encryptor import getEncryptor
 from pysyncobj.poller import createPoller
 
 from controller_cluster import everyone_alive, make_cluster, raft_ca, raft_credentials  # noqa: F401 - fixtures
-from rocketray.controller.api import ApplyBrokerIdRequest, GetReplicaInfoRequest
+from rocketray.wire.controller_api import ApplyBrokerIdRequest, GetReplicaInfoRequest
 from rocketray.controller.config import ControllerConfig
 from rocketray.controller.events import ApplyBrokerIdEvent, encode_events
 from rocketray.controller.node import ControllerNode, InsecureRaftBindError

@@ -9,8 +9,8 @@ import asyncio
 import pytest
 
 from rocketray.auth import SESSION_LABEL
-from rocketray.controller.api import (AlterSyncStateSetRequest, ApplyBrokerIdRequest, BrokerHeartbeatRequest,
-                                      ElectMasterRequest, GetReplicaInfoRequest, RegisterBrokerRequest)
+from rocketray.wire.controller_api import (AlterSyncStateSetRequest, ApplyBrokerIdRequest, BrokerHeartbeatRequest,
+                                           ElectMasterRequest, GetReplicaInfoRequest, RegisterBrokerRequest)
 from rocketray.controller.config import ControllerConfig
 from rocketray.controller.proc import InProcessControllers
 from rocketray.controller.session import (Heartbeat, Hello, encode_heartbeat, encode_hello, heartbeat_problem,

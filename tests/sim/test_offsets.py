@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from rocketray.broker.message import decode_record
-from rocketray.broker.offsets import OFFSETS_TOPIC, fold_all
-from rocketray.ha.ack import PutStatus, refused
+from rocketray.wire.message import decode_record
+from rocketray.wire.offset_records import OFFSETS_TOPIC
+from rocketray.broker.offsets import fold_all
+from rocketray.wire.put_result import PutStatus
+from rocketray.ha.ack import refused
 from rocketray.sim.broker import SimBroker
 from rocketray.sim.invariants import Invariants
 from rocketray.sim.mutants import MUTANTS, applied

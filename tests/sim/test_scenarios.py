@@ -20,8 +20,9 @@ import rocketray.broker.role as role
 import rocketray.ha.ack as ack
 import rocketray.ha.sync_state as sync_state
 from rocketray.broker.commitlog import CommitLog
-from rocketray.broker.message import decode_record
-from rocketray.broker.offsets import OFFSETS_TOPIC, OffsetTable, decode_commit
+from rocketray.wire.message import decode_record
+from rocketray.wire.offset_records import OFFSETS_TOPIC, decode_commit
+from rocketray.broker.offsets import OffsetTable
 from rocketray.sim.broker import SimBroker
 import rocketray.sim.controller as sim_controller
 from rocketray.controller.session import LeaderSessionGrace

@@ -3,7 +3,7 @@ pure controller core (decide, then apply), so what a test checks is the command,
 
 from __future__ import annotations
 
-from rocketray.controller.api import Response
+from rocketray.wire.controller_api import Response
 from rocketray.controller.decide import DecideContext, decide
 from rocketray.controller.events import ApplyBrokerIdEvent
 from rocketray.controller.state import ControllerState

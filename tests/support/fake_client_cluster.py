@@ -7,7 +7,7 @@ committed offsets folded to the maximum, and consumer-group membership with a he
 ``FakeTransport`` implements every method of :class:`rocketray.client.transport.Transport` over it.
 Pulls are held like a broker's: answered at once when a record lies at the offset, else when a put
 reaches that queue or the hold ends. A pull with a tag expression keeps only the records whose tag
-code (``rocketray.broker.message.tag_hash``) the expression names, and its answer's ``next_offset``
+code (``rocketray.wire.message.tag_hash``) the expression names, and its answer's ``next_offset``
 passes every record looked at, as ``MessageStore.read_queue_filtered`` does; ``search_offsets``
 answers the first offset stored at or after a time, as ``MessageStore.search_offset``. Delayed
 messages (records of ``%SCHEDULE%<topic>``) are delivered by a scheduler thread every
@@ -26,20 +26,22 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from rocketray.broker.batch import EncodedBatch, encode_batch
-from rocketray.broker.schedule import SCHEDULE_PREFIX, SCHEDULER_GROUP, deliver_at_of, delivered, plan_queue
-from rocketray.broker.message import decode_record, encode_record, tag_hash
+from rocketray.wire.batch import EncodedBatch, encode_batch
+from rocketray.wire.delayed import SCHEDULE_PREFIX, SCHEDULER_GROUP, deliver_at_of
+from rocketray.broker.schedule import delivered, plan_queue
+from rocketray.wire.message import decode_record, encode_record, tag_hash
 from rocketray.broker.tag_filter import TagExpressionError, parse_expression
-from rocketray.broker.pull import (MAX_PULL_COUNT, OffsetsResult, OffsetsStatus, PullResult, PullStatus,
-                                   check_pull)
+from rocketray.wire.pull_result import (MAX_PULL_COUNT, OffsetsResult, OffsetsStatus, PullResult, PullStatus,
+                                        check_pull)
 from rocketray.client.transport import Unanswered
-from rocketray.controller.api import (ConsumerHeartbeatRequest, CreateTopicRequest, DeleteTopicRequest,
-                                      GetTopicRouteRequest, ListTopicsRequest, Response)
-from rocketray.controller.codes import ResponseCode
-from rocketray.controller.headers import (ConsumerHeartbeatResponseHeader, CreateTopicResponseHeader,
-                                          DeleteTopicResponseHeader, ListTopicsResponseHeader,
-                                          TopicRouteResponseHeader)
-from rocketray.ha.ack import PutResult, PutStatus, after_write, refused
+from rocketray.wire.controller_api import (ConsumerHeartbeatRequest, CreateTopicRequest, DeleteTopicRequest,
+                                           GetTopicRouteRequest, ListTopicsRequest, Response)
+from rocketray.wire.controller_codes import ResponseCode
+from rocketray.wire.controller_headers import (ConsumerHeartbeatResponseHeader, CreateTopicResponseHeader,
+                                               DeleteTopicResponseHeader, ListTopicsResponseHeader,
+                                               TopicRouteResponseHeader)
+from rocketray.wire.put_result import PutResult, PutStatus
+from rocketray.ha.ack import after_write, refused
 
 GROUPS = ("broker-a", "broker-b")
 SCHEDULE_STEP_S = 0.05

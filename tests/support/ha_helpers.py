@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rocketray.broker.config import FlushMode, StoreConfig
-from rocketray.broker.message import Message
+from rocketray.wire.message import Message
 from rocketray.broker.store import MessageStore
-from rocketray.ha.ack import PutResult, PutStatus
+from rocketray.wire.put_result import PutResult, PutStatus
 from rocketray.ha.config import HAConfig
 from rocketray.ha.service import HAService
 from rocketray.links import MemberLinks

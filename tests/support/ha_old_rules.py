@@ -9,7 +9,7 @@ that a core test or a simulator scenario catches it (never a flag in the product
 
 from __future__ import annotations
 
-from rocketray.ha.ack import PutResult, PutStatus, Written
+from rocketray.wire.put_result import PutResult, PutStatus, Written
 
 
 def old_compute_confirm_offset(self, max_offset, current_confirm_offset, acks, all_ack=True):

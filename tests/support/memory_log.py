@@ -20,7 +20,7 @@ import struct
 from typing import Iterable
 
 from rocketray.broker.epoch_file import EpochFileCache
-from rocketray.ha.protocol import EpochPoint
+from rocketray.wire.ha_protocol import EpochPoint
 from rocketray.ha.session import Close, LocalLog, Send, SlaveAction
 from rocketray.ha.slave_client import apply_to_store, local_log
 

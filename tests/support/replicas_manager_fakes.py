@@ -14,9 +14,9 @@ from typing import Any
 
 from rocketray.broker.register import Identity, TempIdentity
 from rocketray.broker.replicas_manager import ControllerCallError, ReplicasManager, ReplicasManagerConfig
-from rocketray.controller.headers import NotLeaderResponseHeader
-from rocketray.controller.api import BrokerHeartbeatRequest, Response
-from rocketray.controller.codes import ResponseCode
+from rocketray.wire.controller_headers import NotLeaderResponseHeader
+from rocketray.wire.controller_api import BrokerHeartbeatRequest, Response
+from rocketray.wire.controller_codes import ResponseCode
 from rocketray.controller.decide import DecideContext, decide
 from rocketray.controller.heartbeat import HeartbeatTable
 from rocketray.controller.state import ControllerState

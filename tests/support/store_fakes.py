@@ -5,7 +5,7 @@ to, confirms; ``add_confirm_listener``."""
 from __future__ import annotations
 
 from rocketray.broker.store import MessageStore
-from rocketray.ha.ack import PutResult, PutStatus, Written
+from rocketray.wire.put_result import PutResult, PutStatus, Written
 
 
 class FakeHA:

@@ -1,4 +1,4 @@
-"""Types of the C extension built from broker/_records.c (see batch.py)."""
+"""Types of the C extension built from wire/_records.c (see wire/batch.py)."""
 
 from typing import Any, Callable, Mapping
 

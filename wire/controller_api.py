@@ -14,11 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Union
 
-from rocketray.controller.codes import ResponseCode
+from rocketray.wire.controller_codes import ResponseCode
 from rocketray.scram import ScramCredential
-from rocketray.controller.headers import (HEADER_TYPES, NO_HEADER, ElectMasterResponseHeader,
-                                          GetReplicaInfoResponseHeader, RegisterBrokerToControllerResponseHeader,
-                                          ResponseHeader)
+from rocketray.wire.controller_headers import (HEADER_TYPES, NO_HEADER, ElectMasterResponseHeader,
+                                               GetReplicaInfoResponseHeader, RegisterBrokerToControllerResponseHeader,
+                                               ResponseHeader)
 
 INT32_MAX = 2**31 - 1
 
@@ -288,7 +288,7 @@ Request = Union[
 @dataclass(frozen=True, slots=True)
 class Response:
     """The answer to one request: a code, the request kind's typed header
-    (``rocketray.controller.headers``; ``NO_HEADER`` when it has none), an optional body, a remark."""
+    (``rocketray.wire.controller_headers``; ``NO_HEADER`` when it has none), an optional body, a remark."""
 
     code: ResponseCode
     header: ResponseHeader = NO_HEADER
@@ -297,7 +297,7 @@ class Response:
 
     def __post_init__(self) -> None:
         if not isinstance(self.header, HEADER_TYPES):
-            raise TypeError(f"a Response header is a typed header (controller/headers.py), "
+            raise TypeError(f"a Response header is a typed header (wire/controller_headers.py), "
                             f"not {type(self.header).__name__}")
 
     @property

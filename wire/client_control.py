@@ -1,7 +1,7 @@
 """The client port's control frames: what a client outside Ray needs besides puts and pulls (pure).
 
 A client that is not a Ray driver reaches the cluster only through brokers' client ports, so a
-broker answers three more requests (frame types in ``rocketray.broker.client_wire``):
+broker answers three more requests (frame types in ``rocketray.wire.client_frames``):
 
 ``METADATA``  the cluster as a client sees it: its name, each broker group's replicas (replica index
               and client address) and current master (replica and master epoch, from what the
@@ -18,7 +18,7 @@ broker answers three more requests (frame types in ``rocketray.broker.client_wir
 ``CONTROL``   ``[request type, {field: value}]``: one of the client's controller requests
               (``CLIENT_REQUESTS``: topics and consumer-group membership; no member request), which
               the broker checks against the user's ACL and sends to the controller leader. Answer:
-              ``[code, header type, {field: value}, body | nil, remark]`` (``controller/headers.py``).
+              ``[code, header type, {field: value}, body | nil, remark]`` (``wire/controller_headers.py``).
 
 Decoders raise ``WireError`` for anything malformed (the connection is then closed), never
 anything else; a request type outside ``CLIENT_REQUESTS`` is malformed too.
@@ -30,11 +30,11 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from rocketray.broker.client_wire import WireError, pack, unpack
-from rocketray.controller.api import (ConsumerHeartbeatRequest, CreateTopicRequest, DeleteTopicRequest,
-                                      GetTopicRouteRequest, ListTopicsRequest, Response)
-from rocketray.controller.codes import ResponseCode
-from rocketray.controller.headers import HeaderCodecError, header_fields, header_from_fields
+from rocketray.wire.client_frames import WireError, pack, unpack
+from rocketray.wire.controller_api import (ConsumerHeartbeatRequest, CreateTopicRequest, DeleteTopicRequest,
+                                           GetTopicRouteRequest, ListTopicsRequest, Response)
+from rocketray.wire.controller_codes import ResponseCode
+from rocketray.wire.controller_headers import HeaderCodecError, header_fields, header_from_fields
 
 __all__ = ["CLIENT_REQUESTS", "GroupView", "Metadata", "decode_control", "decode_control_answer",
            "decode_metadata", "decode_watch", "decode_watch_answer", "encode_control", "encode_control_answer",

@@ -1,7 +1,9 @@
-/* The record loops of rocketray.broker.batch in C: seal a producer's batch, index received or
- * stored records.  Same checks, same bytes, same error messages as the pure-Python loops in
- * batch.py, which stay the reference: tests/broker/test_records_c.py drives both with the same
- * valid, damaged and adversarial inputs and requires equal results.
+/* The record loops of rocketray.wire.batch and rocketray.broker.batch in C: seal a producer's
+ * batch, index received or stored records (broker/batch.py), encode a new record, read a sealed
+ * batch's offsets, find the last whole record (wire/batch.py).  Same checks, same bytes, same error
+ * messages as the pure-Python loops of those two modules, which stay the reference:
+ * tests/broker/test_records_c.py drives both with the same valid, damaged and adversarial inputs
+ * and requires equal results.
  *
  * What stays in Python (called back a few times per batch, not per record): the topic check
  * (``topic_of(raw, where) -> str``), the properties check and tag hash (``tag_of(raw) -> int``) of
@@ -511,7 +513,7 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_records", "The record loops of batch.py, in C.", -1,
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_records", "The record loops of wire/batch.py and broker/batch.py, in C.", -1,
                                     methods};
 
 PyMODINIT_FUNC PyInit__records(void) {

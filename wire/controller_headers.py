@@ -1,6 +1,6 @@
 """Response headers of the controller API: one frozen dataclass per request kind, and their codec.
 
-A ``Response`` (``rocketray.controller.api``) carries a code, one of these headers, an optional body
+A ``Response`` (``rocketray.wire.controller_api``) carries a code, one of these headers, an optional body
 and a remark. The header classes follow RocketMQ's (reference 6.1): ``ElectMasterResponseHeader``,
 ``GetReplicaInfoResponseHeader``, ``RegisterBrokerToControllerResponseHeader`` and so on, with
 snake_case fields; topics, consumer groups, users and ACL rules, the controller's config and the
@@ -45,7 +45,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any, Mapping, Union
 
-from rocketray.controller.codes import ResponseCode
+from rocketray.wire.controller_codes import ResponseCode
 
 __all__ = [
     "AclRulesResponseHeader", "AlterSyncStateSetResponseHeader", "ApplyBrokerIdResponseHeader",

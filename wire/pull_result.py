@@ -1,9 +1,9 @@
 """What a broker answers a consumer: typed pull and committed-offset results, and their limits.
 
 These cross the client transport (a Ray call today), so they are plain frozen data with enum
-statuses that say whether asking again can help (``retriable``), like ``rocketray.ha.ack.PutResult``
+statuses that say whether asking again can help (``retriable``), like ``rocketray.wire.put_result.PutResult``
 for a put. A pull's messages travel as the stored records themselves, joined in one ``bytes``
-object (``rocketray.broker.message.decode_record`` reads them), so a pull of many messages costs
+object (``rocketray.wire.message.decode_record`` reads them), so a pull of many messages costs
 one object, never one per message.
 """
 

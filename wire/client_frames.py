@@ -33,7 +33,7 @@ from typing import Any
 
 import msgpack
 
-from rocketray.broker.pull import OffsetsResult, OffsetsStatus, PullResult, PullStatus
+from rocketray.wire.pull_result import OffsetsResult, OffsetsStatus, PullResult, PullStatus
 from rocketray.wire.put_result import PutResult, PutStatus, Written
 
 __all__ = ["MAGIC", "VERSION", "HEADER", "MAX_BODY_BYTES", "FrameType", "Frame", "FrameDecoder", "WireError",
@@ -64,7 +64,7 @@ class FrameType(enum.IntEnum):
     COMMIT = 3         # body: msgpack [group, [[topic, queue_id, offset], ...](, "reset": an admin's reset)]
     COMMITTED = 4      # body: msgpack [group, [topic, ...]|nil]
     QUEUE_MAX = 5      # body: msgpack [[topic, queue_id], ...]
-    METADATA = 6       # body: msgpack []: the cluster's groups, brokers, masters (broker/client_control.py)
+    METADATA = 6       # body: msgpack []: the cluster's groups, brokers, masters (wire/client_control.py)
     WATCH = 7          # body: msgpack [group, known_epoch, wait_ms]: answered at a newer master or the wait's end
     CONTROL = 8        # body: msgpack [request type, fields]: a client request for the controller leader
     SEARCH_OFFSET = 9  # body: msgpack [[[topic, queue_id], ...], timestamp_ms]: first offsets stored at or after

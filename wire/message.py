@@ -34,7 +34,8 @@ recovery find the end of a preallocated segment.
 ``record_size`` / ``verify_record`` validate without building a :class:`Message`; ``decode_index``
 reads just what the consume-queue dispatcher needs.
 
-Batches of records (encoding, sealing, indexing) are in :mod:`rocketray.broker.batch`.
+A producer's batch of records is :mod:`rocketray.wire.batch`'s; the master's seal of a batch and the index
+of stored records are :mod:`rocketray.broker.batch`'s.
 """
 
 from __future__ import annotations
