@@ -141,13 +141,14 @@ class MessageStore(StoreReading, StoreFlushing):
         lo, hi = self.min_offset, self.max_offset
         #: Bytes below the checkpoint's confirm offset that recovery did not find: acknowledged records
         #: this replica no longer holds (a damaged or torn log, or writes lost before their fsync).
-        self.lost_confirmed_bytes = max(0, checkpoint.confirm_offset - hi) if checkpoint else 0
+        confirmed = checkpoint.confirm_offset if checkpoint else lo
+        self.lost_confirmed_bytes = max(0, confirmed - hi)
         if self.lost_confirmed_bytes:
             log.error("store %s: STORE_LOST_CONFIRMED: the log recovered to %d, below the confirm offset %d "
                       "its checkpoint recorded; this replica no longer holds %d bytes of acknowledged records, "
-                      "which survive only on the group's other in-sync replicas", self.root, hi,
-                      checkpoint.confirm_offset if checkpoint else 0, self.lost_confirmed_bytes)
-        self._confirm = min(max(checkpoint.confirm_offset if checkpoint else lo, lo), hi)
+                      "which survive only on the group's other in-sync replicas", self.root, hi, confirmed,
+                      self.lost_confirmed_bytes)
+        self._confirm = min(max(confirmed, lo), hi)
         dispatched = lo if rebuild or checkpoint is None else min(max(checkpoint.dispatched_offset, lo), hi)
         self.repaired_queues: list[str] = []   # queues start-up found damaged and rebuilt from the log
         if not rebuild:

@@ -14,15 +14,7 @@ from rocketray.broker.role import MasterInfo, Role, RoleMachine
 from rocketray.ha.promotion_hold import PromotionHold
 from rocketray.ha.put_gate import HELD, WRITE, PutGate
 from rocketray.wire.put_result import PutStatus, Written
-
-
-@dataclass
-class Roles:
-    fenced: bool = False
-    writable: bool = True
-    promoting: bool = False
-    role: Role = Role.MASTER
-    master_epoch: int = 3
+from ha_helpers import Roles
 
 
 @dataclass

@@ -17,16 +17,7 @@ from rocketray.ha.promotion_hold import PromotionHold
 from rocketray.ha.put_gate import PutGate
 from rocketray.ha.put_shell import PutShell
 from rocketray.wire.put_result import PutStatus, Written
-from ha_helpers import open_store
-
-
-@dataclass
-class Roles:
-    fenced: bool = False
-    writable: bool = True
-    promoting: bool = False
-    role: Role = Role.MASTER
-    master_epoch: int = 3
+from ha_helpers import Roles, open_store
 
 
 @dataclass

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rocketray.broker.config import FlushMode, StoreConfig
+from rocketray.broker.role import Role
 from rocketray.wire.message import Message
 from rocketray.broker.store import MessageStore
 from rocketray.wire.put_result import PutResult, PutStatus
@@ -18,6 +19,17 @@ from rocketray.waiting import wait_for_async
 from rr_members import broker, links
 
 TOPIC = "FooBar"
+
+
+@dataclass
+class Roles:
+    """The role port the put gate reads (``ha/put_gate.py``), as plain fields tests set."""
+
+    fenced: bool = False
+    writable: bool = True
+    promoting: bool = False
+    role: Role = Role.MASTER
+    master_epoch: int = 3
 
 
 def fast_config(**overrides) -> HAConfig:
